@@ -1,0 +1,10 @@
+# Third-party dependencies: Debian 12 packages only (scripts/setup.sh installs them).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
+pkg_check_modules(HWY_CONTRIB REQUIRED IMPORTED_TARGET libhwy-contrib)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+if(VLMD_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,28 @@
+# Build options (VLMD_ prefix) and the compiler flags they imply.
+option(VLMD_BUILD_TESTS "Build the GoogleTest suites" ON)
+option(VLMD_BUILD_TOOLS "Build the vlmd binaries (vlmd-run, vlmd-quantize, vlmd-bench, ...)" ON)
+option(VLMD_BUILD_FUZZERS "Build libFuzzer targets (needs clang)" OFF)
+option(VLMD_WERROR "Treat warnings as errors" OFF)
+option(VLMD_NATIVE "Compile everything with -march=native (never for shipped binaries)" OFF)
+set(VLMD_SANITIZE "" CACHE STRING "Sanitizers: address,undefined | thread | empty")
+
+find_program(VLMD_CCACHE ccache)
+if(VLMD_CCACHE)
+  set(CMAKE_C_COMPILER_LAUNCHER ${VLMD_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${VLMD_CCACHE})
+endif()
+
+add_compile_options(-Wall -Wextra -Wno-unused-parameter)
+if(VLMD_WERROR)
+  add_compile_options(-Werror)
+endif()
+if(VLMD_NATIVE)
+  add_compile_options(-march=native)
+else()
+  # The shipped baseline: x86-64-v2. Wider ISAs live only in per-ISA kernel files (VlmdKernels).
+  add_compile_options(-march=x86-64-v2 -mtune=generic)
+endif()
+if(VLMD_SANITIZE)
+  add_compile_options(-fsanitize=${VLMD_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${VLMD_SANITIZE})
+endif()

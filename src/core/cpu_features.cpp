@@ -1,0 +1,109 @@
+// CPUID-based feature detection. OS support for AVX / AVX-512 state is checked with XGETBV: a CPU
+// can have AVX-512 while the OS has not enabled its register state, and then it must not be used.
+#include "core/cpu_features.h"
+
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace vlmd {
+namespace {
+
+struct Regs {
+  uint32_t a = 0, b = 0, c = 0, d = 0;
+};
+
+Regs Cpuid(uint32_t leaf, uint32_t sub = 0) {
+  Regs r;
+  __cpuid_count(leaf, sub, r.a, r.b, r.c, r.d);
+  return r;
+}
+
+uint64_t Xgetbv() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+bool Bit(uint32_t v, int bit) { return (v >> bit) & 1u; }
+
+// Linux requires a per-process request before AMX tile data may be used (kernel >= 5.16).
+bool RequestAmxPermission() {
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+CpuFeatures Detect() {
+  CpuFeatures f;
+  const uint32_t max_leaf = Cpuid(0).a;
+  const Regs l1 = Cpuid(1);
+  f.sse42 = Bit(l1.c, 20);
+  f.fma = Bit(l1.c, 12);
+  f.f16c = Bit(l1.c, 29);
+  const bool osxsave = Bit(l1.c, 27);
+  const bool cpu_avx = Bit(l1.c, 28);
+  uint64_t xcr0 = osxsave ? Xgetbv() : 0;
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                // XMM + YMM state
+  const bool os_avx512 = (xcr0 & 0xE6) == 0xE6;           // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool os_amx = (xcr0 & (3ull << 17)) == (3ull << 17);  // XTILECFG + XTILEDATA
+  f.avx = cpu_avx && os_avx;
+  f.fma = f.fma && f.avx;
+  f.f16c = f.f16c && f.avx;
+  if (max_leaf >= 7) {
+    const Regs l7 = Cpuid(7, 0);
+    f.avx2 = Bit(l7.b, 5) && f.avx;
+    f.bmi2 = Bit(l7.b, 8);
+    f.avx512f = Bit(l7.b, 16) && os_avx512;
+    f.avx512dq = Bit(l7.b, 17) && os_avx512;
+    f.avx512bw = Bit(l7.b, 30) && os_avx512;
+    f.avx512vl = Bit(l7.b, 31) && os_avx512;
+    f.avx512vnni = Bit(l7.c, 11) && os_avx512;
+    f.avx512fp16 = Bit(l7.d, 23) && os_avx512;
+    const bool amx_tile = Bit(l7.d, 24), amx_int8 = Bit(l7.d, 25), amx_bf16 = Bit(l7.d, 22);
+    const Regs l71 = Cpuid(7, 1);
+    f.avx512bf16 = Bit(l71.a, 5) && os_avx512;
+    if (amx_tile && os_amx && RequestAmxPermission()) {
+      f.amx_tile = true;
+      f.amx_int8 = amx_int8;
+      f.amx_bf16 = amx_bf16;
+    }
+  }
+  char brand[49] = {};
+  if (Cpuid(0x80000000).a >= 0x80000004) {
+    for (uint32_t i = 0; i < 3; ++i) {
+      Regs r = Cpuid(0x80000002 + i);
+      std::memcpy(brand + 16 * i, &r, 16);
+    }
+  }
+  f.brand = brand;
+  while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
+  return f;
+}
+
+}  // namespace
+
+std::string CpuFeatures::ToString() const {
+  std::string s;
+  auto add = [&s](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(sse42, "sse4.2"); add(avx, "avx"); add(avx2, "avx2"); add(fma, "fma"); add(f16c, "f16c");
+  add(bmi2, "bmi2"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq"); add(avx512vnni, "avx512vnni"); add(avx512bf16, "avx512bf16");
+  add(avx512fp16, "avx512fp16"); add(amx_tile, "amx-tile"); add(amx_bf16, "amx-bf16");
+  add(amx_int8, "amx-int8");
+  return s;
+}
+
+const CpuFeatures& GetCpuFeatures() {
+  static const CpuFeatures features = Detect();
+  return features;
+}
+
+}  // namespace vlmd

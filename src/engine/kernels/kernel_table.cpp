@@ -1,0 +1,87 @@
+// ISA selection and table construction.
+#include "engine/kernels/kernel_table.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "core/cpu_features.h"
+
+namespace vlmd::engine::kernels {
+
+std::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kRef: return "ref";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Vnni: return "avx512vnni";
+  }
+  return "unknown";
+}
+
+std::optional<Isa> ParseIsa(std::string_view name) {
+  for (int i = 0; i < kNumIsas; ++i) {
+    if (IsaName(static_cast<Isa>(i)) == name) return static_cast<Isa>(i);
+  }
+  return std::nullopt;
+}
+
+bool IsaAvailable(Isa isa) {
+  const CpuFeatures& f = GetCpuFeatures();
+  const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
+  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  switch (isa) {
+    case Isa::kRef: return true;
+    case Isa::kAvx2: return avx2;
+    case Isa::kAvx512: return avx512;
+    case Isa::kAvx512Vnni: return avx512 && f.avx512vnni && f.avx512bf16;
+  }
+  return false;
+}
+
+Isa BestAvailableIsa() {
+  for (int i = kNumIsas - 1; i > 0; --i) {
+    if (IsaAvailable(static_cast<Isa>(i))) return static_cast<Isa>(i);
+  }
+  return Isa::kRef;
+}
+
+Result<Isa> SelectIsa() {
+  const char* forced = std::getenv("VLMD_FORCE_ISA");
+  if (forced == nullptr || *forced == '\0') return BestAvailableIsa();
+  auto isa = ParseIsa(forced);
+  if (!isa) {
+    return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
+                                " is not one of ref, avx2, avx512, avx512vnni");
+  }
+  if (!IsaAvailable(*isa)) {
+    return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +
+                              ": this CPU does not support it");
+  }
+  return *isa;
+}
+
+namespace {
+
+KernelTable Build(Isa isa) {
+  KernelTable t;
+  t.isa = isa;
+  FillRefKernels(&t);
+  if (isa != Isa::kRef) FillHwyKernels(&t);
+  if (isa >= Isa::kAvx2) FillAvx2Kernels(&t);
+  if (isa >= Isa::kAvx512) FillAvx512Kernels(&t);
+  if (isa >= Isa::kAvx512Vnni) FillAvx512VnniKernels(&t);
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& GetKernelTable(Isa isa) {
+  static std::once_flag once[kNumIsas];
+  static KernelTable tables[kNumIsas];
+  const int i = static_cast<int>(isa);
+  std::call_once(once[i], [i] { tables[i] = Build(static_cast<Isa>(i)); });
+  return tables[i];
+}
+
+}  // namespace vlmd::engine::kernels

@@ -1,0 +1,60 @@
+// ThreadPool: every task runs exactly once, thread ids are in range, repeated jobs work.
+#include "core/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+namespace vlmd {
+namespace {
+
+TEST(ThreadPoolTest, EveryTaskRunsOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> bad_thread{0};
+      pool.ParallelFor(n, [&](int64_t task, int thread) {
+        hits[task].fetch_add(1);
+        if (thread < 0 || thread >= threads) bad_thread.fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "task " << i;
+      EXPECT_EQ(bad_thread.load(), 0);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ManyShortJobs) {
+  ThreadPool pool(2);
+  int64_t total = 0;
+  for (int rep = 0; rep < 2000; ++rep) {
+    std::atomic<int64_t> sum{0};
+    pool.ParallelFor(4, [&](int64_t task, int) { sum.fetch_add(task + 1); });
+    total += sum.load();
+  }
+  EXPECT_EQ(total, 2000 * 10);
+}
+
+TEST(ThreadPoolTest, SplitRangeCoversAllAligned) {
+  for (int64_t n : {0, 1, 31, 32, 33, 1000}) {
+    for (int64_t parts : {1, 2, 3, 8}) {
+      int64_t covered = 0, prev_end = 0;
+      for (int64_t i = 0; i < parts; ++i) {
+        int64_t b, e;
+        SplitRange(n, parts, i, 16, &b, &e);
+        EXPECT_EQ(b, prev_end);
+        EXPECT_LE(b, e);
+        if (e < n) {
+          EXPECT_EQ(e % 16, 0);
+        }
+        covered += e - b;
+        prev_end = e;
+      }
+      EXPECT_EQ(covered, n);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vlmd
