@@ -1,8 +1,11 @@
-// Fills the KernelTable slots implemented for this ISA (see kernel_table.h).
-#include "engine/kernels/kernel_table.h"
+// Fills the scalar reference table: every slot of every table starts from these.
+#include "engine/kernels/ref/ref_fill.h"
 
 namespace vlmd::engine::kernels {
 
-void FillRefKernels(KernelTable* t) { (void)t; }
+void FillRefKernels(KernelTable* t) {
+  FillRefMatmulKernels(t);
+  FillRefOpKernels(t);
+}
 
 }  // namespace vlmd::engine::kernels

@@ -1,0 +1,8 @@
+// Scalar reference kernels (placeholder filler until the kernels land).
+#include "engine/kernels/ref/ref_fill.h"
+
+namespace vlmd::engine::kernels {
+
+void FillRefOpKernels(KernelTable* t) { (void)t; }
+
+}  // namespace vlmd::engine::kernels
