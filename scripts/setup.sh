@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages vlmd needs to build and test, and nothing else.
+# Idempotent and non-interactive: only missing packages are installed (apt-get update runs only
+# then). Used by `make`, `make run`, `make test` and .ci/run. See README "Dependencies" for why
+# each package is here.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build ccache pkg-config make
+  # fuzzing (libFuzzer + sanitizers)
+  clang libclang-rt-14-dev
+  # libraries
+  libhwy-dev            # Highway: portable SIMD + per-target compilation
+  nlohmann-json3-dev    # JSON for tools, fixtures and the API
+  libcli11-dev          # command-line parsing of the tools
+  libpcre2-dev          # tokenizer pre-split regexes (Unicode properties)
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
