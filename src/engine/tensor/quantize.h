@@ -1,0 +1,101 @@
+// Row quantizers and dequantizers for the ggml block formats (layouts in quant_blocks.h).
+//
+// Two flavours of quantizer exist, because llama.cpp itself has two:
+// - Weight (file) quantizers, QuantizeRow()/quant::QuantizeRowQ*: bit-exact with ggml's
+//   reference quantizers quantize_row_*_ref (ggml/src/ggml-quants.c), which is what
+//   llama-quantize writes without an importance matrix. Pinned reference:
+//   https://github.com/ggml-org/llama.cpp/blob/3f545beccee69d9975f466ec7e45fd9aacd8ba90/ggml/src/ggml-quants.c
+// - Activation quantizers, FindActivationQuantizeFn(): what ggml's CPU backend uses to convert
+//   f32 activations before a quantized matmul on x86 (ggml-cpu/arch/x86/quants.c,
+//   quantize_row_q8_0 / quantize_row_q8_1 with AVX: scale 127/amax and round-half-to-even;
+//   quantize_row_q8_K is the reference one). Reproducing these is what makes vlmd's quantized
+//   matmuls land on llama.cpp's numbers; they differ from the Q8_0/Q8_1 *_ref quantizers in the
+//   rounding of ties and in the reciprocal (127/amax vs 1/(amax/127)).
+//
+// All functions are pure: thread-safe, no allocation, no global state.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/quant_blocks.h"
+
+namespace vlmd::engine {
+
+// Row converters: k values (a multiple of the type's block size) to/from k / block_size blocks.
+// x and y must not overlap. No checks: callers validate (see QuantizeRow below).
+using QuantizeRowFn = void (*)(const float* x, void* y, int64_t k);
+using DequantizeRowFn = void (*)(const void* x, float* y, int64_t k);
+
+// Weight quantizer of `type` (ggml *_ref semantics): F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
+// Q8_1, Q4_K, Q5_K, Q6_K, Q8_K; nullptr for any other type.
+QuantizeRowFn FindQuantizeRowFn(DType type);
+// Dequantizer of `type` (same set as above); nullptr for any other type.
+DequantizeRowFn FindDequantizeRowFn(DType type);
+// Activation quantizer for an activation format (the KernelTable act_type of a weight type):
+// Q8_0 and Q8_1 with ggml-cpu x86 semantics, Q8_K (= reference), F16, BF16, F32 (a copy);
+// nullptr for any other type.
+QuantizeRowFn FindActivationQuantizeFn(DType act_type);
+
+// Checked forms. INVALID_ARGUMENT when k < 0, k is not a multiple of the block size, or a
+// pointer is null while k > 0; UNIMPLEMENTED when the type has no (de)quantizer.
+// y must hold RowBytes(type, k) bytes (QuantizeRow) or k floats (DequantizeRow).
+Status QuantizeRow(DType type, const float* x, void* y, int64_t k);
+Status DequantizeRow(DType type, const void* x, float* y, int64_t k);
+
+// Quantizes a row-major [n_rows, row_len] f32 matrix into `out`, which must hold
+// n_rows * RowBytes(type, row_len) bytes; returns the number of bytes written. Row r lands at
+// out + r * RowBytes(type, row_len), exactly as a GGUF tensor stores it. Single-threaded; a
+// caller that wants threads quantizes disjoint row ranges with QuantizeRow.
+// Errors as QuantizeRow, plus INVALID_ARGUMENT for n_rows < 0 and OUT_OF_RANGE on size overflow.
+Result<uint64_t> QuantizeTensor(DType type, const float* src, int64_t n_rows, int64_t row_len,
+                                void* out);
+
+// Typed, unchecked per-format functions (k a multiple of the block size). Kernels and tests use
+// these directly; the 32-element formats live in quantize_legacy.cpp, the k-quants in
+// quantize_k.cpp.
+namespace quant {
+
+void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t k);
+void QuantizeRowQ4_1(const float* x, BlockQ4_1* y, int64_t k);
+void QuantizeRowQ5_0(const float* x, BlockQ5_0* y, int64_t k);
+void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t k);
+void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t k);
+void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k);
+void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k);
+void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k);
+// Q8_K is only ever an activation format; this is ggml's quantize_row_q8_K_ref, except that an
+// all-zero block also gets zero bsums (ggml leaves them unwritten).
+void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t k);
+
+// Activation flavours (ggml-cpu x86): d = amax / 127 stored as f16, q = round_half_even(x * 127
+// / amax) in [-127, 127]; Q8_1 also stores s = f16(d * sum(q)) with the f32 d.
+void QuantizeRowQ8_0Act(const float* x, BlockQ8_0* y, int64_t k);
+void QuantizeRowQ8_1Act(const float* x, BlockQ8_1* y, int64_t k);
+
+void DequantizeRowQ4_0(const BlockQ4_0* x, float* y, int64_t k);
+void DequantizeRowQ4_1(const BlockQ4_1* x, float* y, int64_t k);
+void DequantizeRowQ5_0(const BlockQ5_0* x, float* y, int64_t k);
+void DequantizeRowQ8_0(const BlockQ8_0* x, float* y, int64_t k);
+void DequantizeRowQ8_1(const BlockQ8_1* x, float* y, int64_t k);
+void DequantizeRowQ4_K(const BlockQ4_K* x, float* y, int64_t k);
+void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t k);
+void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t k);
+void DequantizeRowQ8_K(const BlockQ8_K* x, float* y, int64_t k);
+
+// The packed 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: sub-blocks 0-3 keep
+// them in the low 6 bits of bytes j and j + 4; sub-blocks 4-7 keep the low 4 bits in the nibbles
+// of byte j + 4 and the high 2 bits in the top bits of bytes j - 4 (scale) and j (min).
+inline void UnpackScaleMinK4(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  }
+}
+
+}  // namespace quant
+}  // namespace vlmd::engine
