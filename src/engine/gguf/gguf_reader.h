@@ -43,6 +43,12 @@ struct MetadataValue {
   std::span<const uint8_t> array_bytes;
 };
 
+// Decodes up to `max_elements` leading elements of an array value as scalar MetadataValues
+// (strings point into the mapping, so they live as long as the GgufFile). Empty for a non-array.
+// Never fails: the reader validated the element bytes when the file was opened.
+std::vector<MetadataValue> ArrayElements(const MetadataValue& array,
+                                         uint64_t max_elements = UINT64_MAX);
+
 struct MetadataEntry {
   std::string_view key;
   MetadataValue value;
@@ -86,13 +92,15 @@ class GgufFile {
   const MetadataValue* Find(std::string_view key) const;  // nullptr if absent
 
   // Typed getters: NOT_FOUND when absent, INVALID_ARGUMENT (naming the key) on a type mismatch.
-  // Integer getters accept any integer type whose value fits the requested one.
+  // Integer getters accept any integer type whose value fits the requested one (OUT_OF_RANGE,
+  // naming the key and value, when it does not fit).
   Result<std::string_view> GetString(std::string_view key) const;
   Result<uint32_t> GetU32(std::string_view key) const;
   Result<int64_t> GetI64(std::string_view key) const;
   Result<float> GetF32(std::string_view key) const;    // accepts f32/f64 (and integers)
   Result<bool> GetBool(std::string_view key) const;
-  // Array getters: the element type must match (ints: any integer type that fits).
+  // Array getters: the element type must match (ints: any integer type whose values fit, else
+  // OUT_OF_RANGE; floats: f32 or f64). Strings point into the mapping (valid while the file is).
   Result<std::vector<std::string_view>> GetStringArray(std::string_view key) const;
   Result<std::vector<float>> GetF32Array(std::string_view key) const;
   Result<std::vector<int32_t>> GetI32Array(std::string_view key) const;

@@ -1,0 +1,150 @@
+// Typed metadata getters of GgufFile: type checks and range-checked integer conversions.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "engine/gguf/gguf_reader.h"
+
+namespace vlmd::engine::gguf {
+namespace {
+
+bool IsIntegerType(ValueType t) {
+  switch (t) {
+    case ValueType::kUint8: case ValueType::kInt8: case ValueType::kUint16: case ValueType::kInt16:
+    case ValueType::kUint32: case ValueType::kInt32: case ValueType::kUint64: case ValueType::kInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsSignedType(ValueType t) {
+  return t == ValueType::kInt8 || t == ValueType::kInt16 || t == ValueType::kInt32 ||
+         t == ValueType::kInt64;
+}
+
+std::string TypeMismatch(std::string_view key, const MetadataValue& v, std::string_view wanted) {
+  std::string have(ValueTypeName(v.type));
+  if (v.type == ValueType::kArray) have += " of " + std::string(ValueTypeName(v.array_type));
+  return "key '" + std::string(key) + "' has type " + have + ", expected " + std::string(wanted);
+}
+
+std::string ValueString(const MetadataValue& v) {
+  return IsSignedType(v.type) ? std::to_string(v.i) : std::to_string(v.u);
+}
+
+// Converts an integer value to T when it fits; false otherwise.
+template <typename T>
+bool IntegerFits(const MetadataValue& v, T* out) {
+  if (IsSignedType(v.type)) {
+    if (v.i < static_cast<int64_t>(std::numeric_limits<T>::min())) return false;
+    if (v.i > 0 && static_cast<uint64_t>(v.i) > static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+      return false;
+    }
+    *out = static_cast<T>(v.i);
+    return true;
+  }
+  if (v.u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return false;
+  *out = static_cast<T>(v.u);
+  return true;
+}
+
+template <typename T>
+Result<T> GetInteger(const GgufFile& f, std::string_view key, std::string_view wanted) {
+  const MetadataValue* v = f.Find(key);
+  if (v == nullptr) return NotFoundError("key '" + std::string(key) + "' not found");
+  if (!IsIntegerType(v->type)) return InvalidArgumentError(TypeMismatch(key, *v, wanted));
+  T out{};
+  if (!IntegerFits(*v, &out)) {
+    return OutOfRangeError("key '" + std::string(key) + "' value " + ValueString(*v) +
+                           " does not fit in " + std::string(wanted));
+  }
+  return out;
+}
+
+Result<const MetadataValue*> FindArray(const GgufFile& f, std::string_view key) {
+  const MetadataValue* v = f.Find(key);
+  if (v == nullptr) return NotFoundError("key '" + std::string(key) + "' not found");
+  if (v->type != ValueType::kArray) {
+    return InvalidArgumentError(TypeMismatch(key, *v, "array"));
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::string_view> GgufFile::GetString(std::string_view key) const {
+  const MetadataValue* v = Find(key);
+  if (v == nullptr) return NotFoundError("key '" + std::string(key) + "' not found");
+  if (v->type != ValueType::kString) return InvalidArgumentError(TypeMismatch(key, *v, "string"));
+  return v->str;
+}
+
+Result<uint32_t> GgufFile::GetU32(std::string_view key) const {
+  return GetInteger<uint32_t>(*this, key, "u32");
+}
+
+Result<int64_t> GgufFile::GetI64(std::string_view key) const {
+  return GetInteger<int64_t>(*this, key, "i64");
+}
+
+Result<float> GgufFile::GetF32(std::string_view key) const {
+  const MetadataValue* v = Find(key);
+  if (v == nullptr) return NotFoundError("key '" + std::string(key) + "' not found");
+  if (v->type == ValueType::kFloat32 || v->type == ValueType::kFloat64) {
+    if (std::isfinite(v->f) && std::fabs(v->f) > std::numeric_limits<float>::max()) {
+      return OutOfRangeError("key '" + std::string(key) + "' value " + std::to_string(v->f) +
+                             " does not fit in f32");
+    }
+    return static_cast<float>(v->f);
+  }
+  if (IsIntegerType(v->type)) {
+    return IsSignedType(v->type) ? static_cast<float>(v->i) : static_cast<float>(v->u);
+  }
+  return InvalidArgumentError(TypeMismatch(key, *v, "f32"));
+}
+
+Result<bool> GgufFile::GetBool(std::string_view key) const {
+  const MetadataValue* v = Find(key);
+  if (v == nullptr) return NotFoundError("key '" + std::string(key) + "' not found");
+  if (v->type != ValueType::kBool) return InvalidArgumentError(TypeMismatch(key, *v, "bool"));
+  return v->u != 0;
+}
+
+Result<std::vector<std::string_view>> GgufFile::GetStringArray(std::string_view key) const {
+  VLMD_ASSIGN_OR_RETURN(const MetadataValue* v, FindArray(*this, key));
+  if (v->array_type != ValueType::kString) {
+    return InvalidArgumentError(TypeMismatch(key, *v, "array of string"));
+  }
+  std::vector<std::string_view> out;
+  for (const MetadataValue& e : ArrayElements(*v)) out.push_back(e.str);
+  return out;
+}
+
+Result<std::vector<float>> GgufFile::GetF32Array(std::string_view key) const {
+  VLMD_ASSIGN_OR_RETURN(const MetadataValue* v, FindArray(*this, key));
+  if (v->array_type != ValueType::kFloat32 && v->array_type != ValueType::kFloat64) {
+    return InvalidArgumentError(TypeMismatch(key, *v, "array of f32"));
+  }
+  std::vector<float> out;
+  for (const MetadataValue& e : ArrayElements(*v)) out.push_back(static_cast<float>(e.f));
+  return out;
+}
+
+Result<std::vector<int32_t>> GgufFile::GetI32Array(std::string_view key) const {
+  VLMD_ASSIGN_OR_RETURN(const MetadataValue* v, FindArray(*this, key));
+  if (!IsIntegerType(v->array_type)) {
+    return InvalidArgumentError(TypeMismatch(key, *v, "array of i32"));
+  }
+  const std::vector<MetadataValue> elems = ArrayElements(*v);
+  std::vector<int32_t> out(elems.size());
+  for (size_t i = 0; i < elems.size(); ++i) {
+    if (!IntegerFits(elems[i], &out[i])) {
+      return OutOfRangeError("key '" + std::string(key) + "' element " + std::to_string(i) +
+                             " value " + ValueString(elems[i]) + " does not fit in i32");
+    }
+  }
+  return out;
+}
+
+}  // namespace vlmd::engine::gguf
