@@ -18,14 +18,6 @@ struct SynthOptions {
   uint64_t seed = 1;
 };
 
-// Weight type for a matrix whose rows have `row_len` values: `wanted` when the row is a multiple
-// of its block, else the fallback llama-quantize uses (k-quants -> Q5_0 / Q8_0, 32-blocks -> F16).
-// `*fell_back` says whether it changed.
-DType TypeForRowLength(DType wanted, int64_t row_len, bool* fell_back);
-
-// ggml's general.file_type number for a model whose matrices are `type` (e.g. Q4_0 -> 2).
-uint32_t GgufFileType(DType type);
-
 // Writes the text model / the mmproj of `preset` to `path` (atomically: temp file + rename).
 // INVALID_ARGUMENT when the preset has no vision tower (mmproj) or a type is not quantizable;
 // UNAVAILABLE on I/O errors.
