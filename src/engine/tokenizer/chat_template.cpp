@@ -1,0 +1,138 @@
+// Built-in chat templates (see chat_template.h). Output strings follow llama.cpp's
+// llm_chat_apply_template (src/llama-chat.cpp @3f545be) byte for byte, since the parity goldens
+// were made with it.
+#include "engine/tokenizer/chat_template.h"
+
+#include <cctype>
+
+namespace vlmd::engine::tokenizer {
+namespace {
+
+std::string Trim(std::string_view s) {
+  size_t begin = 0;
+  size_t end = s.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(s[begin]))) ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(s[end - 1]))) --end;
+  return std::string(s.substr(begin, end - begin));
+}
+
+struct Named {
+  std::string_view name;
+  ChatTemplateKind kind;
+};
+constexpr Named kNames[] = {
+    {"chatml", ChatTemplateKind::kChatml}, {"phi4", ChatTemplateKind::kPhi4},
+    {"smolvlm", ChatTemplateKind::kSmolvlm}, {"llama3", ChatTemplateKind::kLlama3},
+    {"gemma", ChatTemplateKind::kGemma}, {"phi3", ChatTemplateKind::kPhi3},
+};
+
+}  // namespace
+
+ChatTemplate ChatTemplate::Detect(std::string_view source) {
+  for (const Named& n : kNames) {
+    if (n.name == source) return ChatTemplate(n.kind);
+  }
+  auto has = [&](std::string_view needle) { return source.find(needle) != std::string_view::npos; };
+  auto unsupported = [] {
+    ChatTemplate t(ChatTemplateKind::kChatml);
+    t.fallback_ = true;
+    return t;
+  };
+  // Same order as llama.cpp, so that a template claimed by an earlier family it knows (and we do
+  // not implement) is not mistaken for a later one we do.
+  if (has("<|im_start|>")) {
+    if (has("<|im_sep|>")) return ChatTemplate(ChatTemplateKind::kPhi4);
+    // SmolVLM opens with <|im_start|> but is not ChatML.
+    if (has("<end_of_utterance>")) return ChatTemplate(ChatTemplateKind::kSmolvlm);
+    return ChatTemplate(ChatTemplateKind::kChatml);
+  }
+  if (source.substr(0, 7) == "mistral" || has("[INST]")) return unsupported();  // llama2/mistral
+  if (has("<|assistant|>") && has("<|end|>")) return ChatTemplate(ChatTemplateKind::kPhi3);
+  if (has("[gMASK]<sop>")) return unsupported();                              // chatglm4
+  if (has("<|assistant|>") && has("<|user|>")) return unsupported();          // falcon3/glmedge
+  if (has("<|{{ item['role'] }}|>") && has("<|begin_of_image|>")) return unsupported();
+  if (has("<|user|>") && has("<|endoftext|>")) return unsupported();          // zephyr
+  if (has("bos_token + message['role']")) return unsupported();               // monarch
+  if (has("<start_of_turn>")) return ChatTemplate(ChatTemplateKind::kGemma);
+  if (has("'\\n\\nAssistant: ' + eos_token") || has("GPT4 Correct ") ||
+      (has("USER: ") && has("ASSISTANT: ")) || (has("### Instruction:") && has("<|EOT|>")) ||
+      (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>"))) {
+    return unsupported();  // orion, openchat, vicuna, deepseek-coder, command-r
+  }
+  if (has("<|start_header_id|>") && has("<|end_header_id|>")) {
+    return ChatTemplate(ChatTemplateKind::kLlama3);
+  }
+  return unsupported();
+}
+
+std::string_view ChatTemplate::name() const {
+  for (const Named& n : kNames) {
+    if (n.kind == kind_) return n.name;
+  }
+  return "chatml";
+}
+
+std::string ChatTemplate::Apply(std::span<const ChatMessage> messages, bool add_assistant) const {
+  std::string out;
+  switch (kind_) {
+    case ChatTemplateKind::kChatml:
+      for (const ChatMessage& m : messages) {
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      }
+      if (add_assistant) out += "<|im_start|>assistant\n";
+      break;
+    case ChatTemplateKind::kPhi4:
+      for (const ChatMessage& m : messages) {
+        out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+      }
+      if (add_assistant) out += "<|im_start|>assistant<|im_sep|>";
+      break;
+    case ChatTemplateKind::kSmolvlm:
+      out += "<|im_start|>";  // SmolVLM's BOS, written by the template
+      for (const ChatMessage& m : messages) {
+        if (m.role == "system") {
+          out += m.content + "\n\n";
+        } else if (m.role == "user") {
+          out += "User: " + m.content + "<end_of_utterance>\n";
+        } else {
+          out += "Assistant: " + m.content + "<end_of_utterance>\n";
+        }
+      }
+      if (add_assistant) out += "Assistant:";
+      break;
+    case ChatTemplateKind::kLlama3:
+      for (const ChatMessage& m : messages) {
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + Trim(m.content) +
+               "<|eot_id|>";
+      }
+      if (add_assistant) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    case ChatTemplateKind::kGemma: {
+      std::string system;  // Gemma has no system turn: it is prepended to the next user turn
+      for (const ChatMessage& m : messages) {
+        if (m.role == "system") {
+          system += Trim(m.content);
+          continue;
+        }
+        const std::string role = m.role == "assistant" ? "model" : m.role;
+        out += "<start_of_turn>" + role + "\n";
+        if (!system.empty() && role != "model") {
+          out += system + "\n\n";
+          system.clear();
+        }
+        out += Trim(m.content) + "<end_of_turn>\n";
+      }
+      if (add_assistant) out += "<start_of_turn>model\n";
+      break;
+    }
+    case ChatTemplateKind::kPhi3:
+      for (const ChatMessage& m : messages) {
+        out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+      }
+      if (add_assistant) out += "<|assistant|>\n";
+      break;
+  }
+  return out;
+}
+
+}  // namespace vlmd::engine::tokenizer

@@ -1,0 +1,48 @@
+// Chat templates: messages -> prompt text for the template families vlmd supports, chosen from a
+// GGUF's tokenizer.chat_template (Jinja source) by distinctive substrings, the way llama.cpp's
+// llm_chat_detect_template does (no Jinja interpreter).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace vlmd::engine::tokenizer {
+
+enum class ChatTemplateKind {
+  kChatml,   // <|im_start|>role\ncontent<|im_end|>\n
+  kPhi4,     // <|im_start|>role<|im_sep|>content<|im_end|>
+  kSmolvlm,  // SmolVLM / Idefics3: <|im_start|>User: ...<end_of_utterance>\nAssistant:
+  kLlama3,   // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
+  kGemma,    // <start_of_turn>user\n...<end_of_turn>\n (assistant -> model, system merged)
+  kPhi3,     // <|role|>\ncontent<|end|>\n
+};
+
+struct ChatMessage {
+  std::string role;     // "system" | "user" | "assistant" (others are passed through)
+  std::string content;  // text; image markers (e.g. <__media__>) are left as they are
+};
+
+class ChatTemplate {
+ public:
+  // Picks the family from `source`: a built-in name ("chatml", "phi4", "smolvlm", "llama3",
+  // "gemma", "phi3") or a template's Jinja source. A template that llama.cpp would give to a
+  // family vlmd does not implement (Mistral, Zephyr, ...), an unrecognised one, or an empty
+  // source, falls back to ChatML with is_fallback() set so the caller can warn.
+  static ChatTemplate Detect(std::string_view source);
+  explicit ChatTemplate(ChatTemplateKind kind) : kind_(kind) {}
+
+  // The prompt for `messages`; with add_assistant, the opening of the assistant's turn is
+  // appended (llama_chat_apply_template's add_ass). Thread-safe (stateless).
+  std::string Apply(std::span<const ChatMessage> messages, bool add_assistant) const;
+
+  ChatTemplateKind kind() const { return kind_; }
+  bool is_fallback() const { return fallback_; }
+  std::string_view name() const;
+
+ private:
+  ChatTemplateKind kind_;
+  bool fallback_ = false;
+};
+
+}  // namespace vlmd::engine::tokenizer

@@ -1,0 +1,90 @@
+// Chat templates: detection from the fixtures' tokenizer.chat_template and byte-exact prompts
+// against the llama.cpp goldens; the other families against hand-written expected strings.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "engine/gguf/gguf_reader.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "test_util.h"
+
+namespace vlmd::engine::tokenizer {
+namespace {
+
+class GoldenPromptTest
+    : public ::testing::TestWithParam<std::pair<const char*, ChatTemplateKind>> {};
+
+TEST_P(GoldenPromptTest, ReproducesLlamaCppPrompts) {
+  const std::string fixture = GetParam().first;
+  auto file = gguf::GgufFile::Open(testing::FixturePath(fixture + "/text.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto source = (*file)->GetString("tokenizer.chat_template");
+  ASSERT_TRUE(source.ok());
+  const ChatTemplate tmpl = ChatTemplate::Detect(*source);
+  EXPECT_EQ(tmpl.kind(), GetParam().second);
+  EXPECT_FALSE(tmpl.is_fallback());
+
+  const std::vector<uint8_t> bytes =
+      testing::ReadFileBytes(testing::FixturePath(fixture + "/golden.json"));
+  const auto golden = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  ASSERT_TRUE(golden.is_object());
+  int n = 0;
+  for (const auto& c : golden["cases"]) {
+    std::string content;
+    for (size_t i = 0; i < c["images"].size(); ++i) content += "<__media__>";
+    content += c["user_message"].get<std::string>();
+    const std::vector<ChatMessage> messages = {{"user", content}};
+    EXPECT_EQ(tmpl.Apply(messages, /*add_assistant=*/true), c["prompt"].get<std::string>())
+        << c["name"];
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenPromptTest,
+                         ::testing::Values(std::make_pair("tiny-llava", ChatTemplateKind::kChatml),
+                                           std::make_pair("tiny-smolvlm",
+                                                          ChatTemplateKind::kSmolvlm)));
+
+TEST(ChatTemplateTest, DetectsFamiliesBySubstring) {
+  EXPECT_EQ(ChatTemplate::Detect("{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}").kind(),
+            ChatTemplateKind::kLlama3);
+  EXPECT_EQ(ChatTemplate::Detect("{{ '<start_of_turn>' + role }}").kind(), ChatTemplateKind::kGemma);
+  EXPECT_EQ(ChatTemplate::Detect("<|im_start|>{{ x }}<|im_sep|>").kind(), ChatTemplateKind::kPhi4);
+  EXPECT_EQ(ChatTemplate::Detect("{{'<|user|>'}}{{'<|end|>'}}{{'<|assistant|>'}}").kind(),
+            ChatTemplateKind::kPhi3);
+  EXPECT_EQ(ChatTemplate::Detect("llama3").kind(), ChatTemplateKind::kLlama3);
+  for (std::string_view unknown : {"", "{{ messages }}", "[INST] {{ m }} [/INST]",
+                                   "<|user|>{{ m }}<|endoftext|>"}) {
+    const ChatTemplate t = ChatTemplate::Detect(unknown);
+    EXPECT_EQ(t.kind(), ChatTemplateKind::kChatml) << unknown;
+    EXPECT_TRUE(t.is_fallback()) << unknown;
+  }
+  EXPECT_FALSE(ChatTemplate::Detect("chatml").is_fallback());
+}
+
+TEST(ChatTemplateTest, MultiTurnOutputs) {
+  const std::vector<ChatMessage> chat = {
+      {"system", " Be brief. "}, {"user", " Hi "}, {"assistant", "Hello"}, {"user", "Bye"}};
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kLlama3).Apply(chat, true),
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kGemma).Apply(chat, true),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+            "<start_of_turn>model\nHello<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kSmolvlm).Apply(chat, false),
+            "<|im_start|> Be brief. \n\nUser:  Hi <end_of_utterance>\n"
+            "Assistant: Hello<end_of_utterance>\nUser: Bye<end_of_utterance>\n");
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kChatml).Apply(chat, false),
+            "<|im_start|>system\n Be brief. <|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n"
+            "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
+}
+
+}  // namespace
+}  // namespace vlmd::engine::tokenizer
