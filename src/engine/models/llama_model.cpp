@@ -1,0 +1,245 @@
+// llama-family forward pass (see llama_model.h). Numerics follow llama.cpp's CPU backend where it
+// matters for parity: activations are converted to each weight type's activation format inside
+// MatMul, K/V are stored as F16, and Q is rounded to F16 before the K.Q products (what
+// llama.cpp's flash-attention path does); accumulation is f32 throughout.
+#include "engine/models/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/models/weights.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/numerics.h"
+#include "engine/ops/rope.h"
+#include "engine/tensor/fp16.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// x[i] += y[i]
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void AddBias(float* x, const std::vector<float>& bias, int64_t n_rows) {
+  if (bias.empty()) return;
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t r = 0; r < n_rows; ++r) AddInPlace(x + r * n, bias.data(), n);
+}
+
+void RoundToF16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = F16ToF32(F32ToF16(x[i]));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf::GgufFile> file) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->file_ = std::move(file);
+  const gguf::GgufFile& f = *m->file_;
+  VLMD_ASSIGN_OR_RETURN(m->config_, ReadTextConfig(f));
+  const TextConfig& c = m->config_;
+  VLMD_ASSIGN_OR_RETURN(m->token_embd_, GetMatrix(f, "token_embd.weight", c.d_model, c.n_vocab));
+  VLMD_ASSIGN_OR_RETURN(m->output_norm_, GetF32(f, "output_norm.weight", {c.d_model}));
+  if (f.FindTensor("output.weight") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(m->output_, GetMatrix(f, "output.weight", c.d_model, c.n_vocab));
+  } else {
+    m->output_ = m->token_embd_;  // tied head (SmolLM2)
+  }
+  uint64_t bytes = m->output_.row_bytes * static_cast<uint64_t>(m->output_.n);
+  m->layers_.resize(c.n_layers);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    Layer& L = m->layers_[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    VLMD_ASSIGN_OR_RETURN(L.attn_norm, GetF32(f, p + "attn_norm.weight", {c.d_model}));
+    VLMD_ASSIGN_OR_RETURN(L.ffn_norm, GetF32(f, p + "ffn_norm.weight", {c.d_model}));
+    VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", c.d_model, c.q_dim()));
+    VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", c.d_model, c.kv_dim()));
+    VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", c.d_model, c.kv_dim()));
+    VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_output.weight", c.q_dim(), c.d_model));
+    VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", c.d_model, c.d_ff));
+    VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", c.d_model, c.d_ff));
+    VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", c.d_ff, c.d_model));
+    VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {c.q_dim()}));
+    VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {c.kv_dim()}));
+    VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {c.kv_dim()}));
+    for (const ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      bytes += w->row_bytes * static_cast<uint64_t>(w->n);
+    }
+  }
+  m->weight_bytes_ = bytes;
+  return m;
+}
+
+std::unique_ptr<KvCache> LlamaModel::NewCache(int32_t n_ctx) const {
+  return std::make_unique<KvCache>(config_.n_layers, n_ctx, config_.kv_dim());
+}
+
+Status LlamaModel::EmbedToken(int32_t token, float* out) const {
+  if (token < 0 || token >= config_.n_vocab) {
+    return InvalidArgumentError("token id " + std::to_string(token) + " outside the vocabulary [0, " +
+                                std::to_string(config_.n_vocab) + ")");
+  }
+  return DequantizeMatrixRow(token_embd_, token, out);
+}
+
+Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
+                          ForwardContext* ctx) const {
+  const TextConfig& c = config_;
+  const int64_t kv_dim = c.kv_dim();
+  int64_t r0 = 0;
+  while (r0 < b.n_tokens) {
+    const int32_t s = b.seq[r0];
+    int64_t r1 = r0 + 1;
+    while (r1 < b.n_tokens && b.seq[r1] == s) ++r1;
+    KvCache& cache = *caches[s];
+    // Append this group's K/V rows at their positions (F16, as llama.cpp's cache).
+    uint16_t* kc = cache.k(layer);
+    uint16_t* vc = cache.v(layer);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t p = b.pos[r];
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        kc[p * kv_dim + i] = F32ToF16(ctx->k[r * kv_dim + i]);
+        vc[p * kv_dim + i] = F32ToF16(ctx->v[r * kv_dim + i]);
+      }
+    }
+    ops::AttentionArgs a;
+    a.q = ctx->q.data() + r0 * c.q_dim();
+    a.k = kc;
+    a.v = vc;
+    a.kv_type = DType::kF16;
+    a.out = ctx->attn.data() + r0 * c.q_dim();
+    a.n_q = r1 - r0;
+    a.n_kv = b.pos[r1 - 1] + 1;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    a.causal = true;
+    a.q_pos = b.pos + r0;
+    a.kv_pos = ctx->kv_pos.data();
+    VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
+    r0 = r1;
+  }
+  return Status::Ok();
+}
+
+Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> caches,
+                           ForwardContext* ctx, float* logits) const {
+  const TextConfig& c = config_;
+  const int64_t n = b.n_tokens;
+  if (n <= 0 || b.tokens == nullptr || b.pos == nullptr || b.seq == nullptr) {
+    return InvalidArgumentError("empty or incomplete forward batch");
+  }
+  // Validate the batch against the caches before touching any state.
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t s = b.seq[r];
+    if (s < 0 || s >= static_cast<int32_t>(caches.size()) || caches[s] == nullptr) {
+      return InvalidArgumentError("batch row " + std::to_string(r) + " names unknown sequence " +
+                                  std::to_string(s));
+    }
+    const KvCache& cache = *caches[s];
+    const bool first = r == 0 || b.seq[r - 1] != s;
+    if (first ? b.pos[r] > cache.n_filled() || b.pos[r] < 0 : b.pos[r] != b.pos[r - 1] + 1) {
+      return InvalidArgumentError("batch row " + std::to_string(r) + ": position " +
+                                  std::to_string(b.pos[r]) + " leaves a hole in sequence " +
+                                  std::to_string(s));
+    }
+    if (b.pos[r] >= cache.n_ctx()) {
+      return ResourceExhaustedError("context of " + std::to_string(cache.n_ctx()) +
+                                    " positions is full");
+    }
+    if (b.tokens[r] < 0 && b.embeddings == nullptr) {
+      return InvalidArgumentError("batch row " + std::to_string(r) + " has no token and no embedding");
+    }
+  }
+  const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
+  Grow(ctx->x, n * d);
+  Grow(ctx->xn, n * d);
+  Grow(ctx->q, n * qd);
+  Grow(ctx->k, n * kvd);
+  Grow(ctx->v, n * kvd);
+  Grow(ctx->attn, n * std::max(qd, d));
+  Grow(ctx->gate, n * ff);
+  Grow(ctx->up, n * ff);
+  Grow(ctx->rope_table, n * c.n_rot);
+  int32_t max_ctx = 0;
+  for (KvCache* cache : caches) {
+    if (cache) max_ctx = std::max(max_ctx, cache->n_ctx());
+  }
+  if (static_cast<int32_t>(ctx->kv_pos.size()) < max_ctx) {
+    ctx->kv_pos.resize(max_ctx);
+    std::iota(ctx->kv_pos.begin(), ctx->kv_pos.end(), 0);
+  }
+  const kernels::KernelTable& kt = *ctx->kernels;
+  ThreadPool* pool = ctx->pool;
+  float* x = ctx->x.data();   // [n, d_model] residual stream
+  float* xn = ctx->xn.data(); // [n, d_model] normalized input of a block
+
+  for (int64_t r = 0; r < n; ++r) {
+    if (b.tokens[r] >= 0) {
+      VLMD_RETURN_IF_ERROR(EmbedToken(b.tokens[r], x + r * d));
+    } else {
+      std::copy_n(b.embeddings + r * d, d, x + r * d);
+    }
+  }
+  ops::RopeParams rope{.n_rot = c.n_rot, .freq_base = c.rope_theta,
+                       .freq_scale = c.rope_freq_scale, .neox = c.rope_neox};
+  VLMD_RETURN_IF_ERROR(ops::BuildRopeTable(rope, b.pos, n, ctx->rope_table.data()));
+
+  auto matmul = [&](const ops::WeightView& w, const float* in, float* out) {
+    return ops::MatMul(kt, pool, w, in, n, w.k, out, w.n, &ctx->matmul_scratch);
+  };
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[l];
+    VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.attn_norm.data(), xn, n, d, c.rms_eps));
+    VLMD_RETURN_IF_ERROR(matmul(L.wq, xn, ctx->q.data()));  // [n, q_dim]
+    VLMD_RETURN_IF_ERROR(matmul(L.wk, xn, ctx->k.data()));  // [n, kv_dim]
+    VLMD_RETURN_IF_ERROR(matmul(L.wv, xn, ctx->v.data()));  // [n, kv_dim]
+    AddBias(ctx->q.data(), L.bq, n);
+    AddBias(ctx->k.data(), L.bk, n);
+    AddBias(ctx->v.data(), L.bv, n);
+    VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, c.head_dim, 0,
+                                            ctx->rope_table.data(), c.n_rot, c.rope_neox));
+    VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_kv_heads, c.head_dim,
+                                            0, ctx->rope_table.data(), c.n_rot, c.rope_neox));
+    RoundToF16(ctx->q.data(), n * qd);
+    VLMD_RETURN_IF_ERROR(Attend(b, caches, l, ctx));                 // attn [n, q_dim]
+    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn));        // xn = attn Wo^T
+    AddInPlace(x, xn, n * d);
+    VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
+    VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, ctx->gate.data()));   // [n, d_ff]
+    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->up.data()));       // [n, d_ff]
+    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(), ctx->gate.data(),
+                                     n * ff));
+    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));   // [n, d_model]
+    AddInPlace(x, xn, n * d);
+  }
+  // Each sequence now holds exactly the positions up to its last row (rows that restarted
+  // below n_filled replaced the old suffix).
+  for (int64_t r = 0; r < n; ++r) {
+    if (r + 1 == n || b.seq[r + 1] != b.seq[r]) caches[b.seq[r]]->set_n_filled(b.pos[r] + 1);
+  }
+  if (b.n_logit_rows == 0) return Status::Ok();
+  const int64_t nl = b.n_logit_rows;
+  Grow(ctx->logit_in, nl * d);
+  for (int64_t i = 0; i < nl; ++i) {
+    const int32_t r = b.logit_rows[i];
+    if (r < 0 || r >= n) return InvalidArgumentError("logit row outside the batch");
+    std::copy_n(x + static_cast<int64_t>(r) * d, d, ctx->logit_in.data() + i * d);
+  }
+  VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->logit_in.data(), output_norm_.data(),
+                                    ctx->logit_in.data(), nl, d, c.rms_eps));
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, output_, ctx->logit_in.data(), nl, d, logits,
+                                   c.n_vocab, &ctx->matmul_scratch));
+  return ops::CheckFinite(logits, nl * c.n_vocab, "logits");
+}
+
+}  // namespace vlmd::engine::models

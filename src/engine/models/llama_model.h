@@ -1,0 +1,88 @@
+// The llama-family text decoder (llama, SmolLM2, Qwen2) as llama.cpp stores it in GGUF:
+// token embedding, n_layers x [RMSNorm, GQA attention with RoPE, RMSNorm, SwiGLU FFN], final
+// RMSNorm and a separate or tied output head. Weights are zero-copy views into the mapped file;
+// per-sequence state lives in KvCache, per-call scratch in ForwardContext.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/gguf/gguf_reader.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/models/kv_cache.h"
+#include "engine/models/text_config.h"
+#include "engine/ops/matmul.h"
+
+namespace vlmd::engine::models {
+
+// One forward call: n_tokens rows, each a token id (or an injected embedding row, e.g. an image
+// token) of sequence seq[i] at position pos[i]. Rows of one sequence are contiguous with
+// consecutive positions, and the first position of a sequence's rows must not be past its
+// cache's n_filled (no holes). All arrays are owned by the caller.
+struct ForwardBatch {
+  int64_t n_tokens = 0;
+  const int32_t* tokens = nullptr;    // [n_tokens]; a negative id takes the embeddings row
+  const float* embeddings = nullptr;  // [n_tokens, d_model] or nullptr
+  const int32_t* pos = nullptr;       // [n_tokens]
+  const int32_t* seq = nullptr;       // [n_tokens], index into the caches span
+  const int32_t* logit_rows = nullptr;  // rows whose logits are computed, ascending
+  int64_t n_logit_rows = 0;
+};
+
+// Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
+// the largest batch seen and are reused.
+struct ForwardContext {
+  const kernels::KernelTable* kernels = nullptr;
+  ThreadPool* pool = nullptr;
+  ops::MatmulScratch matmul_scratch;
+  std::vector<float> x, xn, q, k, v, attn, gate, up, rope_table, logit_in;
+  std::vector<int32_t> kv_pos;
+};
+
+class LlamaModel {
+ public:
+  // Validates the config and every tensor's presence and shape. Keeps `file` alive.
+  static Result<std::unique_ptr<LlamaModel>> Load(std::shared_ptr<const gguf::GgufFile> file);
+
+  const TextConfig& config() const { return config_; }
+  // A cache for one sequence of up to n_ctx positions.
+  std::unique_ptr<KvCache> NewCache(int32_t n_ctx) const;
+  // Bytes of weight data this model reads per token (all matrices once).
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs the batch, appends K/V to the sequences' caches, and writes logits
+  // [n_logit_rows, n_vocab] (row-major) for the requested rows.
+  // INVALID_ARGUMENT for malformed batches (bad token id, position hole, unknown seq),
+  // RESOURCE_EXHAUSTED when a position does not fit the cache, INTERNAL when a NaN/Inf appears
+  // in the logits (SPEC E7).
+  Status Forward(const ForwardBatch& batch, std::span<KvCache* const> caches,
+                 ForwardContext* ctx, float* logits) const;
+
+  // The f32 embedding of `token` into out[0 .. d_model).
+  Status EmbedToken(int32_t token, float* out) const;
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm;  // [d_model]
+    ops::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    std::vector<float> bq, bk, bv;           // qwen2 only
+  };
+
+  LlamaModel() = default;
+  Status Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
+                ForwardContext* ctx) const;
+
+  std::shared_ptr<const gguf::GgufFile> file_;
+  TextConfig config_;
+  ops::WeightView token_embd_;
+  ops::WeightView output_;  // token_embd_ when tied
+  std::vector<float> output_norm_;
+  std::vector<Layer> layers_;
+  uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,88 @@
+// Reading the text-decoder hyperparameters (see text_config.h).
+#include "engine/models/text_config.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+Result<int32_t> GetPositive(const gguf::GgufFile& f, const std::string& key, int64_t max) {
+  VLMD_ASSIGN_OR_RETURN(uint32_t v, f.GetU32(key));
+  if (v == 0 || v > max) {
+    return InvalidArgumentError("model key " + key + " = " + std::to_string(v) +
+                                " is outside [1, " + std::to_string(max) + "]");
+  }
+  return static_cast<int32_t>(v);
+}
+
+Result<int32_t> GetOptionalPositive(const gguf::GgufFile& f, const std::string& key,
+                                    int32_t fallback, int64_t max) {
+  if (f.Find(key) == nullptr) return fallback;
+  return GetPositive(f, key, max);
+}
+
+}  // namespace
+
+Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
+  TextConfig c;
+  VLMD_ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
+  c.arch = std::string(arch);
+  if (c.arch != "llama" && c.arch != "qwen2") {
+    return UnimplementedError("text architecture '" + c.arch +
+                              "' is not supported (supported: llama, qwen2)");
+  }
+  const std::string p = c.arch + ".";
+  constexpr int64_t kMaxDim = 1 << 16, kMaxLayers = 1024;
+  VLMD_ASSIGN_OR_RETURN(c.n_layers, GetPositive(f, p + "block_count", kMaxLayers));
+  VLMD_ASSIGN_OR_RETURN(c.d_model, GetPositive(f, p + "embedding_length", kMaxDim));
+  VLMD_ASSIGN_OR_RETURN(c.n_heads, GetPositive(f, p + "attention.head_count", 1024));
+  VLMD_ASSIGN_OR_RETURN(c.n_kv_heads,
+                        GetOptionalPositive(f, p + "attention.head_count_kv", c.n_heads, 1024));
+  VLMD_ASSIGN_OR_RETURN(c.d_ff, GetPositive(f, p + "feed_forward_length", 1 << 20));
+  VLMD_ASSIGN_OR_RETURN(c.n_ctx_train,
+                        GetOptionalPositive(f, p + "context_length", 4096, 1 << 24));
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return InvalidArgumentError("attention.head_count " + std::to_string(c.n_heads) +
+                                " is not a multiple of head_count_kv " +
+                                std::to_string(c.n_kv_heads));
+  }
+  VLMD_ASSIGN_OR_RETURN(c.head_dim, GetOptionalPositive(f, p + "attention.key_length",
+                                                        c.d_model / c.n_heads, kMaxDim));
+  if (f.Find(p + "attention.value_length") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(int32_t v_len, GetPositive(f, p + "attention.value_length", kMaxDim));
+    if (v_len != c.head_dim) {
+      return UnimplementedError("attention.value_length != key_length is not supported");
+    }
+  }
+  if (f.Find(p + "attention.layer_norm_rms_epsilon") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(c.rms_eps, f.GetF32(p + "attention.layer_norm_rms_epsilon"));
+  }
+  if (f.Find(p + "rope.freq_base") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(c.rope_theta, f.GetF32(p + "rope.freq_base"));
+  }
+  if (!(c.rms_eps >= 0.0f) || !(c.rope_theta > 0.0f)) {
+    return InvalidArgumentError("rms epsilon / rope.freq_base out of range");
+  }
+  VLMD_ASSIGN_OR_RETURN(c.n_rot, GetOptionalPositive(f, p + "rope.dimension_count", c.head_dim,
+                                                     c.head_dim));
+  if (c.n_rot % 2 != 0) return InvalidArgumentError("rope.dimension_count must be even");
+  if (f.Find(p + "rope.scaling.type") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(std::string_view type, f.GetString(p + "rope.scaling.type"));
+    if (type == "linear") {
+      VLMD_ASSIGN_OR_RETURN(float factor, f.GetF32(p + "rope.scaling.factor"));
+      if (!(factor > 0.0f)) return InvalidArgumentError("rope.scaling.factor must be > 0");
+      c.rope_freq_scale = 1.0f / factor;
+    } else if (type != "none") {
+      return UnimplementedError("rope scaling '" + std::string(type) + "' is not supported");
+    }
+  }
+  c.rope_neox = c.arch == "qwen2";
+  c.qkv_bias = c.arch == "qwen2";
+  const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (embd == nullptr) return NotFoundError("model tensor 'token_embd.weight' is missing");
+  if (embd->n_dims != 2 || embd->ne[0] != c.d_model) {
+    return InvalidArgumentError("token_embd.weight does not have rows of embedding_length");
+  }
+  c.n_vocab = static_cast<int32_t>(embd->ne[1]);
+  return c;
+}
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,37 @@
+// Hyperparameters of a llama-family text decoder, read once from GGUF keys
+// ("<arch>.embedding_length", ...), as llama.cpp writes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "engine/gguf/gguf_reader.h"
+
+namespace vlmd::engine::models {
+
+struct TextConfig {
+  std::string arch;         // "llama" | "qwen2"
+  int32_t n_layers = 0;
+  int32_t d_model = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;     // attention.key_length, default d_model / n_heads
+  int32_t d_ff = 0;
+  int32_t n_ctx_train = 0;
+  int32_t n_vocab = 0;      // rows of token_embd
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
+  int32_t n_rot = 0;        // rope.dimension_count, default head_dim
+  bool rope_neox = false;   // qwen2: pairs (i, i + n_rot/2); llama: adjacent pairs
+  bool qkv_bias = false;    // qwen2 has q/k/v biases
+  int32_t q_dim() const { return n_heads * head_dim; }
+  int32_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Reads and validates the config. UNIMPLEMENTED for an architecture other than llama / qwen2 or
+// unsupported rope scaling; INVALID_ARGUMENT / NOT_FOUND naming the key for bad or missing values.
+Result<TextConfig> ReadTextConfig(const gguf::GgufFile& file);
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,75 @@
+// Tensor lookup with shape checks (see weights.h).
+#include "engine/models/weights.h"
+
+#include "engine/tensor/quantize.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+std::string ShapeString(const int64_t* ne, int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+Status CheckShape(const gguf::TensorInfo& t, std::initializer_list<int64_t> shape) {
+  bool same = static_cast<int>(shape.size()) == t.n_dims;
+  int i = 0;
+  for (int64_t d : shape) same = same && t.ne[i++] == d;
+  if (!same) {
+    std::vector<int64_t> want(shape);
+    return InvalidArgumentError("tensor '" + std::string(t.name) + "' has shape " +
+                                ShapeString(t.ne, t.n_dims) + ", expected " +
+                                ShapeString(want.data(), static_cast<int>(want.size())));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string& name, int64_t k,
+                                  int64_t n) {
+  const gguf::TensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
+  VLMD_RETURN_IF_ERROR(CheckShape(*t, {k, n}));
+  if (!GetDTypeTraits(t->type).compute_supported || !FindDequantizeRowFn(t->type)) {
+    return UnimplementedError("tensor '" + name + "' has type " +
+                              std::string(DTypeName(t->type)) + ", which vlmd cannot compute with");
+  }
+  return ops::WeightView{t->type, n, k, t->data, static_cast<size_t>(*RowBytes(t->type, k))};
+}
+
+Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string& name,
+                                  std::initializer_list<int64_t> shape) {
+  const gguf::TensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
+  VLMD_RETURN_IF_ERROR(CheckShape(*t, shape));
+  const int64_t row = t->ne[0];
+  const int64_t n_rows = t->n_elements() / row;
+  auto row_bytes = RowBytes(t->type, row);
+  if (!row_bytes || !FindDequantizeRowFn(t->type)) {
+    return UnimplementedError("tensor '" + name + "' has unsupported type " +
+                              std::string(DTypeName(t->type)));
+  }
+  std::vector<float> out(static_cast<size_t>(t->n_elements()));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    VLMD_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * *row_bytes, out.data() + r * row, row));
+  }
+  return out;
+}
+
+Result<std::vector<float>> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
+                                          std::initializer_list<int64_t> shape) {
+  if (file.FindTensor(name) == nullptr) return std::vector<float>{};
+  return GetF32(file, name, shape);
+}
+
+Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out) {
+  if (row < 0 || row >= w.n) {
+    return OutOfRangeError("row " + std::to_string(row) + " outside [0, " + std::to_string(w.n) + ")");
+  }
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  return DequantizeRow(w.dtype, base + row * w.row_bytes, out, w.k);
+}
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,33 @@
+// Looking up model tensors in a GGUF file with shape checks: matrices stay in the file's type
+// (zero-copy views into the mapping), small vectors (norms, biases) are converted to owned f32.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/gguf/gguf_reader.h"
+#include "engine/ops/matmul.h"
+
+namespace vlmd::engine::models {
+
+// The matrix `name` with ggml shape [k, n] (k = row length) as a matmul weight view. NOT_FOUND
+// naming the tensor when absent; INVALID_ARGUMENT when its shape differs; UNIMPLEMENTED when
+// vlmd cannot compute with its type.
+Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string& name, int64_t k,
+                                  int64_t n);
+
+// The tensor `name` of exactly `shape` (ggml order) dequantized to f32. Same errors as GetMatrix.
+Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string& name,
+                                  std::initializer_list<int64_t> shape);
+
+// As GetF32, but an absent tensor gives an empty vector (optional biases).
+Result<std::vector<float>> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
+                                          std::initializer_list<int64_t> shape);
+
+// Dequantizes row `row` of a weight matrix into out[0 .. w.k) (embedding lookups).
+Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out);
+
+}  // namespace vlmd::engine::models

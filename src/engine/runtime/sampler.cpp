@@ -1,0 +1,123 @@
+// Sampling pipeline, in llama.cpp's order: penalties -> top-k -> top-p -> min-p -> temperature
+// -> draw. All probabilities use max-subtracted exponentials in f64 for the normalization.
+#include "engine/runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <unordered_set>
+
+namespace vlmd::engine::runtime {
+
+Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature > 100.0f) {
+    return InvalidArgumentError("temperature must be a finite number <= 100");
+  }
+  if (p.top_k < 0) return InvalidArgumentError("top_k must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return InvalidArgumentError("top_p must be in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return InvalidArgumentError("min_p must be in [0, 1]");
+  if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= 10.0f)) {
+    return InvalidArgumentError("repeat_penalty must be in (0, 10]");
+  }
+  if (p.repeat_last_n < 0) return InvalidArgumentError("repeat_last_n must be >= 0");
+  return Status::Ok();
+}
+
+TokenStats ComputeTokenStats(std::span<const float> logits, int32_t token) {
+  TokenStats s;
+  if (logits.empty()) return s;
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0.0, wsum = 0.0;  // sum e^(l - mx), sum (l - mx) e^(l - mx)
+  for (float l : logits) {
+    const double d = double(l) - mx;
+    const double e = std::exp(d);
+    z += e;
+    wsum += d * e;
+  }
+  const double log_z = std::log(z);
+  s.logprob = static_cast<float>(double(logits[token]) - mx - log_z);
+  // H = log Z - E[l - mx]  (nats), converted to bits.
+  s.entropy_bits = static_cast<float>((log_z - wsum / z) / std::log(2.0));
+  return s;
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
+                        TokenStats* stats) {
+  const int32_t n = static_cast<int32_t>(logits.size());
+  work_.assign(logits.begin(), logits.end());
+  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0) {
+    const size_t from = history.size() > static_cast<size_t>(params_.repeat_last_n)
+                            ? history.size() - params_.repeat_last_n
+                            : 0;
+    std::unordered_set<int32_t> seen(history.begin() + from, history.end());
+    for (int32_t t : seen) {
+      if (t < 0 || t >= n) continue;
+      work_[t] = work_[t] > 0 ? work_[t] / params_.repeat_penalty : work_[t] * params_.repeat_penalty;
+    }
+  }
+  int32_t chosen = 0;
+  if (params_.temperature <= 0.0f) {
+    // First maximum: ties go to the lowest id, as the reference implementation.
+    chosen = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  } else {
+    ids_.resize(n);
+    std::iota(ids_.begin(), ids_.end(), 0);
+    auto by_logit = [this](int32_t a, int32_t b) {
+      return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+    };
+    int32_t keep = n;
+    if (params_.top_k > 0 && params_.top_k < n) keep = params_.top_k;
+    const bool need_sorted = params_.top_p < 1.0f || keep < n;
+    if (need_sorted) {
+      std::partial_sort(ids_.begin(), ids_.begin() + keep, ids_.end(), by_logit);
+    }
+    ids_.resize(keep);
+    // Probabilities of the candidates at temperature 1 for top-p / min-p (llama.cpp applies
+    // them before temperature).
+    const float mx = work_[*std::max_element(ids_.begin(), ids_.end(),
+                                             [this](int32_t a, int32_t b) { return work_[a] < work_[b]; })];
+    std::vector<double> p(ids_.size());
+    double z = 0.0;
+    for (size_t i = 0; i < ids_.size(); ++i) z += p[i] = std::exp(double(work_[ids_[i]]) - mx);
+    size_t cut = ids_.size();
+    if (params_.top_p < 1.0f) {  // ids_ sorted here
+      double cum = 0.0;
+      for (size_t i = 0; i < ids_.size(); ++i) {
+        cum += p[i] / z;
+        if (cum >= params_.top_p) {
+          cut = i + 1;
+          break;
+        }
+      }
+    }
+    std::vector<int32_t> cand;
+    cand.reserve(cut);
+    for (size_t i = 0; i < cut; ++i) {
+      if (params_.min_p > 0.0f && p[i] < params_.min_p) continue;  // p[i] relative to p_max = 1
+      cand.push_back(ids_[i]);
+    }
+    if (cand.empty()) cand.push_back(ids_[0]);
+    std::vector<double> w(cand.size());
+    double wz = 0.0;
+    for (size_t i = 0; i < cand.size(); ++i) {
+      wz += w[i] = std::exp((double(work_[cand[i]]) - mx) / params_.temperature);
+    }
+    std::uniform_real_distribution<double> u(0.0, wz);
+    double r = u(rng_);
+    chosen = cand.back();
+    for (size_t i = 0; i < cand.size(); ++i) {
+      r -= w[i];
+      if (r <= 0.0) {
+        chosen = cand[i];
+        break;
+      }
+    }
+  }
+  if (stats != nullptr) *stats = ComputeTokenStats(logits, chosen);
+  return chosen;
+}
+
+}  // namespace vlmd::engine::runtime

@@ -1,0 +1,163 @@
+// TextEngine: prompt prefill in batches, then one decode step per token (see text_engine.h).
+#include "engine/runtime/text_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "engine/gguf/gguf_reader.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/tokenizer/utf8_stream.h"
+
+namespace vlmd::engine::runtime {
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: those
+// bytes are held back from the stream until it is known whether a stop string completes.
+size_t PartialStopSuffix(std::string_view text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const std::string& s : stops) {
+    for (size_t len = std::min(s.size() - 1, text.size()); len > best; --len) {
+      if (text.substr(text.size() - len) == std::string_view(s).substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_path,
+                                                     const EngineOptions& opts) {
+  if (opts.n_ctx < 1 || opts.n_batch < 1) return InvalidArgumentError("n_ctx and n_batch must be >= 1");
+  std::unique_ptr<TextEngine> e(new TextEngine());
+  e->opts_ = opts;
+  VLMD_ASSIGN_OR_RETURN(kernels::Isa isa, kernels::SelectIsa());
+  e->ctx_.kernels = &kernels::GetKernelTable(isa);
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(model_path));
+  std::shared_ptr<const gguf::GgufFile> shared(std::move(file));
+  VLMD_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromGguf(*shared));
+  VLMD_ASSIGN_OR_RETURN(e->model_, models::LlamaModel::Load(shared));
+  if (e->tokenizer_.n_tokens() > e->model_->config().n_vocab) {
+    return InvalidArgumentError("the vocabulary has more tokens than token_embd.weight has rows");
+  }
+  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
+  e->pool_ = std::make_unique<ThreadPool>(threads < 1 ? 1 : threads);
+  e->ctx_.pool = e->pool_.get();
+  return e;
+}
+
+std::string_view TextEngine::isa_name() const { return kernels::IsaName(ctx_.kernels->isa); }
+
+Status TextEngine::Prefill(std::span<const int32_t> prompt, models::KvCache* cache, float* logits) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> pos, seq;
+  models::KvCache* caches[] = {cache};
+  for (int64_t start = 0; start < n; start += opts_.n_batch) {
+    const int64_t len = std::min<int64_t>(opts_.n_batch, n - start);
+    pos.resize(len);
+    seq.assign(len, 0);
+    for (int64_t i = 0; i < len; ++i) pos[i] = static_cast<int32_t>(start + i);
+    const bool last = start + len == n;
+    const int32_t logit_row = static_cast<int32_t>(len - 1);
+    models::ForwardBatch b{len, prompt.data() + start, nullptr, pos.data(), seq.data(),
+                           last ? &logit_row : nullptr, last ? 1 : 0};
+    VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, logits));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<float>> TextEngine::PromptLogits(std::span<const int32_t> prompt) {
+  if (prompt.empty()) return InvalidArgumentError("empty prompt");
+  if (static_cast<int64_t>(prompt.size()) > opts_.n_ctx) {
+    return ResourceExhaustedError("prompt of " + std::to_string(prompt.size()) +
+                                  " tokens exceeds the context of " + std::to_string(opts_.n_ctx));
+  }
+  auto cache = model_->NewCache(opts_.n_ctx);
+  std::vector<float> logits(model_->config().n_vocab);
+  VLMD_RETURN_IF_ERROR(Prefill(prompt, cache.get(), logits.data()));
+  return logits;
+}
+
+Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
+                                            const GenerateParams& params,
+                                            const TextCallback& on_text) {
+  if (prompt.empty()) return InvalidArgumentError("empty prompt");
+  VLMD_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
+  if (params.max_tokens < 0) return InvalidArgumentError("max_tokens must be >= 0");
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (needed > opts_.n_ctx) {
+    return ResourceExhaustedError("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                                  std::to_string(params.max_tokens) + ") exceeds the context of " +
+                                  std::to_string(opts_.n_ctx));
+  }
+  GenerateResult r;
+  r.prompt_tokens = static_cast<int32_t>(prompt.size());
+  auto cache = model_->NewCache(static_cast<int32_t>(needed));
+  std::vector<float> logits(model_->config().n_vocab);
+  auto t0 = std::chrono::steady_clock::now();
+  VLMD_RETURN_IF_ERROR(Prefill(prompt, cache.get(), logits.data()));
+  r.prefill_ms = MsSince(t0);
+
+  Sampler sampler(params.sampling);
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  tokenizer::Utf8StreamDecoder utf8;
+  std::string pending;  // decoded text not yet passed to on_text (may hold a partial stop)
+  r.finish_reason = "length";
+  t0 = std::chrono::steady_clock::now();
+  models::KvCache* caches[] = {cache.get()};
+  for (int32_t step = 0; step < params.max_tokens; ++step) {
+    TokenStats stats;
+    const int32_t tok = sampler.Sample(logits, history, &stats);
+    r.tokens.push_back(tok);
+    r.token_stats.push_back(stats);
+    history.push_back(tok);
+    if (!params.ignore_eos && tokenizer_.IsEog(tok)) {
+      r.finish_reason = "stop";
+      break;
+    }
+    pending += utf8.Push(tokenizer_.TokenToPiece(tok, /*special=*/false));
+    bool stopped = false;
+    for (const std::string& s : params.stop) {
+      const size_t at = pending.find(s);
+      if (!s.empty() && at != std::string::npos) {
+        pending.resize(at);
+        stopped = true;
+      }
+    }
+    const size_t hold = stopped ? 0 : PartialStopSuffix(pending, params.stop);
+    if (pending.size() > hold) {
+      const std::string_view out(pending.data(), pending.size() - hold);
+      r.text += out;
+      const bool go_on = !on_text || on_text(out);
+      pending.erase(0, pending.size() - hold);
+      if (!go_on) {
+        r.finish_reason = "cancelled";
+        break;
+      }
+    }
+    if (stopped) {
+      r.finish_reason = "stop";
+      break;
+    }
+    if (step + 1 == params.max_tokens) break;
+    const int32_t pos = cache->n_filled(), seq = 0, row = 0;
+    models::ForwardBatch b{1, &tok, nullptr, &pos, &seq, &row, 1};
+    VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, logits.data()));
+  }
+  if (r.finish_reason == "length") {
+    const std::string tail = pending + utf8.Flush();  // held-back bytes that never became a stop
+    r.text += tail;
+    if (on_text && !tail.empty()) on_text(tail);
+  }
+  r.decode_ms = MsSince(t0);
+  return r;
+}
+
+}  // namespace vlmd::engine::runtime

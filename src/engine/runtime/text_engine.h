@@ -1,0 +1,80 @@
+// The text-generation facade over one loaded model: tokenizer + llama-family decoder + sampler.
+// Used by vlmd-run and vlmd-bench; the server's scheduler drives the same model API in batches.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/models/llama_model.h"
+#include "engine/runtime/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace vlmd::engine::runtime {
+
+struct EngineOptions {
+  int32_t threads = 0;     // 0: all cores
+  int32_t n_ctx = 4096;    // positions per sequence
+  int32_t n_batch = 512;   // prompt rows per forward call
+};
+
+struct GenerateParams {
+  SamplingParams sampling;
+  int32_t max_tokens = 128;
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  bool ignore_eos = false;        // keep going past end-of-generation tokens
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;        // generated ids (incl. a final EOS, if one ended it)
+  std::string text;                   // detokenized, cut at a stop string
+  std::string finish_reason;          // "stop" (EOS / stop string) or "length"
+  std::vector<TokenStats> token_stats;
+  int32_t prompt_tokens = 0;
+  double prefill_ms = 0.0;
+  double decode_ms = 0.0;
+};
+
+// Called with each new chunk of valid UTF-8 text; return false to stop generating (cancel).
+using TextCallback = std::function<bool(std::string_view)>;
+
+class TextEngine {
+ public:
+  // Opens and validates the model. NOT_FOUND / DATA_LOSS / UNIMPLEMENTED from the loaders;
+  // INVALID_ARGUMENT for bad options or VLMD_FORCE_ISA.
+  static Result<std::unique_ptr<TextEngine>> Load(const std::string& model_path,
+                                                  const EngineOptions& opts);
+
+  const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
+  const models::LlamaModel& model() const { return *model_; }
+  ThreadPool& pool() { return *pool_; }
+  std::string_view isa_name() const;
+
+  // Prefills `prompt` into a fresh sequence and returns the logits of its last position.
+  Result<std::vector<float>> PromptLogits(std::span<const int32_t> prompt);
+
+  // Prefills `prompt`, then samples up to max_tokens. Not thread-safe (one call at a time).
+  // INVALID_ARGUMENT for an empty prompt, bad ids or params; RESOURCE_EXHAUSTED when the prompt
+  // plus max_tokens does not fit n_ctx; INTERNAL on NaN/Inf logits.
+  Result<GenerateResult> Generate(std::span<const int32_t> prompt, const GenerateParams& params,
+                                  const TextCallback& on_text = {});
+
+ private:
+  TextEngine() = default;
+  // Runs prompt rows through the model in n_batch chunks; logits of the last row into `logits`.
+  Status Prefill(std::span<const int32_t> prompt, models::KvCache* cache, float* logits);
+
+  EngineOptions opts_;
+  std::unique_ptr<ThreadPool> pool_;
+  tokenizer::Tokenizer tokenizer_;
+  std::unique_ptr<models::LlamaModel> model_;
+  models::ForwardContext ctx_;
+};
+
+}  // namespace vlmd::engine::runtime

@@ -1,0 +1,153 @@
+// Text-decoder parity with llama.cpp on the fixtures (../shared/fixtures, see its README): the
+// golden prompt chunks are fed as given (text token ids, and for image cases the golden image
+// embeddings injected at their positions), then the last-position logits must be within the
+// stated NMSE of llama.cpp's, and greedy decoding must give the same ids (base: all 16; quantized:
+// teacher-forced at every step whose golden top-1/top-2 gap is >= 1.0).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/gguf/gguf_reader.h"
+#include "engine/models/llama_model.h"
+#include "test_util.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+using nlohmann::json;
+
+struct ParityCase {
+  std::string fixture;
+  std::string name;
+  std::string variant;  // base | q8_0 | q4_0 | q4_k
+};
+
+std::string CaseName(const ::testing::TestParamInfo<ParityCase>& info) {
+  std::string s = info.param.fixture + "_" + info.param.name + "_" + info.param.variant;
+  for (char& ch : s) {
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return s;
+}
+
+json LoadGolden(const std::string& fixture) {
+  std::ifstream f(vlmd::testing::FixturePath(fixture + "/golden.json"));
+  return json::parse(f);
+}
+
+class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
+ protected:
+  void SetUp() override {
+    auto isa = kernels::SelectIsa();
+    ASSERT_TRUE(isa.ok()) << isa.status().ToString();
+    ctx_.kernels = &kernels::GetKernelTable(*isa);
+    pool_ = std::make_unique<ThreadPool>(2);
+    ctx_.pool = pool_.get();
+  }
+
+  // Prefills the golden chunks of `c`; returns the batch rows' positions count.
+  void Prefill(const json& c, const LlamaModel& model, KvCache* cache, std::vector<float>* logits) {
+    const int64_t d = model.config().d_model;
+    std::vector<int32_t> tokens, pos, seq;
+    std::vector<float> embd;
+    for (const json& ch : c["chunks"]) {
+      if (ch["type"] == "text") {
+        for (int32_t t : ch["tokens"].get<std::vector<int32_t>>()) {
+          tokens.push_back(t);
+          embd.resize(embd.size() + d, 0.0f);
+        }
+      } else {
+        std::vector<float> e = vlmd::testing::ReadF32File(vlmd::testing::FixturePath(
+            GetParam().fixture + "/" + ch["embd_file"].get<std::string>()));
+        const int64_t n = ch["n_tokens"].get<int64_t>();
+        ASSERT_EQ(static_cast<int64_t>(e.size()), n * d) << ch["embd_file"];
+        for (int64_t i = 0; i < n; ++i) tokens.push_back(-1);
+        embd.insert(embd.end(), e.begin(), e.end());
+      }
+    }
+    ASSERT_EQ(static_cast<int64_t>(tokens.size()), c["n_prompt_tokens"].get<int64_t>());
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    for (int64_t i = 0; i < n; ++i) {
+      pos.push_back(static_cast<int32_t>(i));
+      seq.push_back(0);
+    }
+    const int32_t last = static_cast<int32_t>(n - 1);
+    ForwardBatch b{n, tokens.data(), embd.data(), pos.data(), seq.data(), &last, 1};
+    KvCache* caches[] = {cache};
+    logits->resize(model.config().n_vocab);
+    Status s = model.Forward(b, caches, &ctx_, logits->data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  ForwardContext ctx_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
+  const ParityCase& pc = GetParam();
+  const json golden = LoadGolden(pc.fixture);
+  const json* c = nullptr;
+  for (const json& x : golden["cases"]) {
+    if (x["name"] == pc.name) c = &x;
+  }
+  ASSERT_NE(c, nullptr);
+  const json& v = (*c)["variants"][pc.variant];
+  auto file = gguf::GgufFile::Open(vlmd::testing::FixturePath(pc.fixture + "/" + v["model"].get<std::string>()));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto model = LlamaModel::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto cache = (*model)->NewCache(256);
+
+  std::vector<float> logits;
+  Prefill(*c, **model, cache.get(), &logits);
+  if (HasFatalFailure()) return;
+  const std::vector<float> ref = vlmd::testing::ReadF32File(
+      vlmd::testing::FixturePath(pc.fixture + "/" + v["logits_file"].get<std::string>()));
+  const double tol = pc.variant == "base" ? golden["tolerance"]["logits_nmse_base"].get<double>()
+                                          : golden["tolerance"]["logits_nmse_quantized"].get<double>();
+  const double nmse = vlmd::testing::Nmse(logits, ref);
+  EXPECT_LE(nmse, tol) << "prompt logits NMSE";
+  RecordProperty("logits_nmse", std::to_string(nmse));
+
+  // Greedy, teacher-forced with the golden ids: base must match every step, quantized every step
+  // whose golden gap is >= the threshold.
+  const auto ids = v["greedy_ids"].get<std::vector<int32_t>>();
+  const auto gaps = v["greedy_gaps"].get<std::vector<double>>();
+  const double gap_threshold = golden["tolerance"]["greedy_quantized_gap_threshold"].get<double>();
+  int32_t pos = cache->n_filled();
+  for (size_t step = 0; step < ids.size(); ++step) {
+    const int32_t argmax = static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (pc.variant == "base" || gaps[step] >= gap_threshold) {
+      EXPECT_EQ(argmax, ids[step]) << "greedy step " << step << " (golden gap " << gaps[step] << ")";
+    }
+    const int32_t tok = ids[step], seq = 0, row = 0;
+    ForwardBatch b{1, &tok, nullptr, &pos, &seq, &row, 1};
+    KvCache* caches[] = {cache.get()};
+    Status s = (*model)->Forward(b, caches, &ctx_, logits.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ++pos;
+  }
+}
+
+std::vector<ParityCase> AllCases() {
+  std::vector<ParityCase> out;
+  for (const char* fixture : {"tiny-llava", "tiny-smolvlm"}) {
+    const json golden = LoadGolden(fixture);
+    for (const json& c : golden["cases"]) {
+      for (const char* variant : {"base", "q8_0", "q4_0", "q4_k"}) {
+        out.push_back({fixture, c["name"].get<std::string>(), variant});
+      }
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaParityTest, ::testing::ValuesIn(AllCases()), CaseName);
+
+}  // namespace
+}  // namespace vlmd::engine::models
