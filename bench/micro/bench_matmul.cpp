@@ -1,0 +1,164 @@
+// Matmul micro benchmark: ops::MatMul per weight type x ISA x shape x threads, reporting weight
+// bytes/s (decode is bandwidth bound) and GFLOP/s (prefill is compute bound), next to a plain
+// read-bandwidth loop over a buffer of the same size, so ratios come from the same run.
+//   vlmd_bench_matmul --benchmark_filter='gemv/q4_0' --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/ops/matmul.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/quantize.h"
+
+namespace vlmd::engine {
+namespace {
+
+using kernels::Isa;
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Quantized weights, built once per (type, n, k) and shared by all benchmarks of that shape.
+const std::vector<uint8_t>& Weights(DType type, int64_t n, int64_t k) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::vector<uint8_t>> cache;
+  auto key = std::make_tuple(static_cast<int>(type), n, k);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const size_t rb = *RowBytes(type, k);
+  std::vector<uint8_t> w(rb * n);
+  const QuantizeRowFn q = FindQuantizeRowFn(type);
+  std::vector<float> row;
+  for (int64_t r = 0; r < n; ++r) {
+    row = RandomFloats(k, static_cast<uint32_t>(r));
+    q(row.data(), w.data() + r * rb, k);
+  }
+  return cache.emplace(key, std::move(w)).first->second;
+}
+
+ThreadPool* Pool(int threads) {
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<ThreadPool>(threads);
+  return p.get();
+}
+
+void BM_Matmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t n, int64_t k,
+               int threads) {
+  const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
+  const std::vector<uint8_t>& w = Weights(type, n, k);
+  const std::vector<float> a = RandomFloats(m * k, 7);
+  std::vector<float> out(m * n);
+  ops::MatmulScratch scratch;
+  ops::WeightView wv{type, n, k, w.data(), 0};
+  ThreadPool* pool = Pool(threads);
+  for (auto _ : state) {
+    const Status s = ops::MatMul(kt, pool, wv, a.data(), m, k, out.data(), n, &scratch);
+    if (!s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) * iters / 1e9,
+                                              benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * iters / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+
+// Reads `bytes` with `threads` threads (each a disjoint slice), summing 64-bit words: the
+// bandwidth a GEMV over weights of that size could reach at best.
+void BM_ReadBandwidth(benchmark::State& state, size_t bytes, int threads) {
+  std::vector<uint64_t> buf(bytes / 8, 1);
+  ThreadPool* pool = Pool(threads);
+  std::vector<uint64_t> sums(threads * 8);
+  for (auto _ : state) {
+    pool->ParallelFor(threads, [&](int64_t t, int) {
+      int64_t b, e;
+      SplitRange(static_cast<int64_t>(buf.size()), threads, t, 8, &b, &e);
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t i = b; i + 4 <= e; i += 4) {
+        s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
+      }
+      sums[t * 8] = s0 + s1 + s2 + s3;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
+void RegisterAll() {
+  const DType gemv_types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16,
+                              DType::kQ4_1, DType::kQ5_0, DType::kQ5_K, DType::kQ6_K,
+                              DType::kBF16, DType::kF32};
+  const DType gemm_types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                              DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+  struct Shape {
+    int64_t n, k;
+  };
+  const Shape gemv_shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {5632, 5632}};
+  const Shape gemm_shapes[] = {{2048, 2048}, {768, 768}};
+  const int64_t gemm_rows[] = {512, 1024};
+  for (int threads : {1, 2}) {
+    for (const Shape& s : gemv_shapes) {
+      for (size_t bytes : {s.n * s.k / 2, s.n * s.k * 2}) {  // ~Q4 and ~F16 sized
+        benchmark::RegisterBenchmark(("read/" + std::to_string(bytes >> 20) + "MiB/t" +
+                                      std::to_string(threads)).c_str(),
+                                     BM_ReadBandwidth, bytes, threads)
+            ->UseRealTime();
+      }
+    }
+    for (int i = kernels::kNumIsas - 1; i >= 0; --i) {
+      const Isa isa = static_cast<Isa>(i);
+      if (!kernels::IsaAvailable(isa) || isa == Isa::kRef) continue;
+      const std::string isa_name(kernels::IsaName(isa));
+      for (DType t : gemv_types) {
+        for (const Shape& s : gemv_shapes) {
+          const std::string name = "gemv/" + std::string(DTypeName(t)) + "/" + isa_name + "/n" +
+                                   std::to_string(s.n) + "_k" + std::to_string(s.k) + "/t" +
+                                   std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, 1, s.n, s.k, threads)
+              ->UseRealTime();
+        }
+      }
+      for (DType t : gemm_types) {
+        for (int64_t m : gemm_rows) {
+          for (const Shape& s : gemm_shapes) {
+            const std::string name = "gemm/" + std::string(DTypeName(t)) + "/" + isa_name + "/m" +
+                                     std::to_string(m) + "_n" + std::to_string(s.n) + "_k" +
+                                     std::to_string(s.k) + "/t" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, m, s.n, s.k, threads)
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::engine
+
+int main(int argc, char** argv) {
+  vlmd::engine::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
