@@ -46,16 +46,35 @@ using MatmulFn = void (*)(const MatmulArgs& args, int64_t m0, int64_t m1, int64_
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
 using ConvertRowFn = void (*)(const float* x, void* y, int64_t k);
 
-// Row-wise elementwise kernels (one row of n floats; x and y may alias unless noted).
+// Row-wise elementwise kernels (one row of n >= 1 floats; x and y may alias). Reductions
+// accumulate in f32 lanes (ref: double). weight/bias may be nullptr (= 1 / = 0).
+// rms_norm: y = x / sqrt(mean(x^2) + eps) * weight
 using RmsNormFn = void (*)(const float* x, const float* weight, float* y, int64_t n, float eps);
+// layer_norm: y = (x - mean) / sqrt(var + eps) * weight + bias (two-pass mean, then variance)
 using LayerNormFn = void (*)(const float* x, const float* weight, const float* bias, float* y,
                              int64_t n, float eps);
-using SoftmaxFn = void (*)(float* x, int64_t n);  // in place, max-subtracted
+// In place, max-subtracted (no overflow for any finite input). A row of only -inf becomes zeros;
+// a row with a NaN becomes all NaN (never silently finite).
+using SoftmaxFn = void (*)(float* x, int64_t n);
 using UnaryFn = void (*)(const float* x, float* y, int64_t n);
 using BinaryFn = void (*)(const float* a, const float* b, float* y, int64_t n);
-// Rotates pairs of one head vector: for i < n_rot/2 the pair (x[i0], x[i1]) by angle theta_i given
-// as cos_sin[2i], cos_sin[2i+1]. neox: pairs (i, i + n_rot/2); normal: pairs (2i, 2i+1).
-using RopeFn = void (*)(float* x, const float* cos_sin, int64_t n_rot, bool neox);
+// Rotary embedding of one token, in place: head h starts at x + h * head_stride, and its first
+// n_rot values (n_rot even) are rotated in pairs; the rest of the head is untouched. Pair i
+// (i < n_rot/2) turns by angle theta_i, given planar as cos_sin[i] = cos(theta_i) and
+// cos_sin[n_rot/2 + i] = sin(theta_i) (ops/rope.h builds the table; a per-token table also covers
+// multi-section and 2-D rope). neox: pairs (x[i], x[i + n_rot/2]); normal: pairs (x[2i], x[2i+1]).
+using RopeFn = void (*)(float* x, int64_t n_heads, int64_t head_stride, const float* cos_sin,
+                        int64_t n_rot, bool neox);
+// y[i] = exp(x[i] - max) for i < n; returns the f32 sum of the y. x and y may alias. x[i] = -inf
+// gives 0. Used by softmax and by the streaming softmax of attention.
+using ExpSubSumFn = float (*)(const float* x, float max, float* y, int64_t n);
+// Attention inner products against n_rows cache rows of n elements (F32 or F16 per the slot), row j
+// at rows + j * row_stride_bytes:  out[j] = dot(q, row_j).
+using DotRowsFn = void (*)(const float* q, const void* rows, size_t row_stride_bytes,
+                           int64_t n_rows, int64_t n, float* out);
+// acc[i] += sum_j w[j] * row_j[i] for i < n (rows laid out as for DotRowsFn).
+using AxpyRowsFn = void (*)(const float* w, const void* rows, size_t row_stride_bytes,
+                            int64_t n_rows, int64_t n, float* acc);
 
 inline constexpr int kMaxDType = 32;
 
@@ -77,6 +96,12 @@ struct KernelTable {
   UnaryFn silu = nullptr;
   BinaryFn swiglu = nullptr;     // y = silu(a) * b
   RopeFn rope = nullptr;
+  ExpSubSumFn exp_sub_sum = nullptr;
+  // Attention over the KV cache, one pair per cache dtype.
+  DotRowsFn dot_rows_f32 = nullptr;
+  DotRowsFn dot_rows_f16 = nullptr;
+  AxpyRowsFn axpy_rows_f32 = nullptr;
+  AxpyRowsFn axpy_rows_f16 = nullptr;
 };
 
 // The table for `isa` (built on first use). The caller must ensure IsaAvailable(isa) before

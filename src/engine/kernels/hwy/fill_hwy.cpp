@@ -1,8 +1,28 @@
-// Fills the KernelTable slots implemented for this ISA (see kernel_table.h).
-#include "engine/kernels/kernel_table.h"
+// Fills the KernelTable slots implemented with Highway for t->isa: avx2 gets the HWY_AVX2 code,
+// avx512 and avx512vnni the HWY_AVX3 code, ref nothing (see hwy/elementwise.cpp).
+#include "engine/kernels/hwy/hwy_fill.h"
+#include "hwy/highway.h"
+
+// Both targets must survive Highway's target policy under our baseline flags (-march=x86-64-v2
+// makes SSE4 the static target; AVX2 and AVX3 are attainable above it). If this fires, the
+// fillers below would be missing at link time anyway; this says why.
+static_assert((HWY_TARGETS & HWY_AVX2) != 0 && (HWY_TARGETS & HWY_AVX3) != 0,
+              "Highway does not compile the AVX2 and AVX3 targets under these flags");
 
 namespace vlmd::engine::kernels {
 
-void FillHwyKernels(KernelTable* t) { (void)t; }
+void FillHwyKernels(KernelTable* t) {
+  switch (t->isa) {
+    case Isa::kRef:
+      return;
+    case Isa::kAvx2:
+      FillHwyOpsAvx2(t);
+      return;
+    case Isa::kAvx512:
+    case Isa::kAvx512Vnni:
+      FillHwyOpsAvx512(t);
+      return;
+  }
+}
 
 }  // namespace vlmd::engine::kernels

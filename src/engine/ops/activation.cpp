@@ -1,0 +1,67 @@
+// Activation ops: flat buffers split into cache-line-aligned ranges over the pool.
+#include "engine/ops/activation.h"
+
+#include <string>
+
+#include "engine/ops/parallel.h"
+
+namespace vlmd::engine::ops {
+namespace {
+
+// Ranges are multiples of 16 floats (64 bytes), so two threads never write one cache line.
+constexpr int64_t kAlign = 16;
+
+kernels::UnaryFn Kernel(const kernels::KernelTable& kt, Activation act) {
+  switch (act) {
+    case Activation::kGeluTanh: return kt.gelu_tanh;
+    case Activation::kGeluErf: return kt.gelu_erf;
+    case Activation::kGeluQuick: return kt.gelu_quick;
+    case Activation::kSilu: return kt.silu;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kGeluTanh: return "gelu";
+    case Activation::kGeluErf: return "gelu_erf";
+    case Activation::kGeluQuick: return "gelu_quick";
+    case Activation::kSilu: return "silu";
+  }
+  return "unknown";
+}
+
+std::optional<Activation> ParseActivation(std::string_view name) {
+  for (Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kGeluQuick,
+                       Activation::kSilu}) {
+    if (ActivationName(a) == name) return a;
+  }
+  return std::nullopt;
+}
+
+Status Activate(const kernels::KernelTable& kt, ThreadPool* pool, Activation act, const float* x,
+                float* y, int64_t n) {
+  if (n < 0) return InvalidArgumentError("Activate: n = " + std::to_string(n) + " < 0");
+  if (n > 0 && (x == nullptr || y == nullptr)) return InvalidArgumentError("Activate: null buffer");
+  const kernels::UnaryFn fn = Kernel(kt, act);
+  if (fn == nullptr) return InvalidArgumentError("Activate: unknown activation");
+  internal::ForRanges(pool, n, 1, kAlign,
+                      [&](int64_t i0, int64_t i1) { fn(x + i0, y + i0, i1 - i0); });
+  return Status::Ok();
+}
+
+Status SwiGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate,
+              const float* up, float* y, int64_t n) {
+  if (n < 0) return InvalidArgumentError("SwiGlu: n = " + std::to_string(n) + " < 0");
+  if (n > 0 && (gate == nullptr || up == nullptr || y == nullptr)) {
+    return InvalidArgumentError("SwiGlu: null buffer");
+  }
+  internal::ForRanges(pool, n, 1, kAlign, [&](int64_t i0, int64_t i1) {
+    kt.swiglu(gate + i0, up + i0, y + i0, i1 - i0);
+  });
+  return Status::Ok();
+}
+
+}  // namespace vlmd::engine::ops

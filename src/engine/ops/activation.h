@@ -1,0 +1,35 @@
+// Elementwise activations (GELU variants, SiLU) and the gated SwiGLU over flat f32 buffers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+
+namespace vlmd::engine::ops {
+
+enum class Activation : uint8_t {
+  kGeluTanh,   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): ggml's default "gelu"
+  kGeluErf,    // 0.5 x (1 + erf(x / sqrt 2)): exact GELU (ggml "gelu_erf")
+  kGeluQuick,  // x sigmoid(1.702 x) (CLIP "quick_gelu")
+  kSilu,       // x sigmoid(x)
+};
+
+std::string_view ActivationName(Activation act);  // "gelu", "gelu_erf", "gelu_quick", "silu"
+std::optional<Activation> ParseActivation(std::string_view name);
+
+// y[i] = act(x[i]) for i < n. y may be x (in place) but must not otherwise overlap it. pool may
+// be nullptr; large n is split over its threads. INVALID_ARGUMENT on n < 0 or null buffers
+// (n == 0 is a no-op).
+Status Activate(const kernels::KernelTable& kt, ThreadPool* pool, Activation act, const float* x,
+                float* y, int64_t n);
+
+// y[i] = silu(gate[i]) * up[i] for i < n (LLaMA-style gated FFN). y may be gate or up.
+// Same contract as Activate.
+Status SwiGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate,
+              const float* up, float* y, int64_t n);
+
+}  // namespace vlmd::engine::ops

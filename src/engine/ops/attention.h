@@ -1,0 +1,56 @@
+// Scaled dot-product attention over a KV cache (F16 or F32), with grouped-query heads, an
+// optional causal mask by positions, and a streaming (online) softmax: no [n_q, n_kv] score
+// matrix is ever materialized, so memory stays O(head_dim) per thread at any context length.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/tensor/dtype.h"
+
+namespace vlmd::engine::ops {
+
+// All buffers are owned by the caller. Strides are in elements; 0 selects the contiguous layout
+// written next to each buffer.
+struct AttentionArgs {
+  const float* q = nullptr;  // [n_q, n_heads, head_dim]; row r at q + r * q_row_stride
+  // K and V caches, [n_kv, n_kv_heads, head_dim] in kv_type: element (j, g, d) at
+  // base + (j * kv_row_stride + g * kv_head_stride + d) elements. A head-major cache
+  // [n_kv_heads, n_ctx, head_dim] is kv_row_stride = head_dim, kv_head_stride = n_ctx * head_dim.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType kv_type = DType::kF16;  // kF16 (the llama.cpp default cache type) or kF32
+  float* out = nullptr;  // [n_q, n_heads, head_dim]; may be q when the strides match
+
+  int64_t n_q = 0;         // query rows (1 for a decode step)
+  int64_t n_kv = 0;        // cache rows to attend over
+  int64_t n_heads = 0;     // query heads
+  int64_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0; query head h reads kv head
+                           // h / (n_heads / n_kv_heads) (GQA; MQA when n_kv_heads == 1)
+  int64_t head_dim = 0;
+
+  int64_t q_row_stride = 0;    // default n_heads * head_dim
+  int64_t out_row_stride = 0;  // default n_heads * head_dim
+  int64_t kv_row_stride = 0;   // default n_kv_heads * head_dim
+  int64_t kv_head_stride = 0;  // default head_dim
+
+  float scale = 0.0f;  // applied to q.k, usually 1 / sqrt(head_dim); must be finite
+
+  // causal: query i attends kv j iff kv_pos[j] <= q_pos[i] (both arrays required). Otherwise
+  // every query sees every kv row (vision encoders). kv_pos sorted ascending is the fast path
+  // (masked rows are skipped, not computed); any order is correct.
+  bool causal = false;
+  const int32_t* q_pos = nullptr;   // [n_q]
+  const int32_t* kv_pos = nullptr;  // [n_kv]
+};
+
+// out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that
+// sees no kv row (all masked, or n_kv == 0) gets a zero output. NaN/Inf in q, K or V propagate to
+// the output (CheckFinite reports them). Parallel over (query, head) pairs; pool may be nullptr.
+// Allocates O(threads * head_dim) scratch per call. INVALID_ARGUMENT on inconsistent shapes,
+// strides, null buffers, a missing position array or a kv_type other than F16/F32.
+Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args);
+
+}  // namespace vlmd::engine::ops

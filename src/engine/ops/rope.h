@@ -1,0 +1,47 @@
+// Rotary position embedding (RoPE) on [n_tokens, n_heads, head_dim] f32 activations, in the two
+// llama.cpp layouts: "normal" (adjacent pairs, LLaMA) and "neox" (halves, GPT-NeoX / Qwen / ...).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+
+namespace vlmd::engine::ops {
+
+struct RopeParams {
+  int64_t n_rot = 0;            // rotated values per head: even, 2 <= n_rot <= head_dim
+  float freq_base = 10000.0f;   // theta base (GGUF rope.freq_base)
+  float freq_scale = 1.0f;      // linear position scaling (1 / GGUF rope.scaling.factor)
+  bool neox = false;            // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+  // [n_rot/2] per-pair divisors of the angle (LLaMA-3 "rope_freqs" tensor), or nullptr.
+  const float* freq_factors = nullptr;
+};
+
+// Angle of pair i at position pos: theta_i = pos * freq_scale * freq_base^(-2i/n_rot) /
+// freq_factors[i], as ggml_rope_ext with ext_factor = 0 and attn_factor = 1. Evaluated in double
+// and rounded once, so it is accurate at any position; llama.cpp builds theta by an f32
+// recurrence and differs from it by up to about pos * i * 2^-24 radians.
+//
+// Writes table [n_tokens, n_rot]: for token t, n_rot/2 cosines then n_rot/2 sines (the planar
+// layout the rope kernel reads). Caller owns table. INVALID_ARGUMENT on bad params or a null
+// buffer.
+Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_t n_tokens,
+                      float* table);
+
+// Rotates x [n_tokens, n_heads, head_dim] in place with a precomputed table [n_tokens, n_rot]
+// (from BuildRopeTable, or a caller's own for multi-section / 2-D rope). token_stride: floats
+// between tokens (0 = n_heads * head_dim; larger for a fused QKV buffer). Values past n_rot in
+// each head are untouched. pool may be nullptr. INVALID_ARGUMENT on bad shapes.
+Status RopeWithTable(const kernels::KernelTable& kt, ThreadPool* pool, float* x, int64_t n_tokens,
+                     int64_t n_heads, int64_t head_dim, int64_t token_stride, const float* table,
+                     int64_t n_rot, bool neox);
+
+// Convenience: BuildRopeTable for `positions` [n_tokens] then RopeWithTable on a contiguous x.
+// Allocates the n_tokens * n_rot table; to rotate Q and K with the same positions, build the
+// table once and call RopeWithTable twice.
+Status Rope(const kernels::KernelTable& kt, ThreadPool* pool, const RopeParams& params, float* x,
+            int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions);
+
+}  // namespace vlmd::engine::ops

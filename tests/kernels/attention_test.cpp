@@ -1,0 +1,399 @@
+// Attention op (and its dot/axpy row kernels) against a naive double-precision attention:
+// causal and unmasked, GQA/MQA, one query row and many, F16 and F32 caches, strided layouts,
+// unsorted positions, and threading. Tolerances follow the error model in AttentionTol.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/ops/attention.h"
+#include "kernels/op_test_util.h"
+
+namespace vlmd::testing {
+namespace {
+
+using engine::DType;
+using engine::kernels::GetKernelTable;
+using engine::kernels::Isa;
+using engine::kernels::IsaName;
+using engine::kernels::KernelTable;
+using engine::ops::AttentionArgs;
+
+struct Case {
+  const char* name;
+  int64_t n_q, n_kv, n_heads, n_kv_heads, head_dim;
+  bool causal;
+  int32_t first_q_pos = 0;       // q_pos[i] = first_q_pos + i; kv_pos[j] = j (before shuffling)
+  bool head_major = false;       // cache [n_kv_heads, n_ctx, head_dim] with n_ctx > n_kv
+  bool fused_q = false;          // q rows inside a wider [n_q, (n_heads + 2 n_kv_heads) hd] buffer
+  bool shuffle_kv = false;       // cache rows in a random order (positions follow them)
+  float scale_mult = 1.0f;       // multiplies 1/sqrt(head_dim): larger -> peakier softmax
+  bool growing_keys = false;     // later keys larger: the running max rises block after block
+
+  std::string Vars(Isa isa, DType kv) const {
+    return std::string(name) + " isa=" + std::string(IsaName(isa)) +
+           " kv=" + (kv == DType::kF16 ? "f16" : "f32") + " n_q=" + std::to_string(n_q) +
+           " n_kv=" + std::to_string(n_kv) + " heads=" + std::to_string(n_heads) + "/" +
+           std::to_string(n_kv_heads) + " hd=" + std::to_string(head_dim);
+  }
+};
+
+// Test data plus the cache exactly as the op sees it (F16 values are rounded first, and the
+// naive reference reads the rounded values, so conversion is not an error source).
+struct Problem {
+  std::vector<float> q_buf;                 // q rows at q_row_stride
+  std::vector<float> k_vals, v_vals;        // [n_kv, n_kv_heads, head_dim] as the op sees them
+  std::vector<float> k32, v32;              // cache storage (F32)
+  std::vector<uint16_t> k16, v16;           // cache storage (F16)
+  std::vector<int32_t> q_pos, kv_pos;
+  AttentionArgs args;
+};
+
+Problem Make(const Case& c, DType kv_type, uint32_t seed) {
+  Problem p;
+  const int64_t q_width = c.n_heads * c.head_dim;
+  const int64_t q_stride = c.fused_q ? (c.n_heads + 2 * c.n_kv_heads) * c.head_dim : q_width;
+  p.q_buf = RandomNormal(c.n_q * q_stride, seed);
+  p.k_vals = RandomNormal(c.n_kv * c.n_kv_heads * c.head_dim, seed + 1);
+  p.v_vals = RandomNormal(c.n_kv * c.n_kv_heads * c.head_dim, seed + 2, 1.0f, 0.5f);
+  if (c.growing_keys) {
+    for (int64_t j = 0; j < c.n_kv; ++j) {
+      for (int64_t e = 0; e < c.n_kv_heads * c.head_dim; ++e) {
+        p.k_vals[j * c.n_kv_heads * c.head_dim + e] *= 0.2f + 2.0f * j / c.n_kv;
+      }
+    }
+  }
+  if (kv_type == DType::kF16) {
+    for (float& x : p.k_vals) x = HalfToFloat(FloatToHalf(x));
+    for (float& x : p.v_vals) x = HalfToFloat(FloatToHalf(x));
+  }
+  p.q_pos.resize(c.n_q);
+  for (int64_t i = 0; i < c.n_q; ++i) p.q_pos[i] = c.first_q_pos + static_cast<int32_t>(i);
+  p.kv_pos.resize(c.n_kv);
+  std::iota(p.kv_pos.begin(), p.kv_pos.end(), 0);
+  if (c.shuffle_kv) {
+    // Reverse the rows (and their positions): an unsorted cache must give the same answer.
+    std::reverse(p.kv_pos.begin(), p.kv_pos.end());
+    const int64_t row = c.n_kv_heads * c.head_dim;
+    for (int64_t j = 0; j < c.n_kv / 2; ++j) {
+      std::swap_ranges(p.k_vals.begin() + j * row, p.k_vals.begin() + (j + 1) * row,
+                       p.k_vals.begin() + (c.n_kv - 1 - j) * row);
+      std::swap_ranges(p.v_vals.begin() + j * row, p.v_vals.begin() + (j + 1) * row,
+                       p.v_vals.begin() + (c.n_kv - 1 - j) * row);
+    }
+  }
+
+  // Storage layout.
+  const int64_t n_ctx = c.head_major ? c.n_kv + 9 : c.n_kv;
+  const int64_t row_stride = c.head_major ? c.head_dim : c.n_kv_heads * c.head_dim;
+  const int64_t head_stride = c.head_major ? n_ctx * c.head_dim : c.head_dim;
+  const size_t cache_elems = static_cast<size_t>(n_ctx * c.n_kv_heads * c.head_dim);
+  p.k32.assign(cache_elems, NAN);  // padding is NaN: reading it would poison the output
+  p.v32.assign(cache_elems, NAN);
+  for (int64_t j = 0; j < c.n_kv; ++j) {
+    for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+      for (int64_t d = 0; d < c.head_dim; ++d) {
+        const size_t at = static_cast<size_t>(j * row_stride + g * head_stride + d);
+        const size_t src = static_cast<size_t>((j * c.n_kv_heads + g) * c.head_dim + d);
+        p.k32[at] = p.k_vals[src];
+        p.v32[at] = p.v_vals[src];
+      }
+    }
+  }
+  p.k16.resize(cache_elems);
+  p.v16.resize(cache_elems);
+  for (size_t e = 0; e < cache_elems; ++e) {
+    p.k16[e] = FloatToHalf(p.k32[e]);
+    p.v16[e] = FloatToHalf(p.v32[e]);
+  }
+
+  AttentionArgs& a = p.args;
+  a.q = p.q_buf.data();
+  a.q_row_stride = c.fused_q ? q_stride : 0;
+  a.kv_type = kv_type;
+  a.k = kv_type == DType::kF16 ? static_cast<const void*>(p.k16.data()) : p.k32.data();
+  a.v = kv_type == DType::kF16 ? static_cast<const void*>(p.v16.data()) : p.v32.data();
+  a.kv_row_stride = c.head_major ? row_stride : 0;
+  a.kv_head_stride = c.head_major ? head_stride : 0;
+  a.n_q = c.n_q;
+  a.n_kv = c.n_kv;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
+  a.scale = c.scale_mult / std::sqrt(static_cast<float>(c.head_dim));
+  a.causal = c.causal;
+  a.q_pos = c.causal ? p.q_pos.data() : nullptr;
+  a.kv_pos = c.causal ? p.kv_pos.data() : nullptr;
+  return p;
+}
+
+// Naive attention in double on the values the op sees; also the tolerance per output value.
+//
+// Error model (first order, u = 2^-24), for one query row and head over n_vis visible rows:
+//  * a score s_j = fl(scale q) . k_j errs by ds_j <= (hd + 4) u sum_d |scale q_d k_jd|;
+//  * a weight e_j = exp(s_j - m) then errs relatively by 2 max ds + (|s_j - m| + 2) u (the
+//    shift m itself cancels between numerator and denominator);
+//  * weight errors d_j move the output by sum_j p_j d_j |v_j - o| <= d_max * 2 max_j |v_jd|;
+//  * accumulating acc and l over n_vis rows in blocks (with one rescale per block) adds
+//    (n_vis + 2 n_blocks + 4) u relative to sum_j p_j |v_jd| and to |o_d|.
+void NaiveAttention(const Problem& p, std::vector<double>* out, std::vector<double>* tol) {
+  const AttentionArgs& a = p.args;
+  const int64_t hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const int64_t q_stride = a.q_row_stride ? a.q_row_stride : a.n_heads * hd;
+  out->assign(static_cast<size_t>(a.n_q * a.n_heads * hd), 0.0);
+  tol->assign(out->size(), kTiny);
+  const float scale = a.scale;
+  for (int64_t i = 0; i < a.n_q; ++i) {
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+      const float* q = p.q_buf.data() + i * q_stride + h * hd;
+      const int64_t g = h / group;
+      std::vector<double> s, ds;
+      std::vector<int64_t> rows;
+      for (int64_t j = 0; j < a.n_kv; ++j) {
+        if (a.causal && p.kv_pos[j] > p.q_pos[i]) continue;
+        const float* k = p.k_vals.data() + (j * a.n_kv_heads + g) * hd;
+        double dot = 0, mag = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          dot += static_cast<double>(scale) * q[d] * k[d];
+          mag += std::fabs(static_cast<double>(scale) * q[d] * k[d]);
+        }
+        s.push_back(dot);
+        ds.push_back((hd + 4) * kU * mag);
+        rows.push_back(j);
+      }
+      if (rows.empty()) continue;  // no visible row: zeros, exactly
+      const double m = *std::max_element(s.begin(), s.end());
+      double z = 0, ds_max = 0, range = 0;
+      for (size_t r = 0; r < s.size(); ++r) {
+        z += std::exp(s[r] - m);
+        ds_max = std::max(ds_max, ds[r]);
+        range = std::max(range, m - s[r]);
+      }
+      const double n_vis = static_cast<double>(rows.size());
+      const double acc_rel = (n_vis + 2 * std::ceil(n_vis / 128) + 4) * kU;
+      const double weight_rel = 2 * ds_max + (range + 2) * kU;
+      for (int64_t d = 0; d < hd; ++d) {
+        double o = 0, abs_pv = 0, v_max = 0;
+        for (size_t r = 0; r < rows.size(); ++r) {
+          const double pr = std::exp(s[r] - m) / z;
+          const double v = p.v_vals[(rows[r] * a.n_kv_heads + g) * hd + d];
+          o += pr * v;
+          abs_pv += pr * std::fabs(v);
+          v_max = std::max(v_max, std::fabs(v));
+        }
+        const size_t at = static_cast<size_t>((i * a.n_heads + h) * hd + d);
+        (*out)[at] = o;
+        (*tol)[at] = weight_rel * 2 * v_max + acc_rel * (abs_pv + std::fabs(o)) + kTiny;
+      }
+    }
+  }
+}
+
+// Runs the op for every ISA and both cache types; out_row_stride wider than needed, with the
+// gap checked untouched.
+void CheckCase(const Case& c, ThreadPool* pool = nullptr) {
+  for (DType kv : {DType::kF16, DType::kF32}) {
+    Problem p = Make(c, kv, 1000 + static_cast<uint32_t>(c.n_q * 7 + c.n_kv));
+    std::vector<double> want, tol;
+    NaiveAttention(p, &want, &tol);
+    const int64_t width = c.n_heads * c.head_dim, out_stride = width + 3;
+    for (Isa isa : AvailableIsas()) {
+      const std::string vars = c.Vars(isa, kv);
+      std::vector<float> out(static_cast<size_t>(c.n_q * out_stride), -7.0f);
+      AttentionArgs a = p.args;
+      a.out = out.data();
+      a.out_row_stride = out_stride;
+      Status st = engine::ops::Attention(GetKernelTable(isa), pool, a);
+      ASSERT_TRUE(st.ok()) << vars << ": " << st.ToString();
+      int failures = 0;
+      for (int64_t i = 0; i < c.n_q; ++i) {
+        for (int64_t e = 0; e < out_stride; ++e) {
+          const float got = out[i * out_stride + e];
+          if (e >= width) {
+            ASSERT_EQ(got, -7.0f) << vars << " wrote past the row, i=" << i << " e=" << e;
+            continue;
+          }
+          const size_t at = static_cast<size_t>(i * width + e);
+          if (!(std::fabs(got - want[at]) <= tol[at]) && failures++ < 5) {
+            ADD_FAILURE() << vars << " i=" << i << " head=" << e / c.head_dim
+                          << " d=" << e % c.head_dim << " got=" << got << " want=" << want[at]
+                          << " tol=" << tol[at];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, DecodeOneQueryRowCausalGqa) {
+  CheckCase({"decode", 1, 300, 8, 2, 64, true, 299});
+}
+
+TEST(Attention, PrefillCausalWithHistory) {
+  CheckCase({"prefill", 37, 57, 6, 3, 72, true, 20});
+}
+
+TEST(Attention, VisionNoMaskOddHeadDim) {
+  CheckCase({"vision", 50, 50, 4, 4, 33, false});
+}
+
+TEST(Attention, MultiQueryOneKvHead) {
+  CheckCase({"mqa", 5, 140, 4, 1, 16, true, 135});
+}
+
+TEST(Attention, HeadMajorCacheAndFusedQkv) {
+  Case c{"strided", 9, 200, 4, 2, 40, true, 191};
+  c.head_major = true;
+  c.fused_q = true;
+  CheckCase(c);
+}
+
+TEST(Attention, UnsortedKvPositions) {
+  Case c{"unsorted", 21, 260, 4, 2, 32, true, 239};
+  c.shuffle_kv = true;
+  CheckCase(c);
+}
+
+TEST(Attention, RisingMaxAcrossBlocksStaysStable) {
+  // Peaky softmax whose max keeps growing across the 128-row blocks: the online rescaling path.
+  Case c{"rising", 3, 700, 2, 1, 64, false};
+  c.scale_mult = 6.0f;
+  c.growing_keys = true;
+  CheckCase(c);
+}
+
+TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
+  ThreadPool pool(3);
+  for (DType kv : {DType::kF16, DType::kF32}) {
+    Problem p = Make({"threads", 33, 180, 8, 4, 64, true, 147}, kv, 77);
+    for (Isa isa : AvailableIsas()) {
+      const int64_t n_out = p.args.n_q * p.args.n_heads * p.args.head_dim;
+      std::vector<float> single(n_out), threaded(n_out);
+      AttentionArgs a = p.args;
+      a.out = single.data();
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, a).ok());
+      a.out = threaded.data();
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), &pool, a).ok());
+      EXPECT_EQ(single, threaded) << IsaName(isa);
+    }
+  }
+  CheckCase({"threaded", 40, 90, 4, 2, 48, true, 50}, &pool);
+}
+
+TEST(Attention, NothingVisibleGivesZeros) {
+  Problem p = Make({"empty", 2, 10, 2, 1, 8, true, 0}, DType::kF32, 5);
+  p.q_pos = {-1, 0};  // row 0 sees nothing, row 1 sees kv 0 only
+  p.args.q_pos = p.q_pos.data();
+  std::vector<float> out(2 * 2 * 8, 3.0f);
+  p.args.out = out.data();
+  ASSERT_TRUE(engine::ops::Attention(GetKernelTable(Isa::kRef), nullptr, p.args).ok());
+  for (int e = 0; e < 16; ++e) EXPECT_EQ(out[e], 0.0f) << e;
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(out[16 + e], p.v_vals[e]) << e;  // p = 1 on kv 0 head 0
+
+  p.args.n_kv = 0;
+  std::fill(out.begin(), out.end(), 3.0f);
+  ASSERT_TRUE(engine::ops::Attention(GetKernelTable(Isa::kRef), nullptr, p.args).ok());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Attention, RejectsInconsistentArguments) {
+  Problem p = Make({"bad", 2, 10, 4, 2, 8, true, 9}, DType::kF16, 6);
+  std::vector<float> out(2 * 4 * 8);
+  p.args.out = out.data();
+  const KernelTable& kt = GetKernelTable(Isa::kRef);
+  auto expect_invalid = [&](AttentionArgs a, const char* what) {
+    Status st = engine::ops::Attention(kt, nullptr, a);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what << ": " << st.ToString();
+  };
+  AttentionArgs a = p.args;
+  a.n_kv_heads = 3;
+  expect_invalid(a, "n_heads % n_kv_heads");
+  a = p.args;
+  a.kv_type = DType::kQ8_0;
+  expect_invalid(a, "kv_type");
+  a = p.args;
+  a.kv_pos = nullptr;
+  expect_invalid(a, "causal without kv_pos");
+  a = p.args;
+  a.q = nullptr;
+  expect_invalid(a, "null q");
+  a = p.args;
+  a.head_dim = 0;
+  expect_invalid(a, "head_dim 0");
+  a = p.args;
+  a.q_row_stride = 5;
+  expect_invalid(a, "q stride too small");
+  a = p.args;
+  a.scale = NAN;
+  expect_invalid(a, "scale nan");
+  EXPECT_TRUE(engine::ops::Attention(kt, nullptr, p.args).ok());
+}
+
+// The row kernels on their own, every ISA against ref, lengths across the SIMD tails.
+TEST(AttentionKernels, DotAndAxpyRowsMatchRef) {
+  const KernelTable& ref = GetKernelTable(Isa::kRef);
+  for (Isa isa : AvailableIsas()) {
+    const KernelTable& t = GetKernelTable(isa);
+    for (int64_t n : {1, 7, 33, 64, 80, 1000}) {
+      const int64_t n_rows = 37, stride = n + 3;  // padded rows
+      const auto q = RandomNormal(n, 300 + n);
+      const auto w = RandomUniform(n_rows, 301 + n, 0.0f, 1.0f);
+      auto rows32 = RandomNormal(n_rows * stride, 302 + n);
+      std::vector<uint16_t> rows16(rows32.size());
+      for (size_t e = 0; e < rows32.size(); ++e) {
+        rows16[e] = FloatToHalf(rows32[e]);
+        rows32[e] = HalfToFloat(rows16[e]);  // identical values in both caches
+      }
+      for (bool f16 : {false, true}) {
+        const void* rows = f16 ? static_cast<const void*>(rows16.data()) : rows32.data();
+        const size_t bytes = static_cast<size_t>(stride) * (f16 ? 2 : 4);
+        const auto dot = f16 ? t.dot_rows_f16 : t.dot_rows_f32;
+        const auto dot_ref = f16 ? ref.dot_rows_f16 : ref.dot_rows_f32;
+        const auto axpy = f16 ? t.axpy_rows_f16 : t.axpy_rows_f32;
+        const auto axpy_ref = f16 ? ref.axpy_rows_f16 : ref.axpy_rows_f32;
+        const std::string vars = std::string(IsaName(isa)) + (f16 ? " f16" : " f32") +
+                                 " n=" + std::to_string(n);
+        std::vector<float> got(n_rows), want(n_rows);
+        dot(q.data(), rows, bytes, n_rows, n, got.data());
+        dot_ref(q.data(), rows, bytes, n_rows, n, want.data());
+        for (int64_t j = 0; j < n_rows; ++j) {
+          double mag = 0;
+          for (int64_t d = 0; d < n; ++d) mag += std::fabs(double(q[d]) * rows32[j * stride + d]);
+          ASSERT_NEAR(got[j], want[j], (SumSteps(n, Lanes(isa)) + 1) * kU * mag + kTiny)
+              << "dot_rows " << vars << " j=" << j;
+        }
+        auto acc = RandomNormal(n, 303 + n);
+        std::vector<float> acc_got = acc, acc_want = acc;
+        axpy(w.data(), rows, bytes, n_rows, n, acc_got.data());
+        axpy_ref(w.data(), rows, bytes, n_rows, n, acc_want.data());
+        for (int64_t d = 0; d < n; ++d) {
+          double mag = std::fabs(acc[d]);
+          for (int64_t j = 0; j < n_rows; ++j) mag += std::fabs(w[j] * rows32[j * stride + d]);
+          // Sequential over rows: n_rows fma roundings, plus the ref's one.
+          ASSERT_NEAR(acc_got[d], acc_want[d], (n_rows + 2) * kU * mag + kTiny)
+              << "axpy_rows " << vars << " d=" << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(HalfConversion, TestHelpersRoundTripEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), h) << h;
+  }
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // rounds up to inf
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00);  // tie -> even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);
+}
+
+}  // namespace
+}  // namespace vlmd::testing

@@ -1,0 +1,84 @@
+// VLMD_FORCE_ISA parsing and validation in SelectIsa, and the ISA name round trip.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "engine/kernels/kernel_table.h"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+// Sets VLMD_FORCE_ISA for the scope of one check and restores the previous value.
+class ScopedForceIsa {
+ public:
+  explicit ScopedForceIsa(const char* value) {
+    if (const char* old = std::getenv("VLMD_FORCE_ISA")) old_ = old, had_ = true;
+    if (value) {
+      setenv("VLMD_FORCE_ISA", value, 1);
+    } else {
+      unsetenv("VLMD_FORCE_ISA");
+    }
+  }
+  ~ScopedForceIsa() {
+    if (had_) {
+      setenv("VLMD_FORCE_ISA", old_.c_str(), 1);
+    } else {
+      unsetenv("VLMD_FORCE_ISA");
+    }
+  }
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(IsaSelect, NamesRoundTrip) {
+  for (int i = 0; i < kNumIsas; ++i) {
+    const Isa isa = static_cast<Isa>(i);
+    ASSERT_TRUE(ParseIsa(IsaName(isa)).has_value());
+    EXPECT_EQ(*ParseIsa(IsaName(isa)), isa);
+  }
+  EXPECT_FALSE(ParseIsa("AVX2").has_value());  // exact, lower-case names only
+  EXPECT_FALSE(ParseIsa("").has_value());
+  EXPECT_FALSE(ParseIsa("sse4").has_value());
+}
+
+TEST(IsaSelect, UnsetOrEmptyPicksBest) {
+  for (const char* v : {static_cast<const char*>(nullptr), ""}) {
+    ScopedForceIsa force(v);
+    Result<Isa> isa = SelectIsa();
+    ASSERT_TRUE(isa.ok()) << isa.status().ToString();
+    EXPECT_EQ(*isa, BestAvailableIsa());
+  }
+  EXPECT_TRUE(IsaAvailable(Isa::kRef));
+}
+
+TEST(IsaSelect, ForcedIsaIsHonouredWhenAvailable) {
+  for (int i = 0; i < kNumIsas; ++i) {
+    const Isa want = static_cast<Isa>(i);
+    const std::string name(IsaName(want));
+    ScopedForceIsa force(name.c_str());
+    Result<Isa> isa = SelectIsa();
+    if (IsaAvailable(want)) {
+      ASSERT_TRUE(isa.ok()) << name << ": " << isa.status().ToString();
+      EXPECT_EQ(*isa, want);
+    } else {
+      ASSERT_FALSE(isa.ok()) << name;
+      EXPECT_EQ(isa.status().code(), StatusCode::kUnimplemented) << isa.status().ToString();
+    }
+  }
+}
+
+TEST(IsaSelect, UnknownNameIsInvalidArgument) {
+  for (const char* v : {"avx1024", "AVX2", "ref "}) {
+    ScopedForceIsa force(v);
+    Result<Isa> isa = SelectIsa();
+    ASSERT_FALSE(isa.ok()) << v;
+    EXPECT_EQ(isa.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(isa.status().message().find(v), std::string::npos) << isa.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::engine::kernels

@@ -1,0 +1,245 @@
+// The ops layer: shape validation, row/range splitting over the ThreadPool (bitwise equal to
+// one thread), RoPE against ggml's definition evaluated in double, and the NaN/Inf check (E7).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/numerics.h"
+#include "engine/ops/rope.h"
+#include "engine/ops/softmax.h"
+#include "kernels/op_test_util.h"
+
+namespace vlmd::testing {
+namespace {
+
+using engine::kernels::GetKernelTable;
+using engine::kernels::Isa;
+using engine::kernels::IsaName;
+using engine::kernels::KernelTable;
+namespace ops = engine::ops;
+
+TEST(Ops, RowOpsSplitOverThreadsExactly) {
+  ThreadPool pool(3);
+  const int64_t n_rows = 67, n = 1000;
+  const auto x = RandomNormal(n_rows * n, 1, 2.0f);
+  const auto w = RandomNormal(n, 2);
+  const auto b = RandomNormal(n, 3);
+  for (Isa isa : AvailableIsas()) {
+    const KernelTable& kt = GetKernelTable(isa);
+    SCOPED_TRACE(std::string(IsaName(isa)));
+    std::vector<float> want(x.size()), got(x.size());
+    // Each row computed directly by the kernel is the expectation, bit for bit.
+    for (int64_t r = 0; r < n_rows; ++r) kt.rms_norm(&x[r * n], w.data(), &want[r * n], n, 1e-6f);
+    ASSERT_TRUE(ops::RmsNorm(kt, &pool, x.data(), w.data(), got.data(), n_rows, n, 1e-6f).ok());
+    EXPECT_EQ(got, want);
+
+    for (int64_t r = 0; r < n_rows; ++r) {
+      kt.layer_norm(&x[r * n], w.data(), b.data(), &want[r * n], n, 1e-5f);
+    }
+    ASSERT_TRUE(
+        ops::LayerNorm(kt, &pool, x.data(), w.data(), b.data(), got.data(), n_rows, n, 1e-5f)
+            .ok());
+    EXPECT_EQ(got, want);
+
+    want = x;
+    for (int64_t r = 0; r < n_rows; ++r) kt.softmax(&want[r * n], n);
+    ASSERT_TRUE(ops::Softmax(kt, &pool, x.data(), got.data(), n_rows, n).ok());
+    EXPECT_EQ(got, want);
+    std::vector<float> inplace = x;  // y == x
+    ASSERT_TRUE(ops::Softmax(kt, &pool, inplace.data(), inplace.data(), n_rows, n).ok());
+    EXPECT_EQ(inplace, want);
+  }
+}
+
+TEST(Ops, ActivationsSplitOverThreadsExactly) {
+  ThreadPool pool(2);
+  const int64_t n = 100003;  // not a multiple of the range alignment
+  const auto x = RandomNormal(n, 4, 3.0f);
+  const auto up = RandomNormal(n, 5);
+  for (Isa isa : AvailableIsas()) {
+    const KernelTable& kt = GetKernelTable(isa);
+    for (auto act : {ops::Activation::kGeluTanh, ops::Activation::kGeluErf,
+                     ops::Activation::kGeluQuick, ops::Activation::kSilu}) {
+      std::vector<float> single(n), threaded(n);
+      ASSERT_TRUE(ops::Activate(kt, nullptr, act, x.data(), single.data(), n).ok());
+      ASSERT_TRUE(ops::Activate(kt, &pool, act, x.data(), threaded.data(), n).ok());
+      EXPECT_EQ(single, threaded) << IsaName(isa) << " " << ops::ActivationName(act);
+      ASSERT_TRUE(ops::ParseActivation(ops::ActivationName(act)).has_value());
+      EXPECT_EQ(*ops::ParseActivation(ops::ActivationName(act)), act);
+    }
+    std::vector<float> single(n), threaded(n);
+    kt.swiglu(x.data(), up.data(), single.data(), n);
+    ASSERT_TRUE(ops::SwiGlu(kt, &pool, x.data(), up.data(), threaded.data(), n).ok());
+    EXPECT_EQ(single, threaded) << IsaName(isa) << " swiglu";
+  }
+  EXPECT_FALSE(ops::ParseActivation("relu").has_value());
+}
+
+TEST(Ops, RejectBadShapes) {
+  const KernelTable& kt = GetKernelTable(Isa::kRef);
+  std::vector<float> buf(64);
+  float* p = buf.data();
+  auto invalid = [](const Status& st) { return st.code() == StatusCode::kInvalidArgument; };
+  EXPECT_TRUE(invalid(ops::RmsNorm(kt, nullptr, p, nullptr, p, 2, 0, 1e-6f)));
+  EXPECT_TRUE(invalid(ops::RmsNorm(kt, nullptr, p, nullptr, p, -1, 8, 1e-6f)));
+  EXPECT_TRUE(invalid(ops::RmsNorm(kt, nullptr, nullptr, nullptr, p, 2, 8, 1e-6f)));
+  EXPECT_TRUE(invalid(ops::RmsNorm(kt, nullptr, p, nullptr, p, 2, 8, -1.0f)));
+  EXPECT_TRUE(invalid(ops::LayerNorm(kt, nullptr, p, nullptr, nullptr, nullptr, 2, 8, 1e-5f)));
+  EXPECT_TRUE(invalid(ops::Softmax(kt, nullptr, p, p, 1, 0)));
+  EXPECT_TRUE(invalid(ops::Activate(kt, nullptr, ops::Activation::kSilu, p, p, -3)));
+  EXPECT_TRUE(invalid(ops::SwiGlu(kt, nullptr, p, nullptr, p, 8)));
+  // Empty work is fine.
+  EXPECT_TRUE(ops::RmsNorm(kt, nullptr, p, nullptr, p, 0, 8, 1e-6f).ok());
+  EXPECT_TRUE(ops::Activate(kt, nullptr, ops::Activation::kSilu, nullptr, nullptr, 0).ok());
+
+  ops::RopeParams rp;
+  std::vector<int32_t> pos(2, 0);
+  rp.n_rot = 7;  // odd
+  EXPECT_TRUE(invalid(ops::Rope(kt, nullptr, rp, p, 2, 2, 16, pos.data())));
+  rp.n_rot = 18;  // > head_dim
+  EXPECT_TRUE(invalid(ops::Rope(kt, nullptr, rp, p, 2, 2, 16, pos.data())));
+  rp.n_rot = 16;
+  rp.freq_base = 0.0f;
+  EXPECT_TRUE(invalid(ops::Rope(kt, nullptr, rp, p, 2, 2, 16, pos.data())));
+  rp.freq_base = 10000.0f;
+  EXPECT_TRUE(invalid(ops::Rope(kt, nullptr, rp, p, 2, 2, 16, nullptr)));
+  EXPECT_TRUE(invalid(ops::RopeWithTable(kt, nullptr, p, 2, 2, 16, 20, p, 16, false)));
+  EXPECT_TRUE(ops::Rope(kt, nullptr, rp, p, 2, 2, 16, pos.data()).ok());
+}
+
+// ggml_rope_ext (ext_factor 0, attn_factor 1) written out in double: pair i of a head turns by
+// theta_i = pos * freq_scale * base^(-2i/n_rot) / ff_i; "normal" pairs are (2i, 2i+1), "neox"
+// pairs (i, i + n_rot/2); dims >= n_rot pass through.
+std::vector<double> RopeDouble(const std::vector<float>& x, const std::vector<int32_t>& pos,
+                               int64_t n_heads, int64_t head_dim, const ops::RopeParams& p) {
+  std::vector<double> y(x.begin(), x.end());
+  const int64_t half = p.n_rot / 2;
+  for (size_t t = 0; t < pos.size(); ++t) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const int64_t base = (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const double ff = p.freq_factors ? p.freq_factors[i] : 1.0;
+        const double theta = pos[t] * static_cast<double>(p.freq_scale) /
+                             (ff * std::pow(static_cast<double>(p.freq_base), 2.0 * i / p.n_rot));
+        const int64_t i0 = base + (p.neox ? i : 2 * i), i1 = base + (p.neox ? i + half : 2 * i + 1);
+        y[i0] = x[i0] * std::cos(theta) - x[i1] * std::sin(theta);
+        y[i1] = x[i0] * std::sin(theta) + x[i1] * std::cos(theta);
+      }
+    }
+  }
+  return y;
+}
+
+TEST(Ops, RopeMatchesGgmlDefinition) {
+  ThreadPool pool(2);
+  const int64_t n_tokens = 11, n_heads = 4, head_dim = 64;
+  const std::vector<int32_t> positions = {0, 1, 2, 7, 100, 101, 511, 4095, 5000, 32767, 3};
+  std::vector<float> factors(32);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i);
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t n_rot : {64, 32}) {
+      for (bool neox : {false, true}) {
+        for (bool scaled : {false, true}) {
+          ops::RopeParams rp;
+          rp.n_rot = n_rot;
+          rp.neox = neox;
+          rp.freq_base = scaled ? 500000.0f : 10000.0f;
+          rp.freq_scale = scaled ? 0.25f : 1.0f;
+          rp.freq_factors = scaled ? factors.data() : nullptr;
+          const auto x = RandomNormal(n_tokens * n_heads * head_dim, 8 + n_rot);
+          std::vector<float> y = x;
+          ASSERT_TRUE(ops::Rope(GetKernelTable(isa), &pool, rp, y.data(), n_tokens, n_heads,
+                                head_dim, positions.data())
+                          .ok());
+          const auto want = RopeDouble(x, positions, n_heads, head_dim, rp);
+          const std::string vars = std::string(IsaName(isa)) + " n_rot=" +
+                                   std::to_string(n_rot) + (neox ? " neox" : " normal") +
+                                   (scaled ? " scaled" : "");
+          for (size_t e = 0; e < y.size(); ++e) {
+            const int64_t d = static_cast<int64_t>(e) % head_dim;
+            if (d >= n_rot) {
+              ASSERT_EQ(y[e], x[e]) << vars << " e=" << e;
+              continue;
+            }
+            // Table entries carry one rounding (u), the kernel three (vs the exact product):
+            // 4u of |x0| + |x1| <= 2 max|x| of the pair; bound it by the row's max magnitude.
+            const int64_t head0 = static_cast<int64_t>(e) - d;
+            double mag = 0;
+            for (int64_t k = 0; k < n_rot; ++k) mag = std::max<double>(mag, std::fabs(x[head0 + k]));
+            ASSERT_NEAR(y[e], want[e], 8 * kU * mag + kTiny) << vars << " e=" << e;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, RopeWithTableOnFusedQkvTouchesOnlyItsHeads) {
+  const KernelTable& kt = GetKernelTable(engine::kernels::BestAvailableIsa());
+  const int64_t n_tokens = 5, n_heads = 2, head_dim = 16, stride = 3 * n_heads * head_dim;
+  ops::RopeParams rp;
+  rp.n_rot = head_dim;
+  rp.neox = true;
+  const std::vector<int32_t> pos = {3, 4, 5, 6, 7};
+  std::vector<float> table(n_tokens * rp.n_rot);
+  ASSERT_TRUE(ops::BuildRopeTable(rp, pos.data(), n_tokens, table.data()).ok());
+  const auto qkv = RandomNormal(n_tokens * stride, 9);
+  std::vector<float> got = qkv;
+  ASSERT_TRUE(
+      ops::RopeWithTable(kt, nullptr, got.data(), n_tokens, n_heads, head_dim, stride,
+                         table.data(), rp.n_rot, rp.neox)
+          .ok());
+  // The same rotation on a compact copy of the q part.
+  std::vector<float> q(n_tokens * n_heads * head_dim);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::copy_n(&qkv[t * stride], n_heads * head_dim, &q[t * n_heads * head_dim]);
+  }
+  ASSERT_TRUE(ops::Rope(kt, nullptr, rp, q.data(), n_tokens, n_heads, head_dim, pos.data()).ok());
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t e = 0; e < stride; ++e) {
+      const float v = got[t * stride + e];
+      if (e < n_heads * head_dim) {
+        ASSERT_EQ(v, q[t * n_heads * head_dim + e]) << "t=" << t << " e=" << e;
+      } else {
+        ASSERT_EQ(v, qkv[t * stride + e]) << "k/v part changed, t=" << t << " e=" << e;
+      }
+    }
+  }
+}
+
+TEST(Numerics, CheckFiniteNamesTheTensorAndIndex) {
+  std::vector<float> x = RandomNormal(5000, 10);
+  x[17] = std::numeric_limits<float>::denorm_min();
+  x[18] = std::numeric_limits<float>::max();
+  x[19] = -std::numeric_limits<float>::max();
+  EXPECT_TRUE(ops::CheckFinite(x.data(), 5000, "ok").ok());
+  EXPECT_TRUE(ops::CheckFinite(nullptr, 0, "empty").ok());
+
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity()};
+  const char* bad_names[] = {"nan", "inf", "-inf"};
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t at : {int64_t{0}, int64_t{1023}, int64_t{1024}, int64_t{4999}}) {
+      std::vector<float> y = x;
+      y[at] = bad_values[k];
+      if (at + 7 < 5000) y[at + 7] = bad_values[k];  // the first one is reported
+      Status st = ops::CheckFinite(y.data(), 5000, "blk.3.ffn_out");
+      ASSERT_EQ(st.code(), StatusCode::kInternal) << bad_names[k] << " at " << at;
+      const std::string& m = st.message();
+      EXPECT_NE(m.find("'blk.3.ffn_out'"), std::string::npos) << m;
+      EXPECT_NE(m.find("index " + std::to_string(at) + " "), std::string::npos) << m;
+      EXPECT_NE(m.find(std::string("value ") + bad_names[k] + " "), std::string::npos) << m;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::testing
