@@ -134,10 +134,20 @@ class ByteCursor {
 };
 
 std::string Quote(std::string_view s) {
-  // Keys and names come from the file: bound what goes into a message.
+  // Keys and names come from the file: bound what goes into a message and escape control bytes,
+  // so that an error stays one printable line in logs and CLI output.
   constexpr size_t kMaxShown = 96;
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "'";
-  out.append(s.substr(0, kMaxShown));
+  for (unsigned char c : s.substr(0, kMaxShown)) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
   if (s.size() > kMaxShown) out += "...";
   out += "'";
   return out;

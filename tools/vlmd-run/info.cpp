@@ -1,0 +1,99 @@
+// vlmd-run --info: a GGUF file as JSON (header, metadata in file order, tensor table). Long arrays
+// (e.g. a 50k-token vocab) are summarized as {"type","count","head"} to keep the output readable.
+#include <charconv>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "engine/gguf/gguf_reader.h"
+#include "vlmd-run/commands.h"
+
+namespace vlmd::tools {
+namespace {
+
+using engine::gguf::ArrayElements;
+using engine::gguf::GgufFile;
+using engine::gguf::MetadataValue;
+using engine::gguf::ValueType;
+using Json = nlohmann::ordered_json;
+
+constexpr uint64_t kMaxInlineArray = 16;  // longer arrays are summarized
+constexpr uint64_t kArrayHead = 8;        // elements shown in a summary
+
+// The shortest decimal that round-trips the float, as a double: prints 1e-05, not
+// 9.999999747378752e-06.
+double ShortestFloat(float f) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf) - 1, f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+Json ScalarJson(const MetadataValue& v) {
+  switch (v.type) {
+    case ValueType::kInt8: case ValueType::kInt16: case ValueType::kInt32: case ValueType::kInt64:
+      return v.i;
+    case ValueType::kUint8: case ValueType::kUint16: case ValueType::kUint32:
+    case ValueType::kUint64:
+      return v.u;
+    case ValueType::kBool: return v.u != 0;
+    case ValueType::kFloat32: return ShortestFloat(static_cast<float>(v.f));
+    case ValueType::kFloat64: return v.f;
+    case ValueType::kString: return std::string(v.str);
+    case ValueType::kArray: break;
+  }
+  return nullptr;
+}
+
+Json ValueJson(const MetadataValue& v) {
+  if (v.type != ValueType::kArray) return ScalarJson(v);
+  const bool summarize = v.array_count > kMaxInlineArray;
+  Json elems = Json::array();
+  for (const MetadataValue& e : ArrayElements(v, summarize ? kArrayHead : kMaxInlineArray)) {
+    elems.push_back(ScalarJson(e));
+  }
+  if (!summarize) return elems;
+  Json s = Json::object();
+  s["type"] = std::string(engine::gguf::ValueTypeName(v.array_type));
+  s["count"] = v.array_count;
+  s["head"] = std::move(elems);
+  return s;
+}
+
+Json InfoJson(const std::string& path, const GgufFile& f) {
+  Json j = Json::object();
+  j["file"] = path;
+  j["version"] = f.version();
+  j["alignment"] = f.alignment();
+  j["data_offset"] = f.data_offset();
+  Json meta = Json::object();
+  for (const auto& e : f.metadata()) meta[std::string(e.key)] = ValueJson(e.value);
+  j["metadata"] = std::move(meta);
+  Json tensors = Json::array();
+  for (const auto& t : f.tensors()) {
+    Json shape = Json::array();
+    for (int d = 0; d < t.n_dims; ++d) shape.push_back(t.ne[d]);
+    tensors.push_back(Json{{"name", std::string(t.name)},
+                           {"type", std::string(engine::DTypeName(t.type))},
+                           {"shape", std::move(shape)},
+                           {"offset", t.offset},
+                           {"nbytes", t.nbytes}});
+  }
+  j["tensors"] = std::move(tensors);
+  return j;
+}
+
+}  // namespace
+
+int RunInfo(const std::string& path, std::ostream& out, std::ostream& err) {
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) {
+    err << "vlmd-run: error: " << file.status().ToString() << "\n";
+    return kExitError;
+  }
+  // Strings in GGUF files are not guaranteed UTF-8 (byte-level vocab pieces): replace invalid
+  // sequences with U+FFFD instead of failing.
+  out << InfoJson(path, **file).dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+  return kExitOk;
+}
+
+}  // namespace vlmd::tools
