@@ -42,9 +42,10 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
   e->ctx_.kernels = &kernels::GetKernelTable(isa);
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(model_path));
   std::shared_ptr<const gguf::GgufFile> shared(std::move(file));
-  VLMD_ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromGguf(*shared));
+  VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
+  e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   VLMD_ASSIGN_OR_RETURN(e->model_, models::LlamaModel::Load(shared));
-  if (e->tokenizer_.n_tokens() > e->model_->config().n_vocab) {
+  if (e->tokenizer_->n_tokens() > e->model_->config().n_vocab) {
     return InvalidArgumentError("the vocabulary has more tokens than token_embd.weight has rows");
   }
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -118,11 +119,11 @@ Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
     r.tokens.push_back(tok);
     r.token_stats.push_back(stats);
     history.push_back(tok);
-    if (!params.ignore_eos && tokenizer_.IsEog(tok)) {
+    if (!params.ignore_eos && tokenizer_->IsEog(tok)) {
       r.finish_reason = "stop";
       break;
     }
-    pending += utf8.Push(tokenizer_.TokenToPiece(tok, /*special=*/false));
+    pending += utf8.Push(tokenizer_->TokenToPiece(tok, /*special=*/false));
     bool stopped = false;
     for (const std::string& s : params.stop) {
       const size_t at = pending.find(s);

@@ -51,7 +51,7 @@ class TextEngine {
   static Result<std::unique_ptr<TextEngine>> Load(const std::string& model_path,
                                                   const EngineOptions& opts);
 
-  const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const models::LlamaModel& model() const { return *model_; }
   ThreadPool& pool() { return *pool_; }
   std::string_view isa_name() const;
@@ -72,7 +72,7 @@ class TextEngine {
 
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
-  tokenizer::Tokenizer tokenizer_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<models::LlamaModel> model_;
   models::ForwardContext ctx_;
 };

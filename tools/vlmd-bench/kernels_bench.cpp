@@ -1,0 +1,166 @@
+// `vlmd-bench kernels`: GEMV (decode) and GEMM (prefill / encoding) of every benchmarked weight
+// type, reported as ratios to the read bandwidth of a same-sized working set (GEMV) and to the
+// FMA peak (GEMM), both measured in this run on this machine.
+#include "kernels_bench.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cpu_features.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/ops/matmul.h"
+#include "engine/tensor/quantize.h"
+#include "machine_limits.h"
+
+namespace vlmd::bench {
+namespace {
+
+using engine::DType;
+using engine::DTypeName;
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  engine::ops::WeightView view;
+};
+
+Weights MakeWeights(DType type, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+  std::vector<float> f(static_cast<size_t>(n * k));
+  for (auto& v : f) v = dist(rng);
+  Weights w;
+  const uint64_t row = *engine::RowBytes(type, k);
+  w.bytes.resize(row * n);
+  auto r = engine::QuantizeTensor(type, f.data(), n, k, w.bytes.data());
+  (void)r;
+  w.view = {type, n, k, w.bytes.data(), row};
+  return w;
+}
+
+std::vector<float> RandomActivations(int64_t m, int64_t k) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(m * k));
+  for (auto& v : a) v = dist(rng);
+  return a;
+}
+
+struct Row {
+  std::string kind;  // gemv | gemm
+  DType type;
+  int64_t m, n, k;
+  int threads;
+  double ms;
+  double value;      // GB/s (gemv) or GFLOP/s (gemm)
+  double bound;      // bandwidth (GB/s) or peak (GFLOP/s) measured in this run
+};
+
+}  // namespace
+
+int RunKernelsBench(const KernelsBenchOptions& opts) {
+  auto isa = engine::kernels::SelectIsa();
+  if (!isa.ok()) {
+    std::fprintf(stderr, "vlmd-bench: error: %s\n", isa.status().ToString().c_str());
+    return 2;
+  }
+  const auto& kt = engine::kernels::GetKernelTable(*isa);
+  const std::vector<std::pair<int64_t, int64_t>> gemv_shapes =
+      opts.quick ? std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}}
+                 : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {2048, 5632}, {5632, 2048}};
+  const std::vector<DType> gemv_types = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16};
+  const std::vector<DType> gemm_types = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                         DType::kQ4_0};
+  const std::vector<int64_t> gemm_m = opts.quick ? std::vector<int64_t>{512}
+                                                 : std::vector<int64_t>{512, 1024};
+  const int reps = opts.quick ? 5 : 15;
+
+  std::vector<Row> rows;
+  std::map<int, double> peaks;
+  std::map<std::pair<int, uint64_t>, double> bandwidth;  // (threads, bytes) -> GB/s
+  engine::ops::MatmulScratch scratch;
+  for (int threads : opts.threads) {
+    ThreadPool pool(threads);
+    peaks[threads] = MeasureFmaPeak(pool);
+    for (auto [k, n] : gemv_shapes) {
+      const std::vector<float> a = RandomActivations(1, k);
+      std::vector<float> out(static_cast<size_t>(n));
+      for (DType type : gemv_types) {
+        Weights w = MakeWeights(type, n, k, 1);
+        const uint64_t bytes = w.bytes.size();
+        auto& bw = bandwidth[{threads, bytes}];
+        if (bw == 0) bw = MeasureReadBandwidth(pool, bytes);
+        // Several calls per timing so that one sample is >= ~1 ms.
+        const int calls = std::max<int>(1, static_cast<int>((8u << 20) / bytes));
+        Status st;
+        const double sec = MedianSeconds(reps, [&] {
+          for (int c = 0; c < calls; ++c) {
+            st = engine::ops::MatMul(kt, &pool, w.view, a.data(), 1, k, out.data(), n, &scratch);
+          }
+        }) / calls;
+        if (!st.ok()) {
+          std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
+          return 1;
+        }
+        rows.push_back({"gemv", type, 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw});
+      }
+    }
+    for (int64_t m : gemm_m) {
+      const int64_t k = 2048, n = 2048;
+      const std::vector<float> a = RandomActivations(m, k);
+      std::vector<float> out(static_cast<size_t>(m * n));
+      for (DType type : gemm_types) {
+        Weights w = MakeWeights(type, n, k, 2);
+        Status st;
+        const double sec = MedianSeconds(opts.quick ? 3 : 5, [&] {
+          st = engine::ops::MatMul(kt, &pool, w.view, a.data(), m, k, out.data(), n, &scratch);
+        });
+        if (!st.ok()) {
+          std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
+          return 1;
+        }
+        rows.push_back({"gemm", type, m, n, k, threads, sec * 1e3, 2.0 * m * n * k / sec / 1e9,
+                        peaks[threads]});
+      }
+    }
+  }
+
+  const CpuFeatures& cpu = GetCpuFeatures();
+  std::printf("vlmd-bench kernels | cpu: %s | kernels: %s | fma peak probe: %s\n",
+              cpu.brand.c_str(), std::string(engine::kernels::IsaName(*isa)).c_str(), FmaPeakIsa());
+  for (auto [t, p] : peaks) std::printf("measured f32 FMA peak, %d thread(s): %.1f GFLOP/s\n", t, p);
+  std::printf("\n%-5s %-5s %5s %5s %5s %3s %9s %12s %12s %6s\n", "path", "type", "M", "N", "K",
+              "thr", "ms", "achieved", "bound", "ratio");
+  nlohmann::json j;
+  j["cpu"] = cpu.brand;
+  j["cpu_features"] = cpu.ToString();
+  j["kernel_isa"] = std::string(engine::kernels::IsaName(*isa));
+  for (auto [t, p] : peaks) j["fma_peak_gflops"][std::to_string(t)] = p;
+  for (const Row& r : rows) {
+    const bool gemv = r.kind == "gemv";
+    std::printf("%-5s %-5s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f\n",
+                r.kind.c_str(), std::string(DTypeName(r.type)).c_str(),
+                static_cast<long long>(r.m), static_cast<long long>(r.n),
+                static_cast<long long>(r.k), r.threads, r.ms, r.value, gemv ? "GB/s" : "GF/s",
+                r.bound, gemv ? "GB/s" : "GF/s", r.value / r.bound);
+    j["results"].push_back({{"path", r.kind}, {"type", std::string(DTypeName(r.type))},
+                            {"m", r.m}, {"n", r.n}, {"k", r.k}, {"threads", r.threads},
+                            {"ms", r.ms}, {gemv ? "gb_s" : "gflop_s", r.value},
+                            {gemv ? "bandwidth_gb_s" : "peak_gflop_s", r.bound},
+                            {"ratio", r.value / r.bound}});
+  }
+  if (opts.json_path == "-") {
+    std::cout << j.dump(2) << "\n";
+  } else if (!opts.json_path.empty()) {
+    std::ofstream(opts.json_path) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace vlmd::bench

@@ -1,0 +1,150 @@
+// Bandwidth and FMA-peak probes. The inner loops are compiled for AVX-512 / AVX2 with target
+// attributes and chosen from CPUID, since the tool itself is built for the x86-64-v2 baseline.
+#include "machine_limits.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/cpu_features.h"
+
+namespace vlmd::bench {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Sums the buffer with 4 independent vector accumulators (enough loads in flight to saturate
+// the memory system); returns the sum so the compiler cannot drop the reads.
+__attribute__((target("avx512f"))) float ReadAvx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+__attribute__((target("avx2"))) float ReadAvx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+float ReadSse(const float* p, size_t n) {
+  __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 16 <= n; i += 16) {
+    a0 = _mm_add_ps(a0, _mm_load_ps(p + i));
+    a1 = _mm_add_ps(a1, _mm_load_ps(p + i + 4));
+    a2 = _mm_add_ps(a2, _mm_load_ps(p + i + 8));
+    a3 = _mm_add_ps(a3, _mm_load_ps(p + i + 12));
+  }
+  float out[4];
+  _mm_storeu_ps(out, _mm_add_ps(_mm_add_ps(a0, a1), _mm_add_ps(a2, a3)));
+  return out[0] + out[1] + out[2] + out[3];
+}
+
+// 16 independent FMA chains of 16 floats: 2 FMA ports x ~4-cycle latency need >= 8 in flight.
+__attribute__((target("avx512f"))) float FmaAvx512(int64_t iters) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(0.001f * j);
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) float FmaAvx2(int64_t iters) {
+  __m256 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(0.001f * j);
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[7];
+}
+
+float FmaSse(int64_t iters) {
+  __m128 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm_set1_ps(0.001f * j);
+  const __m128 m = _mm_set1_ps(0.999999f), c = _mm_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 8; ++j) acc[j] = _mm_add_ps(_mm_mul_ps(acc[j], m), c);
+  }
+  float out[4];
+  _mm_storeu_ps(out, acc[0]);
+  return out[0];
+}
+
+bool HasAvx512() { return GetCpuFeatures().avx512f; }
+bool HasAvx2() { return GetCpuFeatures().avx2 && GetCpuFeatures().fma; }
+
+volatile float g_sink = 0.0f;  // keeps the probes' results alive
+
+}  // namespace
+
+const char* FmaPeakIsa() { return HasAvx512() ? "avx512" : HasAvx2() ? "avx2" : "sse"; }
+
+double MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {
+  const size_t n = (bytes / sizeof(float) + 63) / 64 * 64;
+  std::unique_ptr<float, FreeDeleter> buf(
+      static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))));
+  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  const int threads = pool.size();
+  // Enough passes that one timing covers >= ~256 MB of reads (short runs are noise).
+  const int passes = static_cast<int>(std::max<size_t>(1, (256u << 20) / (n * sizeof(float))));
+  auto run = [&] {
+    pool.ParallelFor(threads, [&](int64_t t, int) {
+      int64_t b, e;
+      SplitRange(static_cast<int64_t>(n), threads, t, 64, &b, &e);
+      float s = 0;
+      for (int p = 0; p < passes; ++p) {
+        const float* base = buf.get() + b;
+        const size_t len = static_cast<size_t>(e - b);
+        s += HasAvx512() ? ReadAvx512(base, len) : HasAvx2() ? ReadAvx2(base, len) : ReadSse(base, len);
+      }
+      g_sink = g_sink + s;
+    });
+  };
+  const double sec = MedianSeconds(7, run);
+  return static_cast<double>(n) * sizeof(float) * passes / sec / 1e9;
+}
+
+double MeasureFmaPeak(ThreadPool& pool) {
+  constexpr int64_t kIters = 4'000'000;
+  const int threads = pool.size();
+  auto run = [&] {
+    pool.ParallelFor(threads, [&](int64_t, int) {
+      const float s = HasAvx512() ? FmaAvx512(kIters) : HasAvx2() ? FmaAvx2(kIters) : FmaSse(kIters);
+      g_sink = g_sink + s;
+    });
+  };
+  const double sec = MedianSeconds(5, run);
+  const double flops_per_iter = HasAvx512() ? 16 * 16 * 2 : HasAvx2() ? 12 * 8 * 2 : 8 * 4 * 2;
+  return flops_per_iter * kIters * threads / sec / 1e9;
+}
+
+}  // namespace vlmd::bench

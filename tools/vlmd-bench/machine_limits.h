@@ -1,0 +1,28 @@
+// Measures the limits of the machine the benchmark runs on, in the same run as the thing it
+// compares: read bandwidth for a given working-set size, and the peak f32 FMA rate.
+#pragma once
+
+#include <cstddef>
+
+#include "core/thread_pool.h"
+
+namespace vlmd::bench {
+
+// Sustained read bandwidth in GB/s (1e9 bytes/s) for a buffer of `bytes` read repeatedly by all
+// threads of `pool` (each thread its own slice), as a matmul over weights of that size reads them.
+double MeasureReadBandwidth(ThreadPool& pool, size_t bytes);
+
+// Peak f32 FMA throughput in GFLOP/s with all threads of `pool` (independent accumulator chains
+// in the widest vector unit this CPU has: AVX-512, else AVX2+FMA, else SSE mul+add).
+double MeasureFmaPeak(ThreadPool& pool);
+
+// Name of the vector unit MeasureFmaPeak used ("avx512", "avx2", "sse").
+const char* FmaPeakIsa();
+
+// Median of `reps` timings (seconds) of fn(), after one warm-up call.
+template <typename Fn>
+double MedianSeconds(int reps, Fn&& fn);
+
+}  // namespace vlmd::bench
+
+#include "machine_limits_inl.h"

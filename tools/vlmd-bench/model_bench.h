@@ -1,0 +1,21 @@
+// `vlmd-bench model`: prefill and decode speed of a text model at 1 and 2 threads, beside the
+// decode bound measured in the same run (read bandwidth / weight bytes read per token).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace vlmd::bench {
+
+struct ModelBenchOptions {
+  std::string model_path;
+  std::vector<int> threads = {1, 2};
+  int prompt_tokens = 512;
+  int gen_tokens = 128;
+  int reps = 3;
+  bool json = false;  // print one JSON object per thread count instead of the table
+};
+
+int RunModelBench(const ModelBenchOptions& opts);
+
+}  // namespace vlmd::bench
