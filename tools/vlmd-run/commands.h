@@ -2,8 +2,10 @@
 // each returns the process exit code (0 ok, 2 error with one "vlmd-run: error: ..." line on err).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace vlmd::tools {
 
@@ -14,7 +16,39 @@ inline constexpr int kExitError = 2;
 // Everything the command line can set. Generation flags (-m, -p, --image, ...) join here.
 struct RunOptions {
   std::string info_path;  // --info FILE.gguf
+
+  // Generation (-m MODEL -p PROMPT ...).
+  std::string model_path;        // -m
+  std::string prompt;            // -p
+  std::string prompt_file;       // -f
+  int32_t n_predict = 64;        // -n
+  float temperature = 0.0f;      // --temp (0 = greedy)
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  int32_t threads = 0;           // -t (0 = all cores)
+  int32_t n_ctx = 4096;          // -c
+  bool raw_prompt = false;       // no chat template; special-token text is parsed
+  bool json = false;             // one JSON object instead of plain text
+  bool ignore_eos = false;
+  std::string dump_logits_path;  // f32 logits of the last prompt position
+
+  // Tokenization (-m MODEL --tokenize TEXT | --tokenize-file FILE).
+  std::string tokenize_text;
+  std::string tokenize_file;
+  bool tokenize_set = false;
+  bool add_special = false;
 };
+
+// -m MODEL -p PROMPT: generates text (see RunOptions); prints text or JSON on `out`.
+int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err);
+
+// -m MODEL --tokenize TEXT: prints the token ids as a JSON array (no BOS/EOS added and
+// special-token text not parsed unless --add-special).
+int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err);
 
 // --info: prints the GGUF header, metadata and tensor table of `path` as JSON on `out`.
 int RunInfo(const std::string& path, std::ostream& out, std::ostream& err);

@@ -1,23 +1,57 @@
 // vlmd-run: command-line front end of the engine. Flag parsing and dispatch only; each command
-// lives in its own file (info.cpp, ...).
+// lives in its own file (info.cpp, generate.cpp).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "vlmd-run/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"vlmd-run: inspect GGUF models (generation commands will follow)"};
+  CLI::App app{"vlmd-run: run a model once (generate, tokenize) or inspect a GGUF file"};
   vlmd::tools::RunOptions opts;
   app.add_option("--info", opts.info_path,
                  "Print the header, metadata and tensor table of a GGUF file as JSON")
       ->type_name("FILE.gguf");
-  app.require_option(1);
+  app.add_option("-m,--model", opts.model_path, "Text model GGUF")->type_name("FILE.gguf");
+  app.add_option("-p,--prompt", opts.prompt, "Prompt text (the user message)");
+  app.add_option("-f,--prompt-file", opts.prompt_file, "Read the prompt from a file");
+  app.add_option("-n,--n-predict", opts.n_predict, "Tokens to generate")->capture_default_str();
+  app.add_option("--temp", opts.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  app.add_option("--top-k", opts.top_k, "Top-k (0 = off)")->capture_default_str();
+  app.add_option("--top-p", opts.top_p, "Top-p (1 = off)")->capture_default_str();
+  app.add_option("--min-p", opts.min_p, "Min-p (0 = off)")->capture_default_str();
+  app.add_option("--repeat-penalty", opts.repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str();
+  app.add_option("--seed", opts.seed, "Sampling seed")->capture_default_str();
+  app.add_option("--stop", opts.stop, "Stop string (repeatable)");
+  app.add_option("-t,--threads", opts.threads, "Threads (0 = all cores)")->capture_default_str();
+  app.add_option("-c,--ctx", opts.n_ctx, "Context positions")->capture_default_str();
+  app.add_flag("--raw-prompt", opts.raw_prompt,
+               "Use the prompt as is: no chat template, special-token text parsed");
+  app.add_flag("--ignore-eos", opts.ignore_eos, "Keep generating past end-of-generation tokens");
+  app.add_flag("--json", opts.json, "Print one JSON object (text, tokens, timings)");
+  app.add_option("--dump-logits", opts.dump_logits_path,
+                 "Write the f32 logits of the last prompt position (little-endian)");
+  auto* tok = app.add_option("--tokenize", opts.tokenize_text, "Print the token ids of TEXT");
+  auto* tok_file = app.add_option("--tokenize-file", opts.tokenize_file,
+                                  "Print the token ids of a file's contents");
+  app.add_flag("--add-special", opts.add_special,
+               "With --tokenize: add BOS/EOS as the vocabulary says and parse special tokens");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (!opts.info_path.empty()) return vlmd::tools::RunInfo(opts.info_path, std::cout, std::cerr);
+  if (!opts.model_path.empty() && (tok->count() > 0 || tok_file->count() > 0)) {
+    return vlmd::tools::RunTokenize(opts, std::cout, std::cerr);
+  }
+  if (!opts.model_path.empty() && (!opts.prompt.empty() || !opts.prompt_file.empty())) {
+    return vlmd::tools::RunGenerate(opts, std::cout, std::cerr);
+  }
+  if (!opts.model_path.empty()) {
+    std::cerr << "vlmd-run: error: -m needs -p/-f (generate) or --tokenize/--tokenize-file\n";
+    return vlmd::tools::kExitError;
+  }
   std::cerr << app.help();
   return vlmd::tools::kExitError;
 }

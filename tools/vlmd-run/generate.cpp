@@ -1,0 +1,146 @@
+// vlmd-run generation and tokenization commands: load the model, build the prompt (chat template
+// from the GGUF unless --raw-prompt), generate, print text or JSON with timings.
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/gguf/gguf_reader.h"
+#include "engine/runtime/text_engine.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "vlmd-run/commands.h"
+
+namespace vlmd::tools {
+namespace {
+
+using engine::runtime::TextEngine;
+
+int Fail(std::ostream& err, const Status& s) {
+  err << "vlmd-run: error: " << s.ToString() << "\n";
+  return kExitError;
+}
+
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+Status WriteF32(const std::string& path, const std::vector<float>& v) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  if (!f) return Status(StatusCode::kUnavailable, "cannot write " + path);
+  return Status::Ok();
+}
+
+// The prompt as token ids: raw prompts are tokenized as given (BOS as the vocabulary says,
+// special-token text parsed: how the parity fixtures are fed); otherwise the model's chat
+// template wraps one user message first.
+Result<std::vector<int32_t>> BuildPrompt(const TextEngine& e, const engine::gguf::GgufFile* meta,
+                                         const std::string& text, bool raw, std::ostream& err) {
+  std::string prompt = text;
+  if (!raw) {
+    std::string_view source;
+    if (meta != nullptr && meta->Find("tokenizer.chat_template") != nullptr) {
+      auto s = meta->GetString("tokenizer.chat_template");
+      if (s.ok()) source = *s;
+    }
+    const auto tmpl = engine::tokenizer::ChatTemplate::Detect(source);
+    if (tmpl.is_fallback()) {
+      err << "vlmd-run: warning: unknown chat template, using chatml (pass --raw-prompt to "
+             "send the prompt as is)\n";
+    }
+    const engine::tokenizer::ChatMessage msg{"user", text};
+    prompt = tmpl.Apply(std::span<const engine::tokenizer::ChatMessage>(&msg, 1), true);
+  }
+  return e.tokenizer().Tokenize(prompt, /*add_special=*/true, /*parse_special=*/true);
+}
+
+}  // namespace
+
+int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err) {
+  auto file = engine::gguf::GgufFile::Open(opts.model_path);
+  if (!file.ok()) return Fail(err, file.status());
+  auto tok = engine::tokenizer::Tokenizer::FromGguf(**file);
+  if (!tok.ok()) return Fail(err, tok.status());
+  std::string text = opts.tokenize_text;
+  if (!opts.tokenize_file.empty()) {
+    auto t = ReadTextFile(opts.tokenize_file);
+    if (!t.ok()) return Fail(err, t.status());
+    text = *t;
+  }
+  auto ids = tok->Tokenize(text, opts.add_special, /*parse_special=*/opts.add_special);
+  if (!ids.ok()) return Fail(err, ids.status());
+  out << nlohmann::json(*ids).dump() << "\n";
+  return kExitOk;
+}
+
+int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
+  std::string text = opts.prompt;
+  if (!opts.prompt_file.empty()) {
+    auto t = ReadTextFile(opts.prompt_file);
+    if (!t.ok()) return Fail(err, t.status());
+    text = *t;
+  }
+  engine::runtime::EngineOptions eo;
+  eo.threads = opts.threads;
+  eo.n_ctx = opts.n_ctx;
+  auto engine = TextEngine::Load(opts.model_path, eo);
+  if (!engine.ok()) return Fail(err, engine.status());
+  auto meta = engine::gguf::GgufFile::Open(opts.model_path);  // for the chat template
+  auto prompt = BuildPrompt(**engine, meta.ok() ? meta->get() : nullptr, text, opts.raw_prompt, err);
+  if (!prompt.ok()) return Fail(err, prompt.status());
+
+  if (!opts.dump_logits_path.empty()) {
+    auto logits = (*engine)->PromptLogits(*prompt);
+    if (!logits.ok()) return Fail(err, logits.status());
+    Status s = WriteF32(opts.dump_logits_path, *logits);
+    if (!s.ok()) return Fail(err, s);
+  }
+
+  engine::runtime::GenerateParams gp;
+  gp.max_tokens = opts.n_predict;
+  gp.stop = opts.stop;
+  gp.ignore_eos = opts.ignore_eos;
+  gp.sampling.temperature = opts.temperature;
+  gp.sampling.top_k = opts.top_k;
+  gp.sampling.top_p = opts.top_p;
+  gp.sampling.min_p = opts.min_p;
+  gp.sampling.repeat_penalty = opts.repeat_penalty;
+  gp.sampling.seed = opts.seed;
+  engine::runtime::TextCallback stream;
+  if (!opts.json) {
+    stream = [&out](std::string_view piece) {
+      out << piece << std::flush;
+      return true;
+    };
+  }
+  auto r = (*engine)->Generate(*prompt, gp, stream);
+  if (!r.ok()) return Fail(err, r.status());
+  if (!opts.json) {
+    out << "\n";
+    return kExitOk;
+  }
+  const double out_tok = static_cast<double>(r->tokens.size());
+  nlohmann::json j;
+  j["text"] = r->text;
+  j["tokens"] = r->tokens;
+  j["prompt_token_ids"] = *prompt;
+  j["finish_reason"] = r->finish_reason;
+  j["kernels"] = std::string((*engine)->isa_name());
+  nlohmann::json& t = j["timings"];
+  t["prefill_ms"] = r->prefill_ms;
+  t["decode_ms"] = r->decode_ms;
+  t["prompt_tokens"] = r->prompt_tokens;
+  t["output_tokens"] = r->tokens.size();
+  t["prefill_tok_s"] = r->prefill_ms > 0 ? r->prompt_tokens / (r->prefill_ms / 1e3) : 0.0;
+  // The first token comes from the prefill's logits: out_tok - 1 decode steps were timed.
+  t["decode_tok_s"] = r->decode_ms > 0 && out_tok > 1 ? (out_tok - 1) / (r->decode_ms / 1e3) : 0.0;
+  out << j.dump(2) << "\n";
+  return kExitOk;
+}
+
+}  // namespace vlmd::tools
