@@ -47,8 +47,16 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
                         TokenStats* stats) {
   const int32_t n = static_cast<int32_t>(logits.size());
+  const bool penalize = params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0;
+  if (params_.temperature <= 0.0f && !penalize) {
+    // Plain greedy: no copy of the logits. First maximum: ties go to the lowest id.
+    const int32_t chosen =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (stats != nullptr) *stats = ComputeTokenStats(logits, chosen);
+    return chosen;
+  }
   work_.assign(logits.begin(), logits.end());
-  if (params_.repeat_penalty != 1.0f && params_.repeat_last_n > 0) {
+  if (penalize) {
     const size_t from = history.size() > static_cast<size_t>(params_.repeat_last_n)
                             ? history.size() - params_.repeat_last_n
                             : 0;

@@ -115,9 +115,9 @@ Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
   models::KvCache* caches[] = {cache.get()};
   for (int32_t step = 0; step < params.max_tokens; ++step) {
     TokenStats stats;
-    const int32_t tok = sampler.Sample(logits, history, &stats);
+    const int32_t tok = sampler.Sample(logits, history, params.token_stats ? &stats : nullptr);
     r.tokens.push_back(tok);
-    r.token_stats.push_back(stats);
+    if (params.token_stats) r.token_stats.push_back(stats);
     history.push_back(tok);
     if (!params.ignore_eos && tokenizer_->IsEog(tok)) {
       r.finish_reason = "stop";

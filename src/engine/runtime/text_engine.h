@@ -29,13 +29,14 @@ struct GenerateParams {
   int32_t max_tokens = 128;
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;        // keep going past end-of-generation tokens
+  bool token_stats = false;       // fill GenerateResult::token_stats (costs a softmax per token)
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;        // generated ids (incl. a final EOS, if one ended it)
   std::string text;                   // detokenized, cut at a stop string
   std::string finish_reason;          // "stop" (EOS / stop string) or "length"
-  std::vector<TokenStats> token_stats;
+  std::vector<TokenStats> token_stats;  // one per generated token when params.token_stats
   int32_t prompt_tokens = 0;
   double prefill_ms = 0.0;
   double decode_ms = 0.0;

@@ -1,0 +1,116 @@
+// Sampler: greedy ties, reproducibility, the filters, the penalty and token statistics.
+#include "engine/runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace vlmd::engine::runtime {
+namespace {
+
+TEST(SamplerTest, GreedyTakesFirstMaximum) {
+  Sampler s(SamplingParams{});
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
+  EXPECT_EQ(s.Sample(logits, {}), 1);
+}
+
+TEST(SamplerTest, SameSeedSameTokensDifferentSeedDiffers) {
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = std::sin(i * 0.7f);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  auto run = [&](uint64_t seed) {
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) out.push_back(s.Sample(logits, {}));
+    return out;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+}
+
+TEST(SamplerTest, TemperatureOneFollowsSoftmax) {
+  const std::vector<float> logits = {0.0f, std::log(2.0f), std::log(5.0f)};  // p = 1/8, 2/8, 5/8
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  Sampler s(p);
+  std::map<int, int> counts;
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) ++counts[s.Sample(logits, {})];
+  // 5 sigma of a binomial with n = 40000 is < 0.013 in frequency.
+  EXPECT_NEAR(counts[0] / double(n), 1.0 / 8, 0.013);
+  EXPECT_NEAR(counts[1] / double(n), 2.0 / 8, 0.013);
+  EXPECT_NEAR(counts[2] / double(n), 5.0 / 8, 0.013);
+}
+
+TEST(SamplerTest, TopKOneIsGreedyAndTopPKeepsTheHead) {
+  const std::vector<float> logits = {0.0f, 5.0f, 1.0f, 4.9f};
+  SamplingParams p;
+  p.temperature = 2.0f;
+  p.top_k = 1;
+  Sampler k1(p);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(k1.Sample(logits, {}), 1);
+  p.top_k = 0;
+  p.top_p = 0.5f;  // token 1 alone has p ~0.5, together with 3 > 0.5: only {1, 3} survive
+  Sampler tp(p);
+  for (int i = 0; i < 200; ++i) {
+    const int t = tp.Sample(logits, {});
+    EXPECT_TRUE(t == 1 || t == 3) << t;
+  }
+}
+
+TEST(SamplerTest, MinPDropsUnlikelyTokens) {
+  const std::vector<float> logits = {0.0f, 10.0f, 9.0f, -5.0f};
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.min_p = 0.2f;  // keeps tokens with p >= 0.2 p_max: 1 and 2 (e^-1 = 0.37)
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    const int t = s.Sample(logits, {});
+    EXPECT_TRUE(t == 1 || t == 2) << t;
+  }
+}
+
+TEST(SamplerTest, RepetitionPenaltyDemotesSeenTokens) {
+  const std::vector<float> logits = {2.0f, 1.9f, 0.0f};
+  SamplingParams p;
+  p.repeat_penalty = 1.5f;
+  Sampler s(p);
+  const std::vector<int32_t> history = {0};
+  EXPECT_EQ(s.Sample(logits, history), 1);  // 2.0 / 1.5 < 1.9
+  EXPECT_EQ(s.Sample(logits, {}), 0);
+}
+
+TEST(SamplerTest, StatsOfUniformAndPeakedDistributions) {
+  const std::vector<float> uniform(256, 3.0f);
+  TokenStats u = ComputeTokenStats(uniform, 5);
+  EXPECT_NEAR(u.entropy_bits, 8.0f, 1e-4);
+  EXPECT_NEAR(u.logprob, -std::log(256.0f), 1e-4);
+  std::vector<float> peaked(256, 0.0f);
+  peaked[9] = 100.0f;
+  TokenStats pk = ComputeTokenStats(peaked, 9);
+  EXPECT_NEAR(pk.entropy_bits, 0.0f, 1e-3);
+  EXPECT_NEAR(pk.logprob, 0.0f, 1e-3);
+}
+
+TEST(SamplerTest, ValidationNamesTheField) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  Status s = ValidateSamplingParams(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("top_p"), std::string::npos);
+  p = SamplingParams{};
+  p.temperature = std::nanf("");
+  EXPECT_FALSE(ValidateSamplingParams(p).ok());
+  p = SamplingParams{};
+  p.top_k = -1;
+  EXPECT_FALSE(ValidateSamplingParams(p).ok());
+  EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
+}
+
+}  // namespace
+}  // namespace vlmd::engine::runtime

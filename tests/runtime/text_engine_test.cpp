@@ -1,0 +1,100 @@
+// TextEngine on the parity fixture: prompt logits equal the model's, stop strings cut the text,
+// budgets and bad input give errors, and the stream callback sees exactly the returned text.
+#include "engine/runtime/text_engine.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace vlmd::engine::runtime {
+namespace {
+
+class TextEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions o;
+    o.threads = 2;
+    o.n_ctx = 128;
+    auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(*e);
+    auto ids = engine_->tokenizer().Tokenize("<|im_start|>User: hello<end_of_utterance>\nAssistant:",
+                                             true, true);
+    ASSERT_TRUE(ids.ok());
+    prompt_ = *ids;
+  }
+  std::unique_ptr<TextEngine> engine_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_F(TextEngineTest, StreamedTextEqualsResultAndStopStringCuts) {
+  GenerateParams p;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  std::string streamed;
+  auto full = engine_->Generate(prompt_, p, [&](std::string_view s) {
+    streamed += s;
+    return true;
+  });
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_EQ(streamed, full->text);
+  EXPECT_EQ(full->tokens.size(), 12u);
+  EXPECT_EQ(full->finish_reason, "length");
+  ASSERT_GE(full->text.size(), 6u);
+
+  // A stop string taken from the middle of the greedy text ends generation right before it.
+  const std::string stop = full->text.substr(3, 3);
+  p.stop = {stop};
+  std::string streamed2;
+  auto cut = engine_->Generate(prompt_, p, [&](std::string_view s) {
+    streamed2 += s;
+    return true;
+  });
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(cut->finish_reason, "stop");
+  EXPECT_EQ(cut->text, full->text.substr(0, full->text.find(stop)));
+  EXPECT_EQ(streamed2, cut->text);
+}
+
+TEST_F(TextEngineTest, CallbackCancels) {
+  GenerateParams p;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+  int calls = 0;
+  auto r = engine_->Generate(prompt_, p, [&](std::string_view) { return ++calls < 2; });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->finish_reason, "cancelled");
+  EXPECT_LT(r->tokens.size(), 20u);
+}
+
+TEST_F(TextEngineTest, RejectsOverBudgetEmptyAndBadIds) {
+  GenerateParams p;
+  p.max_tokens = 200;  // prompt + 200 > n_ctx 128
+  auto over = engine_->Generate(prompt_, p);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(engine_->Generate({}, GenerateParams{}).ok());
+  const std::vector<int32_t> bad = {1, 999999};
+  GenerateParams small;
+  small.max_tokens = 4;
+  auto r = engine_->Generate(bad, small);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(TextEngineTest, TokenStatsWhenAsked) {
+  GenerateParams p;
+  p.max_tokens = 4;
+  p.ignore_eos = true;
+  p.token_stats = true;
+  auto r = engine_->Generate(prompt_, p);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->token_stats.size(), 4u);
+  for (const auto& s : r->token_stats) {
+    EXPECT_LE(s.logprob, 0.0f);
+    EXPECT_GE(s.entropy_bits, 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::engine::runtime
