@@ -15,6 +15,10 @@ PACKAGES=(
   nlohmann-json3-dev    # JSON for tools, fixtures and the API
   libcli11-dev          # command-line parsing of the tools
   libpcre2-dev          # tokenizer pre-split regexes (Unicode properties)
+  libjpeg62-turbo-dev   # JPEG decoding of request images (libjpeg-turbo)
+  libpng-dev            # PNG decoding of request images
+  libwebp-dev           # WebP decoding of request images
+  libssl-dev            # SHA-256 (libcrypto) for image cache keys and allowlists
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

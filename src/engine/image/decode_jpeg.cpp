@@ -1,0 +1,205 @@
+// JPEG decoding with libjpeg-turbo (errors caught with longjmp, never exit()) and EXIF
+// orientation from APP1, parsed here with explicit bounds checks.
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "engine/image/decoders.h"
+
+namespace vlmd::engine::image::internal {
+
+namespace {
+
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first member: libjpeg hands us a jpeg_error_mgr*
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void ErrorExit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings (msg_level -1) signal corrupt or truncated data that libjpeg would silently pad
+// (e.g. "Premature end of JPEG file" fills the rest with gray). A server must not embed a
+// half-invented image, so they are fatal, except for harmless ones about stray bytes.
+void EmitMessage(j_common_ptr cinfo, int msg_level) {
+  if (msg_level >= 0) return;  // trace messages
+  const int code = cinfo->err->msg_code;
+  if (code == JWRN_EXTRANEOUS_DATA || code == JWRN_ADOBE_XFORM) return;
+  ErrorExit(cinfo);
+}
+
+void OutputMessage(j_common_ptr) {}  // never print to stderr
+
+// Finds the frame dimensions by walking the marker segments up to the first SOFn, so that a
+// bomb header is rejected by our limits (with a clear message) before libjpeg allocates.
+bool ScanSofDimensions(std::span<const uint8_t> b, uint32_t* width, uint32_t* height) {
+  size_t pos = 2;  // after SOI
+  while (pos + 4 <= b.size()) {
+    if (b[pos] != 0xFF) return false;
+    const uint8_t marker = b[pos + 1];
+    if (marker == 0xFF) { ++pos; continue; }  // fill byte
+    const size_t len = (b[pos + 2] << 8) | b[pos + 3];
+    if (len < 2) return false;
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
+                     marker != 0xCC;
+    if (sof) {
+      if (len < 7 || pos + 9 > b.size()) return false;
+      *height = (b[pos + 5] << 8) | b[pos + 6];
+      *width = (b[pos + 7] << 8) | b[pos + 8];
+      return true;
+    }
+    if (marker == 0xDA || marker == 0xD9) return false;  // scan before frame: malformed
+    pos += 2 + len;
+  }
+  return false;
+}
+
+// The setjmp frame holds only trivially destructible locals; everything with a destructor lives
+// in the caller (`out`), so a longjmp never skips a destructor.
+bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, Image* out,
+                       Status* status, std::vector<uint8_t>* exif) {
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = ErrorExit;
+  err.pub.emit_message = EmitMessage;
+  err.pub.output_message = OutputMessage;
+  err.message[0] = '\0';
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *status = DataLossError(std::string("jpeg: ") + err.message);
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  // Bounds libjpeg's own working memory (progressive coefficient buffers etc.).
+  cinfo.mem->max_memory_to_use = 512L << 20;
+  jpeg_mem_src(&cinfo, b.data(), static_cast<unsigned long>(b.size()));
+  jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
+  jpeg_read_header(&cinfo, TRUE);
+  {  // scoped: no object with a destructor may be alive when libjpeg longjmps later
+    Status dims = CheckDimensions("jpeg", cinfo.image_width, cinfo.image_height, limits);
+    if (!dims.ok()) {
+      jpeg_destroy_decompress(&cinfo);
+      *status = dims;
+      return false;
+    }
+  }
+  for (jpeg_saved_marker_ptr m = cinfo.marker_list; m != nullptr; m = m->next) {
+    if (m->marker == JPEG_APP0 + 1 && m->data_length >= 6 &&
+        std::memcmp(m->data, "Exif\0\0", 6) == 0) {
+      exif->assign(m->data, m->data + m->data_length);
+      break;
+    }
+  }
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  AllocateRgb(static_cast<int32_t>(cinfo.output_width), static_cast<int32_t>(cinfo.output_height),
+              out);
+  const size_t width = cinfo.output_width;
+  if (cmyk) {
+    // Row buffer from libjpeg's pool: freed by jpeg_destroy_decompress on every path.
+    JSAMPARRAY row = (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo),
+                                                JPOOL_IMAGE, width * 4, 1);
+    while (cinfo.output_scanline < cinfo.output_height) {
+      uint8_t* dst = out->rgb.data() + cinfo.output_scanline * width * 3;
+      jpeg_read_scanlines(&cinfo, row, 1);
+      // Adobe writes inverted CMYK (the common case for CMYK JPEGs): RGB = stored * K / 255.
+      for (size_t x = 0; x < width; ++x) {
+        const uint8_t* p = row[0] + 4 * x;
+        for (int c = 0; c < 3; ++c) dst[3 * x + c] = static_cast<uint8_t>((p[c] * p[3] + 127) / 255);
+      }
+    }
+  } else {
+    while (cinfo.output_scanline < cinfo.output_height) {
+      JSAMPROW row = out->rgb.data() + cinfo.output_scanline * width * 3;
+      jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return true;
+}
+
+}  // namespace
+
+int ExifOrientation(std::span<const uint8_t> app1) {
+  // "Exif\0\0" then a TIFF header: byte order, 42, offset of IFD0 (from the TIFF start).
+  if (app1.size() < 6 + 8) return 1;
+  const std::span<const uint8_t> t = app1.subspan(6);
+  bool little;
+  if (t[0] == 'I' && t[1] == 'I') little = true;
+  else if (t[0] == 'M' && t[1] == 'M') little = false;
+  else return 1;
+  auto u16 = [&](size_t at) -> uint32_t {
+    return little ? (t[at] | t[at + 1] << 8) : (t[at] << 8 | t[at + 1]);
+  };
+  auto u32 = [&](size_t at) -> uint64_t {
+    return little ? (u16(at) | static_cast<uint64_t>(u16(at + 2)) << 16)
+                  : (static_cast<uint64_t>(u16(at)) << 16 | u16(at + 2));
+  };
+  if (u16(2) != 42) return 1;
+  const uint64_t ifd = u32(4);
+  if (ifd + 2 > t.size()) return 1;
+  const uint32_t count = u16(ifd);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint64_t entry = ifd + 2 + 12ull * i;
+    if (entry + 12 > t.size()) return 1;
+    if (u16(entry) != 0x0112) continue;
+    // Orientation: type SHORT (3), count 1, value left-justified in the 4-byte field.
+    if (u16(entry + 2) != 3 || u32(entry + 4) != 1) return 1;
+    const uint32_t v = u16(entry + 8);
+    return v >= 1 && v <= 8 ? static_cast<int>(v) : 1;
+  }
+  return 1;
+}
+
+void ApplyOrientation(int orientation, Image* image) {
+  if (orientation <= 1 || orientation > 8) return;
+  const size_t w = image->width, h = image->height;
+  const bool swap = orientation >= 5;
+  const size_t ow = swap ? h : w, oh = swap ? w : h;
+  std::vector<uint8_t> out(image->rgb.size());
+  for (size_t oy = 0; oy < oh; ++oy) {
+    for (size_t ox = 0; ox < ow; ++ox) {
+      size_t x = ox, y = oy;  // source pixel shown at (ox, oy)
+      switch (orientation) {
+        case 2: x = w - 1 - ox; y = oy; break;           // mirror horizontal
+        case 3: x = w - 1 - ox; y = h - 1 - oy; break;   // rotate 180
+        case 4: x = ox; y = h - 1 - oy; break;           // mirror vertical
+        case 5: x = oy; y = ox; break;                   // transpose
+        case 6: x = oy; y = h - 1 - ox; break;           // rotate 90 clockwise
+        case 7: x = w - 1 - oy; y = h - 1 - ox; break;   // transverse
+        case 8: x = w - 1 - oy; y = ox; break;           // rotate 90 counter-clockwise
+      }
+      std::memcpy(&out[(oy * ow + ox) * 3], &image->rgb[(y * w + x) * 3], 3);
+    }
+  }
+  image->rgb = std::move(out);
+  image->width = static_cast<int32_t>(ow);
+  image->height = static_cast<int32_t>(oh);
+}
+
+Result<Image> DecodeJpeg(std::span<const uint8_t> b, const DecodeLimits& limits) {
+  uint32_t sof_w = 0, sof_h = 0;
+  if (ScanSofDimensions(b, &sof_w, &sof_h)) {
+    // A zero height means "defined by DNL", which libjpeg rejects with its own message.
+    if (sof_h != 0) VLMD_RETURN_IF_ERROR(CheckDimensions("jpeg", sof_w, sof_h, limits));
+  }
+  Image img;
+  Status status;
+  std::vector<uint8_t> exif;
+  if (!DecodeWithLibjpeg(b, limits, &img, &status, &exif)) return status;
+  ApplyOrientation(ExifOrientation(exif), &img);
+  return img;
+}
+
+}  // namespace vlmd::engine::image::internal

@@ -1,0 +1,48 @@
+// Decoding of request images (JPEG, PNG, WebP, BMP, PPM/PGM) into 8-bit RGB, with size limits
+// checked before any pixel allocation, and the content keys used by the embedding cache.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace vlmd::engine::image {
+
+// 8-bit RGB, row-major, no row padding: rgb.size() == width * height * 3.
+struct Image {
+  int32_t width = 0;
+  int32_t height = 0;
+  std::vector<uint8_t> rgb;
+};
+
+struct DecodeLimits {
+  uint64_t max_bytes = 32ull << 20;   // encoded size, bytes
+  uint64_t max_pixels = 50'000'000;   // width * height of the decoded image
+};
+
+enum class ImageFormat : uint8_t { kUnknown, kJpeg, kPng, kWebp, kBmp, kPnm };
+
+// Sniffs the format from the leading magic bytes only (kUnknown if none match).
+ImageFormat SniffFormat(std::span<const uint8_t> bytes);
+
+// Decodes `bytes` (not retained) into RGB. Alpha is composited on white; grayscale is expanded;
+// JPEG EXIF orientation (1-8) is applied. Failure results:
+//   OUT_OF_RANGE   encoded size over limits.max_bytes, or header dimensions whose product exceeds
+//                  limits.max_pixels (checked before pixels are allocated or decoded);
+//   UNIMPLEMENTED  "unsupported image format" (unknown magic) or an unsupported variant
+//                  (e.g. animated WebP, palette BMP);
+//   DATA_LOSS      truncated or corrupt data; the message names the format and the problem.
+// Never aborts or exits on hostile input (libjpeg/libpng errors are caught with longjmp).
+Result<Image> DecodeImage(std::span<const uint8_t> bytes, const DecodeLimits& limits = {});
+
+// Identity of the decoded content: lowercase hex SHA-256 over width and height (uint32
+// little-endian each) followed by the RGB pixels. Two encodings of the same pixels share a key.
+std::string ImageKey(const Image& image);
+
+// Lowercase hex SHA-256 of the encoded bytes, for allowlists of exact files.
+std::string EncodedSha256(std::span<const uint8_t> bytes);
+
+}  // namespace vlmd::engine::image
