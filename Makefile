@@ -6,6 +6,8 @@ BUILD       ?= build
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
+# ccache keys on paths relative to the checkout, so clones in other folders (CI) share the cache.
+export CCACHE_BASEDIR := $(CURDIR)
 
 .PHONY: all deps configure run test test-asan fuzz bench clean
 
