@@ -1,4 +1,12 @@
-// ThreadPool: generation counter + atomic task counter; spin-then-futex waiting.
+// ThreadPool. Completion is counted in finished tasks, not in workers checking in: the owner
+// claims tasks itself, so when the workers are slow to wake (an oversubscribed host) it simply
+// runs the job alone and never waits on a thread that has not been scheduled yet.
+//
+// Protocol: the owner writes job g into slots_[g & 1], then publishes claim_ = (g << 32) | 0 and
+// bumps generation_ (the futex). Anyone claims task i by CAS (g, i) -> (g, i + 1) and may only
+// run it if the CAS succeeded, which proves job g is still current (its tasks are not all done,
+// so the owner has not started writing slot (g + 2) & 1). done_ counts finished tasks; the owner
+// returns when done_ == n_tasks.
 #include "core/thread_pool.h"
 
 #include "core/check.h"
@@ -10,6 +18,8 @@ namespace {
 constexpr int kSpinIterations = 20000;
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
+inline uint32_t GenOf(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
+inline uint32_t IndexOf(uint64_t word) { return static_cast<uint32_t>(word); }
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -24,11 +34,23 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::RunTasks(int thread) {
+void ThreadPool::RunTasks(uint32_t gen, int thread) {
+  const JobSlot& slot = slots_[gen & 1];
+  uint64_t word = claim_.load(std::memory_order_acquire);
   for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= job_n_tasks_) return;
-    job_fn_(job_ctx_, task, thread);
+    if (GenOf(word) != gen) return;
+    // Read the job before claiming; a successful CAS below proves what we read was job `gen`.
+    const TaskFn fn = slot.fn.load(std::memory_order_relaxed);
+    void* ctx = slot.ctx.load(std::memory_order_relaxed);
+    const int64_t n_tasks = slot.n_tasks.load(std::memory_order_relaxed);
+    if (static_cast<int64_t>(IndexOf(word)) >= n_tasks) return;
+    if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;  // word was reloaded
+    }
+    fn(ctx, IndexOf(word), thread);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_tasks) done_.notify_one();
+    word = claim_.load(std::memory_order_acquire);
   }
 }
 
@@ -46,37 +68,35 @@ void ThreadPool::WorkerLoop(int thread) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    RunTasks(thread);
-    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      pending_workers_.notify_one();
-    }
+    RunTasks(gen, thread);
   }
 }
 
 void ThreadPool::Run(int64_t n_tasks, TaskFn fn, void* ctx) {
   if (n_tasks <= 0) return;
+  VLMD_CHECK_MSG(n_tasks < (int64_t{1} << 31), "ParallelFor task count must fit 31 bits");
   if (workers_.empty() || n_tasks == 1) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
   }
-  VLMD_CHECK_MSG(pending_workers_.load(std::memory_order_acquire) == 0,
-                 "ThreadPool::ParallelFor is not reentrant");
-  job_fn_ = fn;
-  job_ctx_ = ctx;
-  job_n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  pending_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  JobSlot& slot = slots_[gen & 1];
+  slot.fn.store(fn, std::memory_order_relaxed);
+  slot.ctx.store(ctx, std::memory_order_relaxed);
+  slot.n_tasks.store(n_tasks, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);
   generation_.notify_all();
-  RunTasks(0);
-  int pending = pending_workers_.load(std::memory_order_acquire);
-  for (int i = 0; pending != 0 && i < kSpinIterations; ++i) {
+  RunTasks(gen, 0);
+  int64_t done = done_.load(std::memory_order_acquire);
+  for (int i = 0; done != n_tasks && i < kSpinIterations; ++i) {
     CpuRelax();
-    pending = pending_workers_.load(std::memory_order_acquire);
+    done = done_.load(std::memory_order_acquire);
   }
-  while (pending != 0) {
-    pending_workers_.wait(pending, std::memory_order_acquire);
-    pending = pending_workers_.load(std::memory_order_acquire);
+  while (done != n_tasks) {
+    done_.wait(done, std::memory_order_acquire);
+    done = done_.load(std::memory_order_acquire);
   }
 }
 

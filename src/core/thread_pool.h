@@ -33,19 +33,27 @@ class ThreadPool {
 
  private:
   using TaskFn = void (*)(void* ctx, int64_t task, int thread);
+  // A published job. Two slots alternate by generation so that a worker which woke late can
+  // read the previous slot without racing the owner writing the next one (see thread_pool.cpp).
+  struct JobSlot {
+    std::atomic<TaskFn> fn{nullptr};
+    std::atomic<void*> ctx{nullptr};
+    std::atomic<int64_t> n_tasks{0};
+  };
   void Run(int64_t n_tasks, TaskFn fn, void* ctx);
   void WorkerLoop(int thread);
-  void RunTasks(int thread);
+  // Claims and runs tasks of job `gen` until none is left; returns when the claim word has moved
+  // on or every task is claimed.
+  void RunTasks(uint32_t gen, int thread);
 
   const int n_threads_;
   std::vector<std::thread> workers_;
-  // The current job (written by the owner before bumping generation_).
-  TaskFn job_fn_ = nullptr;
-  void* job_ctx_ = nullptr;
-  int64_t job_n_tasks_ = 0;
-  alignas(64) std::atomic<int64_t> next_task_{0};
-  alignas(64) std::atomic<uint32_t> generation_{0};
-  alignas(64) std::atomic<int> pending_workers_{0};
+  JobSlot slots_[2];
+  // Claim word: (generation << 32) | next task index. A task is claimed by a CAS that also checks
+  // the generation, so a worker can never run a task of a job other than the one it read.
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  alignas(64) std::atomic<int64_t> done_{0};        // tasks of the current job finished
+  alignas(64) std::atomic<uint32_t> generation_{0};  // futex the sleeping workers wait on
   std::atomic<bool> stop_{false};
 };
 

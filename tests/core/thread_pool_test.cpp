@@ -58,3 +58,20 @@ TEST(ThreadPoolTest, SplitRangeCoversAllAligned) {
 
 }  // namespace
 }  // namespace vlmd
+
+namespace vlmd {
+namespace {
+
+// A pool whose workers are busy elsewhere (or never scheduled) must not stall the owner: it runs
+// every task itself. Simulated by a job whose tasks all finish before workers could join.
+TEST(ThreadPoolTest, OwnerFinishesWithoutWaitingForSlowWorkers) {
+  ThreadPool pool(4);
+  for (int rep = 0; rep < 500; ++rep) {
+    std::vector<int> out(3, 0);
+    pool.ParallelFor(3, [&](int64_t task, int) { out[task] = static_cast<int>(task) + rep; });
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(out[i], i + rep);
+  }
+}
+
+}  // namespace
+}  // namespace vlmd
