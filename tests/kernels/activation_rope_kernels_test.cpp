@@ -177,7 +177,7 @@ TEST(OpKernels, RopeMatchesRefAndLeavesTheRestAlone) {
   const int64_t head_dim = 80, head_stride = 85, n_heads = 3;
   for (Isa isa : AvailableIsas()) {
     const KernelTable& t = GetKernelTable(isa);
-    for (int64_t n_rot : {2, 6, 16, 34, 64, 80}) {
+    for (int64_t n_rot : std::vector<int64_t>{2, 6, 16, 34, 64, head_dim}) {
       for (bool neox : {false, true}) {
         const auto x = RandomNormal(n_heads * head_stride, 91 + n_rot, 2.0f);
         const auto angles = RandomUniform(n_rot / 2, 92 + n_rot, -3.2f, 3.2f);

@@ -2,6 +2,7 @@
 // one thread), RoPE against ggml's definition evaluated in double, and the NaN/Inf check (E7).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -172,7 +173,9 @@ TEST(Ops, RopeMatchesGgmlDefinition) {
             // 4u of |x0| + |x1| <= 2 max|x| of the pair; bound it by the row's max magnitude.
             const int64_t head0 = static_cast<int64_t>(e) - d;
             double mag = 0;
-            for (int64_t k = 0; k < n_rot; ++k) mag = std::max<double>(mag, std::fabs(x[head0 + k]));
+            for (int64_t k = 0; k < n_rot; ++k) {
+              mag = std::max<double>(mag, std::fabs(x[head0 + k]));
+            }
             ASSERT_NEAR(y[e], want[e], 8 * kU * mag + kTiny) << vars << " e=" << e;
           }
         }

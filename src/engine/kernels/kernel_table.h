@@ -90,10 +90,10 @@ struct KernelTable {
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;
   SoftmaxFn softmax = nullptr;
-  UnaryFn gelu_tanh = nullptr;
-  UnaryFn gelu_erf = nullptr;
+  UnaryFn gelu_tanh = nullptr;   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), ggml "gelu"
+  UnaryFn gelu_erf = nullptr;    // 0.5 x (1 + erf(x / sqrt 2)); SIMD erfc fit: rel. err < 1.2e-7
   UnaryFn gelu_quick = nullptr;  // x * sigmoid(1.702 x) (CLIP)
-  UnaryFn silu = nullptr;
+  UnaryFn silu = nullptr;        // x * sigmoid(x)
   BinaryFn swiglu = nullptr;     // y = silu(a) * b
   RopeFn rope = nullptr;
   ExpSubSumFn exp_sub_sum = nullptr;

@@ -91,9 +91,10 @@ void RmsNorm(const float* x, const float* weight, float* y, int64_t n, float eps
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t i = 0; i < n; i += lanes) {
     const int64_t rem = n - i;
-    VF v = hn::Mul(rem >= lanes ? hn::LoadU(d, x + i) : LoadTail(d, x + i, rem), vscale);
-    if (weight) v = hn::Mul(v, rem >= lanes ? hn::LoadU(d, weight + i) : LoadTail(d, weight + i, rem));
-    if (rem >= lanes) {
+    const bool full = rem >= lanes;
+    VF v = hn::Mul(full ? hn::LoadU(d, x + i) : LoadTail(d, x + i, rem), vscale);
+    if (weight) v = hn::Mul(v, full ? hn::LoadU(d, weight + i) : LoadTail(d, weight + i, rem));
+    if (full) {
       hn::StoreU(v, d, y + i);
     } else {
       StoreTail(v, d, y + i, rem);
