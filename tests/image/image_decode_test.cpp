@@ -32,7 +32,9 @@ Image MustDecode(const Bytes& bytes, const DecodeLimits& limits = {}) {
   return std::move(r).value();
 }
 
-uint8_t OverWhiteRef(int c, int a) { return static_cast<uint8_t>(std::lround((c * a + 255.0 * (255 - a)) / 255.0)); }
+uint8_t OverWhiteRef(int c, int a) {
+  return static_cast<uint8_t>(std::lround((c * a + 255.0 * (255 - a)) / 255.0));
+}
 
 // Expected values were computed once by a separate Python decoder (zlib + PNG unfiltering).
 struct FixtureCase { const char* path; int w, h; std::vector<Px> px; };
@@ -40,11 +42,13 @@ struct FixtureCase { const char* path; int w, h; std::vector<Px> px; };
 TEST(ImageFixtures, MatchIndependentDecoding) {
   const std::vector<FixtureCase> cases = {
       {"tiny-llava/images/img-32x32.png", 32, 32,
-       {{0, 0, 255, 255, 255}, {31, 31, 255, 255, 255}, {31, 0, 255, 0, 220}, {0, 31, 0, 255, 220},
-        {8, 4, 65, 32, 220}, {16, 7, 131, 57, 220}, {31, 28, 255, 230, 20}, {30, 24, 246, 197, 220}}},
+       {{0, 0, 255, 255, 255}, {31, 31, 255, 255, 255}, {31, 0, 255, 0, 220},
+        {0, 31, 0, 255, 220}, {8, 4, 65, 32, 220}, {16, 7, 131, 57, 220},
+        {31, 28, 255, 230, 20}, {30, 24, 246, 197, 220}}},
       {"tiny-llava/images/img-64x48.png", 64, 48,
-       {{0, 0, 255, 255, 255}, {63, 47, 255, 255, 255}, {63, 0, 255, 0, 220}, {0, 47, 0, 255, 220},
-        {26, 6, 105, 32, 20}, {62, 1, 250, 5, 220}, {49, 27, 198, 146, 20}, {0, 44, 0, 238, 220}}},
+       {{0, 0, 255, 255, 255}, {63, 47, 255, 255, 255}, {63, 0, 255, 0, 220},
+        {0, 47, 0, 255, 220}, {26, 6, 105, 32, 20}, {62, 1, 250, 5, 220},
+        {49, 27, 198, 146, 20}, {0, 44, 0, 238, 220}}},
       {"tiny-smolvlm/images/img-128x128.png", 128, 128,
        {{0, 0, 255, 255, 255}, {127, 127, 255, 255, 255}, {127, 0, 255, 0, 220},
         {0, 127, 0, 255, 220}, {114, 68, 228, 136, 220}, {58, 26, 116, 52, 20},
@@ -272,7 +276,9 @@ TEST(ImageWebp, LosslessIsExactAndAlphaComposites) {
   Bytes rgba;
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
-      for (int c = 0; c < 4; ++c) rgba.push_back(c == 3 ? static_cast<uint8_t>(x * 28) : Pattern(x, y, c));
+      for (int c = 0; c < 4; ++c) {
+        rgba.push_back(c == 3 ? static_cast<uint8_t>(x * 28) : Pattern(x, y, c));
+      }
   const Image b = MustDecode(testing::EncodeWebpLossless(rgba, w, h, true));
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {

@@ -170,9 +170,9 @@ TEST(ImageHostile, EmptyZeroAndRandomBytes) {
   EXPECT_EQ(empty.status().message(), "unsupported image format");
   EXPECT_EQ(DecodeImage(Bytes(4096, 0)).status().code(), StatusCode::kUnimplemented);
   std::mt19937 rng(42);
-  const std::vector<Bytes> magics = {{0xFF, 0xD8, 0xFF}, {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'},
-                                     {'R', 'I', 'F', 'F', 0, 1, 0, 0, 'W', 'E', 'B', 'P'},
-                                     {'B', 'M'}, {'P', '6'}, {'P', '5'}, {}};
+  const std::vector<Bytes> magics = {
+      {0xFF, 0xD8, 0xFF}, {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'},
+      {'R', 'I', 'F', 'F', 0, 1, 0, 0, 'W', 'E', 'B', 'P'}, {'B', 'M'}, {'P', '6'}, {'P', '5'}, {}};
   for (int trial = 0; trial < 400; ++trial) {
     const Bytes& magic = magics[trial % magics.size()];
     Bytes b = magic;

@@ -2,6 +2,7 @@
 // that the decoders are checked against the reference libraries' own encoders.
 #pragma once
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdint>
 #include <cstdio>
@@ -31,8 +32,10 @@ inline void PutU32Be(Bytes& b, uint32_t v) {
 // sample 1 byte (bit_depth <= 8, packed by libpng via png_set_packing) or 2 bytes big-endian
 // (bit_depth 16).
 struct PngSpec {
-  int width = 0, height = 0, color_type = PNG_COLOR_TYPE_RGB, bit_depth = 8;
-  bool interlace = false;
+  PngSpec(int w, int h, int type = PNG_COLOR_TYPE_RGB, int depth = 8, bool adam7 = false)
+      : width(w), height(h), color_type(type), bit_depth(depth), interlace(adam7) {}
+  int width, height, color_type, bit_depth;
+  bool interlace;
   std::vector<png_color> palette;
   std::vector<uint8_t> trns_alpha;   // palette tRNS
   int trns_gray = -1;                // gray tRNS value
@@ -131,8 +134,9 @@ inline Bytes ExifApp1(int orientation, bool big_endian) {
   u16(0x010F); u16(2); u32(4); u32(0);                    // Make (ASCII, offset unused)
   u16(0x0112); u16(3); u32(1); u16(orientation); u16(0);  // Orientation SHORT
   u32(0);   // no next IFD
-  Bytes app1 = {'E', 'x', 'i', 'f', 0, 0};
-  app1.insert(app1.end(), t.begin(), t.end());
+  Bytes app1(6 + t.size(), 0);  // "Exif\0\0" + TIFF
+  std::copy_n("Exif", 4, app1.begin());
+  std::copy(t.begin(), t.end(), app1.begin() + 6);
   return app1;
 }
 

@@ -115,7 +115,9 @@ bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, I
       // Adobe writes inverted CMYK (the common case for CMYK JPEGs): RGB = stored * K / 255.
       for (size_t x = 0; x < width; ++x) {
         const uint8_t* p = row[0] + 4 * x;
-        for (int c = 0; c < 3; ++c) dst[3 * x + c] = static_cast<uint8_t>((p[c] * p[3] + 127) / 255);
+        for (int c = 0; c < 3; ++c) {
+          dst[3 * x + c] = static_cast<uint8_t>((p[c] * p[3] + 127) / 255);
+        }
       }
     }
   } else {
