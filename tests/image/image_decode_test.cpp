@@ -231,6 +231,35 @@ TEST(ImageJpeg, DecodesWithinQuantizationError) {
   }
 }
 
+TEST(ImageJpeg, AdobeCmykConvertsToRgb) {
+  // Adobe CMYK JPEGs store inverted ink values, so stored (c, m, y, k) means RGB = (c, m, y) *
+  // k / 255. Left half k = 255 (RGB = stored), right half k = 128 (half brightness).
+  const int w = 16, h = 8;
+  Bytes cmyk;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const uint8_t k = x < w / 2 ? 255 : 128;
+      cmyk.insert(cmyk.end(), {200, 100, 50, k});
+    }
+  }
+  const Image img = MustDecode(testing::EncodeJpeg(cmyk, w, h, 4, 95));
+  ASSERT_EQ(img.width, w);
+  ExpectPixel(img, {4, 4, 200, 100, 50}, 4);
+  ExpectPixel(img, {12, 4, 100, 50, 25}, 4);
+}
+
+TEST(ImageJpeg, TwelveBitIsUnimplemented) {
+  Bytes b = testing::EncodeJpeg(testing::PatternRgb(8, 8), 8, 8, 3, 90);
+  for (size_t i = 2; i + 4 < b.size(); ++i) {
+    if (b[i] == 0xFF && b[i + 1] == 0xC0) {
+      b[i + 4] = 12;  // SOF precision
+      break;
+    }
+  }
+  Result<Image> r = DecodeImage(b);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << r.status().ToString();
+}
+
 TEST(ImageJpeg, ExifOrientationIsApplied) {
   const int w = 32, h = 16;  // non-square so that 90-degree rotations swap dimensions
   const Bytes rgb = Quadrants(w, h);

@@ -84,7 +84,7 @@ inline Bytes EncodePng(const PngSpec& spec, const Bytes& samples) {
   return out;
 }
 
-// JPEG from RGB (components 3) or gray (components 1); `app1` (without marker/length) is
+// JPEG from RGB (components 3), gray (1) or CMYK (4, stored as given: Adobe-inverted); `app1` (without marker/length) is
 // written as an APP1 segment when non-empty.
 inline Bytes EncodeJpeg(const Bytes& pixels, int width, int height, int components, int quality,
                         const Bytes& app1 = {}) {
@@ -98,7 +98,7 @@ inline Bytes EncodeJpeg(const Bytes& pixels, int width, int height, int componen
   cinfo.image_width = width;
   cinfo.image_height = height;
   cinfo.input_components = components;
-  cinfo.in_color_space = components == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  cinfo.in_color_space = components == 4 ? JCS_CMYK : components == 3 ? JCS_RGB : JCS_GRAYSCALE;
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, quality, TRUE);
   jpeg_start_compress(&cinfo, TRUE);

@@ -40,7 +40,8 @@ void OutputMessage(j_common_ptr) {}  // never print to stderr
 
 // Finds the frame dimensions by walking the marker segments up to the first SOFn, so that a
 // bomb header is rejected by our limits (with a clear message) before libjpeg allocates.
-bool ScanSofDimensions(std::span<const uint8_t> b, uint32_t* width, uint32_t* height) {
+bool ScanSofDimensions(std::span<const uint8_t> b, uint32_t* width, uint32_t* height,
+                       uint32_t* precision) {
   size_t pos = 2;  // after SOI
   while (pos + 4 <= b.size()) {
     if (b[pos] != 0xFF) return false;
@@ -52,6 +53,7 @@ bool ScanSofDimensions(std::span<const uint8_t> b, uint32_t* width, uint32_t* he
                      marker != 0xCC;
     if (sof) {
       if (len < 7 || pos + 9 > b.size()) return false;
+      *precision = b[pos + 4];
       *height = (b[pos + 5] << 8) | b[pos + 6];
       *width = (b[pos + 7] << 8) | b[pos + 8];
       return true;
@@ -191,8 +193,12 @@ void ApplyOrientation(int orientation, Image* image) {
 }
 
 Result<Image> DecodeJpeg(std::span<const uint8_t> b, const DecodeLimits& limits) {
-  uint32_t sof_w = 0, sof_h = 0;
-  if (ScanSofDimensions(b, &sof_w, &sof_h)) {
+  uint32_t sof_w = 0, sof_h = 0, precision = 8;
+  if (ScanSofDimensions(b, &sof_w, &sof_h, &precision)) {
+    if (precision != 8) {  // 12/16-bit JPEG: valid, but this libjpeg build decodes 8-bit only
+      return UnimplementedError("jpeg: " + std::to_string(precision) +
+                                "-bit samples are not supported");
+    }
     // A zero height means "defined by DNL", which libjpeg rejects with its own message.
     if (sof_h != 0) VLMD_RETURN_IF_ERROR(CheckDimensions("jpeg", sof_w, sof_h, limits));
   }
