@@ -1,0 +1,256 @@
+// CLIP / SigLIP vision transformer forward (see clip_vit.h). Numerics follow llama.cpp's CPU
+// backend where parity needs it: F16 weights see F16-rounded activations (inside MatMul), the
+// flash-attention path of the encoder casts K and V to F16 and rounds Q to F16, and GELU variants
+// go through ggml's 16-bit tables. The token layout is llama.cpp's, which differs from HF CLIP:
+// the class token is appended AFTER the patches and position embedding row r is added to row r.
+#include "engine/models/clip_vit.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/models/weights.h"
+#include "engine/ops/attention.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/numerics.h"
+#include "engine/tensor/fp16.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+void AddBias(float* x, const std::vector<float>& bias, int64_t n_rows) {
+  if (bias.empty()) return;
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* row = x + r * n;
+    for (int64_t i = 0; i < n; ++i) row[i] += bias[i];
+  }
+}
+
+float RoundF16(float x) { return F16ToF32(F32ToF16(x)); }
+
+// The 4-D patch kernel [p, p, 3, D] (ggml order) viewed as D rows of 3*p*p values ordered
+// (channel, ky, kx), which is also the order Unfold writes.
+Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& f, int64_t p, int64_t d) {
+  const std::string name = "v.patch_embd.weight";
+  const gguf::TensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
+  if (t->n_dims != 4 || t->ne[0] != p || t->ne[1] != p || t->ne[2] != 3 || t->ne[3] != d) {
+    return InvalidArgumentError("tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) +
+                                ", " + std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) +
+                                ", " + std::to_string(t->ne[3]) + "], expected [" +
+                                std::to_string(p) + ", " + std::to_string(p) + ", 3, " +
+                                std::to_string(d) + "]");
+  }
+  auto row_bytes = RowBytes(t->type, 3 * p * p);
+  if (!row_bytes || !GetDTypeTraits(t->type).compute_supported) {
+    return UnimplementedError("tensor '" + name + "' has a type vlmd cannot compute with");
+  }
+  return ops::WeightView{t->type, d, 3 * p * p, t->data, static_cast<size_t>(*row_bytes)};
+}
+
+}  // namespace
+
+Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, ops::Activation act,
+                        float* x, int64_t n) {
+  const bool gelu_clamp = act == ops::Activation::kGeluTanh;
+  // Keep the inputs that ggml passes through untouched (|x| >= 10 for GELU).
+  std::vector<uint8_t> mode;
+  if (gelu_clamp) mode.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (gelu_clamp) mode[i] = x[i] <= -10.0f ? 1 : (x[i] >= 10.0f ? 2 : 0);
+    x[i] = RoundF16(x[i]);
+  }
+  std::vector<float> orig;
+  if (gelu_clamp) orig.assign(x, x + n);
+  VLMD_RETURN_IF_ERROR(ops::Activate(kt, pool, act, x, x, n));
+  for (int64_t i = 0; i < n; ++i) x[i] = RoundF16(x[i]);
+  if (gelu_clamp) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (mode[i] == 1) x[i] = 0.0f;
+      if (mode[i] == 2) x[i] = orig[i];
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const VisionConfig& c) {
+  std::unique_ptr<ClipVit> m(new ClipVit());
+  m->config_ = c;
+  const int64_t d = c.d_model, ff = c.d_ff;
+  VLMD_ASSIGN_OR_RETURN(m->patch_w_, GetPatchKernel(f, c.patch_size, d));
+  VLMD_ASSIGN_OR_RETURN(m->patch_b_, GetOptionalF32(f, "v.patch_embd.bias", {d}));
+  VLMD_ASSIGN_OR_RETURN(m->class_embd_, GetOptionalF32(f, "v.class_embd", {d}));
+  m->n_positions_ = c.n_patches() + (m->class_embd_.empty() ? 0 : 1);
+  VLMD_ASSIGN_OR_RETURN(m->pos_embd_, GetF32(f, "v.position_embd.weight", {d, m->n_positions_}));
+  VLMD_ASSIGN_OR_RETURN(m->pre_ln_w_, GetOptionalF32(f, "v.pre_ln.weight", {d}));
+  VLMD_ASSIGN_OR_RETURN(m->pre_ln_b_, GetOptionalF32(f, "v.pre_ln.bias", {d}));
+  VLMD_ASSIGN_OR_RETURN(m->post_ln_w_, GetOptionalF32(f, "v.post_ln.weight", {d}));
+  VLMD_ASSIGN_OR_RETURN(m->post_ln_b_, GetOptionalF32(f, "v.post_ln.bias", {d}));
+  // llama.cpp's LLaVA graph stops after block n_layers - 2 (the "second-to-last layer" features
+  // LLaVA was trained on) unless clip.vision.feature_layer says otherwise (not supported yet).
+  if (c.projector == ProjectorType::kMlp) {
+    if (f.Find("clip.vision.feature_layer") != nullptr) {
+      return UnimplementedError("clip.vision.feature_layer (multi-layer features) is not supported");
+    }
+    m->n_layers_used_ = std::max(c.n_layers - 1, 0);
+  } else {
+    m->n_layers_used_ = c.n_layers;
+  }
+  m->layers_.resize(m->n_layers_used_);
+  for (int32_t l = 0; l < m->n_layers_used_; ++l) {
+    Layer& L = m->layers_[l];
+    const std::string p = "v.blk." + std::to_string(l) + ".";
+    VLMD_ASSIGN_OR_RETURN(L.ln1_w, GetF32(f, p + "ln1.weight", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.ln1_b, GetOptionalF32(f, p + "ln1.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.ln2_w, GetF32(f, p + "ln2.weight", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.ln2_b, GetOptionalF32(f, p + "ln2.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_out.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
+    VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
+    VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.bo, GetOptionalF32(f, p + "attn_out.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.b_up, GetOptionalF32(f, p + "ffn_up.bias", {ff}));
+    VLMD_ASSIGN_OR_RETURN(L.b_down, GetOptionalF32(f, p + "ffn_down.bias", {d}));
+  }
+  return m;
+}
+
+// patches[(t * n_patches + py * side + px) * 3pp + (c * p + ky) * p + kx] =
+//   pixels[t][c][py * p + ky][px * p + kx]   (im2col of the stride-p convolution)
+void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const {
+  const int64_t p = config_.patch_size, side = config_.patches_per_side();
+  const int64_t s = config_.image_size, k = 3 * p * p;
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const float* img = pixels + t * 3 * s * s;
+    for (int64_t py = 0; py < side; ++py) {
+      for (int64_t px = 0; px < side; ++px) {
+        float* row = patches + (t * side * side + py * side + px) * k;
+        for (int64_t c = 0; c < 3; ++c) {
+          for (int64_t ky = 0; ky < p; ++ky) {
+            const float* src = img + (c * s + py * p + ky) * s + px * p;
+            std::copy_n(src, p, row + (c * p + ky) * p);
+          }
+        }
+      }
+    }
+  }
+}
+
+Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
+  const VisionConfig& c = config_;
+  const int64_t d = c.d_model, n = n_tiles * n_positions_;
+  // llama.cpp's encoder runs flash attention: K and V are cast to F16, Q is rounded to F16 for
+  // the K.Q products (F32 accumulation).
+  for (int64_t i = 0; i < n * d; ++i) {
+    ctx->k16[i] = F32ToF16(ctx->k[i]);
+    ctx->v16[i] = F32ToF16(ctx->v[i]);
+    ctx->q[i] = RoundF16(ctx->q[i]);
+  }
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const int64_t r0 = t * n_positions_;
+    ops::AttentionArgs a;
+    a.q = ctx->q.data() + r0 * d;
+    a.k = ctx->k16.data() + r0 * d;
+    a.v = ctx->v16.data() + r0 * d;
+    a.kv_type = DType::kF16;
+    a.out = ctx->attn.data() + r0 * d;
+    a.n_q = n_positions_;
+    a.n_kv = n_positions_;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_heads;
+    a.head_dim = c.head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    a.causal = false;
+    VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
+  }
+  return Status::Ok();
+}
+
+Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
+                       float* out) const {
+  if (n_tiles < 1 || pixels == nullptr || out == nullptr || ctx == nullptr ||
+      ctx->kernels == nullptr) {
+    return InvalidArgumentError("vision encode: no tiles or null buffers");
+  }
+  const VisionConfig& c = config_;
+  const int64_t d = c.d_model, ff = c.d_ff, np = c.n_patches(), npos = n_positions_;
+  const int64_t n = n_tiles * npos;  // rows of the residual stream, tile-major
+  Grow(ctx->patches, n_tiles * np * patch_w_.k);
+  Grow(ctx->x, n * d);
+  Grow(ctx->xn, n * d);
+  Grow(ctx->q, n * d);
+  Grow(ctx->k, n * d);
+  Grow(ctx->v, n * d);
+  Grow(ctx->attn, n * d);
+  Grow(ctx->ff, n * ff);
+  if (static_cast<int64_t>(ctx->k16.size()) < n * d) {
+    ctx->k16.resize(n * d);
+    ctx->v16.resize(n * d);
+  }
+  const kernels::KernelTable& kt = *ctx->kernels;
+  ThreadPool* pool = ctx->pool;
+  auto matmul = [&](const ops::WeightView& w, const float* in, int64_t rows, float* o) {
+    return ops::MatMul(kt, pool, w, in, rows, w.k, o, w.n, &ctx->matmul_scratch);
+  };
+  float* x = ctx->x.data();    // [n, d] residual stream
+  float* xn = ctx->xn.data();  // [n, d] block input after LayerNorm
+
+  // Patch embedding for all tiles at once, into xn [n_tiles * np, d], then scattered into x so
+  // that each tile's rows are its patches followed by the class token.
+  Unfold(pixels, n_tiles, ctx->patches.data());
+  VLMD_RETURN_IF_ERROR(matmul(patch_w_, ctx->patches.data(), n_tiles * np, xn));
+  AddBias(xn, patch_b_, n_tiles * np);
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    float* tile = x + t * npos * d;
+    std::copy_n(xn + t * np * d, np * d, tile);
+    if (has_class_token()) std::copy_n(class_embd_.data(), d, tile + np * d);
+    for (int64_t i = 0; i < npos * d; ++i) tile[i] += pos_embd_[i];
+  }
+  if (!pre_ln_w_.empty()) {
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, pre_ln_w_.data(),
+                                        pre_ln_b_.empty() ? nullptr : pre_ln_b_.data(), x, n, d,
+                                        c.eps));
+  }
+  for (const Layer& L : layers_) {
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln1_w.data(),
+                                        L.ln1_b.empty() ? nullptr : L.ln1_b.data(), xn, n, d,
+                                        c.eps));
+    VLMD_RETURN_IF_ERROR(matmul(L.wq, xn, n, ctx->q.data()));  // [n, d]
+    VLMD_RETURN_IF_ERROR(matmul(L.wk, xn, n, ctx->k.data()));
+    VLMD_RETURN_IF_ERROR(matmul(L.wv, xn, n, ctx->v.data()));
+    AddBias(ctx->q.data(), L.bq, n);
+    AddBias(ctx->k.data(), L.bk, n);
+    AddBias(ctx->v.data(), L.bv, n);
+    VLMD_RETURN_IF_ERROR(Attend(n_tiles, ctx));                 // attn [n, d]
+    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), n, xn));
+    AddBias(xn, L.bo, n);
+    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln2_w.data(),
+                                        L.ln2_b.empty() ? nullptr : L.ln2_b.data(), xn, n, d,
+                                        c.eps));
+    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data()));  // [n, d_ff]
+    AddBias(ctx->ff.data(), L.b_up, n);
+    VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
+    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->ff.data(), n, xn));  // [n, d]
+    AddBias(xn, L.b_down, n);
+    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  }
+  if (!post_ln_w_.empty()) {
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, post_ln_w_.data(),
+                                        post_ln_b_.empty() ? nullptr : post_ln_b_.data(), x, n, d,
+                                        c.eps));
+  }
+  std::copy_n(x, n * d, out);
+  return ops::CheckFinite(out, n * d, "vision encoder output");
+}
+
+}  // namespace vlmd::engine::models

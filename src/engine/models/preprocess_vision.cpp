@@ -1,0 +1,75 @@
+// Per-projector image preprocessing (see preprocess_vision.h).
+#include "engine/models/preprocess_vision.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vlmd::engine::models {
+namespace {
+
+// Appends `img` (tile_size x tile_size) as a planar normalized tile.
+void AppendTile(const VisionConfig& c, const RgbImage& img, std::vector<float>* out) {
+  const size_t hw = static_cast<size_t>(img.width) * img.height;
+  const size_t base = out->size();
+  out->resize(base + 3 * hw);
+  float* dst = out->data() + base;
+  for (size_t i = 0; i < hw; ++i) {
+    for (int ch = 0; ch < 3; ++ch) {
+      const float v = static_cast<float>(img.rgb[3 * i + ch]) / 255.0f;
+      dst[ch * hw + i] = (v - c.image_mean[ch]) / c.image_std[ch];
+    }
+  }
+}
+
+}  // namespace
+
+void Idefics3RefinedSize(int32_t width, int32_t height, int32_t align, int32_t longest_edge,
+                         int32_t* out_width, int32_t* out_height) {
+  const float scale = std::min(static_cast<float>(longest_edge) / width,
+                               static_cast<float>(longest_edge) / height);
+  auto ceil_to = [align](float v) {
+    return static_cast<int32_t>(std::ceil(v / static_cast<float>(align))) * align;
+  };
+  *out_width = ceil_to(static_cast<float>(width) * scale);
+  *out_height = ceil_to(static_cast<float>(height) * scale);
+}
+
+Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
+                                          const PreprocessOptions& o) {
+  if (image.width < 1 || image.height < 1 ||
+      image.rgb.size() != static_cast<size_t>(image.width) * image.height * 3) {
+    return InvalidArgumentError("image of " + std::to_string(image.width) + "x" +
+                                std::to_string(image.height) + " with " +
+                                std::to_string(image.rgb.size()) + " bytes is not packed RGB");
+  }
+  PreprocessedImage out;
+  const int32_t s = c.image_size;
+  out.tile_size = s;
+  if (c.projector == ProjectorType::kMlp) {
+    const RgbImage tile = o.pad_fixed ? ResizeWithPadding(image, s, s, o.algo, {122, 116, 104})
+                                      : Resize(image, s, s, o.algo);
+    AppendTile(c, tile, &out.pixels);
+    out.n_tiles = 1;
+    return out;
+  }
+  // idefics3
+  int32_t rw = 0, rh = 0;
+  Idefics3RefinedSize(image.width, image.height, s, c.preproc_image_size, &rw, &rh);
+  if (rw < s || rh < s) return InvalidArgumentError("image too small to tile");
+  const RgbImage refined = o.pad_refined ? ResizeWithPadding(image, rw, rh, o.refine_algo, {0, 0, 0})
+                                         : Resize(image, rw, rh, o.refine_algo);
+  out.grid_cols = rw / s;
+  out.grid_rows = rh / s;
+  for (int32_t y = 0; y < rh; y += s) {
+    for (int32_t x = 0; x < rw; x += s) {
+      AppendTile(c, Crop(View(refined), x, y, s, s), &out.pixels);
+      ++out.n_tiles;
+    }
+  }
+  AppendTile(c, Resize(image, s, s, o.algo), &out.pixels);
+  ++out.n_tiles;
+  out.has_global = true;
+  return out;
+}
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,49 @@
+// Image -> normalized encoder tiles, per projector, as llama.cpp's mtmd preprocessors do it:
+//  - mlp (LLaVA, fixed size): fit into image_size x image_size preserving the aspect ratio
+//    (bicubic), pad with LLaVA's mean color (122, 116, 104), one tile;
+//  - idefics3: the refined size scales the longest edge to preproc_image_size and rounds both
+//    sides up to multiples of image_size; the image is fitted into it preserving the aspect ratio
+//    (bicubic) and padded black (llama.cpp's resize with padding, matched by the fixtures), cut
+//    into row-major tiles, then a global image resized to image_size x image_size. Tiles come
+//    first, the global image last (the prompt's chunk order). KNOWN GAP: the global image's
+//    resampling does not match llama.cpp's bit for bit yet (see tests/vision).
+// Pure functions: no state, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/models/preprocess_resize.h"
+#include "engine/models/vision_config.h"
+
+namespace vlmd::engine::models {
+
+struct PreprocessedImage {
+  int32_t tile_size = 0;    // pixels per side of every tile (= config.image_size)
+  int32_t grid_cols = 0;    // tiles per row (0 when the image is not tiled)
+  int32_t grid_rows = 0;
+  bool has_global = false;  // the last tile is the whole image downscaled (idefics3)
+  int64_t n_tiles = 0;
+  // n_tiles planar tiles [3][tile_size][tile_size], (pixel / 255 - mean[c]) / std[c].
+  std::vector<float> pixels;
+};
+
+// Resampling choices; the defaults are llama.cpp's for the projector (tests vary them).
+struct PreprocessOptions {
+  ResizeAlgo algo = ResizeAlgo::kBicubic;     // fixed-size (mlp) and global image
+  ResizeAlgo refine_algo = ResizeAlgo::kBicubic;  // idefics3 refined image (tiles)
+  bool pad_fixed = true;    // mlp: preserve the aspect ratio and pad
+  bool pad_refined = true;  // idefics3: preserve the aspect ratio, pad the refined image black
+};
+
+// INVALID_ARGUMENT for an empty image or an rgb size that is not width * height * 3.
+Result<PreprocessedImage> PreprocessImage(const VisionConfig& config, RgbView image,
+                                          const PreprocessOptions& options = {});
+
+// The refined size of an idefics3 image: longest edge scaled to `longest_edge` (float math as
+// llama.cpp), each side then rounded up to a multiple of `align`.
+void Idefics3RefinedSize(int32_t width, int32_t height, int32_t align, int32_t longest_edge,
+                         int32_t* out_width, int32_t* out_height);
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,103 @@
+// Reading the vision-encoder hyperparameters from clip.* keys (see vision_config.h).
+#include "engine/models/vision_config.h"
+
+#include <cmath>
+
+namespace vlmd::engine::models {
+namespace {
+
+Result<int32_t> GetPositive(const gguf::GgufFile& f, const std::string& key, int64_t max) {
+  VLMD_ASSIGN_OR_RETURN(uint32_t v, f.GetU32(key));
+  if (v == 0 || v > max) {
+    return InvalidArgumentError("mmproj key " + key + " = " + std::to_string(v) +
+                                " is outside [1, " + std::to_string(max) + "]");
+  }
+  return static_cast<int32_t>(v);
+}
+
+Result<bool> GetOptionalBool(const gguf::GgufFile& f, const std::string& key) {
+  if (f.Find(key) == nullptr) return false;
+  return f.GetBool(key);
+}
+
+Result<std::array<float, 3>> GetRgb(const gguf::GgufFile& f, const std::string& key) {
+  VLMD_ASSIGN_OR_RETURN(std::vector<float> v, f.GetF32Array(key));
+  if (v.size() != 3) {
+    return InvalidArgumentError("mmproj key " + key + " has " + std::to_string(v.size()) +
+                                " values, expected 3 (R, G, B)");
+  }
+  return std::array<float, 3>{v[0], v[1], v[2]};
+}
+
+}  // namespace
+
+Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
+  VisionConfig c;
+  VLMD_ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
+  if (arch != "clip") {
+    return InvalidArgumentError("mmproj general.architecture is '" + std::string(arch) +
+                                "', expected 'clip'");
+  }
+  if (f.Find("clip.has_vision_encoder") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(bool has_vision, f.GetBool("clip.has_vision_encoder"));
+    if (!has_vision) return UnimplementedError("mmproj has no vision encoder");
+  }
+  VLMD_ASSIGN_OR_RETURN(std::string_view proj, f.GetString("clip.projector_type"));
+  c.projector_name = std::string(proj);
+  if (proj == "mlp") {
+    c.projector = ProjectorType::kMlp;
+  } else if (proj == "idefics3") {
+    c.projector = ProjectorType::kIdefics3;
+  } else {
+    return UnimplementedError("vision projector type '" + c.projector_name +
+                              "' is not supported (supported: mlp, idefics3)");
+  }
+  constexpr int64_t kMaxDim = 1 << 16;
+  VLMD_ASSIGN_OR_RETURN(c.image_size, GetPositive(f, "clip.vision.image_size", 1 << 14));
+  VLMD_ASSIGN_OR_RETURN(c.patch_size, GetPositive(f, "clip.vision.patch_size", 1 << 10));
+  VLMD_ASSIGN_OR_RETURN(c.d_model, GetPositive(f, "clip.vision.embedding_length", kMaxDim));
+  VLMD_ASSIGN_OR_RETURN(c.d_ff, GetPositive(f, "clip.vision.feed_forward_length", 1 << 20));
+  VLMD_ASSIGN_OR_RETURN(c.n_layers, GetPositive(f, "clip.vision.block_count", 1024));
+  VLMD_ASSIGN_OR_RETURN(c.n_heads, GetPositive(f, "clip.vision.attention.head_count", 1024));
+  VLMD_ASSIGN_OR_RETURN(c.projection_dim, GetPositive(f, "clip.vision.projection_dim", kMaxDim));
+  VLMD_ASSIGN_OR_RETURN(c.eps, f.GetF32("clip.vision.attention.layer_norm_epsilon"));
+  if (!(c.eps > 0.0f) || !std::isfinite(c.eps)) {
+    return InvalidArgumentError("clip.vision.attention.layer_norm_epsilon must be > 0");
+  }
+  if (c.image_size % c.patch_size != 0) {
+    return InvalidArgumentError("clip.vision.image_size " + std::to_string(c.image_size) +
+                                " is not a multiple of patch_size " +
+                                std::to_string(c.patch_size));
+  }
+  if (c.d_model % c.n_heads != 0) {
+    return InvalidArgumentError("clip.vision.embedding_length is not a multiple of head_count");
+  }
+  c.head_dim = c.d_model / c.n_heads;
+  VLMD_ASSIGN_OR_RETURN(c.image_mean, GetRgb(f, "clip.vision.image_mean"));
+  VLMD_ASSIGN_OR_RETURN(c.image_std, GetRgb(f, "clip.vision.image_std"));
+  for (float s : c.image_std) {
+    if (!(s > 0.0f)) return InvalidArgumentError("clip.vision.image_std must be > 0");
+  }
+  VLMD_ASSIGN_OR_RETURN(bool use_gelu, GetOptionalBool(f, "clip.use_gelu"));
+  VLMD_ASSIGN_OR_RETURN(bool use_silu, GetOptionalBool(f, "clip.use_silu"));
+  if (use_silu) return UnimplementedError("clip.use_silu (SiLU vision FFN) is not supported");
+  c.ffn_act = use_gelu ? ops::Activation::kGeluTanh : ops::Activation::kGeluQuick;
+  if (c.projector == ProjectorType::kIdefics3) {
+    VLMD_ASSIGN_OR_RETURN(c.scale_factor,
+                          GetPositive(f, "clip.vision.projector.scale_factor", 64));
+    if (c.patches_per_side() % c.scale_factor != 0) {
+      return InvalidArgumentError("idefics3: patches per side " +
+                                  std::to_string(c.patches_per_side()) +
+                                  " is not a multiple of scale_factor " +
+                                  std::to_string(c.scale_factor));
+    }
+    c.preproc_image_size = c.image_size;
+    if (f.Find("clip.vision.preproc_image_size") != nullptr) {
+      VLMD_ASSIGN_OR_RETURN(c.preproc_image_size,
+                            GetPositive(f, "clip.vision.preproc_image_size", 1 << 15));
+    }
+  }
+  return c;
+}
+
+}  // namespace vlmd::engine::models

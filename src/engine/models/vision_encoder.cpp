@@ -1,0 +1,49 @@
+// Vision facade: ViT + projector dispatch (see vision_encoder.h).
+#include "engine/models/vision_encoder.h"
+
+namespace vlmd::engine::models {
+
+Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
+    std::shared_ptr<const gguf::GgufFile> file) {
+  if (file == nullptr) return InvalidArgumentError("null mmproj file");
+  std::unique_ptr<VisionEncoder> e(new VisionEncoder());
+  e->file_ = std::move(file);
+  const gguf::GgufFile& f = *e->file_;
+  VLMD_ASSIGN_OR_RETURN(e->config_, ReadVisionConfig(f));
+  VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_));
+  switch (e->config_.projector) {
+    case ProjectorType::kMlp: {
+      VLMD_ASSIGN_OR_RETURN(e->mlp_, MlpProjector::Load(f, e->config_));
+      e->tokens_per_tile_ = e->mlp_->tokens_per_tile(*e->vit_);
+      break;
+    }
+    case ProjectorType::kIdefics3: {
+      VLMD_ASSIGN_OR_RETURN(e->idefics3_, Idefics3Projector::Load(f, e->config_));
+      e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
+      break;
+    }
+  }
+  return e;
+}
+
+Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext* ctx,
+                             float* out) const {
+  if (n_tiles < 1 || tiles == nullptr || out == nullptr || ctx == nullptr) {
+    return InvalidArgumentError("vision encode: no tiles or null buffers");
+  }
+  std::vector<float> vit_out(static_cast<size_t>(n_tiles * vit_->n_positions() *
+                                                 config_.d_model));
+  VLMD_RETURN_IF_ERROR(vit_->Encode(tiles, n_tiles, ctx, vit_out.data()));
+  if (mlp_ != nullptr) return mlp_->Project(*vit_, vit_out.data(), n_tiles, ctx, out);
+  return idefics3_->Project(*vit_, vit_out.data(), n_tiles, ctx, out);
+}
+
+Result<std::vector<float>> VisionEncoder::Encode(const float* tiles, int64_t n_tiles,
+                                                 VisionContext* ctx) const {
+  if (n_tiles < 1) return InvalidArgumentError("vision encode: no tiles");
+  std::vector<float> out(static_cast<size_t>(n_tiles * tokens_per_tile_ * n_embd()));
+  VLMD_RETURN_IF_ERROR(Encode(tiles, n_tiles, ctx, out.data()));
+  return out;
+}
+
+}  // namespace vlmd::engine::models

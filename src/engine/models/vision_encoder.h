@@ -1,0 +1,47 @@
+// The vision side of a VLM: an mmproj GGUF's ViT + projector behind one interface. Encodes
+// preprocessed tiles (see preprocess_vision.h) into text-model input embeddings.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/gguf/gguf_reader.h"
+#include "engine/models/clip_vit.h"
+#include "engine/models/projector_idefics3.h"
+#include "engine/models/projector_mlp.h"
+#include "engine/models/vision_config.h"
+
+namespace vlmd::engine::models {
+
+class VisionEncoder {
+ public:
+  // Reads the config and validates every tensor. Keeps `file` alive. UNIMPLEMENTED for unknown
+  // projector types; NOT_FOUND / INVALID_ARGUMENT naming a missing or misshapen tensor or key.
+  static Result<std::unique_ptr<VisionEncoder>> Load(std::shared_ptr<const gguf::GgufFile> file);
+
+  const VisionConfig& config() const { return config_; }
+  int64_t tokens_per_tile() const { return tokens_per_tile_; }
+  int64_t n_embd() const { return config_.projection_dim; }  // = text model d_model
+
+  // tiles: n_tiles planar normalized tiles [3][image_size][image_size] (caller-owned), encoded
+  // as one batch. out: [n_tiles * tokens_per_tile(), n_embd()] (caller-owned), tile t's tokens
+  // at rows [t * tokens_per_tile, (t + 1) * tokens_per_tile). Stateless between calls: ctx holds
+  // scratch only. INVALID_ARGUMENT for n_tiles < 1 or null buffers; INTERNAL on NaN/Inf.
+  Status Encode(const float* tiles, int64_t n_tiles, VisionContext* ctx, float* out) const;
+
+  // Convenience: allocates the output.
+  Result<std::vector<float>> Encode(const float* tiles, int64_t n_tiles, VisionContext* ctx) const;
+
+ private:
+  VisionEncoder() = default;
+  std::shared_ptr<const gguf::GgufFile> file_;
+  VisionConfig config_;
+  std::unique_ptr<ClipVit> vit_;
+  std::unique_ptr<MlpProjector> mlp_;
+  std::unique_ptr<Idefics3Projector> idefics3_;
+  int64_t tokens_per_tile_ = 0;
+};
+
+}  // namespace vlmd::engine::models

