@@ -84,8 +84,8 @@ inline Bytes EncodePng(const PngSpec& spec, const Bytes& samples) {
   return out;
 }
 
-// JPEG from RGB (components 3), gray (1) or CMYK (4, stored as given: Adobe-inverted); `app1` (without marker/length) is
-// written as an APP1 segment when non-empty.
+// JPEG from RGB (components 3), gray (1) or CMYK (4, stored as given: Adobe-inverted). `app1`
+// (without marker/length) is written as an APP1 segment when non-empty.
 inline Bytes EncodeJpeg(const Bytes& pixels, int width, int height, int components, int quality,
                         const Bytes& app1 = {}) {
   jpeg_compress_struct cinfo;
