@@ -73,7 +73,7 @@ TEST_F(TextEngineTest, RejectsOverBudgetEmptyAndBadIds) {
   auto over = engine_->Generate(prompt_, p);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_FALSE(engine_->Generate({}, GenerateParams{}).ok());
+  EXPECT_FALSE(engine_->Generate(std::span<const int32_t>(), GenerateParams{}).ok());
   const std::vector<int32_t> bad = {1, 999999};
   GenerateParams small;
   small.max_tokens = 4;

@@ -19,6 +19,9 @@ struct RunOptions {
 
   // Generation (-m MODEL -p PROMPT ...).
   std::string model_path;        // -m
+  std::string mmproj_path;       // --mmproj (vision encoder + projector)
+  std::vector<std::string> images;  // --image (repeatable); one <__media__> marker per image
+  std::string dump_image_embeddings_path;  // f32 [n_image_tokens, n_embd] of the first image
   std::string prompt;            // -p
   std::string prompt_file;       // -f
   int32_t n_predict = 64;        // -n

@@ -9,7 +9,6 @@
 
 #include "engine/gguf/gguf_reader.h"
 #include "engine/runtime/text_engine.h"
-#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "vlmd-run/commands.h"
 
@@ -36,27 +35,10 @@ Status WriteF32(const std::string& path, const std::vector<float>& v) {
   return Status::Ok();
 }
 
-// The prompt as token ids: raw prompts are tokenized as given (BOS as the vocabulary says,
-// special-token text parsed: how the parity fixtures are fed); otherwise the model's chat
-// template wraps one user message first.
-Result<std::vector<int32_t>> BuildPrompt(const TextEngine& e, const engine::gguf::GgufFile* meta,
-                                         const std::string& text, bool raw, std::ostream& err) {
-  std::string prompt = text;
-  if (!raw) {
-    std::string_view source;
-    if (meta != nullptr && meta->Find("tokenizer.chat_template") != nullptr) {
-      auto s = meta->GetString("tokenizer.chat_template");
-      if (s.ok()) source = *s;
-    }
-    const auto tmpl = engine::tokenizer::ChatTemplate::Detect(source);
-    if (tmpl.is_fallback()) {
-      err << "vlmd-run: warning: unknown chat template, using chatml (pass --raw-prompt to "
-             "send the prompt as is)\n";
-    }
-    const engine::tokenizer::ChatMessage msg{"user", text};
-    prompt = tmpl.Apply(std::span<const engine::tokenizer::ChatMessage>(&msg, 1), true);
-  }
-  return e.tokenizer().Tokenize(prompt, /*add_special=*/true, /*parse_special=*/true);
+Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError("cannot read " + path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -88,10 +70,31 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   engine::runtime::EngineOptions eo;
   eo.threads = opts.threads;
   eo.n_ctx = opts.n_ctx;
+  eo.mmproj_path = opts.mmproj_path;
+  if (!opts.images.empty() && opts.mmproj_path.empty()) {
+    return Fail(err, InvalidArgumentError("--image needs --mmproj"));
+  }
   auto engine = TextEngine::Load(opts.model_path, eo);
   if (!engine.ok()) return Fail(err, engine.status());
-  auto meta = engine::gguf::GgufFile::Open(opts.model_path);  // for the chat template
-  auto prompt = BuildPrompt(**engine, meta.ok() ? meta->get() : nullptr, text, opts.raw_prompt, err);
+  std::vector<engine::runtime::EncodedImage> images;
+  engine::runtime::ImageTimings image_timings;
+  for (const std::string& path : opts.images) {
+    auto bytes = ReadBinaryFile(path);
+    if (!bytes.ok()) return Fail(err, bytes.status());
+    engine::runtime::ImageTimings t;
+    auto encoded = (*engine)->EncodeImage(*bytes, &t);
+    if (!encoded.ok()) return Fail(err, encoded.status().WithContext(path));
+    image_timings.decode_ms += t.decode_ms;
+    image_timings.preprocess_ms += t.preprocess_ms;
+    image_timings.encode_ms += t.encode_ms;
+    images.push_back(std::move(*encoded));
+  }
+  if (!opts.dump_image_embeddings_path.empty()) {
+    if (images.empty()) return Fail(err, InvalidArgumentError("--dump-image-embeddings needs --image"));
+    Status s = WriteF32(opts.dump_image_embeddings_path, images[0].embeddings);
+    if (!s.ok()) return Fail(err, s);
+  }
+  auto prompt = (*engine)->BuildPrompt(text, images, opts.raw_prompt);
   if (!prompt.ok()) return Fail(err, prompt.status());
 
   if (!opts.dump_logits_path.empty()) {
@@ -128,13 +131,17 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   nlohmann::json j;
   j["text"] = r->text;
   j["tokens"] = r->tokens;
-  j["prompt_token_ids"] = *prompt;
+  j["prompt_token_ids"] = prompt->tokens;  // -1 marks an image-token row
   j["finish_reason"] = r->finish_reason;
   j["kernels"] = std::string((*engine)->isa_name());
   nlohmann::json& t = j["timings"];
   t["prefill_ms"] = r->prefill_ms;
   t["decode_ms"] = r->decode_ms;
   t["prompt_tokens"] = r->prompt_tokens;
+  t["image_tokens"] = prompt->n_image_tokens;
+  t["image_decode_ms"] = image_timings.decode_ms;
+  t["preprocess_ms"] = image_timings.preprocess_ms;
+  t["encode_ms"] = image_timings.encode_ms;
   t["output_tokens"] = r->tokens.size();
   t["prefill_tok_s"] = r->prefill_ms > 0 ? r->prompt_tokens / (r->prefill_ms / 1e3) : 0.0;
   // The first token comes from the prefill's logits: out_tok - 1 decode steps were timed.

@@ -12,6 +12,13 @@ int main(int argc, char** argv) {
                  "Print the header, metadata and tensor table of a GGUF file as JSON")
       ->type_name("FILE.gguf");
   app.add_option("-m,--model", opts.model_path, "Text model GGUF")->type_name("FILE.gguf");
+  app.add_option("--mmproj", opts.mmproj_path, "Vision encoder + projector GGUF")
+      ->type_name("FILE.gguf");
+  app.add_option("--image", opts.images,
+                 "Image file (JPEG, PNG, WebP, BMP, PPM); repeatable, one <__media__> per image "
+                 "in the prompt (without markers images go first)");
+  app.add_option("--dump-image-embeddings", opts.dump_image_embeddings_path,
+                 "Write the f32 embeddings [n_image_tokens, n_embd] of the first image");
   app.add_option("-p,--prompt", opts.prompt, "Prompt text (the user message)");
   app.add_option("-f,--prompt-file", opts.prompt_file, "Read the prompt from a file");
   app.add_option("-n,--n-predict", opts.n_predict, "Tokens to generate")->capture_default_str();

@@ -13,12 +13,15 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/models/llama_model.h"
+#include "engine/models/vision_encoder.h"
+#include "engine/runtime/multimodal_prompt.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace vlmd::engine::runtime {
 
 struct EngineOptions {
+  std::string mmproj_path;  // vision encoder + projector GGUF; empty: text only
   int32_t threads = 0;     // 0: all cores
   int32_t n_ctx = 4096;    // positions per sequence
   int32_t n_batch = 512;   // prompt rows per forward call
@@ -42,6 +45,12 @@ struct GenerateResult {
   double decode_ms = 0.0;
 };
 
+struct ImageTimings {
+  double decode_ms = 0.0;      // encoded bytes -> RGB
+  double preprocess_ms = 0.0;  // RGB -> normalized tiles
+  double encode_ms = 0.0;      // ViT + projector
+};
+
 // Called with each new chunk of valid UTF-8 text; return false to stop generating (cancel).
 using TextCallback = std::function<bool(std::string_view)>;
 
@@ -54,28 +63,45 @@ class TextEngine {
 
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const models::LlamaModel& model() const { return *model_; }
+  // The vision encoder, or nullptr for a text-only engine.
+  const models::VisionEncoder* vision() const { return vision_.get(); }
   ThreadPool& pool() { return *pool_; }
   std::string_view isa_name() const;
 
+  // Decodes, preprocesses and encodes one image file's bytes into visual-token embeddings.
+  // FAILED_PRECONDITION without an mmproj; the image module's errors for bad images.
+  Result<EncodedImage> EncodeImage(std::span<const uint8_t> bytes, ImageTimings* timings);
+
+  // Token ids (and image rows) of a user prompt: `text` with image markers, wrapped in the
+  // model's chat template unless raw (then BOS as the vocabulary says, special text parsed).
+  Result<PromptRows> BuildPrompt(std::string_view text, std::span<const EncodedImage> images,
+                                 bool raw) const;
+
   // Prefills `prompt` into a fresh sequence and returns the logits of its last position.
   Result<std::vector<float>> PromptLogits(std::span<const int32_t> prompt);
+  Result<std::vector<float>> PromptLogits(const PromptRows& prompt);
 
   // Prefills `prompt`, then samples up to max_tokens. Not thread-safe (one call at a time).
   // INVALID_ARGUMENT for an empty prompt, bad ids or params; RESOURCE_EXHAUSTED when the prompt
   // plus max_tokens does not fit n_ctx; INTERNAL on NaN/Inf logits.
   Result<GenerateResult> Generate(std::span<const int32_t> prompt, const GenerateParams& params,
                                   const TextCallback& on_text = {});
+  Result<GenerateResult> Generate(const PromptRows& prompt, const GenerateParams& params,
+                                  const TextCallback& on_text = {});
 
  private:
   TextEngine() = default;
   // Runs prompt rows through the model in n_batch chunks; logits of the last row into `logits`.
-  Status Prefill(std::span<const int32_t> prompt, models::KvCache* cache, float* logits);
+  Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits);
 
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<models::LlamaModel> model_;
+  std::unique_ptr<models::VisionEncoder> vision_;
+  std::string chat_template_source_;  // tokenizer.chat_template, may be empty
   models::ForwardContext ctx_;
+  models::VisionContext vision_ctx_;
 };
 
 }  // namespace vlmd::engine::runtime

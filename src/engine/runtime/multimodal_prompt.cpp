@@ -1,0 +1,109 @@
+// Multimodal prompt assembly (see multimodal_prompt.h).
+#include "engine/runtime/multimodal_prompt.h"
+
+namespace vlmd::engine::runtime {
+namespace {
+
+// A prompt under construction: text is accumulated until an image slot forces it out.
+class RowBuilder {
+ public:
+  RowBuilder(const tokenizer::Tokenizer& tok, int64_t n_embd) : tok_(tok), n_embd_(n_embd) {}
+
+  void Text(std::string_view s) { pending_ += s; }
+
+  Status Image(const float* rows, int64_t n_rows) {
+    VLMD_RETURN_IF_ERROR(FlushText());
+    for (int64_t i = 0; i < n_rows; ++i) out_.tokens.push_back(-1);
+    out_.embeddings.insert(out_.embeddings.end(), rows, rows + n_rows * n_embd_);
+    out_.n_image_tokens += n_rows;
+    return Status::Ok();
+  }
+
+  Result<PromptRows> Finish() {
+    VLMD_RETURN_IF_ERROR(FlushText());
+    return std::move(out_);
+  }
+
+ private:
+  Status FlushText() {
+    if (pending_.empty()) return Status::Ok();
+    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                          tok_.Tokenize(pending_, /*add_special=*/first_, /*parse_special=*/true));
+    out_.tokens.insert(out_.tokens.end(), ids.begin(), ids.end());
+    pending_.clear();
+    first_ = false;
+    return Status::Ok();
+  }
+
+  const tokenizer::Tokenizer& tok_;
+  const int64_t n_embd_;
+  std::string pending_;
+  bool first_ = true;
+  PromptRows out_;
+};
+
+Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const EncodedImage& img,
+                int64_t n_embd) {
+  const int64_t tpt = img.tokens_per_tile;
+  const int64_t n_tiles = img.layout.n_tiles;
+  if (tpt <= 0 || n_tiles <= 0 ||
+      static_cast<int64_t>(img.embeddings.size()) != n_tiles * tpt * n_embd) {
+    return InvalidArgumentError("encoded image has inconsistent embedding size");
+  }
+  auto tile = [&](int64_t t) { return img.embeddings.data() + t * tpt * n_embd; };
+  if (vision.projector != models::ProjectorType::kIdefics3) {
+    return b->Image(tile(0), n_tiles * tpt);
+  }
+  const std::string fake = "<fake_token_around_image>";
+  const int64_t grid = static_cast<int64_t>(img.layout.grid_rows) * img.layout.grid_cols;
+  if (grid + (img.layout.has_global ? 1 : 0) != n_tiles) {
+    return InvalidArgumentError("idefics3 image layout does not match its tile count");
+  }
+  for (int32_t r = 0; r < img.layout.grid_rows; ++r) {
+    if (r > 0) b->Text("\n");
+    for (int32_t c = 0; c < img.layout.grid_cols; ++c) {
+      b->Text(fake + "<row_" + std::to_string(r + 1) + "_col_" + std::to_string(c + 1) + ">");
+      VLMD_RETURN_IF_ERROR(b->Image(tile(static_cast<int64_t>(r) * img.layout.grid_cols + c), tpt));
+    }
+  }
+  if (img.layout.has_global) {
+    b->Text(grid > 0 ? "\n\n" + fake + "<global-img>" : fake + "<global-img>");
+    VLMD_RETURN_IF_ERROR(b->Image(tile(grid), tpt));
+    b->Text(fake);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
+                                         const models::VisionConfig& vision, std::string_view text,
+                                         std::span<const EncodedImage> images, int64_t n_embd,
+                                         std::string_view marker) {
+  size_t n_markers = 0;
+  for (size_t at = text.find(marker); at != std::string_view::npos;
+       at = text.find(marker, at + marker.size())) {
+    ++n_markers;
+  }
+  if (n_markers != 0 && n_markers != images.size()) {
+    return InvalidArgumentError("the prompt has " + std::to_string(n_markers) + " image markers but " +
+                                std::to_string(images.size()) + " images were given");
+  }
+  RowBuilder b(tok, n_embd);
+  size_t next_image = 0;
+  if (n_markers == 0) {  // no marker: images first, then the text
+    for (const EncodedImage& img : images) VLMD_RETURN_IF_ERROR(AddImage(&b, vision, img, n_embd));
+    b.Text(text);
+    return b.Finish();
+  }
+  size_t start = 0;
+  for (size_t at = text.find(marker); at != std::string_view::npos; at = text.find(marker, start)) {
+    b.Text(text.substr(start, at - start));
+    VLMD_RETURN_IF_ERROR(AddImage(&b, vision, images[next_image++], n_embd));
+    start = at + marker.size();
+  }
+  b.Text(text.substr(start));
+  return b.Finish();
+}
+
+}  // namespace vlmd::engine::runtime

@@ -1,0 +1,49 @@
+// Multimodal prompts: text with image markers (default "<__media__>", as llama.cpp) becomes the
+// row sequence the decoder consumes: token ids, and for each image its visual-token embeddings
+// wrapped in the family's text tokens (Idefics3: <fake_token_around_image><row_R_col_C> before
+// each tile, "\n" between tile rows, then "\n\n<fake_token_around_image><global-img>", the global
+// image and "<fake_token_around_image>"; LLaVA: the embeddings alone). Adjacent text is merged
+// and tokenized as one piece (special tokens parsed; BOS only before the first piece), which is
+// how llama.cpp's mtmd_tokenize builds its chunks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/models/preprocess_vision.h"
+#include "engine/models/vision_config.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace vlmd::engine::runtime {
+
+inline constexpr std::string_view kDefaultMediaMarker = "<__media__>";
+
+// One image after encoding: its tiles' embeddings [n_tiles * tokens_per_tile, n_embd], in tile
+// order (row-major tiles, then the global image).
+struct EncodedImage {
+  models::PreprocessedImage layout;  // grid and tile count (pixels may be cleared)
+  int64_t tokens_per_tile = 0;
+  std::vector<float> embeddings;
+};
+
+// The decoder input: tokens[i] < 0 marks an embedding row; those rows' vectors are the rows of
+// `embeddings` in order. n_image_tokens counts them.
+struct PromptRows {
+  std::vector<int32_t> tokens;
+  std::vector<float> embeddings;  // [n_image_tokens, n_embd]
+  int64_t n_image_tokens = 0;
+};
+
+// Builds the rows for `text` with one marker per image (markers beyond the images are an error;
+// with no marker at all the images go before the text). INVALID_ARGUMENT when markers and images
+// do not match or an image's embedding size is inconsistent.
+Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
+                                         const models::VisionConfig& vision, std::string_view text,
+                                         std::span<const EncodedImage> images, int64_t n_embd,
+                                         std::string_view marker = kDefaultMediaMarker);
+
+}  // namespace vlmd::engine::runtime

@@ -1,0 +1,112 @@
+// Multimodal prompts end to end on the fixtures: image file -> decode -> preprocess -> encode ->
+// prompt rows. The row sequence (text ids and image-token slots) must equal llama.cpp's chunks
+// exactly, and for the LLaVA cases (whose embeddings match to NMSE 1e-6) greedy decoding must
+// give the golden ids.
+#include "engine/runtime/text_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace vlmd::engine::runtime {
+namespace {
+
+using nlohmann::json;
+
+struct Case {
+  std::string fixture, name;
+};
+
+class MultimodalPromptTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MultimodalPromptTest, RowsEqualReferenceChunks) {
+  const Case& c = GetParam();
+  std::ifstream gf(vlmd::testing::FixturePath(c.fixture + "/golden.json"));
+  const json golden = json::parse(gf);
+  const json* gc = nullptr;
+  for (const json& x : golden["cases"]) {
+    if (x["name"] == c.name) gc = &x;
+  }
+  ASSERT_NE(gc, nullptr);
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 512;
+  o.mmproj_path = vlmd::testing::FixturePath(c.fixture + "/mmproj.gguf");
+  auto e = TextEngine::Load(vlmd::testing::FixturePath(c.fixture + "/text.gguf"), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+
+  std::vector<EncodedImage> images;
+  for (const json& img : (*gc)["images"]) {
+    const std::string rel = img.is_string() ? img.get<std::string>() : img["file"].get<std::string>();
+    const auto bytes = vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath(c.fixture + "/" + rel));
+    ASSERT_FALSE(bytes.empty()) << rel;
+    ImageTimings t;
+    auto enc = (*e)->EncodeImage(bytes, &t);
+    ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+    images.push_back(std::move(*enc));
+  }
+  auto rows = (*e)->BuildPrompt((*gc)["prompt"].get<std::string>(), images, /*raw=*/true);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<int32_t> expected;
+  for (const json& ch : (*gc)["chunks"]) {
+    if (ch["type"] == "text") {
+      for (int32_t t : ch["tokens"].get<std::vector<int32_t>>()) expected.push_back(t);
+    } else {
+      for (int64_t i = 0; i < ch["n_tokens"].get<int64_t>(); ++i) expected.push_back(-1);
+    }
+  }
+  EXPECT_EQ(rows->tokens, expected);
+  EXPECT_EQ(rows->n_image_tokens, static_cast<int64_t>(std::count(expected.begin(), expected.end(), -1)));
+
+  if (c.fixture == "tiny-llava") {
+    GenerateParams p;
+    p.max_tokens = 16;
+    p.ignore_eos = true;
+    auto r = (*e)->Generate(*rows, p);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->tokens, (*gc)["variants"]["base"]["greedy_ids"].get<std::vector<int32_t>>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MultimodalPromptTest,
+                         ::testing::Values(Case{"tiny-llava", "img-32x32"},
+                                           Case{"tiny-llava", "img-64x48"},
+                                           Case{"tiny-smolvlm", "img-128x96"},
+                                           Case{"tiny-smolvlm", "img-128x128"},
+                                           Case{"tiny-smolvlm", "img-50x100"}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string s = i.param.fixture + "_" + i.param.name;
+                           for (char& ch : s) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+
+TEST(MultimodalPromptErrors, MarkerCountMustMatchImages) {
+  EngineOptions o;
+  o.mmproj_path = vlmd::testing::FixturePath("tiny-llava/mmproj.gguf");
+  auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), o);
+  ASSERT_TRUE(e.ok());
+  const auto bytes = vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath("tiny-llava/images/img-32x32.png"));
+  auto enc = (*e)->EncodeImage(bytes, nullptr);
+  ASSERT_TRUE(enc.ok());
+  std::vector<EncodedImage> one = {*enc};
+  auto two_markers = (*e)->BuildPrompt("<__media__><__media__>hi", one, true);
+  ASSERT_FALSE(two_markers.ok());
+  EXPECT_EQ(two_markers.status().code(), StatusCode::kInvalidArgument);
+  auto no_marker = (*e)->BuildPrompt("hi", one, true);  // images go first
+  ASSERT_TRUE(no_marker.ok());
+  EXPECT_EQ(no_marker->tokens.front(), -1);
+  const std::vector<uint8_t> junk = {1, 2, 3, 4};
+  auto bad = (*e)->EncodeImage(junk, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace vlmd::engine::runtime
