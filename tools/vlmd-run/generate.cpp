@@ -94,6 +94,10 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
     Status s = WriteF32(opts.dump_image_embeddings_path, images[0].embeddings);
     if (!s.ok()) return Fail(err, s);
   }
+  if (!opts.raw_prompt && (*engine)->chat_template_is_fallback()) {
+    err << "vlmd-run: warning: the model's chat template is missing or unknown; using ChatML "
+           "(pass --raw-prompt to send the prompt as is)\n";
+  }
   auto prompt = (*engine)->BuildPrompt(text, images, opts.raw_prompt);
   if (!prompt.ok()) return Fail(err, prompt.status());
 

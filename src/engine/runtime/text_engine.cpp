@@ -133,6 +133,10 @@ Result<EncodedImage> TextEngine::EncodeImage(std::span<const uint8_t> bytes, Ima
   return out;
 }
 
+bool TextEngine::chat_template_is_fallback() const {
+  return tokenizer::ChatTemplate::Detect(chat_template_source_).is_fallback();
+}
+
 Result<PromptRows> TextEngine::BuildPrompt(std::string_view text,
                                            std::span<const EncodedImage> images, bool raw) const {
   std::string prompt(text);

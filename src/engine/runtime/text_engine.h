@@ -77,6 +77,10 @@ class TextEngine {
   Result<PromptRows> BuildPrompt(std::string_view text, std::span<const EncodedImage> images,
                                  bool raw) const;
 
+  // True when the model's tokenizer.chat_template is absent or not one vlmd recognises, so that
+  // BuildPrompt (not raw) falls back to ChatML; callers should warn.
+  bool chat_template_is_fallback() const;
+
   // Prefills `prompt` into a fresh sequence and returns the logits of its last position.
   Result<std::vector<float>> PromptLogits(std::span<const int32_t> prompt);
   Result<std::vector<float>> PromptLogits(const PromptRows& prompt);
