@@ -160,6 +160,11 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
       return InvalidArgumentError("batch row " + std::to_string(r) + " has no token and no embedding");
     }
   }
+  for (int64_t i = 0; i < b.n_logit_rows; ++i) {
+    if (b.logit_rows == nullptr || b.logit_rows[i] < 0 || b.logit_rows[i] >= n) {
+      return InvalidArgumentError("logit row outside the batch");
+    }
+  }
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   Grow(ctx->x, n * d);
   Grow(ctx->xn, n * d);
@@ -231,8 +236,7 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
   const int64_t nl = b.n_logit_rows;
   Grow(ctx->logit_in, nl * d);
   for (int64_t i = 0; i < nl; ++i) {
-    const int32_t r = b.logit_rows[i];
-    if (r < 0 || r >= n) return InvalidArgumentError("logit row outside the batch");
+    const int32_t r = b.logit_rows[i];  // validated above, before any state changed
     std::copy_n(x + static_cast<int64_t>(r) * d, d, ctx->logit_in.data() + i * d);
   }
   VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->logit_in.data(), output_norm_.data(),

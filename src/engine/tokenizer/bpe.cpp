@@ -4,17 +4,13 @@
 #include <queue>
 
 #include "engine/tokenizer/encoders.h"
+#include "engine/tokenizer/merge_queue.h"
 #include "engine/tokenizer/unicode.h"
 
 namespace vlmd::engine::tokenizer {
 namespace {
 
-struct Symbol {
-  int prev;
-  int next;
-  uint32_t start;  // byte offset in the word
-  uint32_t len;    // 0 once merged into its left neighbour
-};
+using Symbol = internal::MergeSymbol;
 
 struct Bigram {
   int32_t rank;
@@ -61,21 +57,7 @@ void BpeEncodeWord(const Vocab& vocab, std::string_view word, std::vector<TokenI
   };
   for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram top = queue.top();
-    queue.pop();
-    Symbol& left = symbols[top.left];
-    Symbol& right = symbols[top.right];
-    // Symbols only grow by absorbing their right neighbour, so an unchanged pair is exactly one
-    // whose lengths are both non-zero and still add up to the queued length.
-    if (left.len == 0 || right.len == 0 || left.len + right.len != top.len) continue;
-    left.len += right.len;
-    right.len = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = top.left;
-    try_add(left.prev, top.left);
-    try_add(top.left, left.next);
-  }
+  internal::RunMerges(symbols, queue, try_add);
 
   for (int i = 0; i != -1; i = symbols[i].next) {
     const std::string_view piece = text_of(symbols[i]);

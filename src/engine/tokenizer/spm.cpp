@@ -4,17 +4,13 @@
 #include <queue>
 
 #include "engine/tokenizer/encoders.h"
+#include "engine/tokenizer/merge_queue.h"
 #include "engine/tokenizer/unicode.h"
 
 namespace vlmd::engine::tokenizer {
 namespace {
 
-struct Symbol {
-  int prev;
-  int next;
-  uint32_t start;
-  uint32_t len;  // 0 once merged into its left neighbour
-};
+using Symbol = internal::MergeSymbol;
 
 struct Bigram {
   float score;
@@ -54,19 +50,7 @@ void SpmEncode(const Vocab& vocab, std::string_view text, std::vector<TokenId>* 
   };
   for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram top = queue.top();
-    queue.pop();
-    Symbol& left = symbols[top.left];
-    Symbol& right = symbols[top.right];
-    if (left.len == 0 || right.len == 0 || left.len + right.len != top.len) continue;
-    left.len += right.len;
-    right.len = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = top.left;
-    try_add(left.prev, top.left);
-    try_add(top.left, left.next);
-  }
+  internal::RunMerges(symbols, queue, try_add);
 
   // Every merged symbol is a token by construction; what is left over is single characters that
   // the vocabulary lacks, emitted as their bytes. (llama.cpp's rev_merge resegmentation only ever
