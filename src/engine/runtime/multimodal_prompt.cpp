@@ -19,6 +19,13 @@ class RowBuilder {
     return Status::Ok();
   }
 
+  // Starts the prompt with BOS (when the vocabulary adds one) before any image rows; the text
+  // pieces that follow are then tokenized without special additions.
+  void LeadingBos() {
+    if (first_ && tok_.vocab().add_bos()) out_.tokens.push_back(tok_.bos());
+    first_ = false;
+  }
+
   Result<PromptRows> Finish() {
     VLMD_RETURN_IF_ERROR(FlushText());
     return std::move(out_);
@@ -91,7 +98,8 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
   }
   RowBuilder b(tok, n_embd);
   size_t next_image = 0;
-  if (n_markers == 0) {  // no marker: images first, then the text
+  if (n_markers == 0) {  // no marker: (BOS,) images first, then the text
+    b.LeadingBos();
     for (const EncodedImage& img : images) VLMD_RETURN_IF_ERROR(AddImage(&b, vision, img, n_embd));
     b.Text(text);
     return b.Finish();
