@@ -18,21 +18,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: those
-// bytes are held back from the stream until it is known whether a stop string completes.
-size_t PartialStopSuffix(std::string_view text, const std::vector<std::string>& stops) {
-  size_t best = 0;
-  for (const std::string& s : stops) {
-    for (size_t len = std::min(s.size() - 1, text.size()); len > best; --len) {
-      if (text.substr(text.size() - len) == std::string_view(s).substr(0, len)) {
-        best = len;
-        break;
-      }
-    }
-  }
-  return best;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_path,
@@ -110,25 +95,85 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
   return Status::Ok();
 }
 
-Result<EncodedImage> TextEngine::EncodeImage(std::span<const uint8_t> bytes, ImageTimings* timings) {
+namespace {
+
+// The vision config an image is tiled with: the model's, or a smaller idefics3 longest edge.
+models::VisionConfig TilingConfig(const models::VisionConfig& c, int32_t longest_edge) {
+  models::VisionConfig out = c;
+  if (c.projector == models::ProjectorType::kIdefics3 && longest_edge > 0 &&
+      longest_edge < c.preproc_image_size) {
+    out.preproc_image_size = std::max(longest_edge, c.image_size);
+  }
+  return out;
+}
+
+}  // namespace
+
+int32_t TextEngine::MinLongestEdge() const {
+  if (!vision_ || vision_->config().projector != models::ProjectorType::kIdefics3) return 0;
+  return vision_->config().image_size;
+}
+
+Result<int64_t> TextEngine::ImageTokenCount(int32_t width, int32_t height, int32_t longest_edge,
+                                            int32_t* refined_w, int32_t* refined_h) const {
+  if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
+  if (width < 1 || height < 1) return InvalidArgumentError("empty image");
+  const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
+  int64_t tiles = 1;
+  int32_t rw = c.image_size, rh = c.image_size;
+  if (c.projector == models::ProjectorType::kIdefics3) {
+    models::Idefics3RefinedSize(width, height, c.image_size, c.preproc_image_size, &rw, &rh);
+    tiles = static_cast<int64_t>(rw / c.image_size) * (rh / c.image_size) + 1;  // + global
+  }
+  if (refined_w != nullptr) *refined_w = rw;
+  if (refined_h != nullptr) *refined_h = rh;
+  return tiles * vision_->tokens_per_tile();
+}
+
+Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
+                                               const image::DecodeLimits& limits,
+                                               int32_t longest_edge, ImageTimings* timings) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   ImageTimings t;
   auto t0 = std::chrono::steady_clock::now();
-  VLMD_ASSIGN_OR_RETURN(image::Image img, image::DecodeImage(bytes));
+  VLMD_ASSIGN_OR_RETURN(image::Image img, image::DecodeImage(bytes, limits));
   t.decode_ms = MsSince(t0);
   t0 = std::chrono::steady_clock::now();
-  VLMD_ASSIGN_OR_RETURN(models::PreprocessedImage pre,
-                        models::PreprocessImage(vision_->config(),
-                                                models::RgbView{img.width, img.height, img.rgb}));
+  const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
+  PreparedImage out;
+  out.source_width = img.width;
+  out.source_height = img.height;
+  // The cache key: the pixels, and every preprocessing parameter that changes the tiles.
+  out.key = image::ImageKey(img) + ":" + std::to_string(static_cast<int>(c.projector)) + ":" +
+            std::to_string(c.image_size) + ":" + std::to_string(c.preproc_image_size);
+  VLMD_ASSIGN_OR_RETURN(out.tiles,
+                        models::PreprocessImage(c, models::RgbView{img.width, img.height, img.rgb}));
   t.preprocess_ms = MsSince(t0);
-  t0 = std::chrono::steady_clock::now();
+  if (timings != nullptr) {
+    timings->decode_ms = t.decode_ms;
+    timings->preprocess_ms = t.preprocess_ms;
+  }
+  return out;
+}
+
+Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
+  if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
+  const auto t0 = std::chrono::steady_clock::now();
   EncodedImage out;
-  VLMD_ASSIGN_OR_RETURN(out.embeddings, vision_->Encode(pre.pixels.data(), pre.n_tiles, &vision_ctx_));
-  t.encode_ms = MsSince(t0);
+  VLMD_ASSIGN_OR_RETURN(out.embeddings,
+                        vision_->Encode(image.tiles.pixels.data(), image.tiles.n_tiles, &vision_ctx_));
+  if (timings != nullptr) timings->encode_ms = MsSince(t0);
   out.tokens_per_tile = vision_->tokens_per_tile();
-  pre.pixels.clear();
-  pre.pixels.shrink_to_fit();
-  out.layout = std::move(pre);
+  out.layout = image.tiles;
+  out.layout.pixels.clear();
+  out.layout.pixels.shrink_to_fit();
+  return out;
+}
+
+Result<EncodedImage> TextEngine::EncodeImage(std::span<const uint8_t> bytes, ImageTimings* timings) {
+  ImageTimings t;
+  VLMD_ASSIGN_OR_RETURN(PreparedImage prepared, PrepareImage(bytes, image::DecodeLimits{}, 0, &t));
+  VLMD_ASSIGN_OR_RETURN(EncodedImage out, EncodePrepared(prepared, &t));
   if (timings != nullptr) *timings = t;
   return out;
 }
@@ -181,8 +226,8 @@ Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
   return Generate(rows, params, on_text);
 }
 
-Result<GenerateResult> TextEngine::Generate(const PromptRows& rows, const GenerateParams& params,
-                                            const TextCallback& on_text) {
+Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& rows,
+                                                            const GenerateParams& params) {
   const std::span<const int32_t> prompt(rows.tokens);
   if (prompt.empty()) return InvalidArgumentError("empty prompt");
   VLMD_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
@@ -193,69 +238,70 @@ Result<GenerateResult> TextEngine::Generate(const PromptRows& rows, const Genera
                                   std::to_string(params.max_tokens) + ") exceeds the context of " +
                                   std::to_string(opts_.n_ctx));
   }
-  GenerateResult r;
-  r.prompt_tokens = static_cast<int32_t>(prompt.size());
   auto cache = model_->NewCache(static_cast<int32_t>(needed));
   std::vector<float> logits(model_->config().n_vocab);
-  auto t0 = std::chrono::steady_clock::now();
   VLMD_RETURN_IF_ERROR(Prefill(rows, cache.get(), logits.data()));
-  r.prefill_ms = MsSince(t0);
+  auto seq = std::make_unique<Sequence>(*tokenizer_, params, std::move(cache), prompt);
+  seq->Accept(logits);
+  return seq;
+}
 
-  Sampler sampler(params.sampling);
-  std::vector<int32_t> history;  // text ids only: image rows do not count for the penalty
-  for (int32_t t : prompt) {
-    if (t >= 0) history.push_back(t);
+Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
+  std::vector<Sequence*> active;
+  std::vector<models::KvCache*> caches;
+  for (Sequence* s : seqs) {
+    if (s != nullptr && !s->finished()) {
+      active.push_back(s);
+      caches.push_back(s->cache());
+    }
   }
-  tokenizer::Utf8StreamDecoder utf8;
-  std::string pending;  // decoded text not yet passed to on_text (may hold a partial stop)
-  r.finish_reason = "length";
+  const int64_t n = static_cast<int64_t>(active.size());
+  if (n == 0) return Status::Ok();
+  const int64_t n_vocab = model_->config().n_vocab;
+  // step_rows_: [tokens | positions | seq ids | logit rows], n each.
+  step_rows_.resize(static_cast<size_t>(4 * n));
+  int32_t* tokens = step_rows_.data();
+  int32_t* pos = tokens + n;
+  int32_t* seq = pos + n;
+  int32_t* rows = seq + n;
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[i] = active[i]->last_token();
+    pos[i] = active[i]->cache()->n_filled();
+    seq[i] = static_cast<int32_t>(i);
+    rows[i] = static_cast<int32_t>(i);
+  }
+  step_logits_.resize(static_cast<size_t>(n * n_vocab));
+  const models::ForwardBatch b{n, tokens, nullptr, pos, seq, rows, n};
+  VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, step_logits_.data()));
+  for (int64_t i = 0; i < n; ++i) {
+    active[i]->Accept(std::span<const float>(step_logits_.data() + i * n_vocab, n_vocab));
+  }
+  return Status::Ok();
+}
+
+Result<GenerateResult> TextEngine::Generate(const PromptRows& rows, const GenerateParams& params,
+                                            const TextCallback& on_text) {
+  GenerateResult r;
+  r.prompt_tokens = static_cast<int32_t>(rows.tokens.size());
+  auto t0 = std::chrono::steady_clock::now();
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, StartSequence(rows, params));
+  r.prefill_ms = MsSince(t0);
   t0 = std::chrono::steady_clock::now();
-  models::KvCache* caches[] = {cache.get()};
-  for (int32_t step = 0; step < params.max_tokens; ++step) {
-    TokenStats stats;
-    const int32_t tok = sampler.Sample(logits, history, params.token_stats ? &stats : nullptr);
-    r.tokens.push_back(tok);
-    if (params.token_stats) r.token_stats.push_back(stats);
-    history.push_back(tok);
-    if (!params.ignore_eos && tokenizer_->IsEog(tok)) {
-      r.finish_reason = "stop";
+  Sequence* const one[] = {seq.get()};
+  while (true) {
+    const std::string chunk = seq->TakeNewText();
+    if (!chunk.empty() && on_text && !on_text(chunk)) {
+      seq->Finish("cancelled");
       break;
     }
-    pending += utf8.Push(tokenizer_->TokenToPiece(tok, /*special=*/false));
-    bool stopped = false;
-    for (const std::string& s : params.stop) {
-      const size_t at = pending.find(s);
-      if (!s.empty() && at != std::string::npos) {
-        pending.resize(at);
-        stopped = true;
-      }
-    }
-    const size_t hold = stopped ? 0 : PartialStopSuffix(pending, params.stop);
-    if (pending.size() > hold) {
-      const std::string_view out(pending.data(), pending.size() - hold);
-      r.text += out;
-      const bool go_on = !on_text || on_text(out);
-      pending.erase(0, pending.size() - hold);
-      if (!go_on) {
-        r.finish_reason = "cancelled";
-        break;
-      }
-    }
-    if (stopped) {
-      r.finish_reason = "stop";
-      break;
-    }
-    if (step + 1 == params.max_tokens) break;
-    const int32_t pos = cache->n_filled(), seq = 0, row = 0;
-    models::ForwardBatch b{1, &tok, nullptr, &pos, &seq, &row, 1};
-    VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, logits.data()));
-  }
-  if (r.finish_reason == "length") {
-    const std::string tail = pending + utf8.Flush();  // held-back bytes that never became a stop
-    r.text += tail;
-    if (on_text && !tail.empty()) on_text(tail);
+    if (seq->finished()) break;
+    VLMD_RETURN_IF_ERROR(DecodeStep(one));
   }
   r.decode_ms = MsSince(t0);
+  r.tokens = seq->tokens();
+  r.text = seq->text();
+  r.finish_reason = seq->finish_reason();
+  r.token_stats = seq->token_stats();
   return r;
 }
 

@@ -13,9 +13,11 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/models/llama_model.h"
+#include "engine/image/image.h"
 #include "engine/models/vision_encoder.h"
 #include "engine/runtime/multimodal_prompt.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace vlmd::engine::runtime {
@@ -25,14 +27,6 @@ struct EngineOptions {
   int32_t threads = 0;     // 0: all cores
   int32_t n_ctx = 4096;    // positions per sequence
   int32_t n_batch = 512;   // prompt rows per forward call
-};
-
-struct GenerateParams {
-  SamplingParams sampling;
-  int32_t max_tokens = 128;
-  std::vector<std::string> stop;  // stop strings (not included in the text)
-  bool ignore_eos = false;        // keep going past end-of-generation tokens
-  bool token_stats = false;       // fill GenerateResult::token_stats (costs a softmax per token)
 };
 
 struct GenerateResult {
@@ -49,6 +43,15 @@ struct ImageTimings {
   double decode_ms = 0.0;      // encoded bytes -> RGB
   double preprocess_ms = 0.0;  // RGB -> normalized tiles
   double encode_ms = 0.0;      // ViT + projector
+};
+
+// An image decoded and preprocessed, ready for the encoder. `key` identifies the pixels and the
+// preprocessing (the visual-embedding cache key); source size is the decoded image's.
+struct PreparedImage {
+  std::string key;
+  int32_t source_width = 0;
+  int32_t source_height = 0;
+  models::PreprocessedImage tiles;
 };
 
 // Called with each new chunk of valid UTF-8 text; return false to stop generating (cancel).
@@ -72,6 +75,22 @@ class TextEngine {
   // FAILED_PRECONDITION without an mmproj; the image module's errors for bad images.
   Result<EncodedImage> EncodeImage(std::span<const uint8_t> bytes, ImageTimings* timings);
 
+  // The two halves of EncodeImage, for callers that run them on different threads: Prepare is
+  // const and thread-safe (decode + preprocess, no engine state); Encode runs the vision encoder
+  // on the engine's pool (same threading rule as Generate). `longest_edge`, when > 0 and below
+  // the model's own (idefics3 preproc_image_size), tiles the image at that size instead: fewer
+  // tiles, fewer visual tokens (token budgets). Families with one fixed tile ignore it.
+  Result<PreparedImage> PrepareImage(std::span<const uint8_t> bytes, const image::DecodeLimits& limits,
+                                     int32_t longest_edge, ImageTimings* timings) const;
+  // Visual tokens of a width x height image tiled at `longest_edge` (0: the model's), and the
+  // refined (tiled) size in *refined_w/h (the fixed encoder size for untiled families).
+  // FAILED_PRECONDITION without a vision encoder.
+  Result<int64_t> ImageTokenCount(int32_t width, int32_t height, int32_t longest_edge,
+                                  int32_t* refined_w, int32_t* refined_h) const;
+  // The smallest longest_edge the family allows (one tile row/column); 0 when not tiled.
+  int32_t MinLongestEdge() const;
+  Result<EncodedImage> EncodePrepared(const PreparedImage& image, ImageTimings* timings);
+
   // Token ids (and image rows) of a user prompt: `text` with image markers, wrapped in the
   // model's chat template unless raw (then BOS as the vocabulary says, special text parsed).
   Result<PromptRows> BuildPrompt(std::string_view text, std::span<const EncodedImage> images,
@@ -93,6 +112,16 @@ class TextEngine {
   Result<GenerateResult> Generate(const PromptRows& prompt, const GenerateParams& params,
                                   const TextCallback& on_text = {});
 
+  // Batched generation (the server's scheduler). StartSequence validates, prefills `prompt` into a
+  // new sequence and samples its first token (same errors as Generate). DecodeStep advances every
+  // unfinished sequence in `seqs` by one token in ONE forward pass (continuous batching: callers
+  // may add and drop sequences between steps). Greedy results equal Generate's token for token.
+  // INTERNAL on NaN/Inf (the whole step fails; callers end the sequences of that step).
+  Result<std::unique_ptr<Sequence>> StartSequence(const PromptRows& prompt,
+                                                  const GenerateParams& params);
+  Status DecodeStep(std::span<Sequence* const> seqs);
+  const EngineOptions& options() const { return opts_; }
+
  private:
   TextEngine() = default;
   // Runs prompt rows through the model in n_batch chunks; logits of the last row into `logits`.
@@ -105,6 +134,8 @@ class TextEngine {
   std::unique_ptr<models::VisionEncoder> vision_;
   std::string chat_template_source_;  // tokenizer.chat_template, may be empty
   models::ForwardContext ctx_;
+  std::vector<float> step_logits_;   // [n_seqs, n_vocab] of the last DecodeStep
+  std::vector<int32_t> step_rows_;   // tokens, positions, seq ids, logit rows of DecodeStep
   models::VisionContext vision_ctx_;
 };
 

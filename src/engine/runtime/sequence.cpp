@@ -1,0 +1,90 @@
+// Sequence: sampling, stop strings and streamed text of one generation (see sequence.h).
+#include "engine/runtime/sequence.h"
+
+#include <algorithm>
+
+namespace vlmd::engine::runtime {
+namespace {
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: those
+// bytes are held back until it is known whether a stop string completes.
+size_t PartialStopSuffix(std::string_view text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const std::string& s : stops) {
+    if (s.empty()) continue;
+    for (size_t len = std::min(s.size() - 1, text.size()); len > best; --len) {
+      if (text.substr(text.size() - len) == std::string_view(s).substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Sequence::Sequence(const tokenizer::Tokenizer& tok, GenerateParams params,
+                   std::unique_ptr<models::KvCache> cache, std::span<const int32_t> prompt_tokens)
+    : tok_(tok), params_(std::move(params)), cache_(std::move(cache)), sampler_(params_.sampling) {
+  history_.reserve(prompt_tokens.size() + static_cast<size_t>(params_.max_tokens));
+  for (int32_t t : prompt_tokens) {
+    if (t >= 0) history_.push_back(t);
+  }
+  if (params_.max_tokens <= 0) finish_reason_ = "length";
+}
+
+void Sequence::Accept(std::span<const float> logits) {
+  if (finished()) return;
+  TokenStats stats;
+  const int32_t tok = sampler_.Sample(logits, history_, params_.token_stats ? &stats : nullptr);
+  tokens_.push_back(tok);
+  if (params_.token_stats) token_stats_.push_back(stats);
+  history_.push_back(tok);
+  if (!params_.ignore_eos && tok_.IsEog(tok)) {
+    Finish("stop");
+    return;
+  }
+  pending_ += utf8_.Push(tok_.TokenToPiece(tok, /*special=*/false));
+  bool stopped = false;
+  for (const std::string& s : params_.stop) {
+    const size_t at = s.empty() ? std::string::npos : pending_.find(s);
+    if (at != std::string::npos) {
+      pending_.resize(at);
+      stopped = true;
+    }
+  }
+  const size_t hold = stopped ? 0 : PartialStopSuffix(pending_, params_.stop);
+  if (pending_.size() > hold) {
+    const std::string_view out(pending_.data(), pending_.size() - hold);
+    text_ += out;
+    unread_ += out;
+    pending_.erase(0, pending_.size() - hold);
+  }
+  if (stopped) {
+    pending_.clear();
+    Finish("stop");
+  } else if (static_cast<int32_t>(tokens_.size()) >= params_.max_tokens) {
+    Finish("length");
+  }
+}
+
+void Sequence::Finish(std::string_view reason) {
+  if (finished()) return;
+  finish_reason_ = std::string(reason);
+  if (finish_reason_ == "length") {
+    // Held-back bytes that never became a stop string belong to the text.
+    const std::string tail = pending_ + utf8_.Flush();
+    text_ += tail;
+    unread_ += tail;
+  }
+  pending_.clear();
+}
+
+std::string Sequence::TakeNewText() {
+  std::string out;
+  out.swap(unread_);
+  return out;
+}
+
+}  // namespace vlmd::engine::runtime

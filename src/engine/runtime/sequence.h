@@ -1,0 +1,74 @@
+// The generation state of one request: its KV cache, sampler, token history and the text it has
+// produced so far (UTF-8 safe, stop strings held back until they are decided). TextEngine fills
+// it with a prefill and then advances it one token per decode step, alone (Generate) or batched
+// with other sequences (DecodeStep, the server's continuous batching).
+// Not thread-safe: one owner (the scheduler thread, or the Generate caller) at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/models/kv_cache.h"
+#include "engine/runtime/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8_stream.h"
+
+namespace vlmd::engine::runtime {
+
+struct GenerateParams {
+  SamplingParams sampling;
+  int32_t max_tokens = 128;
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  bool ignore_eos = false;        // keep going past end-of-generation tokens
+  bool token_stats = false;       // record TokenStats per token (costs a softmax per token)
+};
+
+class Sequence {
+ public:
+  // `tok` must outlive the sequence; `prompt_tokens` are the prompt's text ids (image rows
+  // excluded), the history the repetition penalty looks at.
+  Sequence(const tokenizer::Tokenizer& tok, GenerateParams params,
+           std::unique_ptr<models::KvCache> cache, std::span<const int32_t> prompt_tokens);
+
+  // Samples the next token from `logits` [n_vocab] and updates the text; the sequence finishes
+  // on an end-of-generation token, a stop string, or max_tokens.
+  void Accept(std::span<const float> logits);
+  // Ends the sequence now with `reason` (e.g. "cancelled", "deadline"); idempotent.
+  void Finish(std::string_view reason);
+
+  bool finished() const { return !finish_reason_.empty(); }
+  // "stop" (EOS or stop string), "length" (max_tokens), or what Finish was given; "" while running.
+  const std::string& finish_reason() const { return finish_reason_; }
+  // The token to feed in the next decode step (the last one sampled).
+  int32_t last_token() const { return tokens_.back(); }
+
+  // Text produced since the previous call (valid UTF-8, stop strings removed). Once finished,
+  // also flushes what was held back.
+  std::string TakeNewText();
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // generated ids (incl. final EOS)
+  const std::string& text() const { return text_; }               // all text released so far
+  const std::vector<TokenStats>& token_stats() const { return token_stats_; }
+  models::KvCache* cache() { return cache_.get(); }
+  const GenerateParams& params() const { return params_; }
+
+ private:
+  const tokenizer::Tokenizer& tok_;
+  GenerateParams params_;
+  std::unique_ptr<models::KvCache> cache_;
+  Sampler sampler_;
+  std::vector<int32_t> history_;  // prompt text ids + generated ids (repetition penalty)
+  std::vector<int32_t> tokens_;
+  std::vector<TokenStats> token_stats_;
+  tokenizer::Utf8StreamDecoder utf8_;
+  std::string pending_;   // decoded, not yet released (may be the start of a stop string)
+  std::string text_;      // released text
+  std::string unread_;    // released, not yet taken by TakeNewText
+  std::string finish_reason_;
+};
+
+}  // namespace vlmd::engine::runtime

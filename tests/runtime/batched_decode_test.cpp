@@ -1,0 +1,60 @@
+// Continuous batching: sequences decoded together in one forward pass per step, joining and
+// leaving at different steps, produce exactly the tokens each produces alone (greedy).
+#include <gtest/gtest.h>
+
+#include "engine/runtime/text_engine.h"
+#include "test_util.h"
+
+namespace vlmd::engine::runtime {
+namespace {
+
+TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 128;
+  auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  TextEngine& engine = **e;
+  const char* texts[] = {"hello there", "a cat sat on the", "1 2 3 4 5 6 7"};
+  const int32_t max_tokens[] = {9, 5, 12};
+  std::vector<PromptRows> prompts(3);
+  std::vector<std::vector<int32_t>> alone(3);
+  for (int i = 0; i < 3; ++i) {
+    auto ids = engine.tokenizer().Tokenize(texts[i], true, true);
+    ASSERT_TRUE(ids.ok());
+    prompts[i].tokens = *ids;
+    GenerateParams p;
+    p.max_tokens = max_tokens[i];
+    p.ignore_eos = true;
+    auto r = engine.Generate(prompts[i], p);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(static_cast<int32_t>(r->tokens.size()), max_tokens[i]);
+    alone[i] = r->tokens;
+  }
+  // Sequence 0 starts, 1 joins after 2 steps, 2 joins after 4; 1 leaves first (shortest).
+  std::vector<std::unique_ptr<Sequence>> seqs(3);
+  const int join_step[] = {0, 2, 4};
+  for (int step = 0; step < 20; ++step) {
+    for (int i = 0; i < 3; ++i) {
+      if (join_step[i] == step) {
+        GenerateParams p;
+        p.max_tokens = max_tokens[i];
+        p.ignore_eos = true;
+        auto s = engine.StartSequence(prompts[i], p);
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        seqs[i] = std::move(*s);
+      }
+    }
+    std::vector<Sequence*> batch;
+    for (auto& s : seqs) batch.push_back(s.get());
+    ASSERT_TRUE(engine.DecodeStep(batch).ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(seqs[i]->finished());
+    EXPECT_EQ(seqs[i]->finish_reason(), "length");
+    EXPECT_EQ(seqs[i]->tokens(), alone[i]) << "sequence " << i;
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::engine::runtime
