@@ -10,6 +10,8 @@ pkg_check_modules(WEBP REQUIRED IMPORTED_TARGET libwebp)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)             # SHA-256 (image keys, allowlists)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP server/client of serve
+find_package(spdlog REQUIRED)                                   # structured server logs
 if(VLMD_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -19,6 +19,8 @@ PACKAGES=(
   libpng-dev            # PNG decoding of request images
   libwebp-dev           # WebP decoding of request images
   libssl-dev            # SHA-256 (libcrypto) for image cache keys and allowlists
+  libcpp-httplib-dev    # HTTP/1.1 server (thread pool, multipart, chunked SSE) and test client
+  libspdlog-dev         # server logs
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )
@@ -29,6 +31,11 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# Node.js runs the official openai npm client against the server in the tests. A machine that
+# already has node and npm (e.g. from another packager) keeps them: Debian's npm would conflict.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
