@@ -114,22 +114,6 @@ int32_t TextEngine::MinLongestEdge() const {
   return vision_->config().image_size;
 }
 
-Result<int64_t> TextEngine::ImageTokenCount(int32_t width, int32_t height, int32_t longest_edge,
-                                            int32_t* refined_w, int32_t* refined_h) const {
-  if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
-  if (width < 1 || height < 1) return InvalidArgumentError("empty image");
-  const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
-  int64_t tiles = 1;
-  int32_t rw = c.image_size, rh = c.image_size;
-  if (c.projector == models::ProjectorType::kIdefics3) {
-    models::Idefics3RefinedSize(width, height, c.image_size, c.preproc_image_size, &rw, &rh);
-    tiles = static_cast<int64_t>(rw / c.image_size) * (rh / c.image_size) + 1;  // + global
-  }
-  if (refined_w != nullptr) *refined_w = rw;
-  if (refined_h != nullptr) *refined_h = rh;
-  return tiles * vision_->tokens_per_tile();
-}
-
 Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
                                                const image::DecodeLimits& limits,
                                                int32_t longest_edge, ImageTimings* timings) const {
@@ -176,6 +160,10 @@ Result<EncodedImage> TextEngine::EncodeImage(std::span<const uint8_t> bytes, Ima
   VLMD_ASSIGN_OR_RETURN(EncodedImage out, EncodePrepared(prepared, &t));
   if (timings != nullptr) *timings = t;
   return out;
+}
+
+std::string TextEngine::ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const {
+  return tokenizer::ChatTemplate::Detect(chat_template_source_).Apply(messages, true);
 }
 
 bool TextEngine::chat_template_is_fallback() const {

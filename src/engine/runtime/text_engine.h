@@ -18,6 +18,7 @@
 #include "engine/runtime/multimodal_prompt.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sequence.h"
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace vlmd::engine::runtime {
@@ -82,11 +83,6 @@ class TextEngine {
   // tiles, fewer visual tokens (token budgets). Families with one fixed tile ignore it.
   Result<PreparedImage> PrepareImage(std::span<const uint8_t> bytes, const image::DecodeLimits& limits,
                                      int32_t longest_edge, ImageTimings* timings) const;
-  // Visual tokens of a width x height image tiled at `longest_edge` (0: the model's), and the
-  // refined (tiled) size in *refined_w/h (the fixed encoder size for untiled families).
-  // FAILED_PRECONDITION without a vision encoder.
-  Result<int64_t> ImageTokenCount(int32_t width, int32_t height, int32_t longest_edge,
-                                  int32_t* refined_w, int32_t* refined_h) const;
   // The smallest longest_edge the family allows (one tile row/column); 0 when not tiled.
   int32_t MinLongestEdge() const;
   Result<EncodedImage> EncodePrepared(const PreparedImage& image, ImageTimings* timings);
@@ -95,6 +91,10 @@ class TextEngine {
   // model's chat template unless raw (then BOS as the vocabulary says, special text parsed).
   Result<PromptRows> BuildPrompt(std::string_view text, std::span<const EncodedImage> images,
                                  bool raw) const;
+
+  // The model's chat template applied to a conversation, with the assistant turn opened. Image
+  // markers in the messages are kept. Thread-safe (const).
+  std::string ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const;
 
   // True when the model's tokenizer.chat_template is absent or not one vlmd recognises, so that
   // BuildPrompt (not raw) falls back to ChatML; callers should warn.

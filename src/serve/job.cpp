@@ -1,0 +1,45 @@
+// Job: the scheduler -> handler channel (see job.h).
+#include "serve/job.h"
+
+namespace vlmd::serve {
+
+void Job::PushText(const std::string& text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unread_ += text;
+  }
+  cv_.notify_all();
+}
+
+void Job::Complete(JobResult result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (over_) return;
+    result_ = std::move(result);
+    over_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Job::Fail(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (over_) return;
+    status_ = std::move(status);
+    over_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Job::Wait(Clock::time_point until, std::string* text) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_until(lock, until, [&] { return over_ || !unread_.empty(); });
+  if (text != nullptr) {
+    text->append(unread_);
+    unread_.clear();
+  }
+  return over_;
+}
+
+}  // namespace vlmd::serve

@@ -1,0 +1,78 @@
+// A generation job: what an HTTP handler prepared (templated prompt, decoded and preprocessed
+// images, sampling), and the channel through which the scheduler thread streams text back.
+// Task state only; the scheduler keeps its slot state (sequence, KV cache) separately.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/runtime/sampler.h"
+#include "engine/runtime/sequence.h"
+#include "engine/runtime/text_engine.h"
+
+namespace vlmd::serve {
+
+using Clock = std::chrono::steady_clock;
+
+struct JobInput {
+  std::string prompt;  // chat-templated text with one media marker per image
+  std::vector<engine::runtime::PreparedImage> images;  // decoded + preprocessed by the handler
+  std::vector<double> image_prepare_ms;                // decode + preprocess time per image
+  engine::runtime::GenerateParams params;
+  Clock::time_point deadline = Clock::time_point::max();
+};
+
+struct JobResult {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string finish_reason;  // "stop" | "length" | "cancelled" | "deadline"
+  std::vector<engine::runtime::TokenStats> token_stats;
+  int64_t prompt_tokens = 0;  // all prompt rows, image rows included
+  int64_t image_tokens = 0;
+  bool image_cache_hit = false;  // every image of the job came from the cache (and there was one)
+  double queue_ms = 0, encode_ms = 0, prefill_ms = 0, decode_ms = 0;
+};
+
+// Thread-safe hand-off between one producer (the scheduler) and one consumer (the handler).
+class Job {
+ public:
+  explicit Job(JobInput input) : input_(std::move(input)), submitted_(Clock::now()) {}
+
+  const JobInput& input() const { return input_; }
+  Clock::time_point submitted() const { return submitted_; }
+
+  // Consumer side: a disconnected client or an abandoned wait sets this; the scheduler ends the
+  // sequence at its next step.
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  // Producer side.
+  void PushText(const std::string& text);
+  void Complete(JobResult result);
+  void Fail(Status status);
+
+  // Consumer: waits until new text, completion or failure, or `until`. Moves unread text into
+  // *text. Returns true once the job is over (then result()/status() are final).
+  bool Wait(Clock::time_point until, std::string* text);
+  const JobResult& result() const { return result_; }  // valid once Wait returned true
+  const Status& status() const { return status_; }     // OK unless failed
+
+ private:
+  JobInput input_;
+  Clock::time_point submitted_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string unread_;
+  bool over_ = false;
+  JobResult result_;
+  Status status_;
+};
+
+}  // namespace vlmd::serve

@@ -1,0 +1,44 @@
+// ModelHost: load, hash and start one served model (see model_host.h).
+#include "serve/model_host.h"
+
+#include <fstream>
+#include <vector>
+
+#include "core/sha256.h"
+
+namespace vlmd::serve {
+
+Result<std::string> HashFiles(const std::vector<std::string>& paths) {
+  Sha256 sha;
+  std::vector<uint8_t> buf(1 << 20);
+  for (const std::string& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return NotFoundError("cannot read " + p);
+    while (in) {
+      in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+      const std::streamsize n = in.gcount();
+      if (n > 0) sha.Update(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
+    }
+    if (in.bad()) return NotFoundError("error reading " + p);
+  }
+  return DigestHex(sha.Finish());
+}
+
+Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, ServerMetrics* metrics) {
+  if (spec.scheduler.max_batch < 1 || spec.scheduler.queue_size < 1) {
+    return InvalidArgumentError("max batch and queue size must be >= 1");
+  }
+  std::unique_ptr<ModelHost> h(new ModelHost());
+  h->spec_ = spec;
+  engine::runtime::EngineOptions eo = spec.engine;
+  eo.mmproj_path = spec.mmproj_path;
+  VLMD_ASSIGN_OR_RETURN(h->engine_, engine::runtime::TextEngine::Load(spec.text_path, eo));
+  std::vector<std::string> files{spec.text_path};
+  if (!spec.mmproj_path.empty()) files.push_back(spec.mmproj_path);
+  VLMD_ASSIGN_OR_RETURN(h->hash_, HashFiles(files));
+  h->cache_ = std::make_unique<ImageCache>(spec.image_cache_bytes);
+  h->scheduler_ = std::make_unique<Scheduler>(h->engine_.get(), h->cache_.get(), metrics, spec.scheduler);
+  return h;
+}
+
+}  // namespace vlmd::serve

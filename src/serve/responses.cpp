@@ -1,0 +1,108 @@
+// Reply bodies of the generation endpoints (see responses.h).
+#include "serve/responses.h"
+
+#include <nlohmann/json.hpp>
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+
+// OpenAI logprobs.content: one entry per generated token (top_logprobs are not computed).
+json LogprobsJson(const JobResult& r, const engine::tokenizer::Tokenizer& tok) {
+  json content = json::array();
+  for (size_t i = 0; i < r.tokens.size() && i < r.token_stats.size(); ++i) {
+    const std::string piece(tok.TokenToPiece(r.tokens[i], false));
+    json bytes = json::array();
+    for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+    // A piece may be a partial UTF-8 sequence: dump() replaces invalid bytes (U+FFFD); the
+    // exact bytes are in "bytes", as OpenAI does.
+    content.push_back({{"token", piece},
+                       {"logprob", r.token_stats[i].logprob},
+                       {"bytes", bytes},
+                       {"top_logprobs", json::array()}});
+  }
+  return json{{"content", content}};
+}
+
+}  // namespace
+
+std::string_view OpenAiFinishReason(std::string_view reason) {
+  if (reason == "stop" || reason == "length") return reason;
+  if (reason == "cancelled") return "stop";
+  return reason;
+}
+
+std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
+                        const engine::tokenizer::Tokenizer& tok) {
+  json j{{"id", ctx.id},
+         {"text", r.text},
+         {"finish_reason", r.finish_reason},
+         {"latency_ms", ctx.latency_ms},
+         {"model", ctx.model},
+         {"model_hash", ctx.model_hash},
+         {"usage",
+          {{"prompt_tokens", r.prompt_tokens},
+           {"image_tokens", r.image_tokens},
+           {"completion_tokens", r.tokens.size()}}},
+         {"timings",
+          {{"queue_ms", r.queue_ms},
+           {"image_decode_ms", prepared.image_decode_ms},
+           {"encode_ms", r.encode_ms},
+           {"prefill_ms", r.prefill_ms},
+           {"decode_ms", r.decode_ms}}},
+         {"cache",
+          {{"image", prepared.input.images.empty() ? "none" : (r.image_cache_hit ? "hit" : "miss")}}}};
+  if (prepared.budget) {
+    j["budget"] = {{"downsampled_from", prepared.budget->from}, {"to", prepared.budget->to}};
+  }
+  if (ctx.logprobs) j["logprobs"] = LogprobsJson(r, tok);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
+                      const engine::tokenizer::Tokenizer& tok) {
+  json choice{{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", r.text}}},
+              {"finish_reason", OpenAiFinishReason(r.finish_reason)},
+              {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)}};
+  const int64_t completion = static_cast<int64_t>(r.tokens.size());
+  json j{{"id", "chatcmpl-" + ctx.id},
+         {"object", "chat.completion"},
+         {"created", ctx.created},
+         {"model", ctx.model},
+         {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
+         {"choices", json::array({choice})},
+         {"usage",
+          {{"prompt_tokens", r.prompt_tokens},
+           {"completion_tokens", completion},
+           {"total_tokens", r.prompt_tokens + completion}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
+                      std::optional<std::string_view> content,
+                      std::optional<std::string_view> finish_reason, const JobResult* usage) {
+  json delta = json::object();
+  if (role) delta["role"] = std::string(*role);
+  if (content) delta["content"] = std::string(*content);
+  json choice{{"index", 0},
+              {"delta", delta},
+              {"logprobs", nullptr},
+              {"finish_reason", finish_reason ? json(std::string(*finish_reason)) : json(nullptr)}};
+  json j{{"id", "chatcmpl-" + ctx.id},
+         {"object", "chat.completion.chunk"},
+         {"created", ctx.created},
+         {"model", ctx.model},
+         {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
+         {"choices", json::array({choice})}};
+  if (usage != nullptr) {
+    const int64_t completion = static_cast<int64_t>(usage->tokens.size());
+    j["usage"] = {{"prompt_tokens", usage->prompt_tokens},
+                  {"completion_tokens", completion},
+                  {"total_tokens", usage->prompt_tokens + completion}};
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace vlmd::serve

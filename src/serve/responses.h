@@ -1,0 +1,41 @@
+// JSON bodies of the generation endpoints: vlmd's /v1/vlm/invoke reply and OpenAI's
+// chat.completion / chat.completion.chunk objects. Pure functions of a finished (or streaming)
+// job; no I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "serve/job.h"
+#include "serve/prepare_job.h"
+
+namespace vlmd::serve {
+
+struct ReplyContext {
+  std::string id;          // request id ("req-42"); chat ids are "chatcmpl-" + id
+  std::string model;       // served model name
+  std::string model_hash;
+  int64_t created = 0;     // unix seconds
+  double latency_ms = 0;
+  bool logprobs = false;
+};
+
+// {"id","text","finish_reason","latency_ms","model","model_hash","usage","timings","cache",
+//  "budget"?,"logprobs"?}
+std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
+                        const engine::tokenizer::Tokenizer& tok);
+// OpenAI chat.completion (non-streaming).
+std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
+                      const engine::tokenizer::Tokenizer& tok);
+// One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`, or the final
+// chunk with finish_reason (and usage when given).
+std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
+                      std::optional<std::string_view> content,
+                      std::optional<std::string_view> finish_reason, const JobResult* usage);
+// OpenAI finish_reason for a sequence's reason ("stop", "length"; others pass through).
+std::string_view OpenAiFinishReason(std::string_view reason);
+
+}  // namespace vlmd::serve

@@ -1,0 +1,75 @@
+// The scheduler (SPEC S4, S8): ONE thread owns the engine, the batch and every KV cache. Handlers
+// only Submit() jobs and wait on them; the thread admits queued jobs into free batch slots
+// (encode images through the cache, prefill), then advances every active sequence by one token
+// per step in a single batched forward pass (continuous batching: jobs join and leave between
+// steps). Cancelled jobs and expired deadlines end at the next step.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/runtime/text_engine.h"
+#include "serve/image_cache.h"
+#include "serve/job.h"
+#include "serve/server_metrics.h"
+
+namespace vlmd::serve {
+
+struct SchedulerOptions {
+  int32_t max_batch = 4;     // sequences decoded together
+  int32_t queue_size = 64;   // jobs waiting for a slot; beyond: Submit fails (HTTP 429)
+};
+
+class Scheduler {
+ public:
+  // `engine`, `cache` and `metrics` must outlive the scheduler. Starts the thread.
+  Scheduler(engine::runtime::TextEngine* engine, ImageCache* cache, ServerMetrics* metrics,
+            SchedulerOptions options);
+  // Stops the thread; jobs still queued or running fail with UNAVAILABLE.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues `job`. RESOURCE_EXHAUSTED "queue full" when queue_size jobs already wait (the job is
+  // not queued); UNAVAILABLE when stopping. Thread-safe.
+  Status Submit(std::shared_ptr<Job> job);
+
+  size_t queue_depth() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Slot {  // a running job's sequence (scheduler-thread state)
+    std::shared_ptr<Job> job;
+    std::unique_ptr<engine::runtime::Sequence> seq;
+    JobResult result;
+    Clock::time_point decode_start;
+  };
+
+  void Run();
+  // Encodes the job's images (through the cache), builds its rows and prefills it.
+  Status Admit(const std::shared_ptr<Job>& job, Slot* slot);
+  // Streams new text; completes the job when its sequence finished. Returns true when done.
+  bool Publish(Slot* slot);
+  void UpdateMemoryGauges();
+
+  engine::runtime::TextEngine* engine_;
+  ImageCache* cache_;
+  ServerMetrics* metrics_;
+  const SchedulerOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stop_ = false;
+
+  std::vector<Slot> active_;  // scheduler thread only
+  std::thread thread_;
+};
+
+}  // namespace vlmd::serve

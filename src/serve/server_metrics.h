@@ -1,0 +1,28 @@
+// The server's Prometheus metrics (SPEC O1, issue 5), registered once; handlers and the
+// scheduler update them from any thread (obs metrics are thread-safe).
+#pragma once
+
+#include "serve/obs/metrics.h"
+
+namespace vlmd::serve {
+
+struct ServerMetrics {
+  explicit ServerMetrics(obs::Registry* r);
+
+  // Image decode + preprocess + encode of one image (cache hits are not observed).
+  obs::HistogramFamily& embedding_duration;
+  obs::CounterFamily& embedding_success;
+  obs::CounterFamily& embedding_failures;
+  obs::CounterFamily& embedding_cache_hits;
+  obs::CounterFamily& embedding_cache_queries;
+  obs::HistogramFamily& request_duration;  // {route, status}
+  obs::CounterFamily& requests;            // {route, status}
+  obs::CounterFamily& prompt_tokens;
+  obs::CounterFamily& generated_tokens;
+  obs::GaugeFamily& queue_depth;
+  obs::GaugeFamily& batch_size;            // sequences in the last decode step
+  obs::CounterFamily& decode_steps;
+  obs::GaugeFamily& memory_bytes;          // {kind = weights | kv | activations | image_cache}
+};
+
+}  // namespace vlmd::serve

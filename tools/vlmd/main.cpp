@@ -1,0 +1,123 @@
+// vlmd: the HTTP server. Flag parsing, the demo model, signals; the work lives in src/serve.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/synth/model_presets.h"
+#include "engine/synth/synthetic_model.h"
+#include "serve/server.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace vlmd;
+
+// The random-weight demo model, generated once into the cache folder (VLMD_DEMO_DIR, else
+// $XDG_CACHE_HOME/vlmd/demo, else ~/.cache/vlmd/demo).
+Result<std::pair<std::string, std::string>> EnsureDemoModel() {
+  fs::path dir;
+  if (const char* d = std::getenv("VLMD_DEMO_DIR"); d != nullptr && *d != '\0') {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    dir = fs::path(x) / "vlmd" / "demo";
+  } else if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    dir = fs::path(h) / ".cache" / "vlmd" / "demo";
+  } else {
+    return FailedPreconditionError("no HOME: set VLMD_DEMO_DIR or pass -m");
+  }
+  const std::string text = (dir / "text.gguf").string(), mmproj = (dir / "mmproj.gguf").string();
+  if (fs::exists(text) && fs::exists(mmproj)) return std::make_pair(text, mmproj);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status(StatusCode::kUnavailable, "cannot create " + dir.string() + ": " + ec.message());
+  spdlog::warn("generating the demo model (RANDOM weights, not a trained model) into {}", dir.string());
+  const auto preset = engine::synth::FindPreset("demo");
+  if (!preset) return InternalError("demo preset missing");
+  VLMD_RETURN_IF_ERROR(engine::synth::WriteSyntheticText(*preset, {}, text));
+  VLMD_RETURN_IF_ERROR(engine::synth::WriteSyntheticMmproj(*preset, {}, mmproj));
+  return std::make_pair(text, mmproj);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"vlmd: inference server for vision-language models (GGUF text model + mmproj)."};
+  serve::ServerOptions so;
+  serve::ModelSpec spec;
+  int64_t image_cache_mb = 256, max_body_mb = 32;
+  int timeout_s = 300;
+  app.add_option("-m,--model", spec.text_path, "text model GGUF (none: the random-weight demo model)");
+  app.add_option("--mmproj", spec.mmproj_path, "vision encoder + projector GGUF");
+  app.add_option("--name", spec.name, "served model id (default: the text file's stem)");
+  app.add_option("--host", so.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", so.port, "port (0: any free port)")->capture_default_str();
+  app.add_option("-t,--threads", spec.engine.threads, "compute threads (0: all cores)")->capture_default_str();
+  app.add_option("--max-batch", spec.scheduler.max_batch, "sequences decoded together")->capture_default_str();
+  app.add_option("--queue", spec.scheduler.queue_size, "requests waiting for a slot before 429")->capture_default_str();
+  app.add_option("--ctx", spec.engine.n_ctx, "context positions per sequence")->capture_default_str();
+  app.add_option("--api-key", so.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
+  app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
+  app.add_option("--token-budget", so.prepare.token_budget, "max prompt tokens (text + image)")->capture_default_str();
+  app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
+  app.add_option("--max-body-mb", max_body_mb, "request body limit")->capture_default_str();
+  app.add_option("--timeout", timeout_s, "per-request deadline, seconds")->capture_default_str();
+  app.add_option("--http-threads", so.http_threads, "connections served at once")->capture_default_str();
+  app.add_option("--read-timeout", so.read_timeout_s, "seconds a client may stall while sending")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (so.api_key.empty()) {
+    if (const char* k = std::getenv("VLMD_API_KEY"); k != nullptr) so.api_key = k;
+  }
+  if (image_cache_mb < 0 || max_body_mb < 1 || timeout_s < 1) {
+    spdlog::error("--image-cache-mb must be >= 0, --max-body-mb and --timeout >= 1");
+    return 2;
+  }
+  spec.image_cache_bytes = static_cast<uint64_t>(image_cache_mb) << 20;
+  so.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
+  so.limits.max_image_bytes = so.max_body_bytes;
+  so.prepare.decode_limits.max_bytes = so.max_body_bytes;
+  so.prepare.timeout = std::chrono::seconds(timeout_s);
+  so.limits.max_tokens_limit = spec.engine.n_ctx;
+
+  // Signals are taken by a dedicated sigwait below; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  serve::Server server(so);
+  if (Status s = server.Start(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
+  if (spec.text_path.empty()) {
+    auto demo = EnsureDemoModel();
+    if (!demo.ok()) {
+      spdlog::error("demo model: {}", demo.status().ToString());
+      return 1;
+    }
+    spec.text_path = demo->first;
+    spec.mmproj_path = demo->second;
+    spec.demo = true;
+    if (spec.name.empty()) spec.name = "vlmd-demo";
+    spdlog::warn("serving the DEMO model with random weights: answers are gibberish; pass -m/--mmproj");
+  }
+  if (spec.name.empty()) spec.name = fs::path(spec.text_path).stem().string();
+  spdlog::info("loading {}{}", spec.text_path, spec.mmproj_path.empty() ? "" : " + " + spec.mmproj_path);
+  auto host = serve::ModelHost::Load(spec, &server.metrics());
+  if (!host.ok()) {
+    spdlog::error("cannot load the model: {}", host.status().ToString());
+    return 2;
+  }
+  spdlog::info("model '{}' ready: sha256 {}", spec.name, (*host)->hash());
+  server.SetModel(std::shared_ptr<serve::ModelHost>(std::move(*host)));
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("signal {}: stopping", sig);
+  server.Stop();
+  return 0;
+}
