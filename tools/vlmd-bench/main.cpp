@@ -1,10 +1,12 @@
 // vlmd-bench: benchmarks that print ratios against limits measured in the same run.
 // Subcommands: `kernels` (matmul paths vs memory bandwidth and FMA peak), `model` (prefill and
-// decode speed of a text model vs the decode bandwidth bound).
+// decode speed of a text model vs the decode bandwidth bound), `serve` (throughput and latency of a
+// running vlmd under concurrent /v1/vlm/invoke requests).
 #include <CLI/CLI.hpp>
 
 #include "kernels_bench.h"
 #include "model_bench.h"
+#include "serve_bench.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"vlmd benchmarks (ratios against limits measured in the same run)"};
@@ -22,8 +24,24 @@ int main(int argc, char** argv) {
   model->add_option("-n,--gen-tokens", mopts.gen_tokens, "decode length")->capture_default_str();
   model->add_option("-r,--reps", mopts.reps, "repetitions (median)")->capture_default_str();
   model->add_flag("--json", mopts.json, "print JSON");
+  vlmd::bench::ServeBenchOptions sopts;
+  CLI::App* serve = app.add_subcommand("serve", "images/s and latency of a running vlmd server");
+  serve->add_option("--url", sopts.url, "server base URL, e.g. http://127.0.0.1:8080")->required();
+  serve->add_option("-c,--concurrency", sopts.concurrency, "client threads")->capture_default_str();
+  serve->add_option("-n,--requests", sopts.requests, "requests in total")->capture_default_str();
+  serve->add_option("--image", sopts.image_path, "image sent with each request")->required();
+  serve->add_option("-p,--prompt", sopts.prompt, "prompt")->capture_default_str();
+  serve->add_option("--max-tokens", sopts.max_tokens, "tokens generated per request")->capture_default_str();
+  serve->add_flag("--distinct-images", sopts.distinct_images,
+                  "a different image per request (the --image pixels, re-encoded with the request "
+                  "index in the low bits of the first pixels): no embedding-cache hits");
+  serve->add_option("--api-key", sopts.api_key, "Authorization: Bearer KEY (or env VLMD_API_KEY)")
+      ->envname("VLMD_API_KEY");
+  serve->add_option("--timeout", sopts.timeout_s, "per-request timeout, seconds")->capture_default_str();
+  serve->add_flag("--json", sopts.json, "print JSON");
   CLI11_PARSE(app, argc, argv);
   if (kernels->parsed()) return vlmd::bench::RunKernelsBench(kopts);
   if (model->parsed()) return vlmd::bench::RunModelBench(mopts);
+  if (serve->parsed()) return vlmd::bench::RunServeBench(sopts);
   return 0;
 }
