@@ -1,0 +1,148 @@
+// POST /v1/chat/completions (OpenAI shape) -> GenerationRequest: messages with text and image
+// parts flattened to text in which each image is kMediaMarker, images collected in that order.
+#include <exception>
+#include <new>
+
+#include "serve/api/image_inputs.h"
+#include "serve/api/json_fields.h"
+#include "serve/api/request_fields.h"
+#include "serve/api/requests.h"
+
+namespace vlmd::serve::api {
+namespace {
+
+using internal::FieldPath;
+using internal::FindField;
+using internal::ImageCollector;
+using internal::IndexPath;
+using internal::Json;
+using internal::Quote;
+using internal::ReadString;
+
+// Client text must not contain the marker itself: the engine would count it as an image slot,
+// so a user could shift images between messages or make the request fail late. Adjacent text
+// parts are joined, so a marker split across two parts ("<__med" + "ia__>") counts too: only an
+// occurrence that reaches into the new text can be new (a real marker ends where text starts).
+Status AppendText(std::string_view text, const std::string& path, std::string* out) {
+  const size_t old_size = out->size();
+  out->append(text);
+  const size_t overlap = kMediaMarker.size() - 1;
+  const size_t from = old_size >= overlap ? old_size - overlap : 0;
+  if (out->find(kMediaMarker, from) != std::string::npos) {
+    return InvalidArgumentError(path + ": must not contain " + std::string(kMediaMarker) +
+                                " (alone or joined with the previous text part)");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ParseRole(const Json& msg, const std::string& path) {
+  const Json* v = FindField(msg, "role");
+  const std::string role_path = FieldPath(path, "role");
+  if (v == nullptr) return InvalidArgumentError(role_path + ": missing");
+  VLMD_ASSIGN_OR_RETURN(const std::string_view role, ReadString(*v, role_path));
+  if (role == "system" || role == "user" || role == "assistant") return std::string(role);
+  // OpenAI's newer name for system instructions (sent for its reasoning models).
+  if (role == "developer") return std::string("system");
+  if (role == "tool" || role == "function") {
+    return InvalidArgumentError(role_path + ": " + Quote(role) +
+                                " messages are not supported (no tool calling)");
+  }
+  return InvalidArgumentError(role_path + ": unknown role " + Quote(role));
+}
+
+// One content part: {"type": "text", "text"} or {"type": "image_url", "image_url": {"url"}}
+// (a bare string image_url is accepted too, as some clients send it).
+Status ParsePart(const Json& part, const std::string& path, bool images_allowed,
+                 ImageCollector* images, std::string* text) {
+  if (!part.is_object()) return InvalidArgumentError(path + ": not an object");
+  const Json* type_v = FindField(part, "type");
+  const std::string type_path = FieldPath(path, "type");
+  if (type_v == nullptr) return InvalidArgumentError(type_path + ": missing");
+  VLMD_ASSIGN_OR_RETURN(const std::string_view type, ReadString(*type_v, type_path));
+  if (type == "text") {
+    const std::string text_path = FieldPath(path, "text");
+    const Json* t = FindField(part, "text");
+    if (t == nullptr) return InvalidArgumentError(text_path + ": missing");
+    VLMD_ASSIGN_OR_RETURN(const std::string_view s, ReadString(*t, text_path));
+    return AppendText(s, text_path, text);
+  }
+  if (type != "image_url") {
+    return InvalidArgumentError(type_path + ": unsupported content part type " + Quote(type));
+  }
+  if (!images_allowed) {
+    return InvalidArgumentError(path + ": image parts are only allowed in user messages");
+  }
+  std::string url_path = FieldPath(path, "image_url");
+  const Json* iu = FindField(part, "image_url");
+  if (iu == nullptr) return InvalidArgumentError(url_path + ": missing");
+  const Json* url_v = iu;
+  if (iu->is_object()) {
+    url_path = FieldPath(url_path, "url");
+    url_v = FindField(*iu, "url");
+    if (url_v == nullptr) return InvalidArgumentError(url_path + ": missing");
+  } else if (!iu->is_string()) {
+    return InvalidArgumentError(url_path + ": not an object");
+  }
+  VLMD_ASSIGN_OR_RETURN(const std::string_view url, ReadString(*url_v, url_path));
+  VLMD_RETURN_IF_ERROR(images->AddUrl(url, url_path));
+  text->append(kMediaMarker);
+  return Status::Ok();
+}
+
+Result<ChatMessage> ParseMessage(const Json& msg, const std::string& path, ImageCollector* images) {
+  if (!msg.is_object()) return InvalidArgumentError(path + ": not an object");
+  ChatMessage out;
+  VLMD_ASSIGN_OR_RETURN(out.role, ParseRole(msg, path));
+  const std::string content_path = FieldPath(path, "content");
+  const Json* content = FindField(msg, "content");
+  if (content == nullptr) {
+    // An assistant turn that only carried tool calls has null content; treat it as empty.
+    if (out.role == "assistant") return out;
+    return InvalidArgumentError(content_path + ": missing");
+  }
+  if (content->is_string()) {
+    VLMD_RETURN_IF_ERROR(
+        AppendText(content->get_ref<const Json::string_t&>(), content_path, &out.text));
+    return out;
+  }
+  if (!content->is_array())
+    return InvalidArgumentError(content_path + ": not a string or an array");
+  for (size_t i = 0; i < content->size(); ++i) {
+    VLMD_RETURN_IF_ERROR(ParsePart((*content)[i], IndexPath(content_path, i), out.role == "user",
+                                   images, &out.text));
+  }
+  return out;
+}
+
+Result<GenerationRequest> ParseChatImpl(std::string_view body, const RequestLimits& limits) {
+  VLMD_ASSIGN_OR_RETURN(const Json obj, internal::ParseJsonObject(body, "body"));
+  GenerationRequest req;
+  VLMD_RETURN_IF_ERROR(internal::ParseSharedFields(obj, "", limits, &req));
+  const Json* messages = FindField(obj, "messages");
+  if (messages == nullptr) return InvalidArgumentError("messages: missing");
+  if (!messages->is_array()) return InvalidArgumentError("messages: not an array");
+  if (messages->empty()) return InvalidArgumentError("messages: must not be empty");
+  ImageCollector images(limits, &req);
+  req.messages.reserve(messages->size());
+  for (size_t i = 0; i < messages->size(); ++i) {
+    VLMD_ASSIGN_OR_RETURN(ChatMessage m,
+                          ParseMessage((*messages)[i], IndexPath("messages", i), &images));
+    req.messages.push_back(std::move(m));
+  }
+  return req;
+}
+
+}  // namespace
+
+// The exception boundary (see ParseInvokeJson in requests.cpp).
+Result<GenerationRequest> ParseChatCompletion(std::string_view body, const RequestLimits& limits) {
+  try {
+    return ParseChatImpl(body, limits);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("body: out of memory while parsing");
+  } catch (const std::exception& e) {
+    return InternalError(std::string("body: unexpected parser failure: ") + e.what());
+  }
+}
+
+}  // namespace vlmd::serve::api

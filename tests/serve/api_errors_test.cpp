@@ -1,0 +1,68 @@
+// Status -> HTTP mapping (one row per status code) and the JSON error body's shape and escaping.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "serve/api/errors.h"
+
+namespace vlmd::serve::api {
+namespace {
+
+struct Row {
+  StatusCode code;
+  int http;
+  const char* type;
+  const char* machine_code;
+};
+
+TEST(ApiErrors, MappingTable) {
+  const Row rows[] = {
+      {StatusCode::kInvalidArgument, 400, "invalid_request_error", "invalid_request"},
+      {StatusCode::kDataLoss, 400, "invalid_request_error", "invalid_request"},
+      {StatusCode::kNotFound, 404, "invalid_request_error", "not_found"},
+      {StatusCode::kOutOfRange, 413, "invalid_request_error", "payload_too_large"},
+      {StatusCode::kUnimplemented, 415, "invalid_request_error", "unsupported_media"},
+      {StatusCode::kResourceExhausted, 422, "invalid_request_error", "over_budget"},
+      {StatusCode::kCancelled, 499, "invalid_request_error", "cancelled"},
+      {StatusCode::kInternal, 500, "server_error", "internal_error"},
+      {StatusCode::kFailedPrecondition, 503, "server_error", "not_ready"},
+      {StatusCode::kUnavailable, 503, "server_error", "not_ready"},
+      {StatusCode::kDeadlineExceeded, 504, "server_error", "deadline_exceeded"},
+  };
+  for (const Row& row : rows) {
+    const ApiError e = FromStatus(Status(row.code, "msg"));
+    EXPECT_EQ(e.http_status, row.http) << StatusCodeName(row.code);
+    EXPECT_EQ(e.type, row.type) << StatusCodeName(row.code);
+    EXPECT_EQ(e.code, row.machine_code) << StatusCodeName(row.code);
+    EXPECT_EQ(e.message, "msg");
+  }
+}
+
+TEST(ApiErrors, CodeOverrideAndOkStatus) {
+  const ApiError e = FromStatus(OutOfRangeError("image too big"), "image_too_large");
+  EXPECT_EQ(e.http_status, 413);
+  EXPECT_EQ(e.code, "image_too_large");
+  EXPECT_EQ(e.type, "invalid_request_error");
+  const ApiError ok = FromStatus(Status::Ok());  // a caller bug: still a well-formed 500
+  EXPECT_EQ(ok.http_status, 500);
+  EXPECT_EQ(ok.code, "internal_error");
+  EXPECT_FALSE(ok.message.empty());
+}
+
+TEST(ApiErrors, BodyIsOpenAiShapedAndEscaped) {
+  const std::string msg = "bad \"field\"\n\\ </script> \x01 \xff\xfe end";
+  const std::string body = ErrorBody(FromStatus(InvalidArgumentError(msg)));
+  const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << body;
+  ASSERT_TRUE(j.contains("error"));
+  EXPECT_EQ(j["error"].size(), 3u);
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["code"], "invalid_request");
+  // Invalid UTF-8 is replaced (U+FFFD), everything else survives the round trip.
+  EXPECT_EQ(j["error"]["message"], "bad \"field\"\n\\ </script> \x01 \xEF\xBF\xBD\xEF\xBF\xBD end");
+  EXPECT_EQ(body.find('\n'), std::string::npos);  // compact, one line
+}
+
+}  // namespace
+}  // namespace vlmd::serve::api
