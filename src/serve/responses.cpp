@@ -82,7 +82,7 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
 
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
                       std::optional<std::string_view> content,
-                      std::optional<std::string_view> finish_reason, const JobResult* usage) {
+                      std::optional<std::string_view> finish_reason) {
   json delta = json::object();
   if (role) delta["role"] = std::string(*role);
   if (content) delta["content"] = std::string(*content);
@@ -96,12 +96,21 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
          {"model", ctx.model},
          {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
          {"choices", json::array({choice})}};
-  if (usage != nullptr) {
-    const int64_t completion = static_cast<int64_t>(usage->tokens.size());
-    j["usage"] = {{"prompt_tokens", usage->prompt_tokens},
-                  {"completion_tokens", completion},
-                  {"total_tokens", usage->prompt_tokens + completion}};
-  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r) {
+  const int64_t completion = static_cast<int64_t>(r.tokens.size());
+  json j{{"id", "chatcmpl-" + ctx.id},
+         {"object", "chat.completion.chunk"},
+         {"created", ctx.created},
+         {"model", ctx.model},
+         {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
+         {"choices", json::array()},
+         {"usage",
+          {{"prompt_tokens", r.prompt_tokens},
+           {"completion_tokens", completion},
+           {"total_tokens", r.prompt_tokens + completion}}}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

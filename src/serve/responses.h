@@ -31,10 +31,12 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
 std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
                       const engine::tokenizer::Tokenizer& tok);
 // One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`, or the final
-// chunk with finish_reason (and usage when given).
+// chunk with finish_reason.
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
                       std::optional<std::string_view> content,
-                      std::optional<std::string_view> finish_reason, const JobResult* usage);
+                      std::optional<std::string_view> finish_reason);
+// The extra last chunk of a stream with stream_options.include_usage: "choices": [] and usage.
+std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r);
 // OpenAI finish_reason for a sequence's reason ("stop", "length"; others pass through).
 std::string_view OpenAiFinishReason(std::string_view reason);
 

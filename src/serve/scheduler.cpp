@@ -125,6 +125,7 @@ void Scheduler::UpdateMemoryGauges() {
   for (const Slot& s : active_) kv += static_cast<double>(s.seq->cache()->bytes());
   metrics_->memory_bytes.With({"kv"}).Set(kv);
   metrics_->memory_bytes.With({"image_cache"}).Set(static_cast<double>(cache_->bytes()));
+  metrics_->memory_bytes.With({"activations"}).Set(static_cast<double>(engine_->activation_bytes()));
 }
 
 void Scheduler::Run() {

@@ -21,8 +21,6 @@ void SendError(httplib::Response& res, const api::ApiError& e) {
   res.set_content(api::ErrorBody(e), "application/json");
 }
 
-void SendStatus(httplib::Response& res, const Status& s) { SendError(res, api::FromStatus(s)); }
-
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -94,6 +92,7 @@ void Server::Handlers::Register(httplib::Server& http) {
     res.set_content(json{{"status", "ready"}, {"model", m->spec().name}}.dump(), "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    s_.metrics_->UpdateProcessMemory();
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -234,7 +233,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         if (!*started) {
           *started = true;
           if (call->kind == Kind::kChat &&
-              !send(ChatChunk(call->reply, "assistant", "", std::nullopt, nullptr))) {
+              !send(ChatChunk(call->reply, "assistant", "", std::nullopt))) {
             call->job->Cancel();
             return false;
           }
@@ -243,7 +242,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         const bool over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text);
         if (!text.empty()) {
           const std::string payload =
-              call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text, std::nullopt, nullptr)
+              call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text, std::nullopt)
                                         : json{{"text", text}}.dump(-1, ' ', false,
                                                                    json::error_handler_t::replace);
           if (!send(payload)) {
@@ -258,14 +257,21 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
           }
           return true;
         }
+        call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
         if (!call->job->status().ok()) {
-          send(api::ErrorBody(api::FromStatus(call->job->status())));
+          // Headers (200) are already out: the error travels as an event, as OpenAI does.
+          const api::ApiError e = api::FromStatus(call->job->status());
+          send(api::ErrorBody(e));
+          spdlog::info("{} {} (stream) -> error {} {}", call->reply.id, call->route, e.http_status,
+                       e.message);
         } else {
           const JobResult& r = call->job->result();
-          call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
+          spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms",
+                       call->reply.id, call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(),
+                       call->reply.latency_ms);
           if (call->kind == Kind::kChat) {
-            send(ChatChunk(call->reply, std::nullopt, std::nullopt, OpenAiFinishReason(r.finish_reason),
-                           call->include_usage ? &r : nullptr));
+            send(ChatChunk(call->reply, std::nullopt, std::nullopt, OpenAiFinishReason(r.finish_reason)));
+            if (call->include_usage) send(ChatUsageChunk(call->reply, r));
           } else {
             send(InvokeReply(call->reply, call->prepared, r, call->model->engine().tokenizer()));
           }
@@ -292,7 +298,8 @@ Server::Server(ServerOptions options)
   http.set_payload_max_length(options_.max_body_bytes);
   http.set_read_timeout(options_.read_timeout_s, 0);
   http.set_write_timeout(options_.write_timeout_s, 0);
-  http.set_keep_alive_timeout(5);
+  http.set_keep_alive_timeout(options_.keep_alive_s);
+  http.set_keep_alive_max_count(100);
   const std::string key = options_.api_key;
   http.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
     if (key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;

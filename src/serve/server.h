@@ -27,11 +27,14 @@ namespace vlmd::serve {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
-  int http_threads = 16;               // connections served at once
+  // Connections served at once. Each open connection holds a thread while it sends a request
+  // (bounded by read_timeout_s) and while it idles between keep-alive requests (keep_alive_s).
+  int http_threads = 64;
   std::string api_key;                 // non-empty: /v1/* need "Authorization: Bearer <key>"
   size_t max_body_bytes = 32u << 20;   // larger bodies get 413
   int read_timeout_s = 10;             // a client that stalls longer is dropped (slow loris)
   int write_timeout_s = 30;
+  int keep_alive_s = 2;                // idle keep-alive connections close after this
   api::RequestLimits limits;
   PrepareOptions prepare;
 };

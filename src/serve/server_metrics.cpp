@@ -1,6 +1,10 @@
 // Registration of the server's metrics (names and buckets are part of the API: dashboards use them).
 #include "serve/server_metrics.h"
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 namespace vlmd::serve {
 
 ServerMetrics::ServerMetrics(obs::Registry* r)
@@ -25,6 +29,21 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       queue_depth(r->AddGauge("vlm_queue_depth", "Jobs waiting for a batch slot")),
       batch_size(r->AddGauge("vlm_batch_size", "Sequences decoded in the last batched step")),
       decode_steps(r->AddCounter("vlm_decode_steps_total", "Batched decode steps run")),
-      memory_bytes(r->AddGauge("vlm_memory_bytes", "Memory by kind", {"kind"})) {}
+      memory_bytes(r->AddGauge("vlm_memory_bytes", "Memory by kind", {"kind"})),
+      process_rss(r->AddGauge("vlm_process_rss_bytes", "Resident set size of the server process")),
+      process_peak_rss(r->AddGauge("vlm_process_peak_rss_bytes",
+                                   "Peak resident set size of the server process")) {}
+
+void ServerMetrics::UpdateProcessMemory() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "VmRSS:	  123456 kB"
+    const bool rss = line.rfind("VmRSS:", 0) == 0, hwm = line.rfind("VmHWM:", 0) == 0;
+    if (!rss && !hwm) continue;
+    const double bytes = std::strtod(line.c_str() + 6, nullptr) * 1024.0;
+    (rss ? process_rss : process_peak_rss).With().Set(bytes);
+  }
+}
 
 }  // namespace vlmd::serve

@@ -23,6 +23,11 @@ struct ServerMetrics {
   obs::GaugeFamily& batch_size;            // sequences in the last decode step
   obs::CounterFamily& decode_steps;
   obs::GaugeFamily& memory_bytes;          // {kind = weights | kv | activations | image_cache}
+  obs::GaugeFamily& process_rss;           // resident set now / at peak (from /proc/self/status)
+  obs::GaugeFamily& process_peak_rss;
+
+  // Refreshes the process gauges (called before each /metrics render).
+  void UpdateProcessMemory();
 };
 
 }  // namespace vlmd::serve

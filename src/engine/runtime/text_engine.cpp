@@ -234,6 +234,15 @@ Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& ro
   return seq;
 }
 
+uint64_t TextEngine::activation_bytes() const {
+  uint64_t b = ctx_.matmul_scratch.capacity() + step_logits_.capacity() * sizeof(float);
+  for (const std::vector<float>* v : {&ctx_.x, &ctx_.xn, &ctx_.q, &ctx_.k, &ctx_.v, &ctx_.attn,
+                                      &ctx_.gate, &ctx_.up, &ctx_.rope_table, &ctx_.logit_in}) {
+    b += v->capacity() * sizeof(float);
+  }
+  return b;
+}
+
 Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
   std::vector<Sequence*> active;
   std::vector<models::KvCache*> caches;

@@ -121,6 +121,8 @@ class TextEngine {
                                                   const GenerateParams& params);
   Status DecodeStep(std::span<Sequence* const> seqs);
   const EngineOptions& options() const { return opts_; }
+  // Bytes held by the forward scratch buffers (activations), as of the last call. Owner thread.
+  uint64_t activation_bytes() const;
 
  private:
   TextEngine() = default;

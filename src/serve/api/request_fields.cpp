@@ -27,13 +27,15 @@ Status ReadMaxTokens(const Json& obj, std::string_view prefix, std::string_view 
   const Json* v = FindField(obj, key);
   if (v == nullptr) return Status::Ok();
   const std::string path = FieldPath(prefix, key);
-  VLMD_ASSIGN_OR_RETURN(const int64_t n, ReadInteger(*v, path));
-  if (n < 1) return InvalidArgumentError(path + ": must be at least 1");
-  if (n > limits.max_tokens_limit) {
-    return OutOfRangeError(path + ": " + std::to_string(n) + " exceeds the limit of " +
-                           std::to_string(limits.max_tokens_limit));
+  // Over the limit is a bad parameter (HTTP 400, as OpenAI answers), not a too-large payload.
+  auto n = ReadInteger(*v, path);
+  if (!n.ok()) return InvalidArgumentError(n.status().message());
+  if (*n < 1) return InvalidArgumentError(path + ": must be at least 1");
+  if (*n > limits.max_tokens_limit) {
+    return InvalidArgumentError(path + ": " + std::to_string(*n) + " exceeds the limit of " +
+                                std::to_string(limits.max_tokens_limit));
   }
-  *out = static_cast<int32_t>(n);
+  *out = static_cast<int32_t>(*n);
   return Status::Ok();
 }
 

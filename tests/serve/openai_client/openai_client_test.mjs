@@ -111,6 +111,7 @@ test('stream_options.include_usage puts usage in the final chunk', async () => {
   assert.ok(last, 'no chunks');
   assert.equal(usageChunks, 1, `${usageChunks} chunks carried usage`);
   assert.ok(last.usage, `final chunk has no usage: ${JSON.stringify(last)}`);
+  assert.deepEqual(last.choices, [], 'the usage chunk has no choices (OpenAI form)');
   assert.ok(last.usage.prompt_tokens > 0 && last.usage.completion_tokens > 0);
   assert.equal(last.usage.total_tokens, last.usage.prompt_tokens + last.usage.completion_tokens);
 });

@@ -1,0 +1,230 @@
+// The HTTP API end to end over real sockets on 127.0.0.1: both generation endpoints, streaming,
+// the image cache, metrics, readiness, authentication and the token budget.
+#include <gtest/gtest.h>
+
+#include "prometheus_lint.h"
+#include "serve/api/requests.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureImage;
+using testing::Harness;
+using testing::HarnessOptions;
+
+json Parse(const httplib::Result& r) {
+  EXPECT_TRUE(r) << "no response";
+  if (!r) return json();
+  return json::parse(r->body, nullptr, false);
+}
+
+// Harness shared by the tests that need no special options (loading once keeps the suite fast).
+Harness& Shared() {
+  static Harness* h = new Harness();
+  return *h;
+}
+
+TEST(ServerApiTest, HealthReadyAndModels) {
+  Harness& h = Shared();
+  auto c = h.Client();
+  auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ready = c->Get("/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  const json models = Parse(c->Get("/v1/models"));
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "tiny-smolvlm");
+  EXPECT_EQ(models["data"][0]["model_hash"].get<std::string>().size(), 64u);
+}
+
+TEST(ServerApiTest, ReadyIs503AndGenerationRefusedUntilAModelIsLoaded) {
+  HarnessOptions o;
+  o.load_model = false;
+  Harness h(o);
+  auto c = h.Client();
+  auto ready = c->Get("/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(json::parse(ready->body)["error"]["code"], "not_ready");
+  auto r = c->Post("/v1/vlm/invoke", R"({"prompt":"hi"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
+TEST(ServerApiTest, InvokeJsonAndMultipartGiveTheSameTextAndTheCacheSkipsTheEncoder) {
+  Harness h;  // own server: a fresh image cache
+  auto c = h.Client();
+  const std::string png = FixtureImage("img-128x96.png");
+  const json req{{"prompt", "What is in the image?"}, {"max_tokens", 6}};
+  json with_image = req;
+  with_image["image_base64"] = api::EncodeBase64(png);
+  auto r1 = c->Post("/v1/vlm/invoke", with_image.dump(), "application/json");
+  ASSERT_TRUE(r1);
+  ASSERT_EQ(r1->status, 200) << r1->body;
+  const json a = json::parse(r1->body);
+  EXPECT_EQ(a["cache"]["image"], "miss");
+  EXPECT_GT(a["timings"]["encode_ms"].get<double>(), 0.0);
+  EXPECT_GT(a["usage"]["image_tokens"].get<int>(), 0);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(a["model_hash"].get<std::string>().size(), 64u);
+  for (const char* k : {"queue_ms", "image_decode_ms", "prefill_ms", "decode_ms"}) {
+    EXPECT_TRUE(a["timings"].contains(k)) << k;
+  }
+
+  httplib::MultipartFormDataItems items{{"image", png, "x.png", "image/png"},
+                                        {"request", req.dump(), "", "application/json"}};
+  auto r2 = c->Post("/v1/vlm/invoke", items);
+  ASSERT_TRUE(r2);
+  ASSERT_EQ(r2->status, 200) << r2->body;
+  const json b = json::parse(r2->body);
+  EXPECT_EQ(b["text"], a["text"]);
+  EXPECT_EQ(b["cache"]["image"], "hit");
+  EXPECT_EQ(b["timings"]["encode_ms"].get<double>(), 0.0);
+
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_queries_total"), 2);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_hits_total"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_success_total"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_duration_seconds_count"), 1);
+}
+
+TEST(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
+  Harness& h = Shared();
+  auto c = h.Client();
+  const std::string uri = "data:image/png;base64," + api::EncodeBase64(FixtureImage("img-50x100.png"));
+  json req{{"model", "tiny-smolvlm"},
+           {"max_tokens", 10},
+           {"messages",
+            {{{"role", "user"},
+              {"content",
+               {{{"type", "text"}, {"text", "Describe this:"}},
+                {{"type", "image_url"}, {"image_url", {{"url", uri}}}}}}}}}};
+  const json full = Parse(c->Post("/v1/chat/completions", req.dump(), "application/json"));
+  ASSERT_TRUE(full.contains("choices")) << full.dump();
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(full["usage"]["completion_tokens"], 10);
+  const std::string content = full["choices"][0]["message"]["content"];
+
+  req["stream"] = true;
+  std::string body;
+  auto r = c->Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::string streamed, finish;
+  size_t events = 0;
+  bool done = false;
+  for (size_t at = 0; (at = r->body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = r->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string payload = r->body.substr(at + 6, end - at - 6);
+    at = end;
+    ++events;
+    if (payload == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json chunk = json::parse(payload);
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    const json& d = chunk["choices"][0]["delta"];
+    if (d.contains("content")) streamed += d["content"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_TRUE(done);
+  EXPECT_GE(events, 3u);
+  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(finish, "length");
+}
+
+TEST(ServerApiTest, UnknownModelIs404AndUnknownRouteIsJson404) {
+  auto c = Shared().Client();
+  auto r = c->Post("/v1/chat/completions",
+                   R"({"model":"nope","messages":[{"role":"user","content":"hi"}]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "model_not_found");
+  auto r2 = c->Get("/v2/nothing");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 404);
+  EXPECT_TRUE(json::parse(r2->body).contains("error"));
+}
+
+TEST(ServerApiTest, MetricsPassTheLinterAndNameWhatTheIssueAsks) {
+  auto c = Shared().Client();
+  c->Post("/v1/vlm/invoke", R"({"prompt":"x","max_tokens":2})", "application/json");
+  auto r = c->Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(LintPrometheusText(r->body), "");
+  for (const char* name :
+       {"vlm_embedding_duration_seconds_bucket{le=\"0.1\"}", "vlm_embedding_success_total",
+        "vlm_embedding_cache_hits_total", "vlm_embedding_cache_queries_total",
+        "vlm_request_duration_seconds_bucket", "vlm_requests_total{route=\"/v1/vlm/invoke\",status=\"200\"}",
+        "vlm_prompt_tokens_total", "vlm_generated_tokens_total", "vlm_queue_depth", "vlm_batch_size",
+        "vlm_memory_bytes{kind=\"weights\"}", "vlm_memory_bytes{kind=\"kv\"}",
+        "vlm_memory_bytes{kind=\"activations\"}", "vlm_memory_bytes{kind=\"image_cache\"}",
+        "vlm_process_peak_rss_bytes"}) {
+    EXPECT_NE(r->body.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(ServerApiTest, ApiKeyGuardsTheApiButNotTheProbes) {
+  HarnessOptions o;
+  o.server.api_key = "s3cret-key";
+  Harness h(o);
+  auto c = h.Client();
+  auto no = c->Get("/v1/models");
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->status, 401);
+  EXPECT_EQ(json::parse(no->body)["error"]["code"], "invalid_api_key");
+  httplib::Headers wrong{{"Authorization", "Bearer s3cret-kez"}};
+  EXPECT_EQ(c->Get("/v1/models", wrong)->status, 401);
+  httplib::Headers right{{"Authorization", "Bearer s3cret-key"}};
+  EXPECT_EQ(c->Get("/v1/models", right)->status, 200);
+  EXPECT_EQ(c->Get("/health")->status, 200);
+  EXPECT_EQ(c->Get("/metrics")->status, 200);
+}
+
+TEST(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
+  HarnessOptions o;
+  // tiny-smolvlm tiles a 128x96 image into 2x2 tiles + global (5 x 16 tokens); a budget of 60
+  // leaves room for one tile + global only.
+  o.server.prepare.token_budget = 60;
+  Harness h(o);
+  auto c = h.Client();
+  json req{{"prompt", "hi"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(FixtureImage("img-128x96.png"))}};
+  auto r = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json a = json::parse(r->body);
+  ASSERT_TRUE(a.contains("budget")) << a.dump();
+  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 60);
+  const auto from = a["budget"]["downsampled_from"], to = a["budget"]["to"];
+  EXPECT_LT(to[0].get<int>() * to[1].get<int>(), from[0].get<int>() * from[1].get<int>());
+
+  req["prompt"] = std::string(400, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z";
+  auto r2 = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 422) << r2->body;
+}
+
+TEST(ServerApiTest, DeadlineGives504) {
+  HarnessOptions o;
+  o.server.prepare.timeout = std::chrono::milliseconds(1);
+  Harness h(o);
+  auto c = h.Client();
+  auto r = c->Post("/v1/vlm/invoke", R"({"prompt":"count to a thousand","max_tokens":400})",
+                   "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "deadline_exceeded");
+}
+
+}  // namespace
+}  // namespace vlmd::serve
