@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 # ccache keys on paths relative to the checkout, so clones in other folders (CI) share the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure run test test-asan fuzz bench clean
+.PHONY: all deps configure run test test-asan test-tsan fuzz bench clean
 
 all: deps configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -23,21 +23,30 @@ configure: deps
 test: all
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
-# Unit and kernel suites under AddressSanitizer + UndefinedBehaviorSanitizer (no tools/benches).
+# Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang). The same build holds
+# the libFuzzer targets, so CI compiles the engine once for both.
 test-asan: deps
-	@test -f build-asan/build.ninja || cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DVLMD_SANITIZE=address,undefined -DVLMD_BUILD_TOOLS=OFF -DVLMD_BUILD_BENCH=OFF
+	bash scripts/sanitizer_build.sh build-asan address,undefined -DVLMD_BUILD_FUZZERS=ON
 	cmake --build build-asan -j$(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j$(JOBS)
 
-# Every libFuzzer target for FUZZ_SECONDS each, over a copy of its seed corpus.
+# The server's suites (scheduler, HTTP, concurrency) and the runtime under ThreadSanitizer.
+test-tsan: deps
+	bash scripts/sanitizer_build.sh build-tsan thread
+	cmake --build build-tsan --target vlmd_serve_tests vlmd_runtime_tests -j$(JOBS)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --test-dir build-tsan --output-on-failure -L "serve|unit" -R "Server|Batched|TextEngine|Metrics|Job" -j1
+
+# Every libFuzzer target for FUZZ_SECONDS each, over a copy of its seed corpus (build-asan).
 fuzz: deps
 	bash scripts/run_fuzzers.sh $(FUZZ_SECONDS)
 
-# Until the HTTP server lands (issue: server), `make run` generates the demo model once and shows
-# what vlmd-run reads from it.
+# Builds, then starts the server on 127.0.0.1:8080. Without VLMD_ARGS (e.g. VLMD_ARGS="-m
+# text.gguf --mmproj mmproj.gguf") it serves the random-weight demo model, generated once into
+# ~/.cache/vlmd/demo.
+VLMD_ARGS ?=
 run: all
-	bash scripts/run_demo.sh $(BUILD)
+	$(BUILD)/bin/vlmd $(VLMD_ARGS)
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan

@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target (clang, ASan+UBSan) in build-fuzz/ and runs each one for
+# Builds every libFuzzer target (clang, ASan+UBSan) in build-asan/ (shared with `make test-asan`)
+# and runs each one for
 # SECONDS (default 60) over a scratch copy of its seed corpus, so tests/fuzz/corpus stays as
 # committed. Exits non-zero on the first crash, leak, timeout or sanitizer report; the crashing
-# input is left in build-fuzz/artifacts/<target>/.
+# input is left in build-asan/artifacts/<target>/.
 #   usage: scripts/run_fuzzers.sh [SECONDS] [TARGET...]
 set -euo pipefail
 
 seconds="${1:-60}"
 shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${root}/build-fuzz"
+build="${root}/build-asan"
 jobs="${VLMD_FUZZ_BUILD_JOBS:-2}"
 
-CC=clang CXX=clang++ cmake -S "${root}" -B "${build}" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DVLMD_BUILD_FUZZERS=ON -DVLMD_BUILD_TESTS=OFF -DVLMD_BUILD_TOOLS=OFF \
-  -DVLMD_SANITIZE=address,undefined >/dev/null
+bash "${root}/scripts/sanitizer_build.sh" build-asan address,undefined -DVLMD_BUILD_FUZZERS=ON
 cmake --build "${build}" --target vlmd_fuzzers -j "${jobs}"
 
 if [[ $# -gt 0 ]]; then
