@@ -35,6 +35,7 @@ struct JobResult {
   std::vector<engine::runtime::TokenStats> token_stats;
   int64_t prompt_tokens = 0;  // all prompt rows, image rows included
   int64_t image_tokens = 0;
+  int64_t reused_prompt_tokens = 0;  // prompt rows whose K/V came from a previous request
   bool image_cache_hit = false;  // every image of the job came from the cache (and there was one)
   double queue_ms = 0, encode_ms = 0, prefill_ms = 0, decode_ms = 0;
 };

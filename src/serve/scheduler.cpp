@@ -2,12 +2,42 @@
 #include "serve/scheduler.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace vlmd::serve {
 namespace {
 
 double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Identity of each prompt row for prefix matching: a text row is its token id; an image row is
+// a hash of its image's cache key (pixels + preprocessing) and its index in the image, with the
+// top bit set so that it never equals a token id.
+std::vector<uint64_t> RowIds(const engine::runtime::PromptRows& rows,
+                             const std::vector<engine::runtime::PreparedImage>& images,
+                             const std::vector<engine::runtime::EncodedImage>& encoded,
+                             int64_t n_embd) {
+  std::vector<uint64_t> ids;
+  ids.reserve(rows.tokens.size());
+  size_t image = 0;
+  int64_t row_in_image = 0;
+  uint64_t image_hash = images.empty() ? 0 : std::hash<std::string>{}(images[0].key);
+  for (int32_t t : rows.tokens) {
+    if (t >= 0) {
+      ids.push_back(static_cast<uint64_t>(t));
+      continue;
+    }
+    while (image < encoded.size() &&
+           row_in_image * n_embd >= static_cast<int64_t>(encoded[image].embeddings.size())) {
+      ++image;
+      row_in_image = 0;
+      image_hash = image < images.size() ? std::hash<std::string>{}(images[image].key) : 0;
+    }
+    ids.push_back((1ull << 63) | ((image_hash * 0x9E3779B97F4A7C15ull) ^ static_cast<uint64_t>(row_in_image)));
+    ++row_in_image;
+  }
+  return ids;
 }
 
 }  // namespace
@@ -84,8 +114,29 @@ Status Scheduler::Admit(const std::shared_ptr<Job>& job, Slot* slot) {
                         engine_->BuildPrompt(in.prompt, encoded, /*raw=*/true));
   r.prompt_tokens = static_cast<int64_t>(rows.tokens.size());
   r.image_tokens = rows.n_image_tokens;
+  slot->row_ids = RowIds(rows, in.images, encoded, engine_->model().config().d_model);
+  // Prefix reuse: the parked cache sharing the longest prefix with this prompt (at most all but
+  // the last row, which is computed for its logits).
+  const Parked* best = nullptr;
+  size_t best_len = 0;
+  for (const Parked& p : parked_) {
+    const size_t limit = std::min(p.row_ids.size(), slot->row_ids.size() - 1);
+    size_t n = 0;
+    while (n < limit && p.row_ids[n] == slot->row_ids[n]) ++n;
+    if (n > best_len) {
+      best_len = n;
+      best = &p;
+    }
+  }
+  if (best_len < static_cast<size_t>(std::max(options_.min_prefix_rows, 1))) best = nullptr;
   const auto t0 = Clock::now();
-  VLMD_ASSIGN_OR_RETURN(slot->seq, engine_->StartSequence(rows, in.params));
+  VLMD_ASSIGN_OR_RETURN(slot->seq, engine_->StartSequence(rows, in.params,
+                                                          best ? best->seq->cache() : nullptr,
+                                                          best ? static_cast<int32_t>(best_len) : 0));
+  if (best != nullptr) {
+    r.reused_prompt_tokens = static_cast<int64_t>(best_len);
+    metrics_->prefix_reused_tokens.With().Inc(static_cast<double>(best_len));
+  }
   slot->decode_start = Clock::now();
   r.prefill_ms = MsBetween(t0, slot->decode_start);
   metrics_->prompt_tokens.With().Inc(static_cast<double>(r.prompt_tokens));
@@ -117,12 +168,29 @@ bool Scheduler::Publish(Slot* slot) {
   } else {
     slot->job->Complete(std::move(r));
   }
+  Park(slot);
   return true;
+}
+
+void Scheduler::Park(Slot* slot) {
+  if (options_.prefix_cache_entries <= 0 || !slot->seq) return;
+  engine::runtime::Sequence& seq = *slot->seq;
+  // The cache holds the prompt rows, then every generated token that was fed back (all but the
+  // last one sampled).
+  const int32_t filled = seq.cache()->n_filled();
+  std::vector<uint64_t> ids = std::move(slot->row_ids);
+  for (size_t i = 0; static_cast<int32_t>(ids.size()) < filled && i < seq.tokens().size(); ++i) {
+    ids.push_back(static_cast<uint64_t>(seq.tokens()[i]));
+  }
+  if (static_cast<int32_t>(ids.size()) != filled) return;  // unexpected: do not risk a mismatch
+  parked_.push_front(Parked{std::move(ids), std::move(slot->seq)});
+  while (static_cast<int32_t>(parked_.size()) > options_.prefix_cache_entries) parked_.pop_back();
 }
 
 void Scheduler::UpdateMemoryGauges() {
   double kv = 0;
   for (const Slot& s : active_) kv += static_cast<double>(s.seq->cache()->bytes());
+  for (const Parked& p : parked_) kv += static_cast<double>(p.seq->cache()->bytes());
   metrics_->memory_bytes.With({"kv"}).Set(kv);
   metrics_->memory_bytes.With({"image_cache"}).Set(static_cast<double>(cache_->bytes()));
   metrics_->memory_bytes.With({"activations"}).Set(static_cast<double>(engine_->activation_bytes()));

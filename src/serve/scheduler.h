@@ -24,6 +24,9 @@ namespace vlmd::serve {
 struct SchedulerOptions {
   int32_t max_batch = 4;     // sequences decoded together
   int32_t queue_size = 64;   // jobs waiting for a slot; beyond: Submit fails (HTTP 429)
+  // Finished sequences whose KV caches are kept for prefix reuse (least recently used dropped).
+  int32_t prefix_cache_entries = 8;
+  int32_t min_prefix_rows = 4;  // shorter common prefixes are recomputed
 };
 
 class Scheduler {
@@ -47,8 +50,14 @@ class Scheduler {
   struct Slot {  // a running job's sequence (scheduler-thread state)
     std::shared_ptr<Job> job;
     std::unique_ptr<engine::runtime::Sequence> seq;
+    std::vector<uint64_t> row_ids;  // identity of each prompt row (see RowIds)
     JobResult result;
     Clock::time_point decode_start;
+  };
+  // A finished sequence kept for prefix reuse: its cache holds K/V for the rows in row_ids.
+  struct Parked {
+    std::vector<uint64_t> row_ids;
+    std::unique_ptr<engine::runtime::Sequence> seq;
   };
 
   void Run();
@@ -57,6 +66,8 @@ class Scheduler {
   // Streams new text; completes the job when its sequence finished. Returns true when done.
   bool Publish(Slot* slot);
   void UpdateMemoryGauges();
+  // Keeps a finished slot's cache for later prompts that extend it.
+  void Park(Slot* slot);
 
   engine::runtime::TextEngine* engine_;
   ImageCache* cache_;
@@ -69,6 +80,7 @@ class Scheduler {
   bool stop_ = false;
 
   std::vector<Slot> active_;  // scheduler thread only
+  std::deque<Parked> parked_;  // scheduler thread only; front = most recently used
   std::thread thread_;
 };
 

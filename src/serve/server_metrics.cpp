@@ -29,6 +29,8 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       queue_depth(r->AddGauge("vlm_queue_depth", "Jobs waiting for a batch slot")),
       batch_size(r->AddGauge("vlm_batch_size", "Sequences decoded in the last batched step")),
       decode_steps(r->AddCounter("vlm_decode_steps_total", "Batched decode steps run")),
+      prefix_reused_tokens(r->AddCounter("vlm_prefix_reused_tokens_total",
+                                         "Prompt rows whose KV came from an earlier request")),
       memory_bytes(r->AddGauge("vlm_memory_bytes", "Memory by kind", {"kind"})),
       process_rss(r->AddGauge("vlm_process_rss_bytes", "Resident set size of the server process")),
       process_peak_rss(r->AddGauge("vlm_process_peak_rss_bytes",

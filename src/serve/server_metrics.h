@@ -22,6 +22,7 @@ struct ServerMetrics {
   obs::GaugeFamily& queue_depth;
   obs::GaugeFamily& batch_size;            // sequences in the last decode step
   obs::CounterFamily& decode_steps;
+  obs::CounterFamily& prefix_reused_tokens;  // prompt rows not recomputed (prefix reuse)
   obs::GaugeFamily& memory_bytes;          // {kind = weights | kv | activations | image_cache}
   obs::GaugeFamily& process_rss;           // resident set now / at peak (from /proc/self/status)
   obs::GaugeFamily& process_peak_rss;

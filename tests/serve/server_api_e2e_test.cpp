@@ -228,3 +228,51 @@ TEST(ServerApiTest, DeadlineGives504) {
 
 }  // namespace
 }  // namespace vlmd::serve
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureImage;
+using testing::Harness;
+
+// A conversation that continues an earlier one reuses its KV cache (prompt and answer), and the
+// answer equals what a server without that history computes.
+TEST(ServerPrefixReuseTest, AFollowUpReusesTheConversationAndAnswersTheSame) {
+  const std::string uri = "data:image/png;base64," + api::EncodeBase64(FixtureImage("img-128x96.png"));
+  json first{{"max_tokens", 8},
+             {"messages",
+              {{{"role", "user"},
+                {"content",
+                 {{{"type", "image_url"}, {"image_url", {{"url", uri}}}},
+                  {{"type", "text"}, {"text", "What is this?"}}}}}}}};
+  Harness warm;
+  auto c = warm.Client();
+  const json a = json::parse(c->Post("/v1/chat/completions", first.dump(), "application/json")->body);
+  ASSERT_TRUE(a.contains("choices")) << a.dump();
+  json second = first;
+  second["messages"].push_back({{"role", "assistant"}, {"content", a["choices"][0]["message"]["content"]}});
+  second["messages"].push_back({{"role", "user"}, {"content", "Tell me more."}});
+
+  auto warm_reply = c->Post("/v1/chat/completions", second.dump(), "application/json");
+  ASSERT_EQ(warm_reply->status, 200) << warm_reply->body;
+  const std::string m = c->Get("/metrics")->body;
+  EXPECT_GT(testing::MetricValue(m, "vlm_prefix_reused_tokens_total"), 80)
+      << "the image rows and the first turn should be reused";
+
+  Harness cold;
+  auto cold_reply = cold.Client()->Post("/v1/chat/completions", second.dump(), "application/json");
+  ASSERT_EQ(cold_reply->status, 200);
+  EXPECT_EQ(json::parse(warm_reply->body)["choices"][0]["message"]["content"],
+            json::parse(cold_reply->body)["choices"][0]["message"]["content"]);
+
+  // The same invoke prompt twice: all rows but the last come from the cache the second time.
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":4})";
+  const json p1 = json::parse(c->Post("/v1/vlm/invoke", body, "application/json")->body);
+  const json p2 = json::parse(c->Post("/v1/vlm/invoke", body, "application/json")->body);
+  EXPECT_EQ(p2["usage"]["reused_prompt_tokens"], p1["usage"]["prompt_tokens"].get<int>() - 1);
+  EXPECT_EQ(p1["text"], p2["text"]);
+}
+
+}  // namespace
+}  // namespace vlmd::serve

@@ -22,6 +22,10 @@ class KvCache {
   void Truncate(int32_t n) {
     if (n < n_filled_) n_filled_ = n < 0 ? 0 : n;
   }
+  // Copies positions [0, n) of `other` (same layer count and kv_dim; n <= both n_ctx) and sets
+  // n_filled to n: a new sequence starting from another's prompt prefix (prefix reuse).
+  void CopyPrefixFrom(const KvCache& other, int32_t n);
+  int32_t n_layers() const { return static_cast<int32_t>(k_.size()); }
   uint16_t* k(int32_t layer) { return k_[layer].data(); }  // F16 bits, [n_ctx, kv_dim]
   uint16_t* v(int32_t layer) { return v_[layer].data(); }
   size_t bytes() const;

@@ -59,14 +59,16 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
 
 std::string_view TextEngine::isa_name() const { return kernels::IsaName(ctx_.kernels->isa); }
 
-Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits) {
+Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
+                           int64_t first_row) {
   const int64_t n = static_cast<int64_t>(prompt.tokens.size());
   const int64_t d = model_->config().d_model;
   std::vector<int32_t> pos, seq;
   std::vector<float> embd;  // [len, d_model] rows of this chunk's image tokens (others unused)
   int64_t next_embd = 0;    // next row of prompt.embeddings
+  for (int64_t i = 0; i < first_row; ++i) next_embd += prompt.tokens[i] < 0 ? 1 : 0;
   models::KvCache* caches[] = {cache};
-  for (int64_t start = 0; start < n; start += opts_.n_batch) {
+  for (int64_t start = first_row; start < n; start += opts_.n_batch) {
     const int64_t len = std::min<int64_t>(opts_.n_batch, n - start);
     pos.resize(len);
     seq.assign(len, 0);
@@ -215,7 +217,9 @@ Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
 }
 
 Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& rows,
-                                                            const GenerateParams& params) {
+                                                            const GenerateParams& params,
+                                                            const models::KvCache* prefix,
+                                                            int32_t prefix_len) {
   const std::span<const int32_t> prompt(rows.tokens);
   if (prompt.empty()) return InvalidArgumentError("empty prompt");
   VLMD_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
@@ -227,8 +231,18 @@ Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& ro
                                   std::to_string(opts_.n_ctx));
   }
   auto cache = model_->NewCache(static_cast<int32_t>(needed));
+  if (prefix != nullptr && prefix_len > 0) {
+    if (prefix_len >= static_cast<int32_t>(prompt.size()) || prefix_len > prefix->n_filled() ||
+        prefix->kv_dim() != cache->kv_dim() || prefix->n_layers() != cache->n_layers()) {
+      return InvalidArgumentError("prefix of " + std::to_string(prefix_len) +
+                                  " rows does not fit this prompt or cache");
+    }
+    cache->CopyPrefixFrom(*prefix, prefix_len);
+  } else {
+    prefix_len = 0;
+  }
   std::vector<float> logits(model_->config().n_vocab);
-  VLMD_RETURN_IF_ERROR(Prefill(rows, cache.get(), logits.data()));
+  VLMD_RETURN_IF_ERROR(Prefill(rows, cache.get(), logits.data(), prefix_len));
   auto seq = std::make_unique<Sequence>(*tokenizer_, params, std::move(cache), prompt);
   seq->Accept(logits);
   return seq;

@@ -117,8 +117,13 @@ class TextEngine {
   // unfinished sequence in `seqs` by one token in ONE forward pass (continuous batching: callers
   // may add and drop sequences between steps). Greedy results equal Generate's token for token.
   // INTERNAL on NaN/Inf (the whole step fails; callers end the sequences of that step).
+  // `prefix`, when given, holds K/V valid for the first `prefix_len` rows of `prompt` (a finished
+  // sequence's cache whose rows the caller matched): those rows are copied, not recomputed.
+  // prefix_len must be < the prompt's length (the last row is always computed for its logits).
   Result<std::unique_ptr<Sequence>> StartSequence(const PromptRows& prompt,
-                                                  const GenerateParams& params);
+                                                  const GenerateParams& params,
+                                                  const models::KvCache* prefix = nullptr,
+                                                  int32_t prefix_len = 0);
   Status DecodeStep(std::span<Sequence* const> seqs);
   const EngineOptions& options() const { return opts_; }
   // Bytes held by the forward scratch buffers (activations), as of the last call. Owner thread.
@@ -126,8 +131,10 @@ class TextEngine {
 
  private:
   TextEngine() = default;
-  // Runs prompt rows through the model in n_batch chunks; logits of the last row into `logits`.
-  Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits);
+  // Runs prompt rows [first_row, n) through the model in n_batch chunks (rows before first_row
+  // are already in the cache); logits of the last row into `logits`.
+  Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
+                 int64_t first_row = 0);
 
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
