@@ -20,13 +20,24 @@ json Parse(const httplib::Result& r) {
   return json::parse(r->body, nullptr, false);
 }
 
-// Harness shared by the tests that need no special options (loading once keeps the suite fast).
-Harness& Shared() {
-  static Harness* h = new Harness();
-  return *h;
-}
+// One server shared by the tests that need no special options (loading once keeps the suite
+// fast); stopped in TearDownTestSuite so that no server thread outlives the test (exit-time
+// library cleanup racing a live thread is what TSan would rightly report).
+class ServerApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { shared_ = new Harness(); }
+  static void TearDownTestSuite() {
+    delete shared_;
+    shared_ = nullptr;
+  }
+  static Harness& Shared() { return *shared_; }
 
-TEST(ServerApiTest, HealthReadyAndModels) {
+ private:
+  static Harness* shared_;
+};
+Harness* ServerApiTest::shared_ = nullptr;
+
+TEST_F(ServerApiTest, HealthReadyAndModels) {
   Harness& h = Shared();
   auto c = h.Client();
   auto health = c->Get("/health");
@@ -41,7 +52,7 @@ TEST(ServerApiTest, HealthReadyAndModels) {
   EXPECT_EQ(models["data"][0]["model_hash"].get<std::string>().size(), 64u);
 }
 
-TEST(ServerApiTest, ReadyIs503AndGenerationRefusedUntilAModelIsLoaded) {
+TEST_F(ServerApiTest, ReadyIs503AndGenerationRefusedUntilAModelIsLoaded) {
   HarnessOptions o;
   o.load_model = false;
   Harness h(o);
@@ -56,7 +67,7 @@ TEST(ServerApiTest, ReadyIs503AndGenerationRefusedUntilAModelIsLoaded) {
   EXPECT_EQ(c->Get("/health")->status, 200);
 }
 
-TEST(ServerApiTest, InvokeJsonAndMultipartGiveTheSameTextAndTheCacheSkipsTheEncoder) {
+TEST_F(ServerApiTest, InvokeJsonAndMultipartGiveTheSameTextAndTheCacheSkipsTheEncoder) {
   Harness h;  // own server: a fresh image cache
   auto c = h.Client();
   const std::string png = FixtureImage("img-128x96.png");
@@ -93,7 +104,7 @@ TEST(ServerApiTest, InvokeJsonAndMultipartGiveTheSameTextAndTheCacheSkipsTheEnco
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_duration_seconds_count"), 1);
 }
 
-TEST(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
+TEST_F(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
   Harness& h = Shared();
   auto c = h.Client();
   const std::string uri = "data:image/png;base64," + api::EncodeBase64(FixtureImage("img-50x100.png"));
@@ -142,7 +153,7 @@ TEST(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
   EXPECT_EQ(finish, "length");
 }
 
-TEST(ServerApiTest, UnknownModelIs404AndUnknownRouteIsJson404) {
+TEST_F(ServerApiTest, UnknownModelIs404AndUnknownRouteIsJson404) {
   auto c = Shared().Client();
   auto r = c->Post("/v1/chat/completions",
                    R"({"model":"nope","messages":[{"role":"user","content":"hi"}]})", "application/json");
@@ -155,7 +166,7 @@ TEST(ServerApiTest, UnknownModelIs404AndUnknownRouteIsJson404) {
   EXPECT_TRUE(json::parse(r2->body).contains("error"));
 }
 
-TEST(ServerApiTest, MetricsPassTheLinterAndNameWhatTheIssueAsks) {
+TEST_F(ServerApiTest, MetricsPassTheLinterAndNameWhatTheIssueAsks) {
   auto c = Shared().Client();
   c->Post("/v1/vlm/invoke", R"({"prompt":"x","max_tokens":2})", "application/json");
   auto r = c->Get("/metrics");
@@ -174,7 +185,7 @@ TEST(ServerApiTest, MetricsPassTheLinterAndNameWhatTheIssueAsks) {
   }
 }
 
-TEST(ServerApiTest, ApiKeyGuardsTheApiButNotTheProbes) {
+TEST_F(ServerApiTest, ApiKeyGuardsTheApiButNotTheProbes) {
   HarnessOptions o;
   o.server.api_key = "s3cret-key";
   Harness h(o);
@@ -191,7 +202,7 @@ TEST(ServerApiTest, ApiKeyGuardsTheApiButNotTheProbes) {
   EXPECT_EQ(c->Get("/metrics")->status, 200);
 }
 
-TEST(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
+TEST_F(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
   HarnessOptions o;
   // tiny-smolvlm tiles a 128x96 image into 2x2 tiles + global (5 x 16 tokens); a budget of 60
   // leaves room for one tile + global only.
@@ -214,7 +225,7 @@ TEST(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
   EXPECT_EQ(r2->status, 422) << r2->body;
 }
 
-TEST(ServerApiTest, DeadlineGives504) {
+TEST_F(ServerApiTest, DeadlineGives504) {
   HarnessOptions o;
   o.server.prepare.timeout = std::chrono::milliseconds(1);
   Harness h(o);
