@@ -17,15 +17,10 @@ std::string WithoutMarkers(std::string text) {
   return text;
 }
 
-Result<rt::PreparedImage> Prepare(const rt::TextEngine& e, const std::string& bytes,
-                                  const engine::image::DecodeLimits& limits, int32_t edge,
-                                  double* ms) {
-  rt::ImageTimings t;
-  auto p = e.PrepareImage(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), limits,
-      edge, &t);
-  *ms = t.decode_ms + t.preprocess_ms;
-  return p;
+// The tiled (refined) size of an Idefics3 image at `edge`.
+void RefinedSize(const rt::TextEngine& e, const engine::image::Image& img, int32_t edge,
+                         int32_t* w, int32_t* h) {
+  engine::models::Idefics3RefinedSize(img.width, img.height, e.vision()->config().image_size, edge, w, h);
 }
 
 }  // namespace
@@ -56,30 +51,37 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                   " tokens, over the token budget of " +
                                   std::to_string(options.token_budget));
   }
-  for (const std::string& bytes : request.images) {
-    double ms = 0;
-    VLMD_ASSIGN_OR_RETURN(rt::PreparedImage img, Prepare(e, bytes, options.decode_limits, 0, &ms));
-    in.images.push_back(std::move(img));
-    in.image_prepare_ms.push_back(ms);
-    job.image_decode_ms += ms;
+  // Decode every image, then choose each one's tiling from its size alone, then preprocess once.
+  std::vector<engine::image::Image> decoded;
+  std::vector<double> ms(request.images.size(), 0.0);
+  for (size_t i = 0; i < request.images.size(); ++i) {
+    const std::string& bytes = request.images[i];
+    const auto t0 = Clock::now();
+    VLMD_ASSIGN_OR_RETURN(engine::image::Image img,
+                          engine::image::DecodeImage(
+                              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                       bytes.size()),
+                              options.decode_limits));
+    ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    decoded.push_back(std::move(img));
   }
-  // Visual tokens at each image's current tiling; shrink the largest image first, one tile
-  // row/column step at a time, until the prompt fits.
-  auto tokens_of = [&](const rt::PreparedImage& img) {
-    return static_cast<int64_t>(img.tiles.n_tiles) * e.vision()->tokens_per_tile();
-  };
-  std::vector<int32_t> edge(in.images.size(), 0);  // 0: the model's own tiling
-  int64_t total = job.text_tokens;
-  for (const auto& img : in.images) total += tokens_of(img);
+  // Token budget: while over, shrink the image with the most visual tokens by one tile step of its
+  // longest tiled edge (Idefics3); families with a fixed single tile cannot shrink.
   const int32_t min_edge = e.MinLongestEdge();
+  const int32_t model_edge = e.vision() ? e.vision()->config().preproc_image_size : 0;
+  const int32_t step = e.vision() ? e.vision()->config().image_size : 0;
+  std::vector<int32_t> edge(decoded.size(), model_edge);
+  auto tokens_at = [&](size_t i, int32_t ed) {
+    return e.ImageTokens(decoded[i].width, decoded[i].height, ed);
+  };
+  int64_t total = job.text_tokens;
+  for (size_t i = 0; i < decoded.size(); ++i) total += tokens_at(i, edge[i]);
+  int best_first = -1;
   while (total > options.token_budget) {
-    // The image with the most tokens that can still shrink.
     int best = -1;
-    for (size_t i = 0; i < in.images.size(); ++i) {
-      const auto& t = in.images[i].tiles;
-      const int32_t cur = std::max(t.grid_cols, t.grid_rows) * t.tile_size;
-      if (min_edge > 0 && cur > min_edge &&
-          (best < 0 || tokens_of(in.images[i]) > tokens_of(in.images[best]))) {
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      if (min_edge > 0 && edge[i] - step >= min_edge &&
+          (best < 0 || tokens_at(i, edge[i]) > tokens_at(best, edge[best]))) {
         best = static_cast<int>(i);
       }
     }
@@ -89,21 +91,28 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                     std::to_string(options.token_budget) +
                                     ", and the images cannot be reduced further");
     }
-    rt::PreparedImage& img = in.images[best];
-    const int32_t before_w = img.tiles.grid_cols * img.tiles.tile_size;
-    const int32_t before_h = img.tiles.grid_rows * img.tiles.tile_size;
-    edge[best] = std::max(before_w, before_h) - img.tiles.tile_size;
-    double ms = 0;
-    VLMD_ASSIGN_OR_RETURN(rt::PreparedImage smaller,
-                          Prepare(e, request.images[best], options.decode_limits, edge[best], &ms));
-    job.image_decode_ms += ms;
-    in.image_prepare_ms[best] += ms;
-    total += tokens_of(smaller) - tokens_of(img);
-    if (!job.budget) job.budget = BudgetAction{};
-    if (job.budget->from == std::array<int32_t, 2>{}) job.budget->from = {before_w, before_h};
-    job.budget->to = {smaller.tiles.grid_cols * smaller.tiles.tile_size,
-                      smaller.tiles.grid_rows * smaller.tiles.tile_size};
-    img = std::move(smaller);
+    if (best_first < 0) best_first = best;
+    total -= tokens_at(best, edge[best]);
+    edge[best] -= step;
+    total += tokens_at(best, edge[best]);
+  }
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    rt::ImageTimings t;
+    const bool shrunk = edge[i] != model_edge;
+    VLMD_ASSIGN_OR_RETURN(rt::PreparedImage img,
+                          e.PreprocessDecoded(decoded[i], shrunk ? edge[i] : 0, &t));
+    ms[i] += t.preprocess_ms;
+    job.image_decode_ms += ms[i];
+    in.image_prepare_ms.push_back(ms[i]);
+    if (static_cast<int>(i) == best_first) {
+      // The tiled size the model would have used, and the one the budget chose.
+      int32_t fw = 0, fh = 0;
+      RefinedSize(e, decoded[i], model_edge, &fw, &fh);
+      job.budget = BudgetAction{{fw, fh},
+                                {img.tiles.grid_cols * img.tiles.tile_size,
+                                 img.tiles.grid_rows * img.tiles.tile_size}};
+    }
+    in.images.push_back(std::move(img));
   }
   job.image_tokens = total - job.text_tokens;
   const api::SamplingRequest& s = request.sampling;

@@ -120,11 +120,25 @@ Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
                                                const image::DecodeLimits& limits,
                                                int32_t longest_edge, ImageTimings* timings) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
-  ImageTimings t;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   VLMD_ASSIGN_OR_RETURN(image::Image img, image::DecodeImage(bytes, limits));
-  t.decode_ms = MsSince(t0);
-  t0 = std::chrono::steady_clock::now();
+  if (timings != nullptr) timings->decode_ms = MsSince(t0);
+  return PreprocessDecoded(img, longest_edge, timings);
+}
+
+int64_t TextEngine::ImageTokens(int32_t width, int32_t height, int32_t longest_edge) const {
+  if (!vision_ || width < 1 || height < 1) return 0;
+  const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
+  if (c.projector != models::ProjectorType::kIdefics3) return vision_->tokens_per_tile();
+  int32_t rw = 0, rh = 0;
+  models::Idefics3RefinedSize(width, height, c.image_size, c.preproc_image_size, &rw, &rh);
+  return (static_cast<int64_t>(rw / c.image_size) * (rh / c.image_size) + 1) * vision_->tokens_per_tile();
+}
+
+Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int32_t longest_edge,
+                                                    ImageTimings* timings) const {
+  if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
+  const auto t0 = std::chrono::steady_clock::now();
   const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
   PreparedImage out;
   out.source_width = img.width;
@@ -134,11 +148,7 @@ Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
             std::to_string(c.image_size) + ":" + std::to_string(c.preproc_image_size);
   VLMD_ASSIGN_OR_RETURN(out.tiles,
                         models::PreprocessImage(c, models::RgbView{img.width, img.height, img.rgb}));
-  t.preprocess_ms = MsSince(t0);
-  if (timings != nullptr) {
-    timings->decode_ms = t.decode_ms;
-    timings->preprocess_ms = t.preprocess_ms;
-  }
+  if (timings != nullptr) timings->preprocess_ms = MsSince(t0);
   return out;
 }
 

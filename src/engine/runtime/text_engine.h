@@ -83,6 +83,12 @@ class TextEngine {
   // tiles, fewer visual tokens (token budgets). Families with one fixed tile ignore it.
   Result<PreparedImage> PrepareImage(std::span<const uint8_t> bytes, const image::DecodeLimits& limits,
                                      int32_t longest_edge, ImageTimings* timings) const;
+  // PrepareImage in two steps, for callers that choose the tiling from the decoded size (token
+  // budgets): the visual tokens of a width x height image at `longest_edge` are
+  // ImageTokens(width, height, longest_edge), computed without touching pixels.
+  Result<PreparedImage> PreprocessDecoded(const image::Image& img, int32_t longest_edge,
+                                          ImageTimings* timings) const;
+  int64_t ImageTokens(int32_t width, int32_t height, int32_t longest_edge) const;
   // The smallest longest_edge the family allows (one tile row/column); 0 when not tiled.
   int32_t MinLongestEdge() const;
   Result<EncodedImage> EncodePrepared(const PreparedImage& image, ImageTimings* timings);
