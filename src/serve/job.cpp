@@ -34,7 +34,8 @@ void Job::Fail(Status status) {
 
 bool Job::Wait(Clock::time_point until, std::string* text) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_until(lock, until, [&] { return over_ || !unread_.empty(); });
+  // Without a text sink only the end matters (text keeps accumulating until result()).
+  cv_.wait_until(lock, until, [&] { return over_ || (text != nullptr && !unread_.empty()); });
   if (text != nullptr) {
     text->append(unread_);
     unread_.clear();

@@ -58,8 +58,9 @@ class Job {
   void Complete(JobResult result);
   void Fail(Status status);
 
-  // Consumer: waits until new text, completion or failure, or `until`. Moves unread text into
-  // *text. Returns true once the job is over (then result()/status() are final).
+  // Consumer: waits until new text (only when `text` is given), completion or failure, or
+  // `until`. Moves unread text into *text. Returns true once the job is over (then
+  // result()/status() are final).
   bool Wait(Clock::time_point until, std::string* text);
   const JobResult& result() const { return result_; }  // valid once Wait returned true
   const Status& status() const { return status_; }     // OK unless failed

@@ -1,0 +1,45 @@
+// Job: the scheduler -> handler channel. A waiter without a text sink must sleep through text
+// (a non-streaming handler would otherwise spin a core per request), a streaming waiter wakes on
+// each piece, and completion wakes both.
+#include "serve/job.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace vlmd::serve {
+namespace {
+
+TEST(JobTest, WaitWithoutSinkIgnoresTextAndWakesOnCompletion) {
+  Job job(JobInput{});
+  job.PushText("partial");
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(job.Wait(t0 + std::chrono::milliseconds(100), nullptr));
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(90)) << "returned early on text";
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    JobResult r;
+    r.text = "done";
+    job.Complete(std::move(r));
+  });
+  EXPECT_TRUE(job.Wait(Clock::now() + std::chrono::seconds(10), nullptr));
+  producer.join();
+  EXPECT_EQ(job.result().text, "done");
+  EXPECT_TRUE(job.status().ok());
+}
+
+TEST(JobTest, StreamingWaitDrainsTextInOrderAndFailureIsFinal) {
+  Job job(JobInput{});
+  std::string got;
+  job.PushText("a");
+  job.PushText("b");
+  EXPECT_FALSE(job.Wait(Clock::now() + std::chrono::seconds(1), &got));
+  EXPECT_EQ(got, "ab");
+  job.Fail(Status(StatusCode::kDeadlineExceeded, "late"));
+  job.Complete(JobResult{});  // ignored: the job is already over
+  EXPECT_TRUE(job.Wait(Clock::now(), &got));
+  EXPECT_EQ(job.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
