@@ -2,6 +2,8 @@
 // tie, and (where the CPU has F16C) bit-identity with the hardware converter.
 #include "engine/tensor/fp16.h"
 
+#include "core/cpu_features.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -136,7 +138,7 @@ __attribute__((target("f16c"))) uint16_t HardwareF32ToF16(float f) {
 __attribute__((target("f16c"))) float HardwareF16ToF32(uint16_t h) { return _cvtsh_ss(h); }
 
 TEST(Fp16Test, BitIdenticalToF16C) {
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "CPU without F16C";
+  if (!GetCpuFeatures().f16c) GTEST_SKIP() << "CPU without F16C";
   for (uint64_t u = 0; u < (1ull << 32); u += 509) {
     const float f = Bits(static_cast<uint32_t>(u));
     ASSERT_EQ(F32ToF16(f), HardwareF32ToF16(f)) << std::hex << u;
