@@ -120,6 +120,7 @@ Status Scheduler::Admit(const std::shared_ptr<Job>& job, Slot* slot) {
   const Parked* best = nullptr;
   size_t best_len = 0;
   for (const Parked& p : parked_) {
+    if (slot->row_ids.empty()) break;  // an empty prompt: StartSequence reports it
     const size_t limit = std::min(p.row_ids.size(), slot->row_ids.size() - 1);
     size_t n = 0;
     while (n < limit && p.row_ids[n] == slot->row_ids[n]) ++n;
