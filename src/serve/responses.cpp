@@ -25,6 +25,25 @@ json LogprobsJson(const JobResult& r, const engine::tokenizer::Tokenizer& tok) {
   return json{{"content", content}};
 }
 
+json UsageJson(const JobResult& r) {
+  const int64_t completion = static_cast<int64_t>(r.tokens.size());
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", r.prompt_tokens + completion}};
+}
+
+// The fields every chat.completion and chat.completion.chunk object shares.
+json ChatObject(const ReplyContext& ctx, std::string_view object, json choices) {
+  return {{"id", "chatcmpl-" + ctx.id},
+          {"object", std::string(object)},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
+          {"choices", std::move(choices)}};
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 }  // namespace
 
 std::string_view OpenAiFinishReason(std::string_view reason) {
@@ -58,7 +77,7 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
     j["budget"] = {{"downsampled_from", prepared.budget->from}, {"to", prepared.budget->to}};
   }
   if (ctx.logprobs) j["logprobs"] = LogprobsJson(r, tok);
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return Dump(j);
 }
 
 std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
@@ -67,18 +86,9 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
               {"message", {{"role", "assistant"}, {"content", r.text}}},
               {"finish_reason", OpenAiFinishReason(r.finish_reason)},
               {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)}};
-  const int64_t completion = static_cast<int64_t>(r.tokens.size());
-  json j{{"id", "chatcmpl-" + ctx.id},
-         {"object", "chat.completion"},
-         {"created", ctx.created},
-         {"model", ctx.model},
-         {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
-         {"choices", json::array({choice})},
-         {"usage",
-          {{"prompt_tokens", r.prompt_tokens},
-           {"completion_tokens", completion},
-           {"total_tokens", r.prompt_tokens + completion}}}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  json j = ChatObject(ctx, "chat.completion", json::array({choice}));
+  j["usage"] = UsageJson(r);
+  return Dump(j);
 }
 
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
@@ -91,28 +101,13 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
               {"delta", delta},
               {"logprobs", nullptr},
               {"finish_reason", finish_reason ? json(std::string(*finish_reason)) : json(nullptr)}};
-  json j{{"id", "chatcmpl-" + ctx.id},
-         {"object", "chat.completion.chunk"},
-         {"created", ctx.created},
-         {"model", ctx.model},
-         {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
-         {"choices", json::array({choice})}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return Dump(ChatObject(ctx, "chat.completion.chunk", json::array({choice})));
 }
 
 std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r) {
-  const int64_t completion = static_cast<int64_t>(r.tokens.size());
-  json j{{"id", "chatcmpl-" + ctx.id},
-         {"object", "chat.completion.chunk"},
-         {"created", ctx.created},
-         {"model", ctx.model},
-         {"system_fingerprint", "vlmd-" + ctx.model_hash.substr(0, 12)},
-         {"choices", json::array()},
-         {"usage",
-          {{"prompt_tokens", r.prompt_tokens},
-           {"completion_tokens", completion},
-           {"total_tokens", r.prompt_tokens + completion}}}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  json j = ChatObject(ctx, "chat.completion.chunk", json::array());
+  j["usage"] = UsageJson(r);
+  return Dump(j);
 }
 
 }  // namespace vlmd::serve

@@ -136,13 +136,7 @@ Result<GenerationRequest> ParseChatImpl(std::string_view body, const RequestLimi
 
 // The exception boundary (see ParseInvokeJson in requests.cpp).
 Result<GenerationRequest> ParseChatCompletion(std::string_view body, const RequestLimits& limits) {
-  try {
-    return ParseChatImpl(body, limits);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError("body: out of memory while parsing");
-  } catch (const std::exception& e) {
-    return InternalError(std::string("body: unexpected parser failure: ") + e.what());
-  }
+  return internal::AtExceptionBoundary("body", [&] { return ParseChatImpl(body, limits); });
 }
 
 }  // namespace vlmd::serve::api

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -46,5 +48,19 @@ Result<uint64_t> ReadUnsigned(const Json& v, const std::string& path);
 
 // `text` cut to kMaxQuotedBytes and wrapped in single quotes, for error messages.
 std::string Quote(std::string_view text);
+
+// The module's exception boundary: runs `parse` and turns an escaping exception (allocation
+// failure on a huge body, an unexpected library throw) into a Status naming `what`, so that
+// nothing throws into the HTTP layer.
+template <typename Parse>
+auto AtExceptionBoundary(std::string_view what, Parse&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(std::string(what) + ": out of memory while parsing");
+  } catch (const std::exception& e) {
+    return InternalError(std::string(what) + ": unexpected parser failure: " + e.what());
+  }
+}
 
 }  // namespace vlmd::serve::api::internal

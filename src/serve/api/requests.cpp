@@ -130,25 +130,15 @@ Result<GenerationRequest> ParseInvokeMultipartImpl(std::string_view request_json
 // throw (JSON errors are caught where they arise), but an allocation failure on a huge body must
 // become a Status, never an exception into the HTTP layer.
 Result<GenerationRequest> ParseInvokeJson(std::string_view body, const RequestLimits& limits) {
-  try {
-    return ParseInvokeJsonImpl(body, limits);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError("body: out of memory while parsing");
-  } catch (const std::exception& e) {
-    return InternalError(std::string("body: unexpected parser failure: ") + e.what());
-  }
+  return internal::AtExceptionBoundary("body", [&] { return ParseInvokeJsonImpl(body, limits); });
 }
 
 Result<GenerationRequest> ParseInvokeMultipart(std::string_view request_json,
                                                std::vector<std::string> images,
                                                const RequestLimits& limits) {
-  try {
+  return internal::AtExceptionBoundary("request", [&] {
     return ParseInvokeMultipartImpl(request_json, std::move(images), limits);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError("request: out of memory while parsing");
-  } catch (const std::exception& e) {
-    return InternalError(std::string("request: unexpected parser failure: ") + e.what());
-  }
+  });
 }
 
 }  // namespace vlmd::serve::api
