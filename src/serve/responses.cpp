@@ -42,6 +42,23 @@ json ChatObject(const ReplyContext& ctx, std::string_view object, json choices) 
           {"choices", std::move(choices)}};
 }
 
+// "version", "routing" and "trust": vlmd's additions to every reply object (OpenAI clients
+// ignore unknown fields).
+void AddGuardFields(const ReplyContext& ctx, json* j) {
+  if (!ctx.version.empty()) (*j)["version"] = ctx.version;
+  if (!ctx.route.empty()) {
+    json routing{{"route", ctx.route}};
+    if (!ctx.tier.empty()) routing["tier"] = ctx.tier;
+    if (ctx.complexity) routing["complexity"] = *ctx.complexity;
+    (*j)["routing"] = routing;
+  }
+  if (ctx.trust) {
+    (*j)["trust"] = {{"mean_entropy_bits", ctx.trust->mean_entropy_bits},
+                     {"min_token_prob", ctx.trust->min_token_prob},
+                     {"flagged", ctx.trust->flagged}};
+  }
+}
+
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
@@ -77,6 +94,7 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
     j["budget"] = {{"downsampled_from", prepared.budget->from}, {"to", prepared.budget->to}};
   }
   if (ctx.logprobs) j["logprobs"] = LogprobsJson(r, tok);
+  AddGuardFields(ctx, &j);
   return Dump(j);
 }
 
@@ -88,6 +106,7 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
               {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)}};
   json j = ChatObject(ctx, "chat.completion", json::array({choice}));
   j["usage"] = UsageJson(r);
+  AddGuardFields(ctx, &j);
   return Dump(j);
 }
 
@@ -101,7 +120,9 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
               {"delta", delta},
               {"logprobs", nullptr},
               {"finish_reason", finish_reason ? json(std::string(*finish_reason)) : json(nullptr)}};
-  return Dump(ChatObject(ctx, "chat.completion.chunk", json::array({choice})));
+  json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
+  if (finish_reason) AddGuardFields(ctx, &j);
+  return Dump(j);
 }
 
 std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r) {

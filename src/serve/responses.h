@@ -10,6 +10,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "serve/job.h"
+#include "serve/policy/trust.h"
 #include "serve/prepare_job.h"
 
 namespace vlmd::serve {
@@ -21,17 +22,23 @@ struct ReplyContext {
   int64_t created = 0;     // unix seconds
   double latency_ms = 0;
   bool logprobs = false;
+  // Guard-rail outcomes (issue 6), added to every reply object when set.
+  std::string version;               // the serving model's version
+  std::string route;                 // the route the request named ("" : a model directly)
+  std::string tier;                  // complexity tier ("" : not complexity-routed)
+  std::optional<double> complexity;  // the score that chose the tier
+  std::optional<policy::TrustSignals> trust;  // set once the reply is complete
 };
 
-// {"id","text","finish_reason","latency_ms","model","model_hash","usage","timings","cache",
-//  "budget"?,"logprobs"?}
+// {"id","text","finish_reason","latency_ms","model","model_hash","version","usage","timings",
+//  "cache","budget"?,"logprobs"?,"routing"?,"trust"?}
 std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                         const engine::tokenizer::Tokenizer& tok);
 // OpenAI chat.completion (non-streaming).
 std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
                       const engine::tokenizer::Tokenizer& tok);
 // One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`, or the final
-// chunk with finish_reason.
+// chunk with finish_reason (which also carries "trust" when the context has it).
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
                       std::optional<std::string_view> content,
                       std::optional<std::string_view> finish_reason);

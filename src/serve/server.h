@@ -1,13 +1,15 @@
 // The vlmd HTTP server: routes, authentication, limits and the mapping between HTTP and jobs.
-// Endpoints: GET /health /ready /metrics /v1/models, POST /v1/vlm/invoke /v1/chat/completions
-// (see README "HTTP API"). The server listens before the model is loaded (/ready is 503 until
-// SetModel), so orchestrators can probe it during a long load.
+// Endpoints: GET /health /ready /metrics /v1/models, POST /v1/vlm/invoke /v1/chat/completions,
+// and with an admin key /admin/... (see README "HTTP API" and "Guard rails"). The server
+// listens before the models are loaded (/ready is 503 until SetReady), so orchestrators can
+// probe it during a long load.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -16,6 +18,8 @@
 #include "serve/model_host.h"
 #include "serve/obs/metrics.h"
 #include "serve/prepare_job.h"
+#include "serve/router.h"
+#include "serve/server_options.h"
 #include "serve/server_metrics.h"
 
 namespace httplib {
@@ -24,20 +28,7 @@ class Server;
 
 namespace vlmd::serve {
 
-struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;                     // 0: any free port (tests)
-  // Connections served at once. Each open connection holds a thread while it sends a request
-  // (bounded by read_timeout_s) and while it idles between keep-alive requests (keep_alive_s).
-  int http_threads = 64;
-  std::string api_key;                 // non-empty: /v1/* need "Authorization: Bearer <key>"
-  size_t max_body_bytes = 32u << 20;   // larger bodies get 413
-  int read_timeout_s = 10;             // a client that stalls longer is dropped (slow loris)
-  int write_timeout_s = 30;
-  int keep_alive_s = 2;                // idle keep-alive connections close after this
-  api::RequestLimits limits;
-  PrepareOptions prepare;
-};
+class Guard;
 
 class Server {
  public:
@@ -45,28 +36,40 @@ class Server {
   ~Server();  // Stop()s
 
   ServerMetrics& metrics() { return *metrics_; }
+  Router& router() { return router_; }
 
-  // Binds and starts serving on a background thread. UNAVAILABLE when the address cannot be bound.
+  // Loads the guard rails (keys, allowlist, word filter, audit log: their errors), binds and
+  // starts serving on a background thread. UNAVAILABLE when the address cannot be bound.
   Status Start();
   int port() const { return port_; }
-  // Makes `model` the served model (/ready turns 200). Thread-safe.
+  // Adds (or replaces) a served model; /ready stays as it was.
+  void AddModel(std::shared_ptr<ModelHost> model);
+  // AddModel + SetReady(true): the single-model case.
   void SetModel(std::shared_ptr<ModelHost> model);
+  // /ready answers 200 once every configured model is loaded (the caller says when).
+  void SetReady(bool ready) { ready_.store(ready); }
+  // Hot swap (SPEC P7): loads `spec` (default: the model's current spec, i.e. the same files
+  // re-read) beside the serving version, runs a one-token self-check on it, and only then
+  // switches new requests to it; in-flight requests finish on the old one. On any failure the
+  // old version keeps serving and the error is returned. One reload at a time. Thread-safe.
+  Status ReloadModel(const std::string& name, std::optional<ModelSpec> spec = std::nullopt);
   // Stops accepting, waits for the listener thread. Idempotent.
   void Stop();
 
  private:
   class Handlers;
-  std::shared_ptr<ModelHost> model() const;
 
   ServerOptions options_;
   std::unique_ptr<obs::Registry> registry_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Guard> guard_;
+  Router router_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Handlers> handlers_;
-  mutable std::mutex model_mu_;
-  std::shared_ptr<ModelHost> model_;
+  std::mutex reload_mu_;
   std::thread listener_;
   int port_ = 0;
+  std::atomic<bool> ready_{false};
   std::atomic<bool> stopped_{false};
 };
 

@@ -34,7 +34,22 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       memory_bytes(r->AddGauge("vlm_memory_bytes", "Memory by kind", {"kind"})),
       process_rss(r->AddGauge("vlm_process_rss_bytes", "Resident set size of the server process")),
       process_peak_rss(r->AddGauge("vlm_process_peak_rss_bytes",
-                                   "Peak resident set size of the server process")) {}
+                                   "Peak resident set size of the server process")),
+      policy_decisions(r->AddCounter("vlm_policy_decisions_total",
+                                     "Guard-rail decisions by policy and outcome",
+                                     {"policy", "decision"})),
+      route_tier(r->AddCounter("vlm_route_tier_total", "Complexity-routed requests by tier",
+                               {"route", "tier"})),
+      route_version(r->AddCounter("vlm_route_version_total",
+                                  "Requests by route and the model version that served them",
+                                  {"route", "model", "version"})),
+      complexity_score(r->AddHistogram("vlm_complexity_score",
+                                       "Input complexity scores of complexity-routed requests",
+                                       {"route"}, {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9})),
+      trust_flagged(r->AddCounter("vlm_trust_flagged_total",
+                                  "Replies flagged by the trust signals (high mean entropy)")),
+      model_reloads(r->AddCounter("vlm_model_reloads_total", "Hot swaps by model and result",
+                                  {"model", "result"})) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

@@ -26,6 +26,14 @@ struct ServerMetrics {
   obs::GaugeFamily& memory_bytes;          // {kind = weights | kv | activations | image_cache}
   obs::GaugeFamily& process_rss;           // resident set now / at peak (from /proc/self/status)
   obs::GaugeFamily& process_peak_rss;
+  // Guard rails (issue 6): every decision of every policy, e.g. {allowlist, deny}, {auth, allow},
+  // {rate_limit, deny}, {word_filter, mask}, {audit, written}.
+  obs::CounterFamily& policy_decisions;     // {policy, decision}
+  obs::CounterFamily& route_tier;           // {route, tier}: complexity-routed requests
+  obs::CounterFamily& route_version;        // {route, model, version}: where requests went
+  obs::HistogramFamily& complexity_score;   // {route}
+  obs::CounterFamily& trust_flagged;        // replies whose trust signals were flagged
+  obs::CounterFamily& model_reloads;        // {model, result = ok | failed}
 
   // Refreshes the process gauges (called before each /metrics render).
   void UpdateProcessMemory();

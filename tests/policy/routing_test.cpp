@@ -121,7 +121,9 @@ TEST(TrafficSplit, RaisingTheCanaryWeightOnlyMovesClientsToTheCanary) {
   const std::vector<double> before{90, 10}, after{50, 50};
   for (int i = 0; i < 1000; ++i) {
     const double b = StickyBucket("r", std::to_string(i));
-    if (PickWeighted(before, b) == 1) EXPECT_EQ(PickWeighted(after, b), 1);
+    if (PickWeighted(before, b) == 1) {
+      EXPECT_EQ(PickWeighted(after, b), 1);
+    }
   }
 }
 

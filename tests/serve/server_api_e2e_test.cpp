@@ -187,7 +187,7 @@ TEST_F(ServerApiTest, MetricsPassTheLinterAndNameWhatTheIssueAsks) {
 
 TEST_F(ServerApiTest, ApiKeyGuardsTheApiButNotTheProbes) {
   HarnessOptions o;
-  o.server.api_key = "s3cret-key";
+  o.server.guard.api_key = "s3cret-key";
   Harness h(o);
   auto c = h.Client();
   auto no = c->Get("/v1/models");

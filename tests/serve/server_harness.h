@@ -21,6 +21,28 @@ struct HarnessOptions {
   int32_t n_ctx = 512;
 };
 
+// The spec of a fixture model served under `name` (version "" : the files' hash prefix).
+inline ModelSpec FixtureSpec(const std::string& name, const std::string& version = "",
+                             const std::string& fixture = "tiny-smolvlm", int32_t n_ctx = 512,
+                             SchedulerOptions scheduler = {}) {
+  ModelSpec spec;
+  spec.name = name;
+  spec.version = version;
+  spec.text_path = vlmd::testing::FixturePath(fixture + "/text.gguf");
+  spec.mmproj_path = vlmd::testing::FixturePath(fixture + "/mmproj.gguf");
+  spec.engine.threads = 2;
+  spec.engine.n_ctx = n_ctx;
+  spec.scheduler = scheduler;
+  return spec;
+}
+
+// Loads `spec` and adds it to the server (throws on failure: a broken fixture ends the test).
+inline void AddFixtureModel(Server& server, const ModelSpec& spec) {
+  auto host = ModelHost::Load(spec, &server.metrics());
+  if (!host.ok()) throw std::runtime_error(host.status().ToString());
+  server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
+}
+
 class Harness {
  public:
   explicit Harness(HarnessOptions o = {}) {
@@ -30,16 +52,8 @@ class Harness {
     const Status s = server_->Start();
     if (!s.ok()) throw std::runtime_error(s.ToString());
     if (!o.load_model) return;
-    ModelSpec spec;
-    spec.name = o.fixture;
-    spec.text_path = vlmd::testing::FixturePath(o.fixture + "/text.gguf");
-    spec.mmproj_path = vlmd::testing::FixturePath(o.fixture + "/mmproj.gguf");
-    spec.engine.threads = 2;
-    spec.engine.n_ctx = o.n_ctx;
-    spec.scheduler = o.scheduler;
-    auto host = ModelHost::Load(spec, &server_->metrics());
-    if (!host.ok()) throw std::runtime_error(host.status().ToString());
-    server_->SetModel(std::shared_ptr<ModelHost>(std::move(*host)));
+    AddFixtureModel(*server_, FixtureSpec(o.fixture, "", o.fixture, o.n_ctx, o.scheduler));
+    server_->SetReady(true);
   }
 
   Server& server() { return *server_; }

@@ -8,6 +8,7 @@
 
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
+#include "serve/config.h"
 #include "serve/server.h"
 
 namespace {
@@ -41,24 +42,47 @@ Result<std::pair<std::string, std::string>> EnsureDemoModel() {
   return std::make_pair(text, mmproj);
 }
 
+// Loads every configured model in order (the demo model when none is configured).
+Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) {
+  for (serve::ModelSpec& spec : models) {
+    if (spec.name.empty()) spec.name = fs::path(spec.text_path).stem().string();
+    spdlog::info("loading '{}': {}{}", spec.name, spec.text_path,
+                 spec.mmproj_path.empty() ? "" : " + " + spec.mmproj_path);
+    auto host = serve::ModelHost::Load(spec, &server.metrics());
+    if (!host.ok()) {
+      return Status(host.status().code(), "model '" + spec.name + "': " + host.status().message());
+    }
+    spdlog::info("model '{}' ready: version {}, sha256 {}", spec.name, (*host)->spec().version,
+                 (*host)->hash());
+    server.AddModel(std::shared_ptr<serve::ModelHost>(std::move(*host)));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"vlmd: inference server for vision-language models (GGUF text model + mmproj)."};
   serve::ServerOptions so;
   serve::ModelSpec spec;
+  std::string config_path;
   int64_t image_cache_mb = 256, max_body_mb = 32;
   int timeout_s = 300;
+  app.add_option("-c,--config", config_path,
+                 "config file (JSON): models, routes, guard rails; see README. Flags given too "
+                 "set the defaults the file overrides");
   app.add_option("-m,--model", spec.text_path, "text model GGUF (none: the random-weight demo model)");
   app.add_option("--mmproj", spec.mmproj_path, "vision encoder + projector GGUF");
   app.add_option("--name", spec.name, "served model id (default: the text file's stem)");
+  app.add_option("--model-version", spec.version, "version label (default: the files' SHA-256 prefix)");
   app.add_option("--host", so.host, "address to listen on")->capture_default_str();
   app.add_option("--port", so.port, "port (0: any free port)")->capture_default_str();
   app.add_option("-t,--threads", spec.engine.threads, "compute threads (0: all cores)")->capture_default_str();
   app.add_option("--max-batch", spec.scheduler.max_batch, "sequences decoded together")->capture_default_str();
   app.add_option("--queue", spec.scheduler.queue_size, "requests waiting for a slot before 429")->capture_default_str();
   app.add_option("--ctx", spec.engine.n_ctx, "context positions per sequence")->capture_default_str();
-  app.add_option("--api-key", so.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
+  app.add_option("--api-key", so.guard.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
+  app.add_option("--admin-key", so.guard.admin_key, "enable /admin/* with this key (or env VLMD_ADMIN_KEY)");
   app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
   app.add_option("--token-budget", so.prepare.token_budget, "max prompt tokens (text + image)")->capture_default_str();
   app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
@@ -67,8 +91,11 @@ int main(int argc, char** argv) {
   app.add_option("--http-threads", so.http_threads, "connections served at once")->capture_default_str();
   app.add_option("--read-timeout", so.read_timeout_s, "seconds a client may stall while sending")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (so.api_key.empty()) {
-    if (const char* k = std::getenv("VLMD_API_KEY"); k != nullptr) so.api_key = k;
+  if (so.guard.api_key.empty()) {
+    if (const char* k = std::getenv("VLMD_API_KEY"); k != nullptr) so.guard.api_key = k;
+  }
+  if (so.guard.admin_key.empty()) {
+    if (const char* k = std::getenv("VLMD_ADMIN_KEY"); k != nullptr) so.guard.admin_key = k;
   }
   if (image_cache_mb < 0 || max_body_mb < 1 || timeout_s < 1) {
     spdlog::error("--image-cache-mb must be >= 0, --max-body-mb and --timeout >= 1");
@@ -81,43 +108,64 @@ int main(int argc, char** argv) {
   so.prepare.timeout = std::chrono::seconds(timeout_s);
   so.limits.max_tokens_limit = spec.engine.n_ctx;
 
-  // Signals are taken by a dedicated sigwait below; block them before any thread starts.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
-  serve::Server server(so);
-  if (Status s = server.Start(); !s.ok()) {
-    spdlog::error("{}", s.ToString());
-    return 1;
+  serve::VlmdConfig config;
+  config.server = so;
+  config.models.push_back(spec);
+  if (!config_path.empty()) {
+    auto loaded = serve::LoadConfigFile(config_path, config);
+    if (!loaded.ok()) {
+      spdlog::error("{}", loaded.status().ToString());
+      return 2;
+    }
+    config = std::move(*loaded);
   }
-  if (spec.text_path.empty()) {
+  if (config.models.size() == 1 && config.models[0].text_path.empty()) {
     auto demo = EnsureDemoModel();
     if (!demo.ok()) {
       spdlog::error("demo model: {}", demo.status().ToString());
       return 1;
     }
-    spec.text_path = demo->first;
-    spec.mmproj_path = demo->second;
-    spec.demo = true;
-    if (spec.name.empty()) spec.name = "vlmd-demo";
+    serve::ModelSpec& m = config.models[0];
+    m.text_path = demo->first;
+    m.mmproj_path = demo->second;
+    m.demo = true;
+    if (m.name.empty()) m.name = "vlmd-demo";
     spdlog::warn("serving the DEMO model with random weights: answers are gibberish; pass -m/--mmproj");
   }
-  if (spec.name.empty()) spec.name = fs::path(spec.text_path).stem().string();
-  spdlog::info("loading {}{}", spec.text_path, spec.mmproj_path.empty() ? "" : " + " + spec.mmproj_path);
-  auto host = serve::ModelHost::Load(spec, &server.metrics());
-  if (!host.ok()) {
-    spdlog::error("cannot load the model: {}", host.status().ToString());
+
+  // Signals are taken by a dedicated sigwait below; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  serve::Server server(config.server);
+  if (Status s = server.Start(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return s.code() == StatusCode::kUnavailable ? 1 : 2;
+  }
+  if (Status s = LoadModels(server, config.models); !s.ok()) {
+    spdlog::error("cannot load the model: {}", s.ToString());
     return 2;
   }
-  spdlog::info("model '{}' ready: sha256 {}", spec.name, (*host)->hash());
-  server.SetModel(std::shared_ptr<serve::ModelHost>(std::move(*host)));
+  server.router().SetRoutes(config.routes, config.default_model);
+  server.SetReady(true);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  spdlog::info("signal {}: stopping", sig);
+  for (;;) {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig != SIGHUP) {
+      spdlog::info("signal {}: stopping", sig);
+      break;
+    }
+    // SIGHUP: hot-swap every model from its files (same paths, re-read), one at a time.
+    spdlog::info("SIGHUP: reloading every model");
+    for (const auto& m : server.router().Models()) {
+      (void)server.ReloadModel(m->spec().name);  // a failure is logged; the old one keeps serving
+    }
+  }
   server.Stop();
   return 0;
 }

@@ -1,0 +1,338 @@
+// Config file parsing (see config.h): strict JSON, every key checked, paths made absolute.
+#include "serve/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Reads one JSON object section, refusing keys it does not know (typos) and wrong types.
+class Section {
+ public:
+  Section(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+
+  Status CheckObject(const std::set<std::string>& known) const {
+    if (!j_.is_object()) return InvalidArgumentError(where_ + ": expected an object");
+    for (const auto& [k, v] : j_.items()) {
+      if (!known.count(k)) return InvalidArgumentError(where_ + ": unknown key '" + k + "'");
+    }
+    return Status::Ok();
+  }
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& at(const char* key) const { return j_[key]; }
+  std::string path(const char* key) const { return where_ + "." + key; }
+
+  template <typename T>
+  Status Get(const char* key, T* out) const {
+    if (!has(key)) return Status::Ok();
+    const json& v = j_[key];
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) return InvalidArgumentError(path(key) + ": expected true or false");
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      if (!v.is_number()) return InvalidArgumentError(path(key) + ": expected a number");
+      if (std::is_integral_v<T> && !v.is_number_integer()) {
+        return InvalidArgumentError(path(key) + ": expected an integer");
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.is_string()) return InvalidArgumentError(path(key) + ": expected a string");
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      if (!v.is_array()) return InvalidArgumentError(path(key) + ": expected an array of strings");
+      for (const json& e : v) {
+        if (!e.is_string()) return InvalidArgumentError(path(key) + ": expected an array of strings");
+      }
+    }
+    *out = v.get<T>();
+    return Status::Ok();
+  }
+  // Non-negative number.
+  template <typename T>
+  Status GetNonNegative(const char* key, T* out) const {
+    T v = *out;
+    VLMD_RETURN_IF_ERROR(Get(key, &v));
+    if (v < 0) return InvalidArgumentError(path(key) + ": must be >= 0");
+    *out = v;
+    return Status::Ok();
+  }
+
+ private:
+  const json& j_;
+  std::string where_;
+};
+
+std::string Resolve(const std::string& base_dir, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
+  return (fs::path(base_dir) / p).lexically_normal().string();
+}
+
+Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_defaults) {
+  VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
+                                      "ctx", "image_cache_mb", "token_budget", "max_images",
+                                      "max_body_mb", "timeout_s", "read_timeout_s",
+                                      "image_url_hosts"}));
+  VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("http_threads", &so->http_threads));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("threads", &model_defaults->engine.threads));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_batch", &model_defaults->scheduler.max_batch));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("queue", &model_defaults->scheduler.queue_size));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("ctx", &model_defaults->engine.n_ctx));
+  int64_t cache_mb = int64_t(model_defaults->image_cache_bytes >> 20);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("image_cache_mb", &cache_mb));
+  model_defaults->image_cache_bytes = uint64_t(cache_mb) << 20;
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("token_budget", &so->prepare.token_budget));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_images", &so->limits.max_images));
+  int64_t body_mb = int64_t(so->max_body_bytes >> 20);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_body_mb", &body_mb));
+  if (body_mb < 1) return InvalidArgumentError(s.path("max_body_mb") + ": must be >= 1");
+  so->max_body_bytes = size_t(body_mb) << 20;
+  so->limits.max_image_bytes = so->max_body_bytes;
+  so->prepare.decode_limits.max_bytes = so->max_body_bytes;
+  int64_t timeout_s = std::chrono::duration_cast<std::chrono::seconds>(so->prepare.timeout).count();
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("timeout_s", &timeout_s));
+  if (timeout_s < 1) return InvalidArgumentError(s.path("timeout_s") + ": must be >= 1");
+  so->prepare.timeout = std::chrono::seconds(timeout_s);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("read_timeout_s", &so->read_timeout_s));
+  VLMD_RETURN_IF_ERROR(s.Get("image_url_hosts", &so->limits.url_host_allowlist));
+  so->limits.max_tokens_limit = model_defaults->engine.n_ctx;
+  return Status::Ok();
+}
+
+Status ParseModels(const json& arr, const std::string& base_dir, const ModelSpec& defaults,
+                   std::vector<ModelSpec>* out) {
+  if (!arr.is_array()) return InvalidArgumentError("models: expected an array");
+  std::set<std::string> names;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    Section s(arr[i], "models[" + std::to_string(i) + "]");
+    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "version", "model", "mmproj"}));
+    ModelSpec spec = defaults;  // engine and scheduler settings; identity and files are its own
+    spec.name.clear();
+    spec.version.clear();
+    spec.text_path.clear();
+    spec.mmproj_path.clear();
+    spec.demo = false;
+    VLMD_RETURN_IF_ERROR(s.Get("name", &spec.name));
+    VLMD_RETURN_IF_ERROR(s.Get("version", &spec.version));
+    VLMD_RETURN_IF_ERROR(s.Get("model", &spec.text_path));
+    VLMD_RETURN_IF_ERROR(s.Get("mmproj", &spec.mmproj_path));
+    if (spec.name.empty()) return InvalidArgumentError(s.path("name") + ": required");
+    if (spec.text_path.empty()) return InvalidArgumentError(s.path("model") + ": required");
+    if (!names.insert(spec.name).second) {
+      return InvalidArgumentError(s.path("name") + ": duplicate model name '" + spec.name + "'");
+    }
+    spec.text_path = Resolve(base_dir, spec.text_path);
+    spec.mmproj_path = Resolve(base_dir, spec.mmproj_path);
+    out->push_back(std::move(spec));
+  }
+  return Status::Ok();
+}
+
+Status ParseRoutes(const json& arr, std::vector<RouteConfig>* out) {
+  if (!arr.is_array()) return InvalidArgumentError("routes: expected an array");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    Section s(arr[i], "routes[" + std::to_string(i) + "]");
+    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "split", "tiers", "thresholds", "weights"}));
+    RouteConfig r;
+    VLMD_RETURN_IF_ERROR(s.Get("name", &r.name));
+    if (r.name.empty()) return InvalidArgumentError(s.path("name") + ": required");
+    if (s.has("split") == s.has("tiers")) {
+      return InvalidArgumentError(s.path("name") + ": a route has exactly one of 'split' and 'tiers'");
+    }
+    if (s.has("split")) {
+      const json& split = s.at("split");
+      if (!split.is_array() || split.empty()) {
+        return InvalidArgumentError(s.path("split") + ": expected a non-empty array");
+      }
+      for (size_t k = 0; k < split.size(); ++k) {
+        Section t(split[k], s.path("split") + "[" + std::to_string(k) + "]");
+        VLMD_RETURN_IF_ERROR(t.CheckObject({"model", "weight"}));
+        RouteTarget target;
+        VLMD_RETURN_IF_ERROR(t.Get("model", &target.model));
+        VLMD_RETURN_IF_ERROR(t.GetNonNegative("weight", &target.weight));
+        if (target.model.empty()) return InvalidArgumentError(t.path("model") + ": required");
+        r.split.push_back(std::move(target));
+      }
+    } else {
+      Section t(s.at("tiers"), s.path("tiers"));
+      VLMD_RETURN_IF_ERROR(t.CheckObject({"light", "balanced", "robust"}));
+      const char* names[3] = {"light", "balanced", "robust"};
+      for (int k = 0; k < 3; ++k) {
+        VLMD_RETURN_IF_ERROR(t.Get(names[k], &r.tiers[k]));
+        if (r.tiers[k].empty()) return InvalidArgumentError(t.path(names[k]) + ": required");
+      }
+      if (s.has("thresholds")) {
+        const json& th = s.at("thresholds");
+        if (!th.is_array() || th.size() != 2 || !th[0].is_number() || !th[1].is_number()) {
+          return InvalidArgumentError(s.path("thresholds") + ": expected [light_below, robust_from]");
+        }
+        r.thresholds = {th[0].get<double>(), th[1].get<double>()};
+        if (!(0 <= r.thresholds.light_below && r.thresholds.light_below <= r.thresholds.robust_from &&
+              r.thresholds.robust_from <= 1)) {
+          return InvalidArgumentError(s.path("thresholds") + ": need 0 <= light_below <= robust_from <= 1");
+        }
+      }
+      if (s.has("weights")) {
+        Section w(s.at("weights"), s.path("weights"));
+        VLMD_RETURN_IF_ERROR(w.CheckObject({"image", "text"}));
+        VLMD_RETURN_IF_ERROR(w.GetNonNegative("image", &r.weights.image));
+        VLMD_RETURN_IF_ERROR(w.GetNonNegative("text", &r.weights.text));
+      }
+    }
+    out->push_back(std::move(r));
+  }
+  return Status::Ok();
+}
+
+Status ParseSecurity(const Section& s, const std::string& base_dir, GuardOptions* g) {
+  VLMD_RETURN_IF_ERROR(s.CheckObject({"api_key", "api_keys_file", "admin_key", "admin_key_file",
+                                      "image_allowlist", "word_filter"}));
+  VLMD_RETURN_IF_ERROR(s.Get("api_key", &g->api_key));
+  VLMD_RETURN_IF_ERROR(s.Get("api_keys_file", &g->api_keys_file));
+  g->api_keys_file = Resolve(base_dir, g->api_keys_file);
+  VLMD_RETURN_IF_ERROR(s.Get("admin_key", &g->admin_key));
+  std::string admin_key_file;
+  VLMD_RETURN_IF_ERROR(s.Get("admin_key_file", &admin_key_file));
+  if (!admin_key_file.empty()) {
+    std::ifstream in(Resolve(base_dir, admin_key_file));
+    if (!in || !std::getline(in, g->admin_key)) {
+      return NotFoundError(s.path("admin_key_file") + ": cannot read " + admin_key_file);
+    }
+    while (!g->admin_key.empty() && std::isspace(static_cast<unsigned char>(g->admin_key.back()))) {
+      g->admin_key.pop_back();
+    }
+  }
+  if (!g->admin_key.empty() && g->admin_key.size() < 16) {
+    return InvalidArgumentError(s.path("admin_key") + ": use at least 16 characters");
+  }
+  if (s.has("image_allowlist")) {
+    Section a(s.at("image_allowlist"), s.path("image_allowlist"));
+    VLMD_RETURN_IF_ERROR(a.CheckObject({"file", "mode"}));
+    VLMD_RETURN_IF_ERROR(a.Get("file", &g->image_allowlist_file));
+    g->image_allowlist_file = Resolve(base_dir, g->image_allowlist_file);
+    std::string mode = "enforce";
+    VLMD_RETURN_IF_ERROR(a.Get("mode", &mode));
+    if (mode == "enforce") {
+      g->allowlist_mode = AllowlistMode::kEnforce;
+    } else if (mode == "report") {
+      g->allowlist_mode = AllowlistMode::kReport;
+    } else if (mode == "off") {
+      g->allowlist_mode = AllowlistMode::kOff;
+    } else {
+      return InvalidArgumentError(a.path("mode") + ": expected enforce, report or off");
+    }
+    if (g->allowlist_mode != AllowlistMode::kOff && g->image_allowlist_file.empty()) {
+      return InvalidArgumentError(a.path("file") + ": required unless mode is off");
+    }
+  }
+  if (s.has("word_filter")) {
+    Section w(s.at("word_filter"), s.path("word_filter"));
+    VLMD_RETURN_IF_ERROR(w.CheckObject({"file", "words", "action", "mask"}));
+    VLMD_RETURN_IF_ERROR(w.Get("file", &g->word_filter_file));
+    g->word_filter_file = Resolve(base_dir, g->word_filter_file);
+    VLMD_RETURN_IF_ERROR(w.Get("words", &g->filter_words));
+    std::string action = "mask";
+    VLMD_RETURN_IF_ERROR(w.Get("action", &action));
+    auto parsed = policy::ParseFilterAction(action);
+    if (!parsed.ok()) return InvalidArgumentError(w.path("action") + ": expected mask or block");
+    g->filter_action = *parsed;
+    VLMD_RETURN_IF_ERROR(w.Get("mask", &g->filter_mask));
+  }
+  return Status::Ok();
+}
+
+Status ParseAudit(const Section& s, const std::string& base_dir, GuardOptions* g) {
+  VLMD_RETURN_IF_ERROR(s.CheckObject({"path", "max_mb", "keep", "fsync", "log_prompts"}));
+  VLMD_RETURN_IF_ERROR(s.Get("path", &g->audit_path));
+  g->audit_path = Resolve(base_dir, g->audit_path);
+  int64_t max_mb = int64_t(g->audit_max_bytes >> 20);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_mb", &max_mb));
+  if (max_mb < 1) return InvalidArgumentError(s.path("max_mb") + ": must be >= 1");
+  g->audit_max_bytes = uint64_t(max_mb) << 20;
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("keep", &g->audit_keep_files));
+  VLMD_RETURN_IF_ERROR(s.Get("fsync", &g->audit_fsync));
+  VLMD_RETURN_IF_ERROR(s.Get("log_prompts", &g->audit_prompts));
+  return Status::Ok();
+}
+
+// Every route target and the default must name something that exists.
+Status CheckReferences(const VlmdConfig& c) {
+  std::set<std::string> models, routes;
+  for (const ModelSpec& m : c.models) models.insert(m.name);
+  for (const RouteConfig& r : c.routes) {
+    if (models.count(r.name) || !routes.insert(r.name).second) {
+      return InvalidArgumentError("routes: name '" + r.name + "' is already a model or route");
+    }
+    std::vector<std::string> targets;
+    for (const RouteTarget& t : r.split) targets.push_back(t.model);
+    if (!r.is_split()) targets.assign(r.tiers.begin(), r.tiers.end());
+    for (const std::string& t : targets) {
+      if (!models.count(t)) {
+        return InvalidArgumentError("routes: '" + r.name + "' names unknown model '" + t + "'");
+      }
+    }
+  }
+  if (!c.default_model.empty() && !models.count(c.default_model) && !routes.count(c.default_model)) {
+    return InvalidArgumentError("default_model: '" + c.default_model + "' is neither a model nor a route");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir,
+                               VlmdConfig defaults) {
+  const json j = json::parse(doc, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgumentError("config: not valid JSON");
+  VlmdConfig c = std::move(defaults);
+  Section top(j, "config");
+  VLMD_RETURN_IF_ERROR(top.CheckObject({"server", "models", "routes", "default_model", "security",
+                                        "audit", "trust"}));
+  ModelSpec model_defaults = c.models.empty() ? ModelSpec{} : c.models.front();
+  if (top.has("server")) {
+    VLMD_RETURN_IF_ERROR(ParseServer(Section(top.at("server"), "server"), &c.server, &model_defaults));
+  }
+  if (top.has("models")) {
+    c.models.clear();
+    VLMD_RETURN_IF_ERROR(ParseModels(top.at("models"), base_dir, model_defaults, &c.models));
+  } else {
+    for (ModelSpec& m : c.models) {  // command-line models take the [server] engine settings
+      m.engine = model_defaults.engine;
+      m.scheduler = model_defaults.scheduler;
+      m.image_cache_bytes = model_defaults.image_cache_bytes;
+    }
+  }
+  if (top.has("routes")) VLMD_RETURN_IF_ERROR(ParseRoutes(top.at("routes"), &c.routes));
+  VLMD_RETURN_IF_ERROR(top.Get("default_model", &c.default_model));
+  if (top.has("security")) {
+    VLMD_RETURN_IF_ERROR(ParseSecurity(Section(top.at("security"), "security"), base_dir, &c.server.guard));
+  }
+  if (top.has("audit")) {
+    VLMD_RETURN_IF_ERROR(ParseAudit(Section(top.at("audit"), "audit"), base_dir, &c.server.guard));
+  }
+  if (top.has("trust")) {
+    Section t(top.at("trust"), "trust");
+    VLMD_RETURN_IF_ERROR(t.CheckObject({"flag_entropy_bits"}));
+    VLMD_RETURN_IF_ERROR(t.Get("flag_entropy_bits", &c.server.guard.trust_flag_entropy_bits));
+  }
+  VLMD_RETURN_IF_ERROR(CheckReferences(c));
+  return c;
+}
+
+Result<VlmdConfig> LoadConfigFile(const std::string& path, VlmdConfig defaults) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot read config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string base_dir = fs::absolute(fs::path(path)).parent_path().string();
+  auto c = ParseConfig(ss.str(), base_dir, std::move(defaults));
+  if (!c.ok()) return Status(c.status().code(), path + ": " + c.status().message());
+  return c;
+}
+
+}  // namespace vlmd::serve

@@ -1,0 +1,86 @@
+// The guard rails of one server (issue 6, SPEC P1-P4, P8) as one object the handlers consult:
+// who the client is (API keys, rate limits), whether the admin endpoints are open, whether an
+// image is allowed (SHA-256 allowlist), the output word filter, trust signals and the audit
+// log. Every decision is counted in vlm_policy_decisions_total{policy,decision}.
+// Thread-safe: handlers call it concurrently.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "serve/api/errors.h"
+#include "serve/job.h"
+#include "serve/policy/trust.h"
+#include "serve/policy/word_filter.h"
+#include "serve/server_metrics.h"
+#include "serve/server_options.h"
+
+namespace vlmd::serve {
+namespace policy {
+class ApiKeyStore;
+class AuditLog;
+class ImageAllowlist;
+class RateLimiter;
+}  // namespace policy
+
+struct Client {
+  std::string key_id;  // "" when authentication is off; "default" for the single --api-key
+};
+
+class Guard {
+ public:
+  // Loads the files the options name (keys, allowlist, words) and opens the audit log. The
+  // loaders' errors, naming the file.
+  static Result<std::unique_ptr<Guard>> Create(const GuardOptions& options, ServerMetrics* metrics);
+  ~Guard();
+
+  // Authenticates `authorization` (the header value, "Bearer <key>") and applies the key's rate
+  // limit. 401 for a missing/wrong key, 429 (retry_after_s set) over the rate.
+  Result<Client> Admit(std::string_view authorization, double* retry_after_s);
+  bool admin_enabled() const { return !options_.admin_key.empty(); }
+  // Constant-time check of the admin key; counted as {admin, allow|deny}.
+  bool AdminAuthorized(std::string_view authorization);
+
+  // The allowlist over the encoded image bytes. Fills `hashes` (hex SHA-256 of each image, for
+  // the audit log) even when off. Enforce mode: PERMISSION_DENIED naming the first unlisted
+  // image; report mode: counted and logged, allowed. Reloads the list when its file changed.
+  Status CheckImages(const std::vector<std::string>& images, std::vector<std::string>* hashes);
+
+  // A fresh per-reply filter; nullptr when no words are configured.
+  std::unique_ptr<policy::StreamFilter> NewFilter() const;
+  // Counts the filter's outcome for a finished reply.
+  void CountFilter(const policy::StreamFilter& filter);
+
+  // Trust signals of a finished job (counted when flagged).
+  policy::TrustSignals Trust(const JobResult& result);
+
+  bool audit_enabled() const { return audit_ != nullptr; }
+  bool audit_prompts() const { return options_.audit_prompts; }
+  // Appends one audit line (adds "time"); OK when the audit log is off. An error means the
+  // line is NOT durable: the caller fails the request (500) rather than answer unaudited.
+  Status Audit(nlohmann::json record);
+
+  const GuardOptions& options() const { return options_; }
+
+ private:
+  Guard(GuardOptions options, ServerMetrics* metrics);
+  void Count(const char* policy, const char* decision);
+
+  GuardOptions options_;
+  ServerMetrics* metrics_;
+  std::unique_ptr<policy::ApiKeyStore> keys_;
+  std::unique_ptr<policy::RateLimiter> limiter_;
+  std::unique_ptr<policy::ImageAllowlist> allowlist_;
+  std::shared_ptr<const policy::WordFilter> filter_;
+  std::unique_ptr<policy::AuditLog> audit_;
+};
+
+// The 403 for an image refused by the allowlist.
+api::ApiError ForbiddenImage(const Status& status);
+
+}  // namespace vlmd::serve

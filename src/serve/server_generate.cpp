@@ -1,0 +1,372 @@
+// The generation endpoints: request -> guard rails -> route -> job -> (filtered) reply, and one
+// audit line per request (see server.h, guard.h).
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "engine/image/image.h"
+#include "serve/policy/complexity.h"
+#include "serve/policy/traffic_split.h"
+#include "serve/server_handlers.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The complexity score of a request for tier routing: the first image's edge density (decoded
+// here once more; routing happens before the chosen model preprocesses it) and the token entropy
+// of the prompt text under `tokenizer_host`'s vocabulary.
+Result<double> Complexity(const api::GenerationRequest& request, const ModelHost& tokenizer_host,
+                          const PrepareOptions& prepare, const policy::ComplexityWeights& weights) {
+  std::string text;
+  for (const api::ChatMessage& m : request.messages) text += m.text + "\n";
+  VLMD_ASSIGN_OR_RETURN(auto tokens, tokenizer_host.engine().tokenizer().Tokenize(text, false, false));
+  std::optional<double> edges;
+  if (!request.images.empty()) {
+    const std::string& bytes = request.images.front();
+    VLMD_ASSIGN_OR_RETURN(engine::image::Image img,
+                          engine::image::DecodeImage({reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                      bytes.size()},
+                                                     prepare.decode_limits));
+    edges = policy::EdgeDensity(img.width, img.height, img.rgb);
+  }
+  return policy::ComplexityScore(edges, policy::TokenEntropyScore(tokens), weights);
+}
+
+}  // namespace
+
+std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
+  const std::string name =
+      call->request.model.empty() ? s_.router_.DefaultName() : call->request.model;
+  auto not_found = [&](const std::string& why) {
+    return api::ApiError{404, "invalid_request_error", "model_not_found", why};
+  };
+  if ((call->model = s_.router_.Get(name))) return std::nullopt;
+  const std::optional<RouteConfig> route = s_.router_.GetRoute(name);
+  if (!route) return not_found("model '" + name + "' is not served here (GET /v1/models lists them)");
+  call->reply.route = route->name;
+  std::string target;
+  if (route->is_split()) {
+    // Sticky per client: the key id, else the client's address (anonymous clients behind one
+    // proxy share a bucket; give them keys for a real split).
+    const std::string who = call->client.key_id.empty() ? call->remote_addr : call->client.key_id;
+    std::vector<double> weights;
+    for (const RouteTarget& t : route->split) weights.push_back(t.weight);
+    const int pick = policy::PickWeighted(weights, policy::StickyBucket(route->name, who));
+    if (pick < 0) return api::ApiError{503, "server_error", "not_ready", "route '" + name + "' has no weight"};
+    target = route->split[size_t(pick)].model;
+  } else {
+    const auto light = s_.router_.Get(route->tiers[0]);
+    if (!light) return not_found("route '" + name + "': model '" + route->tiers[0] + "' is not loaded");
+    auto score = Complexity(call->request, *light, s_.options_.prepare, route->weights);
+    if (!score.ok()) return api::FromStatus(score.status());
+    const policy::Tier tier = policy::PickTier(*score, route->thresholds);
+    call->reply.tier = policy::TierName(tier);
+    call->reply.complexity = *score;
+    target = route->tiers[static_cast<int>(tier)];
+    s_.metrics_->route_tier.With({route->name, call->reply.tier}).Inc();
+    s_.metrics_->complexity_score.With({route->name}).Observe(*score);
+  }
+  call->model = s_.router_.Get(target);
+  if (!call->model) return not_found("route '" + name + "': model '" + target + "' is not loaded");
+  return std::nullopt;
+}
+
+void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib::Response& res) {
+  auto call = std::make_shared<Call>();
+  call->kind = kind;
+  call->route = kind == Kind::kInvoke ? "/v1/vlm/invoke" : "/v1/chat/completions";
+  call->t0 = Clock::now();
+  call->remote_addr = req.remote_addr;
+  call->reply.id = NextId();
+  call->reply.created = UnixNow();
+  res.set_header("X-Request-Id", call->reply.id);
+  auto fail = [&](const api::ApiError& e) {
+    SendError(res, e);
+    // A failed audit write cannot make this worse: the client gets its error either way.
+    (void)AuditCall(*call, e.http_status, nullptr, e.code);
+    Observe(call->route, e.http_status, call->t0);
+    spdlog::info("{} {} -> {} {}: {}", call->reply.id, call->route, e.http_status, e.code, e.message);
+  };
+  double retry_after_s = 0;
+  auto client = s_.guard_->Admit(req.get_header_value("Authorization"), &retry_after_s);
+  if (!client.ok()) {
+    if (client.status().code() == StatusCode::kResourceExhausted) {
+      res.set_header("Retry-After", std::to_string(std::max(1, int(std::ceil(retry_after_s)))));
+      return fail({429, "rate_limit_error", "rate_limited", client.status().message()});
+    }
+    return fail({401, "invalid_request_error", "invalid_api_key",
+                 "missing or wrong API key (send Authorization: Bearer <key>)"});
+  }
+  call->client = *client;
+  if (!s_.ready_.load()) return fail({503, "server_error", "not_ready", "the model is still loading"});
+  const api::RequestLimits& limits = s_.options_.limits;
+  Result<api::GenerationRequest> parsed = InvalidArgumentError("unreachable");
+  if (kind == Kind::kChat) {
+    parsed = api::ParseChatCompletion(req.body, limits);
+  } else if (req.is_multipart_form_data()) {
+    std::vector<std::string> images;
+    for (const auto& [name, part] : req.files) {
+      if (name == "image") images.push_back(part.content);
+    }
+    const std::string request_json = req.has_file("request") ? req.get_file_value("request").content : "";
+    parsed = api::ParseInvokeMultipart(request_json, std::move(images), limits);
+  } else {
+    const std::string ct = req.get_header_value("Content-Type");
+    if (!ct.empty() && ct.rfind("application/json", 0) != 0) {
+      return fail({415, "invalid_request_error", "unsupported_media_type",
+                   "send application/json or multipart/form-data, not " + ct});
+    }
+    parsed = api::ParseInvokeJson(req.body, limits);
+  }
+  if (!parsed.ok()) return fail(api::FromStatus(parsed.status()));
+  call->request = std::move(*parsed);
+  // The allowlist sees the encoded bytes: an unlisted image never reaches a decoder.
+  if (Status s = s_.guard_->CheckImages(call->request.images, &call->image_hashes); !s.ok()) {
+    call->allowlist_decision = "deny";
+    return fail(ForbiddenImage(s));
+  }
+  if (!call->request.images.empty()) call->allowlist_decision = "allow";
+  if (auto e = Resolve(call.get())) return fail(*e);
+  const ModelSpec& spec = call->model->spec();
+  if (call->request.sampling.top_logprobs > 0) {
+    return fail({400, "invalid_request_error", "unsupported_parameter",
+                 "top_logprobs is not supported yet (logprobs of the chosen tokens are)"});
+  }
+  if (kind == Kind::kChat) {
+    const json body = json::parse(req.body, nullptr, false);
+    call->include_usage = body.is_object() && body.contains("stream_options") &&
+                          body["stream_options"].is_object() &&
+                          body["stream_options"].value("include_usage", false);
+  }
+  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare);
+  if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
+  call->prepared = std::move(*prepared);
+  call->reply.model = call->reply.route.empty() ? spec.name : call->reply.route;
+  call->reply.model_hash = call->model->hash();
+  call->reply.version = spec.version;
+  call->reply.logprobs = call->request.sampling.logprobs;
+  call->filter = s_.guard_->NewFilter();
+  s_.metrics_->route_version
+      .With({call->reply.route.empty() ? spec.name : call->reply.route, spec.name, spec.version})
+      .Inc();
+  call->job = std::make_shared<Job>(call->prepared.input);
+  Status submitted = call->model->scheduler().Submit(call->job);
+  if (!submitted.ok()) {
+    if (submitted.code() == StatusCode::kResourceExhausted) {
+      res.set_header("Retry-After", "1");
+      return fail({429, "rate_limit_error", "queue_full", submitted.message()});
+    }
+    return fail(api::FromStatus(submitted));
+  }
+  if (call->request.stream) {
+    Stream(call, res);
+  } else {
+    Reply(*call, res);
+  }
+}
+
+JobResult Server::Handlers::Filtered(Call& call) {
+  JobResult r = call.job->result();
+  if (!call.filter) return r;
+  policy::StreamFilter::Output a = call.filter->Feed(r.text);
+  if (!a.blocked) {
+    policy::StreamFilter::Output b = call.filter->Finish();
+    a.text += b.text;
+  }
+  r.text = std::move(a.text);
+  if (call.filter->blocked()) r.finish_reason = "content_filter";
+  // Token-level logprobs would spell out what the filter removed.
+  if (call.filter->matches() > 0) call.reply.logprobs = false;
+  s_.guard_->CountFilter(*call.filter);
+  return r;
+}
+
+Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult* r,
+                                   const std::string& error) {
+  if (!s_.guard_->audit_enabled()) return Status::Ok();
+  json rec{{"request_id", call.reply.id},
+           {"key_id", call.client.key_id},
+           {"remote_addr", call.remote_addr},
+           {"route", call.route},
+           {"status", status},
+           {"latency_ms", SecondsSince(call.t0) * 1000.0},
+           {"image_sha256", call.image_hashes},
+           {"allowlist", call.allowlist_decision}};
+  if (call.model) {
+    rec["model"] = call.model->spec().name;
+    rec["version"] = call.model->spec().version;
+    rec["model_hash"] = call.model->hash();
+  } else if (!call.request.model.empty()) {
+    rec["model"] = call.request.model;
+  }
+  if (!call.reply.route.empty()) rec["model_route"] = call.reply.route;
+  if (!call.reply.tier.empty()) rec["tier"] = call.reply.tier;
+  if (!error.empty()) rec["error"] = error;
+  if (call.filter) {
+    rec["word_filter"] = call.filter->blocked() ? "block" : call.filter->matches() > 0 ? "mask" : "pass";
+  }
+  if (r != nullptr) {
+    rec["finish_reason"] = r->finish_reason;
+    rec["prompt_tokens"] = r->prompt_tokens;
+    rec["completion_tokens"] = r->tokens.size();
+    if (call.reply.trust) rec["trust_flagged"] = call.reply.trust->flagged;
+  }
+  if (s_.guard_->audit_prompts()) {
+    json msgs = json::array();
+    for (const api::ChatMessage& m : call.request.messages) msgs.push_back({{"role", m.role}, {"text", m.text}});
+    rec["messages"] = msgs;
+    if (r != nullptr) rec["output"] = r->text;
+  }
+  return s_.guard_->Audit(std::move(rec));
+}
+
+void Server::Handlers::Reply(Call& call, httplib::Response& res) {
+  // The scheduler enforces the deadline; the extra grace only guards against a stuck engine.
+  const Clock::time_point give_up = call.prepared.input.deadline + std::chrono::seconds(5);
+  while (!call.job->Wait(give_up, nullptr)) {
+    if (Clock::now() >= give_up) {
+      call.job->Cancel();
+      SendError(res, {504, "server_error", "deadline_exceeded", "the request did not finish in time"});
+      (void)AuditCall(call, 504, nullptr, "deadline_exceeded");
+      Observe(call.route, 504, call.t0);
+      return;
+    }
+  }
+  if (!call.job->status().ok()) {
+    const api::ApiError e = api::FromStatus(call.job->status());
+    SendError(res, e);
+    (void)AuditCall(call, e.http_status, nullptr, e.code);
+    Observe(call.route, e.http_status, call.t0);
+    spdlog::info("{} {} -> {} {}", call.reply.id, call.route, e.http_status, e.message);
+    return;
+  }
+  const JobResult r = Filtered(call);
+  call.reply.trust = s_.guard_->Trust(r);
+  call.reply.latency_ms = SecondsSince(call.t0) * 1000.0;
+  // Audit before the reply leaves: an answer that cannot be audited is not given.
+  if (Status s = AuditCall(call, 200, &r, ""); !s.ok()) {
+    SendError(res, {500, "server_error", "audit_unavailable", "the audit log cannot be written"});
+    Observe(call.route, 500, call.t0);
+    return;
+  }
+  const auto& tok = call.model->engine().tokenizer();
+  res.set_content(call.kind == Kind::kInvoke ? InvokeReply(call.reply, call.prepared, r, tok)
+                                             : ChatReply(call.reply, r, tok),
+                  "application/json");
+  Observe(call.route, 200, call.t0);
+  spdlog::info("{} {} -> 200 prompt={} image={} completion={} {:.1f} ms", call.reply.id, call.route,
+               r.prompt_tokens, r.image_tokens, r.tokens.size(), call.reply.latency_ms);
+}
+
+// Server-sent events: `data: <json>\n\n` per chunk, then `data: [DONE]`. Text passes the word
+// filter first (which holds back a possible partial match across chunks). A write that fails
+// (client gone) cancels the job, which frees its batch slot at the next decode step. The audit
+// line is written before the final event.
+void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res) {
+  res.set_header("Cache-Control", "no-cache");
+  auto started = std::make_shared<bool>(false);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, call, started](size_t, httplib::DataSink& sink) {
+        auto send = [&](const std::string& payload) {
+          const std::string ev = "data: " + payload + "\n\n";
+          return sink.write(ev.data(), ev.size());
+        };
+        auto send_text = [&](const std::string& text) {
+          if (text.empty()) return true;
+          call->sent_text += text;
+          const std::string payload =
+              call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text, std::nullopt)
+                                        : json{{"text", text}}.dump(-1, ' ', false,
+                                                                   json::error_handler_t::replace);
+          return send(payload);
+        };
+        if (!*started) {
+          *started = true;
+          if (call->kind == Kind::kChat &&
+              !send(ChatChunk(call->reply, "assistant", "", std::nullopt))) {
+            call->job->Cancel();
+            return false;
+          }
+        }
+        std::string text;
+        bool over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text);
+        bool blocked = false;
+        if (call->filter && !text.empty()) {
+          policy::StreamFilter::Output out = call->filter->Feed(text);
+          text = std::move(out.text);
+          if (out.blocked) {
+            blocked = true;
+            call->job->Cancel();  // stop generating what will not be sent
+          }
+        }
+        if (!send_text(text)) {
+          call->job->Cancel();
+          return false;
+        }
+        if (!over && !blocked) {
+          if (!sink.is_writable()) {
+            call->job->Cancel();
+            return false;
+          }
+          return true;
+        }
+        if (blocked) {
+          // Let the scheduler end the sequence so that its result (tokens, timings) is final.
+          while (!call->job->Wait(Clock::now() + std::chrono::seconds(1), nullptr)) {
+          }
+        }
+        call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
+        if (!call->job->status().ok()) {
+          // Headers (200) are already out: the error travels as an event, as OpenAI does.
+          const api::ApiError e = api::FromStatus(call->job->status());
+          (void)AuditCall(*call, e.http_status, nullptr, e.code);
+          send(api::ErrorBody(e));
+          spdlog::info("{} {} (stream) -> error {} {}", call->reply.id, call->route, e.http_status,
+                       e.message);
+        } else {
+          JobResult r = call->job->result();
+          if (call->filter) {
+            if (!blocked && !call->filter->blocked()) send_text(call->filter->Finish().text);
+            if (call->filter->blocked()) r.finish_reason = "content_filter";
+            if (call->filter->matches() > 0) call->reply.logprobs = false;
+            s_.guard_->CountFilter(*call->filter);
+          }
+          call->reply.trust = s_.guard_->Trust(r);
+          spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms",
+                       call->reply.id, call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(),
+                       call->reply.latency_ms);
+          if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
+            send(api::ErrorBody({500, "server_error", "audit_unavailable",
+                                 "the audit log cannot be written"}));
+          } else if (call->kind == Kind::kChat) {
+            send(ChatChunk(call->reply, std::nullopt, std::nullopt, OpenAiFinishReason(r.finish_reason)));
+            if (call->include_usage) send(ChatUsageChunk(call->reply, r));
+          } else {
+            // The final event repeats the whole reply, as the client saw it (filtered).
+            r.text = call->sent_text;
+            send(InvokeReply(call->reply, call->prepared, r, call->model->engine().tokenizer()));
+          }
+        }
+        send("[DONE]");
+        sink.done();
+        return true;
+      },
+      [this, call](bool success) {
+        if (!success) call->job->Cancel();
+        Observe(call->route, success ? 200 : 499, call->t0);
+      });
+}
+
+}  // namespace vlmd::serve

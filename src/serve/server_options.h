@@ -1,0 +1,58 @@
+// Everything the Server is configured with: HTTP limits, request limits, job preparation, and
+// the guard rails (keys, allowlist, word filter, audit, trust). Plain values; filled from the
+// command line and/or the config file (serve/config.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "serve/api/requests.h"
+#include "serve/policy/word_filter.h"
+#include "serve/prepare_job.h"
+
+namespace vlmd::serve {
+
+enum class AllowlistMode { kOff, kReport, kEnforce };  // report: log + count, never refuse
+
+struct GuardOptions {
+  // Client authentication: a single key (--api-key) and/or a keys file with ids and rate
+  // limits (policy/api_keys.h). Both empty: /v1/* is open.
+  std::string api_key;
+  std::string api_keys_file;
+  // Admin endpoints (/admin/...) exist only when set; clients' keys never open them.
+  std::string admin_key;
+  // SHA-256 of the encoded image bytes, one per line; reloaded when the file changes.
+  std::string image_allowlist_file;
+  AllowlistMode allowlist_mode = AllowlistMode::kEnforce;
+  // Output word filter: words from the file and/or the list; mask or block.
+  std::string word_filter_file;
+  std::vector<std::string> filter_words;
+  policy::FilterAction filter_action = policy::FilterAction::kMask;
+  std::string filter_mask = "***";
+  // Audit log (one JSON line per request); empty path: off.
+  std::string audit_path;
+  uint64_t audit_max_bytes = 64ull << 20;
+  int audit_keep_files = 5;
+  bool audit_fsync = false;
+  bool audit_prompts = false;  // prompt text is logged only when this is set
+  // Trust signals: a reply is flagged when its mean token entropy exceeds this (bits; <= 0: never).
+  double trust_flag_entropy_bits = 4.0;
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                     // 0: any free port (tests)
+  // Connections served at once. Each open connection holds a thread while it sends a request
+  // (bounded by read_timeout_s) and while it idles between keep-alive requests (keep_alive_s).
+  int http_threads = 64;
+  size_t max_body_bytes = 32u << 20;   // larger bodies get 413
+  int read_timeout_s = 10;             // a client that stalls longer is dropped (slow loris)
+  int write_timeout_s = 30;
+  int keep_alive_s = 2;                // idle keep-alive connections close after this
+  api::RequestLimits limits;
+  PrepareOptions prepare;
+  GuardOptions guard;
+};
+
+}  // namespace vlmd::serve

@@ -1,0 +1,119 @@
+// The config file parser: the README's full example (docs/vlmd.example.json) and hostile or
+// mistaken files (unknown keys, wrong types, dangling route targets).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "serve/config.h"
+#include "test_util.h"
+
+namespace vlmd::serve {
+namespace {
+
+TEST(Config, TheDocumentedExampleParses) {
+  // The example names key and word files next to it; parse its text with a base folder and
+  // stub the admin key file there.
+  const std::string dir = (std::filesystem::temp_directory_path() / "vlmd-config-test").string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/admin.key") << "admin-0123456789abcdef\n";
+  const std::vector<uint8_t> bytes = vlmd::testing::ReadFileBytes(vlmd::testing::SourcePath("docs/vlmd.example.json"));
+  auto c = ParseConfig(std::string(bytes.begin(), bytes.end()), dir, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.host, "0.0.0.0");
+  EXPECT_EQ(c->server.prepare.token_budget, 4096);
+  ASSERT_EQ(c->models.size(), 3u);
+  EXPECT_EQ(c->models[0].name, "smolvlm-v1");
+  EXPECT_EQ(c->models[0].version, "2025.06");
+  EXPECT_EQ(c->models[0].text_path, dir + "/models/SmolVLM-256M-Instruct-Q8_0.gguf");
+  EXPECT_EQ(c->models[2].version, "");  // from the hash at load
+  ASSERT_EQ(c->routes.size(), 2u);
+  EXPECT_TRUE(c->routes[0].is_split());
+  EXPECT_EQ(c->routes[0].split[1].model, "smolvlm-v2");
+  EXPECT_EQ(c->routes[0].split[1].weight, 20);
+  EXPECT_FALSE(c->routes[1].is_split());
+  EXPECT_EQ(c->routes[1].tiers[2], "smolvlm-500m");
+  EXPECT_EQ(c->default_model, "inspect");
+  const GuardOptions& g = c->server.guard;
+  EXPECT_EQ(g.admin_key, "admin-0123456789abcdef");
+  EXPECT_EQ(g.api_keys_file, dir + "/keys.json");
+  EXPECT_EQ(g.allowlist_mode, AllowlistMode::kEnforce);
+  EXPECT_EQ(g.filter_action, policy::FilterAction::kMask);
+  EXPECT_EQ(g.audit_path, "/var/log/vlmd/audit.jsonl");
+  EXPECT_TRUE(g.audit_fsync);
+  EXPECT_EQ(g.audit_keep_files, 10);
+  EXPECT_DOUBLE_EQ(g.trust_flag_entropy_bits, 4.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, CommandLineModelKeepsItsFilesAndTakesTheServerSection) {
+  VlmdConfig defaults;
+  ModelSpec m;
+  m.text_path = "/m/text.gguf";
+  m.mmproj_path = "/m/mmproj.gguf";
+  defaults.models.push_back(m);
+  auto c = ParseConfig(R"({"server": {"max_batch": 8, "ctx": 2048}})", "/etc", defaults);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->models.size(), 1u);
+  EXPECT_EQ(c->models[0].text_path, "/m/text.gguf");
+  EXPECT_EQ(c->models[0].scheduler.max_batch, 8);
+  EXPECT_EQ(c->models[0].engine.n_ctx, 2048);
+  EXPECT_EQ(c->server.limits.max_tokens_limit, 2048);
+  // A models list replaces the command line's model, and its entries do not inherit its files.
+  auto d = ParseConfig(R"({"models": [{"name": "a", "model": "a.gguf"}]})", "/etc", defaults);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->models.size(), 1u);
+  EXPECT_EQ(d->models[0].text_path, "/etc/a.gguf");
+  EXPECT_EQ(d->models[0].mmproj_path, "");
+}
+
+TEST(Config, MistakesAreErrorsThatNameTheKey) {
+  struct Case {
+    const char* doc;
+    const char* expect;  // substring of the error
+  };
+  const Case cases[] = {
+      {"not json", "not valid JSON"},
+      {"[]", "expected an object"},
+      {R"({"sever": {}})", "unknown key 'sever'"},
+      {R"({"server": {"port": "80"}})", "server.port: expected a number"},
+      {R"({"server": {"max_batch": -1}})", "server.max_batch: must be >= 0"},
+      {R"({"server": {"timeout_s": 0}})", "timeout_s: must be >= 1"},
+      {R"({"models": [{"name": "a"}]})", "models[0].model: required"},
+      {R"({"models": [{"model": "x.gguf"}]})", "models[0].name: required"},
+      {R"({"models": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]})", "duplicate model name"},
+      {R"({"models": [{"name": "a", "model": "x", "mmproj": 3}]})", "models[0].mmproj: expected a string"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "b", "weight": 1}]}]})",
+       "unknown model 'b'"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r"}]})", "exactly one of"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "a", "split": [{"model": "a", "weight": 1}]}]})",
+       "already a model or route"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a"}}]})",
+       "robust: required"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a", "robust": "a"}, "thresholds": [0.8, 0.2]}]})",
+       "light_below <= robust_from"},
+      {R"({"models": [{"name": "a", "model": "x"}], "default_model": "zz"})", "neither a model nor a route"},
+      {R"({"security": {"admin_key": "short"}})", "at least 16"},
+      {R"({"security": {"image_allowlist": {"mode": "enforce"}}})", "required unless mode is off"},
+      {R"({"security": {"image_allowlist": {"file": "a", "mode": "strict"}}})", "enforce, report or off"},
+      {R"({"security": {"word_filter": {"words": ["x"], "action": "drop"}}})", "mask or block"},
+      {R"({"security": {"word_filter": {"words": "x"}}})", "array of strings"},
+      {R"({"audit": {"path": "a", "max_mb": 0}})", "max_mb: must be >= 1"},
+      {R"({"trust": {"flag_entropy": 2}})", "unknown key 'flag_entropy'"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseConfig(c.doc, "/etc", {});
+    ASSERT_FALSE(r.ok()) << c.doc;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos)
+        << c.doc << " -> " << r.status().message();
+  }
+}
+
+TEST(Config, MissingFileIsNotFound) {
+  auto r = LoadConfigFile("/nonexistent/vlmd.json", {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace vlmd::serve

@@ -1,0 +1,552 @@
+// The guard rails end to end over real HTTP on 127.0.0.1 (issue 6): word filter (masking and
+// blocking, a word split across tokens under streaming), image allowlist (enforce, report,
+// reload), API keys with rate limits, admin key, audit log, routing (weighted sticky split,
+// complexity tiers), trust signals and hot swap under load.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/sha256.h"
+#include "serve/api/requests.h"
+#include "serve/policy/word_filter.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+using testing::AddFixtureModel;
+using testing::FixtureImage;
+using testing::FixtureSpec;
+namespace fs = std::filesystem;
+
+// A scratch folder per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("vlmd-guard-" + std::string(info->name()) + "-" + std::to_string(::getpid()));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string Write(const std::string& name, const std::string& content) const {
+    const std::string p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << content;
+    return p;
+  }
+  std::string Path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// A server with the given options and the fixture model(s), ready.
+std::unique_ptr<Server> StartServer(ServerOptions o, const std::vector<ModelSpec>& models = {}) {
+  o.host = "127.0.0.1";
+  o.port = 0;
+  auto server = std::make_unique<Server>(o);
+  const Status s = server->Start();
+  if (!s.ok()) throw std::runtime_error(s.ToString());
+  if (models.empty()) {
+    AddFixtureModel(*server, FixtureSpec("tiny-smolvlm"));
+  } else {
+    for (const ModelSpec& m : models) AddFixtureModel(*server, m);
+  }
+  server->SetReady(true);
+  return server;
+}
+
+std::unique_ptr<httplib::Client> ClientOf(const Server& s) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", s.port());
+  c->set_read_timeout(60, 0);
+  return c;
+}
+
+httplib::Headers Bearer(const std::string& key) { return {{"Authorization", "Bearer " + key}}; }
+
+json ChatRequest(const std::string& text, int max_tokens, bool stream = false) {
+  return {{"messages", {{{"role", "user"}, {"content", text}}}},
+          {"max_tokens", max_tokens},
+          {"stream", stream},
+          {"logprobs", true}};
+}
+
+struct Sse {
+  std::vector<std::string> texts;  // content deltas, in order
+  std::string finish_reason;
+  json last;                       // the chunk with finish_reason
+  bool done = false;
+};
+
+Sse ParseSse(const std::string& body) {
+  Sse out;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) break;
+    const std::string payload = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (payload == "[DONE]") {
+      out.done = true;
+      continue;
+    }
+    const json chunk = json::parse(payload, nullptr, false);
+    if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
+    const json& d = chunk["choices"][0]["delta"];
+    if (d.contains("content") && !d["content"].get<std::string>().empty()) {
+      out.texts.push_back(d["content"]);
+    }
+    if (!chunk["choices"][0]["finish_reason"].is_null()) {
+      out.finish_reason = chunk["choices"][0]["finish_reason"];
+      out.last = chunk;
+    }
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const auto& p : parts) s += p;
+  return s;
+}
+
+bool IsPlainAscii(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return !s.empty();
+}
+
+// The unfiltered answer to `req`, and a word made of the end of one generated token and the
+// start of the next (so that it is split across tokens, hence across stream events).
+struct SplitWord {
+  std::string text;
+  std::string word;
+};
+SplitWord FindSplitWord(httplib::Client& c, const json& req) {
+  auto r = c.Post("/v1/chat/completions", req.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200);
+  const json j = json::parse(r->body);
+  SplitWord out;
+  out.text = j["choices"][0]["message"]["content"];
+  const json& lp = j["choices"][0]["logprobs"]["content"];
+  for (size_t i = 0; i + 1 < lp.size(); ++i) {
+    const std::string a = lp[i]["token"], b = lp[i + 1]["token"];
+    if (!IsPlainAscii(a) || !IsPlainAscii(b)) continue;
+    out.word = a.substr(a.size() - std::min<size_t>(a.size(), 3)) + b.substr(0, std::min<size_t>(b.size(), 3));
+    if (out.word.size() >= 2) return out;
+  }
+  out.word.clear();
+  return out;
+}
+
+TEST(ServerGuard, WordSplitAcrossTokensIsMaskedInStreamAndReply) {
+  const json req = ChatRequest("Tell me a long story about the sea.", 24);
+  SplitWord sw;
+  {
+    auto plain = StartServer({});
+    sw = FindSplitWord(*ClientOf(*plain), req);
+  }
+  ASSERT_FALSE(sw.word.empty()) << "no two adjacent printable ASCII tokens in: " << sw.text;
+  ASSERT_NE(sw.text.find(sw.word), std::string::npos);
+  ServerOptions o;
+  o.guard.filter_words = {sw.word};
+  o.guard.filter_action = policy::FilterAction::kMask;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  auto filter = policy::WordFilter::Compile(o.guard.filter_words);
+  ASSERT_TRUE(filter.ok());
+  const std::string expected = policy::FilterText(*filter, policy::FilterAction::kMask, sw.text).text;
+  ASSERT_NE(expected, sw.text);
+  ASSERT_NE(expected.find("***"), std::string::npos);
+
+  // Non-streaming: masked, and the token logprobs (which would spell the word) are withheld.
+  const json full = json::parse(c->Post("/v1/chat/completions", req.dump(), "application/json")->body);
+  EXPECT_EQ(full["choices"][0]["message"]["content"], expected);
+  EXPECT_TRUE(full["choices"][0]["logprobs"].is_null());
+
+  // Streaming: no event carries the word or any part of it that a client could join.
+  json sreq = req;
+  sreq["stream"] = true;
+  auto r = c->Post("/v1/chat/completions", sreq.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  const Sse sse = ParseSse(r->body);
+  EXPECT_TRUE(sse.done);
+  EXPECT_EQ(Join(sse.texts), expected);
+  EXPECT_EQ(Join(sse.texts).find(sw.word), std::string::npos);
+  EXPECT_EQ(sse.finish_reason, "length");
+
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_policy_decisions_total{policy="word_filter",decision="mask"})"), 2);
+}
+
+TEST(ServerGuard, BlockModeStopsTheReplyWithContentFilter) {
+  const json req = ChatRequest("Tell me a long story about the sea.", 24);
+  SplitWord sw;
+  {
+    auto plain = StartServer({});
+    sw = FindSplitWord(*ClientOf(*plain), req);
+  }
+  ASSERT_FALSE(sw.word.empty());
+  ServerOptions o;
+  o.guard.filter_words = {sw.word};
+  o.guard.filter_action = policy::FilterAction::kBlock;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  const std::string prefix = sw.text.substr(0, sw.text.find(sw.word));
+  const json full = json::parse(c->Post("/v1/chat/completions", req.dump(), "application/json")->body);
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "content_filter");
+  EXPECT_EQ(full["choices"][0]["message"]["content"], prefix);
+
+  json sreq = req;
+  sreq["stream"] = true;
+  const Sse sse = ParseSse(c->Post("/v1/chat/completions", sreq.dump(), "application/json")->body);
+  EXPECT_TRUE(sse.done);
+  EXPECT_EQ(sse.finish_reason, "content_filter");
+  EXPECT_EQ(Join(sse.texts), prefix);
+
+  // /v1/vlm/invoke streaming: the final reply event says the same.
+  json ireq{{"prompt", "Tell me a long story about the sea."}, {"max_tokens", 24}, {"stream", true}};
+  auto ir = c->Post("/v1/vlm/invoke", ireq.dump(), "application/json");
+  ASSERT_TRUE(ir);
+  EXPECT_EQ(ir->body.find(sw.word), std::string::npos);
+}
+
+TEST(ServerGuard, AllowlistEnforceRefusesUnlistedImagesAndReloadsWithoutRestart) {
+  TempDir dir;
+  const std::string listed = FixtureImage("img-128x96.png");
+  const std::string unlisted = FixtureImage("img-50x100.png");
+  const auto hex = [](const std::string& b) {
+    return DigestHex(Sha256Of({reinterpret_cast<const uint8_t*>(b.data()), b.size()}));
+  };
+  ServerOptions o;
+  o.guard.image_allowlist_file = dir.Write("allow.txt", "# cameras of line 3\n" + hex(listed) + "\n");
+  o.guard.allowlist_mode = AllowlistMode::kEnforce;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  auto invoke = [&](const std::string& img) {
+    json req{{"prompt", "What is this?"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(img)}};
+    return c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  };
+  auto ok = invoke(listed);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto denied = invoke(unlisted);
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 403);
+  EXPECT_EQ(json::parse(denied->body)["error"]["code"], "image_not_allowed");
+  EXPECT_NE(denied->body.find(hex(unlisted)), std::string::npos);
+  // Never decoded: no embedding was attempted for it.
+  std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_queries_total"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_policy_decisions_total{policy="allowlist",decision="deny"})"), 1);
+
+  // Add the second image to the file: allowed without a restart (the file is re-checked at most
+  // once a second).
+  dir.Write("allow.txt", hex(listed) + "\n" + hex(unlisted) + "  # added later\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto now_ok = invoke(unlisted);
+  ASSERT_TRUE(now_ok);
+  EXPECT_EQ(now_ok->status, 200) << now_ok->body;
+}
+
+TEST(ServerGuard, AllowlistReportModeAllowsAndCounts) {
+  TempDir dir;
+  ServerOptions o;
+  o.guard.image_allowlist_file = dir.Write("allow.txt", std::string(64, 'a') + "\n");
+  o.guard.allowlist_mode = AllowlistMode::kReport;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  json req{{"prompt", "What is this?"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage("img-50x100.png"))}};
+  auto r = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(testing::MetricValue(c->Get("/metrics")->body,
+                                 R"(vlm_policy_decisions_total{policy="allowlist",decision="report"})"),
+            1);
+}
+
+TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
+  TempDir dir;
+  const std::string fast = "fast-key-0123456789abcdef", slow = "slow-key-0123456789abcdef";
+  ServerOptions o;
+  o.guard.api_keys_file = dir.Write(
+      "keys.json", json{{"keys",
+                         {{{"id", "team-fast"}, {"key", fast}},
+                          {{"id", "team-slow"}, {"key", slow}, {"rate_per_s", 0.2}, {"burst", 1}}}}}
+                       .dump());
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  const std::string body = ChatRequest("hi", 2).dump();
+  EXPECT_EQ(c->Post("/v1/chat/completions", body, "application/json")->status, 401);
+  EXPECT_EQ(c->Post("/v1/chat/completions", Bearer("wrong-key-0123456789abcdef"), body, "application/json")->status, 401);
+  EXPECT_EQ(c->Get("/v1/models")->status, 401);
+  EXPECT_EQ(c->Get("/v1/models", Bearer(fast))->status, 200);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c->Post("/v1/chat/completions", Bearer(fast), body, "application/json")->status, 200);
+  }
+  EXPECT_EQ(c->Post("/v1/chat/completions", Bearer(slow), body, "application/json")->status, 200);
+  auto limited = c->Post("/v1/chat/completions", Bearer(slow), body, "application/json");
+  ASSERT_TRUE(limited);
+  EXPECT_EQ(limited->status, 429);
+  EXPECT_EQ(json::parse(limited->body)["error"]["code"], "rate_limited");
+  EXPECT_GE(std::stoi(limited->get_header_value("Retry-After")), 1);
+
+  // Admin: a client key does not open it; the admin key does; admin keys do not open /v1.
+  EXPECT_EQ(c->Get("/admin/models", Bearer(fast))->status, 401);
+  EXPECT_EQ(c->Get("/admin/models")->status, 401);
+  EXPECT_EQ(c->Get("/admin/models", Bearer(o.guard.admin_key))->status, 200);
+  EXPECT_EQ(c->Post("/v1/chat/completions", Bearer(o.guard.admin_key), body, "application/json")->status, 401);
+
+  // The audit log has one line per generation request, with the key id and never a key.
+  std::ifstream in(o.guard.audit_path);
+  std::string line, all;
+  std::map<int, int> by_status;
+  while (std::getline(in, line)) {
+    all += line + "\n";
+    const json rec = json::parse(line);
+    by_status[rec["status"].get<int>()]++;
+    EXPECT_TRUE(rec.contains("time"));
+    EXPECT_TRUE(rec.contains("request_id"));
+    EXPECT_FALSE(rec.contains("messages"));  // prompts are not logged unless configured
+  }
+  EXPECT_EQ(by_status[200], 4);
+  EXPECT_EQ(by_status[401], 3);
+  EXPECT_EQ(by_status[429], 1);
+  EXPECT_EQ(all.find(fast), std::string::npos);
+  EXPECT_EQ(all.find(slow), std::string::npos);
+  EXPECT_NE(all.find("\"key_id\":\"team-slow\""), std::string::npos);
+}
+
+TEST(ServerGuard, AdminIsOffUnlessConfigured) {
+  auto server = StartServer({});
+  auto c = ClientOf(*server);
+  auto r = c->Get("/admin/models", Bearer("anything-0123456789abcdef"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+}
+
+TEST(ServerGuard, AuditLogRecordsImagesDecisionsAndPromptsOnlyWhenAsked) {
+  TempDir dir;
+  ServerOptions o;
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  o.guard.audit_prompts = true;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  const std::string img = FixtureImage("img-128x96.png");
+  json req{{"prompt", "secret prompt text"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(img)}};
+  auto r = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  // The line is in the file before the reply reached us.
+  std::ifstream in(o.guard.audit_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const json rec = json::parse(line);
+  EXPECT_EQ(rec["route"], "/v1/vlm/invoke");
+  EXPECT_EQ(rec["status"], 200);
+  EXPECT_EQ(rec["model"], "tiny-smolvlm");
+  EXPECT_EQ(rec["model_hash"].get<std::string>().size(), 64u);
+  EXPECT_EQ(rec["image_sha256"][0],
+            DigestHex(Sha256Of({reinterpret_cast<const uint8_t*>(img.data()), img.size()})));
+  EXPECT_NE(rec.dump().find("secret prompt text"), std::string::npos);
+  EXPECT_EQ(rec["completion_tokens"], 2);
+}
+
+TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {FixtureSpec("vision-v1", "1.0"), FixtureSpec("vision-v2", "2.0")});
+  RouteConfig route;
+  route.name = "vision";
+  route.split = {{"vision-v1", 80}, {"vision-v2", 20}};
+  server->router().SetRoutes({route}, "vision");
+  auto c = ClientOf(*server);
+  const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}}.dump();
+  std::map<std::string, std::string> first;  // client -> version
+  int v2 = 0;
+  const int clients = 40;
+  for (int i = 0; i < clients; ++i) {
+    // Anonymous clients are keyed by address (all 127.0.0.1 here); send a key id via a keys
+    // file in production. Here the split key is the address, so every request lands alike.
+    auto r = c->Post("/v1/vlm/invoke", body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["model"], "vision");
+    EXPECT_EQ(j["routing"]["route"], "vision");
+    first["anon"] = first.count("anon") ? first["anon"] : j["version"].get<std::string>();
+    EXPECT_EQ(j["version"], first["anon"]);  // sticky
+    v2 += j["version"] == "2.0";
+  }
+  EXPECT_TRUE(v2 == 0 || v2 == clients);
+  // Weights change at runtime: everything to v2.
+  const json w{{"weights", {{{"model", "vision-v1"}, {"weight", 0}}, {{"model", "vision-v2"}, {"weight", 100}}}}};
+  auto wr = c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), w.dump(), "application/json");
+  ASSERT_TRUE(wr);
+  ASSERT_EQ(wr->status, 200) << wr->body;
+  const json j = json::parse(c->Post("/v1/vlm/invoke", body, "application/json")->body);
+  EXPECT_EQ(j["version"], "2.0");
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_GE(testing::MetricValue(metrics, R"(vlm_route_version_total{route="vision",model="vision-v2",version="2.0"})"), 1);
+  // Bad weights are refused and change nothing.
+  const json bad{{"weights", {{{"model", "vision-v1"}, {"weight", 1}}}}};
+  EXPECT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), bad.dump(), "application/json")->status, 400);
+}
+
+TEST(ServerGuard, SplitDistributesClientKeysByWeight) {
+  TempDir dir;
+  json keys = json::array();
+  const int n = 30;
+  for (int i = 0; i < n; ++i) {
+    keys.push_back({{"id", "client-" + std::to_string(i)}, {"key", "key-" + std::to_string(i) + "-0123456789abcdef"}});
+  }
+  ServerOptions o;
+  o.guard.api_keys_file = dir.Write("keys.json", json{{"keys", keys}}.dump());
+  auto server = StartServer(o, {FixtureSpec("a", "A"), FixtureSpec("b", "B")});
+  RouteConfig route;
+  route.name = "canary";
+  route.split = {{"a", 50}, {"b", 50}};
+  server->router().SetRoutes({route}, "canary");
+  auto c = ClientOf(*server);
+  const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}}.dump();
+  int on_b = 0;
+  for (int i = 0; i < n; ++i) {
+    const std::string key = "key-" + std::to_string(i) + "-0123456789abcdef";
+    const json r1 = json::parse(c->Post("/v1/vlm/invoke", Bearer(key), body, "application/json")->body);
+    const json r2 = json::parse(c->Post("/v1/vlm/invoke", Bearer(key), body, "application/json")->body);
+    EXPECT_EQ(r1["version"], r2["version"]) << "client " << i << " is not sticky";
+    on_b += r1["version"] == "B";
+  }
+  // 50/50 over 30 clients: both versions get some (P[all on one side] = 2^-29).
+  EXPECT_GT(on_b, 0);
+  EXPECT_LT(on_b, n);
+}
+
+TEST(ServerGuard, ComplexityTiersRouteSimpleAndBusyInputsApart) {
+  auto server = StartServer({}, {FixtureSpec("small", "s"), FixtureSpec("mid", "m"), FixtureSpec("big", "b")});
+  RouteConfig route;
+  route.name = "auto";
+  route.tiers = {"small", "mid", "big"};
+  server->router().SetRoutes({route}, "");
+  auto c = ClientOf(*server);
+  // Flat image (a 64x64 gray PPM) and a one-word prompt: light.
+  std::string flat = "P6\n64 64\n255\n" + std::string(64 * 64 * 3, char(128));
+  json simple{{"model", "auto"}, {"prompt", "hi"}, {"max_tokens", 1}, {"image_base64", api::EncodeBase64(flat)}};
+  auto ra = c->Post("/v1/vlm/invoke", simple.dump(), "application/json");
+  ASSERT_TRUE(ra);
+  ASSERT_EQ(ra->status, 200) << ra->body;
+  const json a = json::parse(ra->body);
+  EXPECT_EQ(a["routing"]["tier"], "light") << a.dump();
+  EXPECT_EQ(a["version"], "s");
+  EXPECT_LT(a["routing"]["complexity"].get<double>(), 0.3);
+  // A 2-pixel checkerboard (all edges) and a long varied prompt: robust.
+  std::string busy = "P6\n64 64\n255\n";
+  for (int y = 0; y < 64; ++y)
+    for (int x = 0; x < 64; ++x) busy += std::string(3, ((x / 2 + y / 2) % 2) ? char(255) : char(0));
+  std::string prompt;
+  for (int i = 0; i < 80; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  json hard{{"model", "auto"}, {"prompt", prompt}, {"max_tokens", 1}, {"image_base64", api::EncodeBase64(busy)}};
+  auto rb = c->Post("/v1/vlm/invoke", hard.dump(), "application/json");
+  ASSERT_TRUE(rb);
+  ASSERT_EQ(rb->status, 200) << rb->body;
+  const json b = json::parse(rb->body);
+  EXPECT_EQ(b["routing"]["tier"], "robust") << b.dump();
+  EXPECT_EQ(b["version"], "b");
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_route_tier_total{route="auto",tier="light"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_route_tier_total{route="auto",tier="robust"})"), 1);
+}
+
+TEST(ServerGuard, TrustSignalsAreInEveryReplyAndFlaggedOverTheThreshold) {
+  ServerOptions o;
+  o.guard.trust_flag_entropy_bits = 1e-6;  // any uncertainty at all is flagged
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  const json j = json::parse(c->Post("/v1/chat/completions", ChatRequest("hi", 4).dump(), "application/json")->body);
+  ASSERT_TRUE(j.contains("trust")) << j.dump();
+  const double entropy = j["trust"]["mean_entropy_bits"];
+  const double min_p = j["trust"]["min_token_prob"];
+  EXPECT_GT(entropy, 0.0);
+  EXPECT_GT(min_p, 0.0);
+  EXPECT_LE(min_p, 1.0);
+  EXPECT_TRUE(j["trust"]["flagged"].get<bool>());
+  // The min probability is the lowest chosen-token logprob.
+  double lowest = 0;
+  for (const json& t : j["choices"][0]["logprobs"]["content"]) lowest = std::min(lowest, t["logprob"].get<double>());
+  EXPECT_NEAR(min_p, std::exp(lowest), 1e-6);
+  EXPECT_EQ(testing::MetricValue(c->Get("/metrics")->body, "vlm_trust_flagged_total"), 1);
+  // Streaming: the final chunk carries them.
+  const Sse sse = ParseSse(c->Post("/v1/chat/completions", ChatRequest("hi", 4, true).dump(), "application/json")->body);
+  EXPECT_TRUE(sse.last.contains("trust"));
+}
+
+TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {FixtureSpec("live", "v1")});
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::mutex mu;
+  std::set<std::string> versions;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      auto c = ClientOf(*server);
+      const std::string body =
+          json{{"prompt", "client " + std::to_string(t)}, {"max_tokens", 3}, {"stream", t % 2 == 1}}.dump();
+      while (!stop.load()) {
+        auto r = c->Post("/v1/vlm/invoke", body, "application/json");
+        if (!r || r->status != 200 || r->body.find("\"error\"") != std::string::npos) {
+          failed++;
+          continue;
+        }
+        ok++;
+        const size_t at = r->body.rfind("\"version\":\"");
+        if (at != std::string::npos) {
+          std::lock_guard<std::mutex> lock(mu);
+          versions.insert(r->body.substr(at + 11, 2));
+        }
+      }
+    });
+  }
+  auto admin = ClientOf(*server);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // A failed reload (missing file) leaves v1 serving.
+  auto bad = admin->Post("/admin/models/live/reload", Bearer(o.guard.admin_key),
+                         R"({"model":"/nonexistent/model.gguf","version":"v9"})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 409);
+  const ModelSpec next = FixtureSpec("live", "v2");
+  const json swap{{"model", next.text_path}, {"mmproj", next.mmproj_path}, {"version", "v2"}};
+  auto r = admin->Post("/admin/models/live/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 8);
+  EXPECT_TRUE(versions.count("v1"));
+  EXPECT_TRUE(versions.count("v2"));
+  EXPECT_EQ(server->router().Get("live")->spec().version, "v2");
+  const std::string metrics = admin->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="ok"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="failed"})"), 1);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
