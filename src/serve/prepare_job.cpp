@@ -31,7 +31,8 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   PreparedJob job;
   JobInput& in = job.input;
   if (!request.image_urls.empty()) {
-    return InvalidArgumentError("fetching image URLs is not supported; send the image as a data: URI");
+    // The handler fetches them first (FetchImageUrls); reaching here is a caller bug.
+    return InternalError("image URLs were not fetched before preparing the job");
   }
   if (!request.images.empty() && e.vision() == nullptr) {
     return InvalidArgumentError("this model has no vision encoder (served without --mmproj)");

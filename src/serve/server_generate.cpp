@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/image/image.h"
+#include "serve/image_fetch.h"
 #include "serve/policy/complexity.h"
 #include "serve/policy/traffic_split.h"
 #include "serve/server_handlers.h"
@@ -131,6 +132,13 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   }
   if (!parsed.ok()) return fail(api::FromStatus(parsed.status()));
   call->request = std::move(*parsed);
+  // http(s) image URLs (hosts already checked against server.image_url_hosts) become bytes here,
+  // so the allowlist and everything after see every image alike.
+  if (Status s = FetchImageUrls(&call->request, {s_.options_.limits.max_image_bytes,
+                                                 s_.options_.image_fetch_timeout_s});
+      !s.ok()) {
+    return fail(api::FromStatus(s));
+  }
   // The allowlist sees the encoded bytes: an unlisted image never reaches a decoder.
   if (Status s = s_.guard_->CheckImages(call->request.images, &call->image_hashes); !s.ok()) {
     call->allowlist_decision = "deny";

@@ -50,7 +50,8 @@ struct ServerOptions {
   int read_timeout_s = 10;             // a client that stalls longer is dropped (slow loris)
   int write_timeout_s = 30;
   int keep_alive_s = 2;                // idle keep-alive connections close after this
-  api::RequestLimits limits;
+  api::RequestLimits limits;           // limits.url_host_allowlist: hosts image URLs may name
+  int image_fetch_timeout_s = 10;      // connect / read timeout when fetching an image URL
   PrepareOptions prepare;
   GuardOptions guard;
 };

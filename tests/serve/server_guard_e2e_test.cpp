@@ -550,3 +550,93 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
 
 }  // namespace
 }  // namespace vlmd::serve
+
+namespace vlmd::serve {
+namespace {
+
+// A local image host for the URL tests: /img.png (the fixture), /moved (302), /big (over the
+// limit), /missing (404).
+class ImageHost {
+ public:
+  explicit ImageHost(std::string png) : png_(std::move(png)) {
+    http_.Get("/img.png", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(png_, "image/png");
+    });
+    http_.Get("/moved", [](const httplib::Request&, httplib::Response& res) {
+      res.set_redirect("http://example.com/elsewhere.png");
+    });
+    http_.Get("/big", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(3u << 20, 'x'), "image/png");
+    });
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+  }
+  ~ImageHost() {
+    http_.stop();
+    thread_.join();
+  }
+  std::string Url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+
+ private:
+  std::string png_;
+  httplib::Server http_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+json ChatWithImage(const std::string& url) {
+  return {{"max_tokens", 4},
+          {"messages",
+           {{{"role", "user"},
+             {"content",
+              {{{"type", "text"}, {"text", "Describe this:"}},
+               {{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}}}};
+}
+
+TEST(ServerImageUrls, AllowlistedHostsAreFetchedOthersRefused) {
+  const std::string png = FixtureImage("img-50x100.png");
+  ImageHost host(png);
+  ServerOptions o;
+  o.limits.url_host_allowlist = {"127.0.0.1"};
+  o.limits.max_image_bytes = 1u << 20;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  auto post = [&](const json& req) { return c->Post("/v1/chat/completions", req.dump(), "application/json"); };
+
+  auto fetched = post(ChatWithImage(host.Url("/img.png")));
+  ASSERT_TRUE(fetched);
+  ASSERT_EQ(fetched->status, 200) << fetched->body;
+  auto inline_uri = post(ChatWithImage("data:image/png;base64," + api::EncodeBase64(png)));
+  ASSERT_EQ(inline_uri->status, 200);
+  EXPECT_EQ(json::parse(fetched->body)["choices"][0]["message"]["content"],
+            json::parse(inline_uri->body)["choices"][0]["message"]["content"]);
+
+  auto redirected = post(ChatWithImage(host.Url("/moved")));
+  EXPECT_EQ(redirected->status, 400);
+  EXPECT_NE(redirected->body.find("redirects are not followed"), std::string::npos);
+  auto missing = post(ChatWithImage(host.Url("/missing")));
+  EXPECT_EQ(missing->status, 400);
+  EXPECT_NE(missing->body.find("404"), std::string::npos);
+  auto big = post(ChatWithImage(host.Url("/big")));
+  EXPECT_EQ(big->status, 413);
+  std::string other = host.Url("/img.png");
+  other.replace(other.find("127.0.0.1"), 9, "localhost");
+  auto not_listed = post(ChatWithImage(other));
+  EXPECT_EQ(not_listed->status, 400);
+  EXPECT_NE(not_listed->body.find("not in the allowlist"), std::string::npos);
+  EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
+TEST(ServerImageUrls, RefusedWithoutAHostAllowlist) {
+  auto server = StartServer({});
+  auto c = ClientOf(*server);
+  auto r = c->Post("/v1/chat/completions", ChatWithImage("http://127.0.0.1:1/x.png").dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("not allowed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vlmd::serve

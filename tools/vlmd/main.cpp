@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--admin-key", so.guard.admin_key, "enable /admin/* with this key (or env VLMD_ADMIN_KEY)");
   app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
   app.add_option("--token-budget", so.prepare.token_budget, "max prompt tokens (text + image)")->capture_default_str();
+  app.add_option("--image-url-host", so.limits.url_host_allowlist,
+                 "host that image_url http(s) URLs may name (repeat; none: URLs refused)");
   app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "request body limit")->capture_default_str();
   app.add_option("--timeout", timeout_s, "per-request deadline, seconds")->capture_default_str();

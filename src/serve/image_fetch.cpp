@@ -1,0 +1,82 @@
+// Image URL fetching over cpp-httplib's client (see image_fetch.h).
+#include "serve/image_fetch.h"
+
+#include <httplib.h>
+
+#include "serve/api/image_inputs.h"
+
+namespace vlmd::serve {
+namespace {
+
+// The path and query of an URL that ParseHttpUrl accepted ("/" when it has none); the fragment
+// is the client's and is not sent.
+std::string PathOf(const std::string& url) {
+  const size_t host_start = url.find("://") + 3;
+  const size_t at = url.find_first_of("/?#", host_start);
+  if (at == std::string::npos || url[at] == '#') return "/";
+  std::string path = url.substr(at, url.find('#', at) - at);
+  if (path.front() == '?') path.insert(path.begin(), '/');
+  return path;
+}
+
+Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
+  VLMD_ASSIGN_OR_RETURN(api::internal::HttpUrl u, api::internal::ParseHttpUrl(url));
+  const int port = u.port > 0 ? u.port : (u.scheme == "https" ? 443 : 80);
+  const std::string host = u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host;
+  httplib::Client client(u.scheme + "://" + host + ":" + std::to_string(port));
+  client.set_follow_location(false);
+  client.set_connection_timeout(options.timeout_s, 0);
+  client.set_read_timeout(options.timeout_s, 0);
+  client.enable_server_certificate_verification(true);
+  std::string body;
+  bool too_large = false;
+  auto res = client.Get(PathOf(url), [&](const char* data, size_t n) {
+    if (body.size() + n > options.max_bytes) {
+      too_large = true;
+      return false;  // stop receiving
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (too_large) {
+    return OutOfRangeError("image URL " + url + ": larger than the limit of " +
+                           std::to_string(options.max_bytes) + " bytes");
+  }
+  if (!res) {
+    return InvalidArgumentError("image URL " + url + ": fetch failed (" + httplib::to_string(res.error()) + ")");
+  }
+  if (res->status >= 300 && res->status < 400) {
+    return InvalidArgumentError("image URL " + url + ": redirects are not followed (status " +
+                                std::to_string(res->status) + ")");
+  }
+  if (res->status != 200) {
+    return InvalidArgumentError("image URL " + url + ": the server answered " + std::to_string(res->status));
+  }
+  if (body.empty()) return InvalidArgumentError("image URL " + url + ": empty body");
+  return body;
+}
+
+}  // namespace
+
+Status FetchImageUrls(api::GenerationRequest* request, const FetchOptions& options) {
+  if (request->image_urls.empty()) return Status::Ok();
+  const size_t total = request->images.size() + request->image_urls.size();
+  std::vector<std::string> merged(total);
+  std::vector<bool> filled(total, false);
+  for (size_t i = 0; i < request->image_urls.size(); ++i) {
+    const size_t pos = size_t(request->image_url_positions[i]);
+    if (pos >= total || filled[pos]) return InternalError("image URL positions are inconsistent");
+    VLMD_ASSIGN_OR_RETURN(merged[pos], Fetch(request->image_urls[i], options));
+    filled[pos] = true;
+  }
+  size_t next = 0;
+  for (size_t pos = 0; pos < total; ++pos) {
+    if (!filled[pos]) merged[pos] = std::move(request->images[next++]);
+  }
+  request->images = std::move(merged);
+  request->image_urls.clear();
+  request->image_url_positions.clear();
+  return Status::Ok();
+}
+
+}  // namespace vlmd::serve
