@@ -162,14 +162,16 @@ bool Scheduler::Publish(Slot* slot) {
   r.token_stats = seq.token_stats();
   r.decode_ms = MsBetween(slot->decode_start, Clock::now());
   metrics_->generated_tokens.With().Inc(static_cast<double>(r.tokens.size()));
-  if (r.finish_reason == "deadline") {
+  if (r.finish_reason == "error") {
+    slot->job->Fail(seq.error());  // this sequence's numbers went bad; its batch neighbours go on
+  } else if (r.finish_reason == "deadline") {
     slot->job->Fail(Status(StatusCode::kDeadlineExceeded,
                            "request deadline exceeded after " + std::to_string(r.tokens.size()) +
                                " tokens"));
   } else {
     slot->job->Complete(std::move(r));
   }
-  Park(slot);
+  if (r.finish_reason != "error") Park(slot);  // a failed cache may hold non-finite K/V
   return true;
 }
 
@@ -239,7 +241,8 @@ void Scheduler::Run() {
     metrics_->decode_steps.With().Inc();
     Status s = engine_->DecodeStep(batch);
     if (!s.ok()) {
-      // A numerical failure poisons the whole step: every sequence in it ends with the error.
+      // Not a numerical failure (those end only their own sequence, in Publish): the step itself
+      // could not run, so every sequence in it ends with the error.
       for (Slot& slot : active_) slot.job->Fail(s);
       active_.clear();
       continue;

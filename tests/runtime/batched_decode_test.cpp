@@ -56,5 +56,37 @@ TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
   }
 }
 
+// SPEC E7 in a batch: a sequence whose numbers go bad ends with an error, and the sequences
+// decoded in the same steps go on exactly as alone.
+TEST(BatchedDecodeTest, ANonFiniteSequenceFailsAloneItsNeighboursContinue) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 64;
+  auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  TextEngine& engine = **e;
+  PromptRows prompt;
+  prompt.tokens = *engine.tokenizer().Tokenize("a cat sat on the", true, true);
+  GenerateParams p;
+  p.max_tokens = 6;
+  p.ignore_eos = true;
+  auto alone = engine.Generate(prompt, p);
+  ASSERT_TRUE(alone.ok());
+  auto good = engine.StartSequence(prompt, p);
+  auto bad = engine.StartSequence(prompt, p);
+  ASSERT_TRUE(good.ok() && bad.ok());
+  // Poison the bad sequence's cached values: +Inf (F16 0x7C00) in every V row of layer 0, so its
+  // attention output (and then its logits) cannot be finite.
+  models::KvCache* cache = (*bad)->cache();
+  std::fill_n(cache->v(0), size_t(cache->n_filled()) * cache->kv_dim(), uint16_t{0x7C00});
+  Sequence* batch[] = {good->get(), bad->get()};
+  for (int step = 0; step < 8; ++step) ASSERT_TRUE(engine.DecodeStep(batch).ok());
+  EXPECT_EQ((*bad)->finish_reason(), "error");
+  EXPECT_EQ((*bad)->error().code(), StatusCode::kInternal);
+  EXPECT_NE((*bad)->error().message().find("logits"), std::string::npos);
+  EXPECT_EQ((*good)->finish_reason(), "length");
+  EXPECT_EQ((*good)->tokens(), alone->tokens);
+}
+
 }  // namespace
 }  // namespace vlmd::engine::runtime

@@ -243,6 +243,7 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
                                     ctx->logit_in.data(), nl, d, c.rms_eps));
   VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, output_, ctx->logit_in.data(), nl, d, logits,
                                    c.n_vocab, &ctx->matmul_scratch));
+  if (!b.check_finite) return Status::Ok();
   return ops::CheckFinite(logits, nl * c.n_vocab, "logits");
 }
 

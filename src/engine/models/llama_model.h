@@ -31,6 +31,9 @@ struct ForwardBatch {
   const int32_t* seq = nullptr;       // [n_tokens], index into the caches span
   const int32_t* logit_rows = nullptr;  // rows whose logits are computed, ascending
   int64_t n_logit_rows = 0;
+  // false: the caller checks each logit row itself (batched decode fails only the sequence whose
+  // row is not finite; rows never mix across sequences).
+  bool check_finite = true;
 };
 
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to

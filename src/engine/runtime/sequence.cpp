@@ -69,6 +69,12 @@ void Sequence::Accept(std::span<const float> logits) {
   }
 }
 
+void Sequence::Fail(Status status) {
+  if (finished()) return;
+  error_ = std::move(status);
+  Finish("error");
+}
+
 void Sequence::Finish(std::string_view reason) {
   if (finished()) return;
   finish_reason_ = std::string(reason);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/models/kv_cache.h"
 #include "engine/runtime/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -39,6 +40,9 @@ class Sequence {
   void Accept(std::span<const float> logits);
   // Ends the sequence now with `reason` (e.g. "cancelled", "deadline"); idempotent.
   void Finish(std::string_view reason);
+  // Ends the sequence with finish_reason "error" and `status` (e.g. non-finite logits).
+  void Fail(Status status);
+  const Status& error() const { return error_; }  // OK unless Fail()ed
 
   bool finished() const { return !finish_reason_.empty(); }
   // "stop" (EOS or stop string), "length" (max_tokens), or what Finish was given; "" while running.
@@ -69,6 +73,7 @@ class Sequence {
   std::string text_;      // released text
   std::string unread_;    // released, not yet taken by TakeNewText
   std::string finish_reason_;
+  Status error_;
 };
 
 }  // namespace vlmd::engine::runtime

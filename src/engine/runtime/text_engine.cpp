@@ -8,6 +8,7 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/image/image.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/ops/numerics.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/utf8_stream.h"
 
@@ -292,10 +293,16 @@ Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
     rows[i] = static_cast<int32_t>(i);
   }
   step_logits_.resize(static_cast<size_t>(n * n_vocab));
-  const models::ForwardBatch b{n, tokens, nullptr, pos, seq, rows, n};
+  models::ForwardBatch b{n, tokens, nullptr, pos, seq, rows, n};
+  b.check_finite = false;  // per row below: a bad sequence must not fail its batch neighbours
   VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, step_logits_.data()));
   for (int64_t i = 0; i < n; ++i) {
-    active[i]->Accept(std::span<const float>(step_logits_.data() + i * n_vocab, n_vocab));
+    const float* row = step_logits_.data() + i * n_vocab;
+    if (Status finite = ops::CheckFinite(row, n_vocab, "logits"); !finite.ok()) {
+      active[i]->Fail(std::move(finite));
+      continue;
+    }
+    active[i]->Accept(std::span<const float>(row, n_vocab));
   }
   return Status::Ok();
 }
@@ -318,6 +325,7 @@ Result<GenerateResult> TextEngine::Generate(const PromptRows& rows, const Genera
     if (seq->finished()) break;
     VLMD_RETURN_IF_ERROR(DecodeStep(one));
   }
+  VLMD_RETURN_IF_ERROR(seq->error());
   r.decode_ms = MsSince(t0);
   r.tokens = seq->tokens();
   r.text = seq->text();
