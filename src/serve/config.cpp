@@ -1,7 +1,9 @@
 // Config file parsing (see config.h): strict JSON, every key checked, paths made absolute.
 #include "serve/config.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -37,8 +39,17 @@ class Section {
       if (!v.is_boolean()) return InvalidArgumentError(path(key) + ": expected true or false");
     } else if constexpr (std::is_arithmetic_v<T>) {
       if (!v.is_number()) return InvalidArgumentError(path(key) + ": expected a number");
-      if (std::is_integral_v<T> && !v.is_number_integer()) {
-        return InvalidArgumentError(path(key) + ": expected an integer");
+      if constexpr (std::is_integral_v<T>) {
+        if (!v.is_number_integer()) return InvalidArgumentError(path(key) + ": expected an integer");
+        // Range-check before converting: get<T> would silently wrap a large value.
+        if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())
+                                   : (v.get<int64_t>() < int64_t(std::numeric_limits<T>::min()) ||
+                                      (v.get<int64_t>() > 0 && uint64_t(v.get<int64_t>()) >
+                                                                   uint64_t(std::numeric_limits<T>::max())))) {
+          return InvalidArgumentError(path(key) + ": out of range");
+        }
+      } else if (!std::isfinite(v.get<double>())) {
+        return InvalidArgumentError(path(key) + ": expected a finite number");
       }
     } else if constexpr (std::is_same_v<T, std::string>) {
       if (!v.is_string()) return InvalidArgumentError(path(key) + ": expected a string");
@@ -78,6 +89,7 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
                                       "image_url_hosts"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
+  if (so->port > 65535) return InvalidArgumentError(s.path("port") + ": must be <= 65535");
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("http_threads", &so->http_threads));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("threads", &model_defaults->engine.threads));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_batch", &model_defaults->scheduler.max_batch));
@@ -158,6 +170,9 @@ Status ParseRoutes(const json& arr, std::vector<RouteConfig>* out) {
         if (target.model.empty()) return InvalidArgumentError(t.path("model") + ": required");
         r.split.push_back(std::move(target));
       }
+      double total = 0;
+      for (const RouteTarget& t : r.split) total += t.weight;
+      if (total <= 0) return InvalidArgumentError(s.path("split") + ": at least one weight must be > 0");
     } else {
       Section t(s.at("tiers"), s.path("tiers"));
       VLMD_RETURN_IF_ERROR(t.CheckObject({"light", "balanced", "robust"}));
@@ -182,6 +197,9 @@ Status ParseRoutes(const json& arr, std::vector<RouteConfig>* out) {
         VLMD_RETURN_IF_ERROR(w.CheckObject({"image", "text"}));
         VLMD_RETURN_IF_ERROR(w.GetNonNegative("image", &r.weights.image));
         VLMD_RETURN_IF_ERROR(w.GetNonNegative("text", &r.weights.text));
+        if (r.weights.image + r.weights.text <= 0) {
+          return InvalidArgumentError(s.path("weights") + ": at least one weight must be > 0");
+        }
       }
     }
     out->push_back(std::move(r));
@@ -306,6 +324,10 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
       m.scheduler = model_defaults.scheduler;
       m.image_cache_bytes = model_defaults.image_cache_bytes;
     }
+  }
+  // Models named only by their file (command line without --name) get the name the server uses.
+  for (ModelSpec& m : c.models) {
+    if (m.name.empty() && !m.text_path.empty()) m.name = fs::path(m.text_path).stem().string();
   }
   if (top.has("routes")) VLMD_RETURN_IF_ERROR(ParseRoutes(top.at("routes"), &c.routes));
   VLMD_RETURN_IF_ERROR(top.Get("default_model", &c.default_model));

@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -18,9 +19,13 @@ namespace vlmd::serve {
 namespace {
 
 // The token of "Bearer <token>"; nullopt for anything else.
+// The scheme name is case-insensitive (RFC 9110 11.1).
 std::optional<std::string_view> BearerToken(std::string_view header) {
-  static constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return std::nullopt;
+  static constexpr std::string_view kBearer = "bearer ";
+  if (header.size() <= kBearer.size()) return std::nullopt;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kBearer[i]) return std::nullopt;
+  }
   return header.substr(kBearer.size());
 }
 
@@ -60,6 +65,16 @@ Result<std::unique_ptr<Guard>> Guard::Create(const GuardOptions& options, Server
     spdlog::info("API keys: {} from {}", g->keys_->size(), options.api_keys_file);
   }
   g->limiter_ = std::make_unique<policy::RateLimiter>();
+  if (!options.admin_key.empty()) {
+    // The admin key opens hot swap and routing: it must not be guessable or shared with clients.
+    if (options.admin_key.size() < 16) {
+      return InvalidArgumentError("the admin key must have at least 16 characters");
+    }
+    if ((!options.api_key.empty() && SameSecret(options.admin_key, options.api_key)) ||
+        (g->keys_ && g->keys_->Authenticate(options.admin_key) != nullptr)) {
+      return InvalidArgumentError("the admin key must differ from every client API key");
+    }
+  }
   if (options.allowlist_mode != AllowlistMode::kOff && !options.image_allowlist_file.empty()) {
     VLMD_ASSIGN_OR_RETURN(g->allowlist_, policy::ImageAllowlist::Load(options.image_allowlist_file));
     spdlog::info("image allowlist ({}): {} digests from {}",
@@ -113,11 +128,19 @@ Result<Client> Guard::Admit(std::string_view authorization, double* retry_after_
     const policy::RateLimiter::Decision d = limiter_->Take(key->id, key->rate_per_s, key->burst);
     Count("rate_limit", d.allowed ? "allow" : "deny");
     if (!d.allowed) {
-      *retry_after_s = d.retry_after_s;
+      if (retry_after_s != nullptr) *retry_after_s = d.retry_after_s;
       return ResourceExhaustedError("rate limit of key '" + key->id + "' exceeded");
     }
   }
   return client;
+}
+
+bool Guard::KnownClient(std::string_view authorization) const {
+  if (!keys_ && options_.api_key.empty()) return true;
+  const auto token = BearerToken(authorization);
+  if (!token) return false;
+  if (keys_ && keys_->Authenticate(*token) != nullptr) return true;
+  return !options_.api_key.empty() && SameSecret(*token, options_.api_key);
 }
 
 bool Guard::AdminAuthorized(std::string_view authorization) {
@@ -127,11 +150,13 @@ bool Guard::AdminAuthorized(std::string_view authorization) {
   return ok;
 }
 
-Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<std::string>* hashes) {
+Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<std::string>* hashes,
+                          const char** decision) {
   hashes->clear();
   for (const std::string& bytes : images) {
     hashes->push_back(DigestHex(Sha256Of({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()})));
   }
+  *decision = images.empty() ? "none" : allowlist_ ? "allow" : "off";
   if (!allowlist_ || images.empty()) return Status::Ok();
   if (Status s = allowlist_->ReloadIfChanged(); !s.ok()) {
     spdlog::error("image allowlist reload failed, keeping the previous list: {}", s.ToString());
@@ -143,10 +168,12 @@ Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<st
     }
     if (options_.allowlist_mode == AllowlistMode::kReport) {
       Count("allowlist", "report");
+      *decision = "report";
       spdlog::warn("image {} is not on the allowlist (report mode: allowed)", (*hashes)[i]);
       continue;
     }
     Count("allowlist", "deny");
+    *decision = "deny";
     return Status(StatusCode::kFailedPrecondition,
                   "image " + std::to_string(i) + " (sha256 " + (*hashes)[i] + ") is not on the allowlist");
   }
@@ -156,6 +183,10 @@ Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<st
 std::unique_ptr<policy::StreamFilter> Guard::NewFilter() const {
   if (!filter_) return nullptr;
   return std::make_unique<policy::StreamFilter>(filter_, options_.filter_action, options_.filter_mask);
+}
+
+bool Guard::ContainsFilteredWord(std::string_view text) const {
+  return filter_ && policy::FilterText(filter_, policy::FilterAction::kBlock, text).matches > 0;
 }
 
 void Guard::CountFilter(const policy::StreamFilter& filter) {

@@ -35,24 +35,34 @@ struct Client {
 class Guard {
  public:
   // Loads the files the options name (keys, allowlist, words) and opens the audit log. The
-  // loaders' errors, naming the file.
+  // loaders' errors, naming the file; INVALID_ARGUMENT for an admin key shorter than 16
+  // characters or equal to a client key.
   static Result<std::unique_ptr<Guard>> Create(const GuardOptions& options, ServerMetrics* metrics);
   ~Guard();
 
-  // Authenticates `authorization` (the header value, "Bearer <key>") and applies the key's rate
-  // limit. 401 for a missing/wrong key, 429 (retry_after_s set) over the rate.
+  // Authenticates `authorization` (the header value, "Bearer <key>", scheme in any case) and
+  // applies the key's rate limit. FAILED_PRECONDITION for a missing/wrong key (HTTP 401),
+  // RESOURCE_EXHAUSTED (retry_after_s set) over the rate (429).
   Result<Client> Admit(std::string_view authorization, double* retry_after_s);
+  // Whether the header carries a valid client key (or none is needed); no counting, no rate
+  // token. The pre-routing check that refuses unknown clients before their body is read.
+  bool KnownClient(std::string_view authorization) const;
   bool admin_enabled() const { return !options_.admin_key.empty(); }
   // Constant-time check of the admin key; counted as {admin, allow|deny}.
   bool AdminAuthorized(std::string_view authorization);
 
   // The allowlist over the encoded image bytes. Fills `hashes` (hex SHA-256 of each image, for
-  // the audit log) even when off. Enforce mode: PERMISSION_DENIED naming the first unlisted
-  // image; report mode: counted and logged, allowed. Reloads the list when its file changed.
-  Status CheckImages(const std::vector<std::string>& images, std::vector<std::string>* hashes);
+  // the audit log) even when off, and `decision` with "none" (no image), "off", "allow",
+  // "report" (an unlisted image let through in report mode) or "deny". Enforce mode:
+  // FAILED_PRECONDITION naming the first unlisted image (HTTP 403). Reloads the list when its
+  // file changed.
+  Status CheckImages(const std::vector<std::string>& images, std::vector<std::string>* hashes,
+                     const char** decision);
 
   // A fresh per-reply filter; nullptr when no words are configured.
   std::unique_ptr<policy::StreamFilter> NewFilter() const;
+  // Whether `text` contains a filtered word (false without a filter).
+  bool ContainsFilteredWord(std::string_view text) const;
   // Counts the filter's outcome for a finished reply.
   void CountFilter(const policy::StreamFilter& filter);
 

@@ -36,7 +36,8 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   std::vector<std::string> files{spec.text_path};
   if (!spec.mmproj_path.empty()) files.push_back(spec.mmproj_path);
   VLMD_ASSIGN_OR_RETURN(h->hash_, HashFiles(files));
-  if (h->spec_.version.empty()) h->spec_.version = h->hash_.substr(0, 12);
+  h->spec_.version_from_hash = h->spec_.version.empty();
+  if (h->spec_.version_from_hash) h->spec_.version = h->hash_.substr(0, 12);
   h->cache_ = std::make_unique<ImageCache>(spec.image_cache_bytes);
   h->scheduler_ = std::make_unique<Scheduler>(h->engine_.get(), h->cache_.get(), metrics, spec.scheduler);
   return h;

@@ -17,6 +17,7 @@ namespace vlmd::serve {
 struct ModelSpec {
   std::string name;          // served model id (/v1/models, "model" in requests)
   std::string version;       // release label in replies and metrics ("" : the hash's first 12)
+  bool version_from_hash = false;  // set by Load when `version` was derived from the hash
   std::string text_path;
   std::string mmproj_path;   // empty: text only
   bool demo = false;         // random-weight demo model: said in the log and in /v1/models

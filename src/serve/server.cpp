@@ -23,6 +23,21 @@ void SendError(httplib::Response& res, const api::ApiError& e) {
   res.set_content(api::ErrorBody(e), "application/json");
 }
 
+std::string LogSafe(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -38,14 +53,16 @@ void Server::Handlers::Register(httplib::Server& http) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   http.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+    if (s_.draining_.load()) {
+      SendError(res, {503, "server_error", "shutting_down", "the server is shutting down"});
+      return;
+    }
     if (!s_.ready_.load()) {
       SendError(res, {503, "server_error", "not_ready", "the model is still loading"});
       return;
     }
-    json models = json::array();
-    for (const auto& m : s_.router_.Models()) models.push_back(m->spec().name);
-    res.set_content(json{{"status", "ready"}, {"model", s_.router_.DefaultName()}, {"models", models}}.dump(),
-                    "application/json");
+    // No model names here: /ready is unauthenticated, /v1/models is not.
+    res.set_content(R"({"status":"ready"})", "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     s_.metrics_->UpdateProcessMemory();
@@ -97,31 +114,45 @@ Server::Server(ServerOptions options)
   http.set_write_timeout(options_.write_timeout_s, 0);
   http.set_keep_alive_timeout(options_.keep_alive_s);
   http.set_keep_alive_max_count(100);
-  // Authentication of the routes without a handler of their own: /v1/models (client keys) and
-  // /admin/* (the admin key). The generation endpoints authenticate in Generate, which needs
-  // the client's identity for rate limits, routing and the audit log.
+  // Authentication before the body is read (httplib runs this first), so that clients without a
+  // valid key cannot make the server buffer bodies: /admin/* needs the admin key, /v1/* a client
+  // key. /v1/models takes its rate token here; the generation endpoints take theirs in Generate,
+  // which needs the client's identity for routing and the audit log anyway.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     using R = httplib::Server::HandlerResponse;
     const std::string auth = req.get_header_value("Authorization");
+    auto refuse = [&](const api::ApiError& e) {
+      const std::string id = NextRequestId();
+      res.set_header("X-Request-Id", id);
+      SendError(res, e);
+      (void)guard_->Audit({{"request_id", id}, {"key_id", ""}, {"route", req.path},
+                           {"remote_addr", req.remote_addr}, {"status", e.http_status},
+                           {"error", e.code}});
+      return R::Handled;
+    };
     if (req.path.rfind("/admin/", 0) == 0) {
       if (!guard_->admin_enabled()) return R::Unhandled;  // not registered: 404
       if (guard_->AdminAuthorized(auth)) return R::Unhandled;
-      SendError(res, {401, "invalid_request_error", "invalid_admin_key",
-                      "missing or wrong admin key (send Authorization: Bearer <admin key>)"});
-      return R::Handled;
+      return refuse({401, "invalid_request_error", "invalid_admin_key",
+                     "missing or wrong admin key (send Authorization: Bearer <admin key>)"});
     }
-    if (req.path != "/v1/models") return R::Unhandled;
+    if (req.path.rfind("/v1/", 0) != 0) return R::Unhandled;
+    const api::ApiError no_key{401, "invalid_request_error", "invalid_api_key",
+                               "missing or wrong API key (send Authorization: Bearer <key>)"};
+    if (req.path != "/v1/models") {
+      if (guard_->KnownClient(auth)) return R::Unhandled;
+      // Counted and audited like every refusal; Generate never sees it.
+      (void)guard_->Admit(auth, nullptr);
+      return refuse(no_key);
+    }
     double retry_after_s = 0;
     auto client = guard_->Admit(auth, &retry_after_s);
     if (client.ok()) return R::Unhandled;
     if (client.status().code() == StatusCode::kResourceExhausted) {
       res.set_header("Retry-After", std::to_string(std::max(1, int(retry_after_s + 0.999))));
-      SendError(res, {429, "rate_limit_error", "rate_limited", client.status().message()});
-    } else {
-      SendError(res, {401, "invalid_request_error", "invalid_api_key",
-                      "missing or wrong API key (send Authorization: Bearer <key>)"});
+      return refuse({429, "rate_limit_error", "rate_limited", client.status().message()});
     }
-    return R::Handled;
+    return refuse(no_key);
   });
   // httplib's own rejections (404, 413 body too large, 400 malformed request line or multipart)
   // come without a body: give them the JSON error shape.
@@ -181,34 +212,55 @@ void Server::SetModel(std::shared_ptr<ModelHost> model) {
 
 namespace {
 
-// A freshly loaded model must answer before it serves: one greedy token from a short prompt,
-// through its own scheduler (the path real requests take).
+// A freshly loaded model must answer before it serves, through its own scheduler (the path
+// real requests take): one greedy token from a short prompt, and with vision one from a small
+// gray image too.
 Status SelfCheck(ModelHost& host) {
-  JobInput in;
-  in.prompt = "Hello";
-  in.params.max_tokens = 1;
-  in.deadline = Clock::now() + std::chrono::seconds(120);
-  auto job = std::make_shared<Job>(std::move(in));
-  VLMD_RETURN_IF_ERROR(host.scheduler().Submit(job));
-  while (!job->Wait(Clock::now() + std::chrono::seconds(1), nullptr)) {
+  std::vector<JobInput> checks(1);
+  checks[0].prompt = "Hello";
+  if (host.engine().vision() != nullptr) {
+    const std::string ppm = "P6\n32 32\n255\n" + std::string(32 * 32 * 3, char(128));
+    engine::runtime::ImageTimings t;
+    auto img = host.engine().PrepareImage({reinterpret_cast<const uint8_t*>(ppm.data()), ppm.size()},
+                                          {}, 0, &t);
+    if (!img.ok()) return Status(img.status().code(), "self-check image: " + img.status().message());
+    JobInput with_image;
+    with_image.prompt = std::string(api::kMediaMarker) + "Hello";
+    with_image.images.push_back(std::move(*img));
+    with_image.image_prepare_ms.push_back(0.0);
+    checks.push_back(std::move(with_image));
   }
-  VLMD_RETURN_IF_ERROR(job->status());
-  if (job->result().tokens.empty()) return InternalError("self-check generated no token");
+  for (JobInput& in : checks) {
+    in.params.max_tokens = 1;
+    in.deadline = Clock::now() + std::chrono::seconds(120);
+    auto job = std::make_shared<Job>(std::move(in));
+    VLMD_RETURN_IF_ERROR(host.scheduler().Submit(job));
+    while (!job->Wait(Clock::now() + std::chrono::seconds(1), nullptr)) {
+    }
+    VLMD_RETURN_IF_ERROR(job->status());
+    if (job->result().tokens.empty()) return InternalError("self-check generated no token");
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spec) {
+Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spec,
+                           std::string* previous_version) {
   std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
   std::shared_ptr<ModelHost> old = router_.Get(name);
   if (!old) return NotFoundError("no model '" + name + "'");
+  if (previous_version != nullptr) *previous_version = old->spec().version;
   ModelSpec next = spec ? *spec : old->spec();
   next.name = name;
-  if (!spec) next.version.clear();  // same files re-read: the version follows their hash
+  if (!spec && old->spec().version_from_hash) next.version.clear();  // derived again from the files
   spdlog::info("reloading model '{}' from {}", name, next.text_path);
   auto loaded = ModelHost::Load(next, metrics_.get());
-  Status s = loaded.ok() ? SelfCheck(**loaded) : loaded.status();
+  Status s = loaded.ok() ? Status::Ok() : loaded.status();
+  if (s.ok() && old->engine().vision() != nullptr && (*loaded)->engine().vision() == nullptr) {
+    s = FailedPreconditionError("the new version has no vision encoder (mmproj); the serving one has");
+  }
+  if (s.ok()) s = SelfCheck(**loaded);
   if (!s.ok()) {
     metrics_->model_reloads.With({name, "failed"}).Inc();
     spdlog::error("reload of '{}' failed, the previous version keeps serving: {}", name, s.ToString());
@@ -220,6 +272,17 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
   router_.Put(std::move(fresh));
   metrics_->model_reloads.With({name, "ok"}).Inc();
   return Status::Ok();
+}
+
+bool Server::Drain(std::chrono::milliseconds timeout) {
+  draining_.store(true);
+  ready_.store(false);
+  const auto until = Clock::now() + timeout;
+  while (in_flight_.load() > 0) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 void Server::Stop() {

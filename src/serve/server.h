@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -49,10 +50,22 @@ class Server {
   // /ready answers 200 once every configured model is loaded (the caller says when).
   void SetReady(bool ready) { ready_.store(ready); }
   // Hot swap (SPEC P7): loads `spec` (default: the model's current spec, i.e. the same files
-  // re-read) beside the serving version, runs a one-token self-check on it, and only then
-  // switches new requests to it; in-flight requests finish on the old one. On any failure the
-  // old version keeps serving and the error is returned. One reload at a time. Thread-safe.
-  Status ReloadModel(const std::string& name, std::optional<ModelSpec> spec = std::nullopt);
+  // re-read; a hash-derived version is derived again, a configured label kept) beside the
+  // serving version, runs a self-check on it (one token from text, and from an image when the
+  // serving version has vision: the new one must keep it), and only then switches new requests
+  // to it; in-flight requests finish on the old one. On any failure the old version keeps
+  // serving and the error is returned. One reload at a time. Thread-safe. `previous_version`,
+  // when given, receives the version that was replaced.
+  Status ReloadModel(const std::string& name, std::optional<ModelSpec> spec = std::nullopt,
+                     std::string* previous_version = nullptr);
+  // Graceful shutdown, first half: /ready turns 503 and new generation requests get 503
+  // "shutting_down", while requests already accepted (queued, running, streaming) finish. Returns
+  // true when none is left, false when `timeout` passed first. Thread-safe.
+  bool Drain(std::chrono::milliseconds timeout);
+  int in_flight() const { return in_flight_.load(); }
+  bool draining() const { return draining_.load(); }
+  // "req-N": the id of each request (X-Request-Id, replies, audit lines). Thread-safe.
+  std::string NextRequestId() { return "req-" + std::to_string(next_request_id_.fetch_add(1) + 1); }
   // Stops accepting, waits for the listener thread. Idempotent.
   void Stop();
 
@@ -70,6 +83,9 @@ class Server {
   std::thread listener_;
   int port_ = 0;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_request_id_{0};   // generation requests accepted and not yet answered
   std::atomic<bool> stopped_{false};
 };
 

@@ -54,34 +54,54 @@ void Server::Handlers::RegisterAdmin(httplib::Server& http) {
   http.Post(R"(/admin/models/([^/]+)/reload)", [this](const httplib::Request& req,
                                                      httplib::Response& res) {
     const std::string name = req.matches[1];
+    auto answer = [&](int status, const json& body, const std::string& error) {
+      if (status == 200) {
+        SendJson(res, body);
+      } else {
+        SendError(res, {status, status >= 500 || status == 409 ? "server_error" : "invalid_request_error",
+                        error, body.value("message", std::string())});
+      }
+      (void)s_.guard_->Audit({{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
+                              {"remote_addr", req.remote_addr},
+                              {"route", "/admin/models/{name}/reload"}, {"model", name},
+                              {"request", req.body.size() <= 4096 ? req.body : "(too long)"},
+                              {"status", status}, {"error", error}});
+    };
     const auto current = s_.router_.Get(name);
-    if (!current) return SendError(res, {404, "invalid_request_error", "model_not_found", "no model '" + name + "'"});
+    if (!current) return answer(404, {{"message", "no model '" + name + "'"}}, "model_not_found");
+    // Only the keys given change; new files without a new version get a hash-derived one.
     std::optional<ModelSpec> spec;
-    if (!req.body.empty()) {
-      const json body = json::parse(req.body, nullptr, false);
-      if (!body.is_object()) return SendError(res, BadRequest("body: expected a JSON object"));
+    const json body = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
+    if (!body.is_object()) return answer(400, {{"message", "body: expected a JSON object"}}, "invalid_request");
+    if (!body.empty()) {
       spec = current->spec();
-      spec->version.clear();
+      bool files_changed = false;
       for (const auto& [k, v] : body.items()) {
-        if (!v.is_string()) return SendError(res, BadRequest(k + ": expected a string"));
+        if (!v.is_string()) return answer(400, {{"message", k + ": expected a string"}}, "invalid_request");
+        const std::string value = v.get<std::string>();
         if (k == "model") {
-          spec->text_path = v.get<std::string>();
+          files_changed |= value != spec->text_path;
+          spec->text_path = value;
         } else if (k == "mmproj") {
-          spec->mmproj_path = v.get<std::string>();
+          files_changed |= value != spec->mmproj_path;
+          spec->mmproj_path = value;
         } else if (k == "version") {
-          spec->version = v.get<std::string>();
+          spec->version = value;
+          spec->version_from_hash = false;
         } else {
-          return SendError(res, BadRequest("unknown key '" + k + "' (model, mmproj, version)"));
+          return answer(400, {{"message", "unknown key (model, mmproj, version)"}}, "invalid_request");
         }
       }
-      spec->demo = false;
+      if (!body.contains("version") && (files_changed || spec->version_from_hash)) spec->version.clear();
+      if (files_changed) spec->demo = false;
     }
-    Status s = s_.ReloadModel(name, spec);
-    if (!s.ok()) {
-      // The old version still serves; the reload itself failed.
-      return SendError(res, {409, "server_error", "reload_failed", s.message()});
-    }
-    SendJson(res, {{"reloaded", ModelJson(*s_.router_.Get(name))}, {"previous_version", current->spec().version}});
+    std::string previous;
+    Status s = s_.ReloadModel(name, spec, &previous);
+    // 409: the reload failed and the old version still serves.
+    if (!s.ok()) return answer(409, {{"message", s.message()}}, "reload_failed");
+    const auto now = s_.router_.Get(name);
+    if (!now) return answer(503, {{"message", "the server is stopping"}}, "not_ready");
+    answer(200, {{"reloaded", ModelJson(*now)}, {"previous_version", previous}}, "");
   });
   http.Get("/admin/routes", [this](const httplib::Request&, httplib::Response& res) {
     json routes = json::array();
@@ -104,9 +124,16 @@ void Server::Handlers::RegisterAdmin(httplib::Server& http) {
       weights.push_back({w["model"].get<std::string>(), w["weight"].get<double>()});
     }
     Status s = s_.router_.SetSplitWeights(name, weights);
+    (void)s_.guard_->Audit({{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
+                            {"remote_addr", req.remote_addr},
+                            {"route", "/admin/routes/{name}/weights"}, {"model_route", name},
+                            {"request", body["weights"]},
+                            {"status", s.ok() ? 200 : api::FromStatus(s).http_status}});
     if (!s.ok()) return SendError(res, api::FromStatus(s));
-    spdlog::info("route '{}' weights changed: {}", name, body["weights"].dump());
-    SendJson(res, RouteJson(*s_.router_.GetRoute(name)));
+    spdlog::info("route '{}' weights changed: {}", LogSafe(name), body["weights"].dump());
+    const auto route = s_.router_.GetRoute(name);
+    if (!route) return SendError(res, {404, "invalid_request_error", "not_found", "no route"});
+    SendJson(res, RouteJson(*route));
   });
 }
 

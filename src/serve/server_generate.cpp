@@ -52,6 +52,10 @@ std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
   auto not_found = [&](const std::string& why) {
     return api::ApiError{404, "invalid_request_error", "model_not_found", why};
   };
+  auto not_loaded = [&](const std::string& model) {
+    return api::ApiError{503, "server_error", "not_ready",
+                         "route '" + name + "': model '" + model + "' is not loaded"};
+  };
   if ((call->model = s_.router_.Get(name))) return std::nullopt;
   const std::optional<RouteConfig> route = s_.router_.GetRoute(name);
   if (!route) return not_found("model '" + name + "' is not served here (GET /v1/models lists them)");
@@ -68,7 +72,7 @@ std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
     target = route->split[size_t(pick)].model;
   } else {
     const auto light = s_.router_.Get(route->tiers[0]);
-    if (!light) return not_found("route '" + name + "': model '" + route->tiers[0] + "' is not loaded");
+    if (!light) return not_loaded(route->tiers[0]);
     auto score = Complexity(call->request, *light, s_.options_.prepare, route->weights);
     if (!score.ok()) return api::FromStatus(score.status());
     const policy::Tier tier = policy::PickTier(*score, route->thresholds);
@@ -79,7 +83,7 @@ std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
     s_.metrics_->complexity_score.With({route->name}).Observe(*score);
   }
   call->model = s_.router_.Get(target);
-  if (!call->model) return not_found("route '" + name + "': model '" + target + "' is not loaded");
+  if (!call->model) return not_loaded(target);
   return std::nullopt;
 }
 
@@ -92,12 +96,17 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   call->reply.id = NextId();
   call->reply.created = UnixNow();
   res.set_header("X-Request-Id", call->reply.id);
+  // Counted until the call is destroyed: after the reply for plain requests, after the last event
+  // for streams (the content provider holds the call). Drain() waits for the count to reach 0.
+  s_.in_flight_.fetch_add(1);
+  call->in_flight = std::shared_ptr<void>(nullptr, [server = &s_](void*) { server->in_flight_.fetch_sub(1); });
   auto fail = [&](const api::ApiError& e) {
     SendError(res, e);
     // A failed audit write cannot make this worse: the client gets its error either way.
     (void)AuditCall(*call, e.http_status, nullptr, e.code);
     Observe(call->route, e.http_status, call->t0);
-    spdlog::info("{} {} -> {} {}: {}", call->reply.id, call->route, e.http_status, e.code, e.message);
+    spdlog::info("{} {} -> {} {}: {}", call->reply.id, call->route, e.http_status, e.code,
+                 LogSafe(e.message));
   };
   double retry_after_s = 0;
   auto client = s_.guard_->Admit(req.get_header_value("Authorization"), &retry_after_s);
@@ -110,6 +119,9 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
                  "missing or wrong API key (send Authorization: Bearer <key>)"});
   }
   call->client = *client;
+  if (s_.draining_.load()) {
+    return fail({503, "server_error", "shutting_down", "the server is shutting down"});
+  }
   if (!s_.ready_.load()) return fail({503, "server_error", "not_ready", "the model is still loading"});
   const api::RequestLimits& limits = s_.options_.limits;
   Result<api::GenerationRequest> parsed = InvalidArgumentError("unreachable");
@@ -140,11 +152,11 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
     return fail(api::FromStatus(s));
   }
   // The allowlist sees the encoded bytes: an unlisted image never reaches a decoder.
-  if (Status s = s_.guard_->CheckImages(call->request.images, &call->image_hashes); !s.ok()) {
-    call->allowlist_decision = "deny";
+  if (Status s = s_.guard_->CheckImages(call->request.images, &call->image_hashes,
+                                        &call->allowlist_decision);
+      !s.ok()) {
     return fail(ForbiddenImage(s));
   }
-  if (!call->request.images.empty()) call->allowlist_decision = "allow";
   if (auto e = Resolve(call.get())) return fail(*e);
   const ModelSpec& spec = call->model->spec();
   if (call->request.sampling.top_logprobs > 0) {
@@ -152,10 +164,15 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
                  "top_logprobs is not supported yet (logprobs of the chosen tokens are)"});
   }
   if (kind == Kind::kChat) {
-    const json body = json::parse(req.body, nullptr, false);
-    call->include_usage = body.is_object() && body.contains("stream_options") &&
-                          body["stream_options"].is_object() &&
-                          body["stream_options"].value("include_usage", false);
+    const json body = json::parse(req.body, nullptr, false);  // valid: the parser accepted it
+    if (body.is_object() && body.contains("stream_options") && !body["stream_options"].is_null()) {
+      const json& so = body["stream_options"];
+      if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean())) {
+        return fail({400, "invalid_request_error", "invalid_request",
+                     "stream_options: expected {\"include_usage\": true|false}"});
+      }
+      call->include_usage = so.value("include_usage", false);
+    }
   }
   auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare);
   if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
@@ -184,24 +201,47 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   }
 }
 
-JobResult Server::Handlers::Filtered(Call& call) {
-  JobResult r = call.job->result();
-  if (!call.filter) return r;
-  policy::StreamFilter::Output a = call.filter->Feed(r.text);
-  if (!a.blocked) {
-    policy::StreamFilter::Output b = call.filter->Finish();
-    a.text += b.text;
+std::string Server::Handlers::PassText(Call& call, std::string text) {
+  if (call.filter && !text.empty()) {
+    policy::StreamFilter::Output out = call.filter->Feed(text);
+    if (out.blocked) call.job->Cancel();  // stop generating what will not be sent
+    text = std::move(out.text);
   }
-  r.text = std::move(a.text);
-  if (call.filter->blocked()) r.finish_reason = "content_filter";
-  // Token-level logprobs would spell out what the filter removed.
-  if (call.filter->matches() > 0) call.reply.logprobs = false;
-  s_.guard_->CountFilter(*call.filter);
+  call.sent_text += text;
+  return text;
+}
+
+JobResult Server::Handlers::Finalize(Call& call, std::string* tail) {
+  JobResult r = call.job->result();
+  if (call.filter) {
+    if (!call.filter->blocked()) {
+      *tail = call.filter->Finish().text;
+      call.sent_text += *tail;
+    }
+    r.text = call.sent_text;
+    if (call.filter->blocked()) r.finish_reason = "content_filter";
+    // Token logprobs spell the generated tokens, including what the filter removed and what a
+    // stop string cut off: leave them out when their pieces hold a filtered word.
+    if (call.reply.logprobs &&
+        (call.filter->matches() > 0 || s_.guard_->ContainsFilteredWord(TokenPieces(call, r)))) {
+      call.reply.logprobs = false;
+    }
+    s_.guard_->CountFilter(*call.filter);
+  }
+  call.reply.trust = s_.guard_->Trust(r);
   return r;
+}
+
+std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) {
+  std::string pieces;
+  const auto& tok = call.model->engine().tokenizer();
+  for (int32_t t : r.tokens) pieces += tok.TokenToPiece(t, false);
+  return pieces;
 }
 
 Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult* r,
                                    const std::string& error) {
+  call.audited = true;
   if (!s_.guard_->audit_enabled()) return Status::Ok();
   json rec{{"request_id", call.reply.id},
            {"key_id", call.client.key_id},
@@ -242,8 +282,14 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
 void Server::Handlers::Reply(Call& call, httplib::Response& res) {
   // The scheduler enforces the deadline; the extra grace only guards against a stuck engine.
   const Clock::time_point give_up = call.prepared.input.deadline + std::chrono::seconds(5);
-  while (!call.job->Wait(give_up, nullptr)) {
-    if (Clock::now() >= give_up) {
+  // With a word filter the text is read as it comes, so that a blocked reply stops generating
+  // at once; without one, only the end is awaited (no wake-up per token).
+  std::string text;
+  for (bool over = false; !over;) {
+    over = call.job->Wait(give_up, call.filter ? &text : nullptr);
+    if (call.filter) PassText(call, std::move(text));
+    text.clear();
+    if (!over && Clock::now() >= give_up) {
       call.job->Cancel();
       SendError(res, {504, "server_error", "deadline_exceeded", "the request did not finish in time"});
       (void)AuditCall(call, 504, nullptr, "deadline_exceeded");
@@ -256,11 +302,12 @@ void Server::Handlers::Reply(Call& call, httplib::Response& res) {
     SendError(res, e);
     (void)AuditCall(call, e.http_status, nullptr, e.code);
     Observe(call.route, e.http_status, call.t0);
-    spdlog::info("{} {} -> {} {}", call.reply.id, call.route, e.http_status, e.message);
+    spdlog::info("{} {} -> {} {}", call.reply.id, call.route, e.http_status, LogSafe(e.message));
     return;
   }
-  const JobResult r = Filtered(call);
-  call.reply.trust = s_.guard_->Trust(r);
+  std::string tail;
+  if (!call.filter) call.sent_text = call.job->result().text;
+  const JobResult r = Finalize(call, &tail);
   call.reply.latency_ms = SecondsSince(call.t0) * 1000.0;
   // Audit before the reply leaves: an answer that cannot be audited is not given.
   if (Status s = AuditCall(call, 200, &r, ""); !s.ok()) {
@@ -280,7 +327,7 @@ void Server::Handlers::Reply(Call& call, httplib::Response& res) {
 // Server-sent events: `data: <json>\n\n` per chunk, then `data: [DONE]`. Text passes the word
 // filter first (which holds back a possible partial match across chunks). A write that fails
 // (client gone) cancels the job, which frees its batch slot at the next decode step. The audit
-// line is written before the final event.
+// line is written before the final event (the text is out by then: see README "audit").
 void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");
   auto started = std::make_shared<bool>(false);
@@ -293,7 +340,6 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         };
         auto send_text = [&](const std::string& text) {
           if (text.empty()) return true;
-          call->sent_text += text;
           const std::string payload =
               call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text, std::nullopt)
                                         : json{{"text", text}}.dump(-1, ' ', false,
@@ -310,52 +356,35 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         }
         std::string text;
         bool over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text);
-        bool blocked = false;
-        if (call->filter && !text.empty()) {
-          policy::StreamFilter::Output out = call->filter->Feed(text);
-          text = std::move(out.text);
-          if (out.blocked) {
-            blocked = true;
-            call->job->Cancel();  // stop generating what will not be sent
-          }
-        }
-        if (!send_text(text)) {
+        if (!send_text(PassText(*call, std::move(text)))) {
           call->job->Cancel();
           return false;
         }
-        if (!over && !blocked) {
+        if (!over) {
           if (!sink.is_writable()) {
             call->job->Cancel();
             return false;
           }
           return true;
         }
-        if (blocked) {
-          // Let the scheduler end the sequence so that its result (tokens, timings) is final.
-          while (!call->job->Wait(Clock::now() + std::chrono::seconds(1), nullptr)) {
-          }
-        }
         call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
         if (!call->job->status().ok()) {
           // Headers (200) are already out: the error travels as an event, as OpenAI does.
           const api::ApiError e = api::FromStatus(call->job->status());
+          call->status = e.http_status;
           (void)AuditCall(*call, e.http_status, nullptr, e.code);
           send(api::ErrorBody(e));
           spdlog::info("{} {} (stream) -> error {} {}", call->reply.id, call->route, e.http_status,
-                       e.message);
+                       LogSafe(e.message));
         } else {
-          JobResult r = call->job->result();
-          if (call->filter) {
-            if (!blocked && !call->filter->blocked()) send_text(call->filter->Finish().text);
-            if (call->filter->blocked()) r.finish_reason = "content_filter";
-            if (call->filter->matches() > 0) call->reply.logprobs = false;
-            s_.guard_->CountFilter(*call->filter);
-          }
-          call->reply.trust = s_.guard_->Trust(r);
+          std::string tail;
+          JobResult r = Finalize(*call, &tail);
+          send_text(tail);
           spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms",
                        call->reply.id, call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(),
                        call->reply.latency_ms);
           if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
+            call->status = 500;
             send(api::ErrorBody({500, "server_error", "audit_unavailable",
                                  "the audit log cannot be written"}));
           } else if (call->kind == Kind::kChat) {
@@ -363,7 +392,6 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
             if (call->include_usage) send(ChatUsageChunk(call->reply, r));
           } else {
             // The final event repeats the whole reply, as the client saw it (filtered).
-            r.text = call->sent_text;
             send(InvokeReply(call->reply, call->prepared, r, call->model->engine().tokenizer()));
           }
         }
@@ -372,8 +400,13 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         return true;
       },
       [this, call](bool success) {
-        if (!success) call->job->Cancel();
-        Observe(call->route, success ? 200 : 499, call->t0);
+        if (!success) {
+          call->job->Cancel();
+          call->status = 499;  // nginx's "client closed request"
+        }
+        // A client that left before the end still gets its audit line.
+        if (!call->audited) (void)AuditCall(*call, call->status, nullptr, "client_closed");
+        Observe(call->route, call->status, call->t0);
       });
 }
 

@@ -42,12 +42,15 @@ class Server::Handlers {
     std::shared_ptr<ModelHost> model;
     api::GenerationRequest request;
     std::vector<std::string> image_hashes;  // SHA-256 of the encoded images (audit)
-    const char* allowlist_decision = "none";
+    const char* allowlist_decision = "none";  // Guard::CheckImages
+    int status = 200;            // the final status of a stream (error event, 499 on disconnect)
+    mutable bool audited = false;  // AuditCall ran (set from the const AuditCall)
     PreparedJob prepared;
     std::shared_ptr<Job> job;
     ReplyContext reply;
     std::unique_ptr<policy::StreamFilter> filter;  // nullptr: no word filter
     std::string sent_text;       // streamed text so far (after the filter)
+    std::shared_ptr<void> in_flight;  // counts the call in Server::in_flight_ until destroyed
     bool include_usage = false;  // chat stream_options.include_usage
   };
 
@@ -56,18 +59,27 @@ class Server::Handlers {
   std::optional<api::ApiError> Resolve(Call* call);
   void Reply(Call& call, httplib::Response& res);
   void Stream(std::shared_ptr<Call> call, httplib::Response& res);
-  // The job's result with the word filter applied to its text (non-streaming replies).
-  JobResult Filtered(Call& call);
+  // New generated text through the word filter (when configured) into call.sent_text; cancels
+  // the job when the filter blocks. Returns what may be sent now.
+  std::string PassText(Call& call, std::string text);
+  // The finished job's result as the client sees it: the filter flushed (the released remainder
+  // in *tail, already in sent_text), text = sent_text, finish_reason content_filter when
+  // blocked, logprobs withheld when they would spell a filtered word, trust signals set.
+  JobResult Finalize(Call& call, std::string* tail);
+  // The generated tokens' pieces joined (what logprobs would show).
+  static std::string TokenPieces(const Call& call, const JobResult& r);
   // One audit line for the call; `r` is null for a request that failed before generating.
   Status AuditCall(const Call& call, int status, const JobResult* r, const std::string& error);
   void Observe(const std::string& route, int status, Clock::time_point t0);
-  std::string NextId() { return "req-" + std::to_string(next_id_.fetch_add(1) + 1); }
+  std::string NextId() { return s_.NextRequestId(); }
 
   Server& s_;
-  std::atomic<uint64_t> next_id_{0};
 };
 
 void SendError(httplib::Response& res, const api::ApiError& e);
+// `text` with control characters escaped (\xNN): request-derived strings in log lines cannot
+// forge lines of their own.
+std::string LogSafe(std::string_view text);
 double SecondsSince(Clock::time_point t0);
 
 }  // namespace vlmd::serve

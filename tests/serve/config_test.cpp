@@ -65,6 +65,10 @@ TEST(Config, CommandLineModelKeepsItsFilesAndTakesTheServerSection) {
   ASSERT_EQ(d->models.size(), 1u);
   EXPECT_EQ(d->models[0].text_path, "/etc/a.gguf");
   EXPECT_EQ(d->models[0].mmproj_path, "");
+  // Routes may name a command-line model by its file stem (the server's default name).
+  auto e = ParseConfig(R"({"routes": [{"name": "r", "split": [{"model": "text", "weight": 1}]}]})", "/etc", defaults);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->models[0].name, "text");
 }
 
 TEST(Config, MistakesAreErrorsThatNameTheKey) {
@@ -100,6 +104,13 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"security": {"word_filter": {"words": "x"}}})", "array of strings"},
       {R"({"audit": {"path": "a", "max_mb": 0}})", "max_mb: must be >= 1"},
       {R"({"trust": {"flag_entropy": 2}})", "unknown key 'flag_entropy'"},
+      {R"({"server": {"port": 70000}})", "must be <= 65535"},
+      {R"({"server": {"max_batch": 9999999999}})", "server.max_batch: out of range"},
+      {R"({"server": {"max_batch": 2.5}})", "expected an integer"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 0}]}]})",
+       "at least one weight must be > 0"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a", "robust": "a"}, "weights": {"image": 0, "text": 0}}]})",
+       "at least one weight must be > 0"},
   };
   for (const Case& c : cases) {
     auto r = ParseConfig(c.doc, "/etc", {});

@@ -215,11 +215,44 @@ TEST(ServerGuard, BlockModeStopsTheReplyWithContentFilter) {
   EXPECT_EQ(sse.finish_reason, "content_filter");
   EXPECT_EQ(Join(sse.texts), prefix);
 
-  // /v1/vlm/invoke streaming: the final reply event says the same.
-  json ireq{{"prompt", "Tell me a long story about the sea."}, {"max_tokens", 24}, {"stream", true}};
-  auto ir = c->Post("/v1/vlm/invoke", ireq.dump(), "application/json");
-  ASSERT_TRUE(ir);
-  EXPECT_EQ(ir->body.find(sw.word), std::string::npos);
+  // Stop strings cut text but not tokens: logprobs must not spell the word either.
+  json stopped = req;
+  stopped["stop"] = json::array({sw.word});
+  const json st = json::parse(c->Post("/v1/chat/completions", stopped.dump(), "application/json")->body);
+  EXPECT_EQ(st["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(st["choices"][0]["logprobs"].is_null()) << st.dump();
+}
+
+TEST(ServerGuard, BlockModeOnInvokeStreamEndsWithContentFilter) {
+  const json ireq{{"prompt", "Tell me a long story about the sea."}, {"max_tokens", 24}, {"stream", true}};
+  std::string unfiltered;
+  {
+    auto plain = StartServer({});
+    auto r = ClientOf(*plain)->Post("/v1/vlm/invoke", ireq.dump(), "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    const size_t last = r->body.rfind("data: {");
+    unfiltered = json::parse(r->body.substr(last + 6, r->body.find("\n\n", last) - last - 6))["text"];
+  }
+  ASSERT_GE(unfiltered.size(), 8u);
+  // A word from the middle of the answer (printable, no spaces at its ends).
+  std::string word;
+  for (size_t at = unfiltered.size() / 2; at + 4 <= unfiltered.size() && word.empty(); ++at) {
+    const std::string w = unfiltered.substr(at, 4);
+    if (IsPlainAscii(w)) word = w;
+  }
+  ASSERT_FALSE(word.empty()) << unfiltered;
+  ServerOptions o;
+  o.guard.filter_words = {word};
+  o.guard.filter_action = policy::FilterAction::kBlock;
+  auto server = StartServer(o);
+  auto r = ClientOf(*server)->Post("/v1/vlm/invoke", ireq.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.find(word), std::string::npos);
+  const size_t last = r->body.rfind("data: {");
+  const json final_event = json::parse(r->body.substr(last + 6, r->body.find("\n\n", last) - last - 6));
+  EXPECT_EQ(final_event["finish_reason"], "content_filter");
+  EXPECT_EQ(final_event["text"], unfiltered.substr(0, unfiltered.find(word)));
 }
 
 TEST(ServerGuard, AllowlistEnforceRefusesUnlistedImagesAndReloadsWithoutRestart) {
@@ -246,10 +279,13 @@ TEST(ServerGuard, AllowlistEnforceRefusesUnlistedImagesAndReloadsWithoutRestart)
   EXPECT_EQ(denied->status, 403);
   EXPECT_EQ(json::parse(denied->body)["error"]["code"], "image_not_allowed");
   EXPECT_NE(denied->body.find(hex(unlisted)), std::string::npos);
-  // Never decoded: no embedding was attempted for it.
+  // Never decoded: bytes that are no image at all get 403, not the decoder's 400/415.
+  auto garbage = invoke("definitely not an image");
+  ASSERT_TRUE(garbage);
+  EXPECT_EQ(garbage->status, 403);
   std::string metrics = c->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_queries_total"), 1);
-  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_policy_decisions_total{policy="allowlist",decision="deny"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_policy_decisions_total{policy="allowlist",decision="deny"})"), 2);
 
   // Add the second image to the file: allowed without a restart (the file is re-checked at most
   // once a second).
@@ -310,6 +346,10 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(c->Get("/admin/models")->status, 401);
   EXPECT_EQ(c->Get("/admin/models", Bearer(o.guard.admin_key))->status, 200);
   EXPECT_EQ(c->Post("/v1/chat/completions", Bearer(o.guard.admin_key), body, "application/json")->status, 401);
+  // The scheme name is case-insensitive.
+  EXPECT_EQ(c->Get("/v1/models", {{"Authorization", "bearer " + fast}})->status, 200);
+  // An admin action is audited.
+  EXPECT_EQ(c->Post("/admin/models/tiny-smolvlm/reload", Bearer(o.guard.admin_key), "", "application/json")->status, 200);
 
   // The audit log has one line per generation request, with the key id and never a key.
   std::ifstream in(o.guard.audit_path);
@@ -323,12 +363,66 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
     EXPECT_TRUE(rec.contains("request_id"));
     EXPECT_FALSE(rec.contains("messages"));  // prompts are not logged unless configured
   }
-  EXPECT_EQ(by_status[200], 4);
-  EXPECT_EQ(by_status[401], 3);
+  // 200: 4 generations + the reload; 401: two generations, /v1/models, two admin refusals and the
+  // admin key on /v1; 429: one.
+  EXPECT_EQ(by_status[200], 5);
+  EXPECT_EQ(by_status[401], 6);
   EXPECT_EQ(by_status[429], 1);
+  EXPECT_NE(all.find("\"key_id\":\"admin\""), std::string::npos);
   EXPECT_EQ(all.find(fast), std::string::npos);
   EXPECT_EQ(all.find(slow), std::string::npos);
   EXPECT_NE(all.find("\"key_id\":\"team-slow\""), std::string::npos);
+}
+
+TEST(ServerGuard, AdminKeyMustBeLongAndDistinctFromClientKeys) {
+  ServerOptions o;
+  o.guard.api_key = "same-key-0123456789abcdef";
+  o.guard.admin_key = o.guard.api_key;
+  Server same(o);
+  EXPECT_EQ(same.Start().code(), StatusCode::kInvalidArgument);
+  o.guard.admin_key = "short";
+  Server short_key(o);
+  EXPECT_EQ(short_key.Start().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ServerGuard, MalformedStreamOptionsIs400) {
+  auto server = StartServer({});
+  auto c = ClientOf(*server);
+  json req = ChatRequest("hi", 2, true);
+  req["stream_options"] = {{"include_usage", "yes"}};
+  auto r = c->Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  req["stream_options"] = 3;
+  EXPECT_EQ(c->Post("/v1/chat/completions", req.dump(), "application/json")->status, 400);
+}
+
+TEST(ServerGuard, AStreamingClientThatLeavesStillGetsItsAuditLine) {
+  TempDir dir;
+  ServerOptions o;
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  auto server = StartServer(o);
+  {
+    auto c = ClientOf(*server);
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/vlm/invoke";
+    r.body = json{{"prompt", "Count slowly."}, {"max_tokens", 200}, {"stream", true}}.dump();
+    r.set_header("Content-Type", "application/json");
+    r.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return false; };  // hang up
+    c->send(r);
+  }
+  // The server notices at its next write; the line follows.
+  std::string line;
+  for (int i = 0; i < 200 && line.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    std::ifstream in(o.guard.audit_path);
+    std::getline(in, line);
+  }
+  ASSERT_FALSE(line.empty());
+  const json rec = json::parse(line);
+  EXPECT_EQ(rec["status"], 499);
+  EXPECT_EQ(rec["error"], "client_closed");
 }
 
 TEST(ServerGuard, AdminIsOffUnlessConfigured) {
@@ -636,6 +730,57 @@ TEST(ServerImageUrls, RefusedWithoutAHostAllowlist) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("not allowed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
+
+namespace vlmd::serve {
+namespace {
+
+// Graceful shutdown: a stream in flight when Drain starts finishes whole; new requests and
+// /ready get 503 meanwhile; Drain returns once nothing is left.
+TEST(ServerShutdown, DrainLetsAcceptedRequestsFinishAndRefusesNewOnes) {
+  auto server = StartServer({});
+  std::string streamed_body;
+  int streamed_status = 0;
+  std::atomic<bool> first_event{false};
+  std::thread streaming([&] {
+    auto c = ClientOf(*server);
+    const json req{{"prompt", "Count slowly."}, {"max_tokens", 400}, {"stream", true}};
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/vlm/invoke";
+    r.body = req.dump();
+    r.set_header("Content-Type", "application/json");
+    r.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      streamed_body.append(data, n);
+      first_event = true;
+      return true;
+    };
+    auto res = c->send(r);
+    streamed_status = res ? res->status : -1;
+  });
+  while (!first_event.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(server->in_flight(), 1);
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] { drained = server->Drain(std::chrono::seconds(60)); });
+  while (!server->draining()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto c = ClientOf(*server);
+  auto ready = c->Get("/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  auto refused = c->Post("/v1/vlm/invoke", R"({"prompt":"hi","max_tokens":1})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(json::parse(refused->body)["error"]["code"], "shutting_down");
+  drainer.join();
+  streaming.join();
+  EXPECT_TRUE(drained.load());
+  EXPECT_EQ(server->in_flight(), 0);
+  EXPECT_EQ(streamed_status, 200);
+  EXPECT_NE(streamed_body.find("[DONE]"), std::string::npos);
+  EXPECT_NE(streamed_body.find("\"finish_reason\":\"length\""), std::string::npos);
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   serve::ModelSpec spec;
   std::string config_path;
   int64_t image_cache_mb = 256, max_body_mb = 32;
-  int timeout_s = 300;
+  int timeout_s = 300, drain_s = 30;
   app.add_option("-c,--config", config_path,
                  "config file (JSON): models, routes, guard rails; see README. Flags given too "
                  "set the defaults the file overrides");
@@ -90,6 +90,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "request body limit")->capture_default_str();
   app.add_option("--timeout", timeout_s, "per-request deadline, seconds")->capture_default_str();
+  app.add_option("--drain-timeout", drain_s,
+                 "on SIGTERM/SIGINT, seconds to let accepted requests finish")->capture_default_str();
   app.add_option("--http-threads", so.http_threads, "connections served at once")->capture_default_str();
   app.add_option("--read-timeout", so.read_timeout_s, "seconds a client may stall while sending")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -159,7 +161,10 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&sigs, &sig);
     if (sig != SIGHUP) {
-      spdlog::info("signal {}: stopping", sig);
+      spdlog::info("signal {}: draining ({} requests in flight, up to {} s)", sig, server.in_flight(), drain_s);
+      if (!server.Drain(std::chrono::seconds(drain_s))) {
+        spdlog::warn("drain timeout: {} requests still in flight are cut off", server.in_flight());
+      }
       break;
     }
     // SIGHUP: hot-swap every model from its files (same paths, re-read), one at a time.
