@@ -44,8 +44,17 @@ std::vector<uint64_t> RowIds(const engine::runtime::PromptRows& rows,
 
 Scheduler::Scheduler(engine::runtime::TextEngine* engine, ImageCache* cache, ServerMetrics* metrics,
                      SchedulerOptions options)
-    : engine_(engine), cache_(cache), metrics_(metrics), options_(options) {
-  metrics_->memory_bytes.With({"weights"}).Set(static_cast<double>(engine_->model().weight_bytes()));
+    : engine_(engine),
+      cache_(cache),
+      metrics_(metrics),
+      options_(options),
+      queue_depth_share_(metrics->queue_depth.With()),
+      batch_share_(metrics->batch_size.With()),
+      weights_share_(metrics->memory_bytes.With({"weights"})),
+      kv_share_(metrics->memory_bytes.With({"kv"})),
+      image_cache_share_(metrics->memory_bytes.With({"image_cache"})),
+      activations_share_(metrics->memory_bytes.With({"activations"})) {
+  weights_share_.Set(static_cast<double>(engine_->model().weight_bytes()));
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -69,7 +78,7 @@ Status Scheduler::Submit(std::shared_ptr<Job> job) {
                                     " requests waiting); retry later");
     }
     queue_.push_back(std::move(job));
-    metrics_->queue_depth.With().Set(static_cast<double>(queue_.size()));
+    queue_depth_share_.Set(static_cast<double>(queue_.size()));
   }
   cv_.notify_one();
   return Status::Ok();
@@ -194,9 +203,9 @@ void Scheduler::UpdateMemoryGauges() {
   double kv = 0;
   for (const Slot& s : active_) kv += static_cast<double>(s.seq->cache()->bytes());
   for (const Parked& p : parked_) kv += static_cast<double>(p.seq->cache()->bytes());
-  metrics_->memory_bytes.With({"kv"}).Set(kv);
-  metrics_->memory_bytes.With({"image_cache"}).Set(static_cast<double>(cache_->bytes()));
-  metrics_->memory_bytes.With({"activations"}).Set(static_cast<double>(engine_->activation_bytes()));
+  kv_share_.Set(kv);
+  image_cache_share_.Set(static_cast<double>(cache_->bytes()));
+  activations_share_.Set(static_cast<double>(engine_->activation_bytes()));
 }
 
 void Scheduler::Run() {
@@ -211,7 +220,7 @@ void Scheduler::Run() {
         admit.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      metrics_->queue_depth.With().Set(static_cast<double>(queue_.size()));
+      queue_depth_share_.Set(static_cast<double>(queue_.size()));
     }
     for (auto& job : admit) {
       const auto now = Clock::now();
@@ -237,7 +246,7 @@ void Scheduler::Run() {
     if (active_.empty()) continue;
     batch.clear();
     for (Slot& s : active_) batch.push_back(s.seq.get());
-    metrics_->batch_size.With().Set(static_cast<double>(batch.size()));
+    batch_share_.Set(static_cast<double>(batch.size()));
     metrics_->decode_steps.With().Inc();
     Status s = engine_->DecodeStep(batch);
     if (!s.ok()) {

@@ -79,6 +79,27 @@ class Scheduler {
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
 
+  // This scheduler's share of a gauge that sums over every scheduler alive (several models, and
+  // the old and new version during a hot swap, serve at once): Set moves the gauge by the
+  // difference; destruction takes the share back out.
+  class GaugeShare {
+   public:
+    explicit GaugeShare(obs::Gauge& g) : gauge_(g) {}
+    ~GaugeShare() { gauge_.Add(-last_); }
+    GaugeShare(const GaugeShare&) = delete;
+    GaugeShare& operator=(const GaugeShare&) = delete;
+    void Set(double v) {
+      gauge_.Add(v - last_);
+      last_ = v;
+    }
+
+   private:
+    obs::Gauge& gauge_;
+    double last_ = 0;
+  };
+  GaugeShare queue_depth_share_;  // under mu_
+  GaugeShare batch_share_, weights_share_, kv_share_, image_cache_share_, activations_share_;
+
   std::vector<Slot> active_;  // scheduler thread only
   std::deque<Parked> parked_;  // scheduler thread only; front = most recently used
   std::thread thread_;

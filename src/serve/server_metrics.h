@@ -20,7 +20,8 @@ struct ServerMetrics {
   obs::CounterFamily& prompt_tokens;
   obs::CounterFamily& generated_tokens;
   obs::GaugeFamily& queue_depth;
-  obs::GaugeFamily& batch_size;            // sequences in the last decode step
+  // The gauges below sum over every model's scheduler (each adds its share; Scheduler::GaugeShare).
+  obs::GaugeFamily& batch_size;            // sequences in each model's last decode step
   obs::CounterFamily& decode_steps;
   obs::CounterFamily& prefix_reused_tokens;  // prompt rows not recomputed (prefix reuse)
   obs::GaugeFamily& memory_bytes;          // {kind = weights | kv | activations | image_cache}

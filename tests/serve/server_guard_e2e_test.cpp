@@ -496,6 +496,10 @@ TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
   EXPECT_EQ(j["version"], "2.0");
   const std::string metrics = c->Get("/metrics")->body;
   EXPECT_GE(testing::MetricValue(metrics, R"(vlm_route_version_total{route="vision",model="vision-v2",version="2.0"})"), 1);
+  // Memory gauges add up over the loaded models.
+  const double weights = double(server->router().Get("vision-v1")->engine().model().weight_bytes());
+  EXPECT_GT(weights, 0);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_memory_bytes{kind="weights"})"), 2 * weights);
   // Bad weights are refused and change nothing.
   const json bad{{"weights", {{{"model", "vision-v1"}, {"weight", 1}}}}};
   EXPECT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), bad.dump(), "application/json")->status, 400);
@@ -637,6 +641,9 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
   EXPECT_TRUE(versions.count("v1"));
   EXPECT_TRUE(versions.count("v2"));
   EXPECT_EQ(server->router().Get("live")->spec().version, "v2");
+  // The old version is gone once its last request finished: its memory is no longer counted.
+  const double weights = double(server->router().Get("live")->engine().model().weight_bytes());
+  EXPECT_EQ(testing::MetricValue(admin->Get("/metrics")->body, R"(vlm_memory_bytes{kind="weights"})"), weights);
   const std::string metrics = admin->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="ok"})"), 1);
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="failed"})"), 1);
