@@ -121,6 +121,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   p.max_tokens = s.max_tokens;
   p.stop = s.stop;
   p.token_stats = true;  // logprobs and trust signals
+  p.top_logprobs = request.sampling.top_logprobs;
   p.sampling.temperature = s.temperature;
   p.sampling.top_p = s.top_p;
   p.sampling.top_k = s.top_k;

@@ -8,19 +8,25 @@ namespace {
 
 using nlohmann::json;
 
-// OpenAI logprobs.content: one entry per generated token (top_logprobs are not computed).
+// OpenAI's {token, logprob, bytes} for one token. A piece may be a partial UTF-8 sequence:
+// dump() replaces invalid bytes (U+FFFD); the exact bytes are in "bytes", as OpenAI does.
+json TokenLogprobJson(const engine::tokenizer::Tokenizer& tok, int32_t id, float logprob) {
+  const std::string piece(tok.TokenToPiece(id, false));
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
+}
+
+// OpenAI logprobs.content: one entry per generated token, with its top_logprobs alternatives
+// when the request asked for them.
 json LogprobsJson(const JobResult& r, const engine::tokenizer::Tokenizer& tok) {
   json content = json::array();
   for (size_t i = 0; i < r.tokens.size() && i < r.token_stats.size(); ++i) {
-    const std::string piece(tok.TokenToPiece(r.tokens[i], false));
-    json bytes = json::array();
-    for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
-    // A piece may be a partial UTF-8 sequence: dump() replaces invalid bytes (U+FFFD); the
-    // exact bytes are in "bytes", as OpenAI does.
-    content.push_back({{"token", piece},
-                       {"logprob", r.token_stats[i].logprob},
-                       {"bytes", bytes},
-                       {"top_logprobs", json::array()}});
+    json entry = TokenLogprobJson(tok, r.tokens[i], r.token_stats[i].logprob);
+    json top = json::array();
+    for (const auto& t : r.token_stats[i].top) top.push_back(TokenLogprobJson(tok, t.token, t.logprob));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
   }
   return json{{"content", content}};
 }

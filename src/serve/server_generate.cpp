@@ -159,10 +159,6 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   }
   if (auto e = Resolve(call.get())) return fail(*e);
   const ModelSpec& spec = call->model->spec();
-  if (call->request.sampling.top_logprobs > 0) {
-    return fail({400, "invalid_request_error", "unsupported_parameter",
-                 "top_logprobs is not supported yet (logprobs of the chosen tokens are)"});
-  }
   if (kind == Kind::kChat) {
     const json body = json::parse(req.body, nullptr, false);  // valid: the parser accepted it
     if (body.is_object() && body.contains("stream_options") && !body["stream_options"].is_null()) {
@@ -236,6 +232,11 @@ std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) 
   std::string pieces;
   const auto& tok = call.model->engine().tokenizer();
   for (int32_t t : r.tokens) pieces += tok.TokenToPiece(t, false);
+  // Each alternative on its own (after a separator no word spans): one that is a filtered word
+  // would show it as well.
+  for (const auto& stats : r.token_stats) {
+    for (const auto& alt : stats.top) pieces += "\n" + std::string(tok.TokenToPiece(alt.token, false));
+  }
   return pieces;
 }
 

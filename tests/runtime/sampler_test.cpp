@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
+#include <random>
+
+#include <cmath>
 #include <map>
 
 namespace vlmd::engine::runtime {
@@ -110,6 +114,32 @@ TEST(SamplerTest, ValidationNamesTheField) {
   p.top_k = -1;
   EXPECT_FALSE(ValidateSamplingParams(p).ok());
   EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
+}
+
+TEST(SamplerTest, TopLogprobsAreTheBestTokensWithSoftmaxLogprobs) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-5.0f, 5.0f);
+  std::vector<float> logits(1000);
+  for (float& l : logits) l = u(rng);
+  logits[10] = logits[20] = 9.0f;  // a tie at the top: lower id first
+  double z = 0;
+  for (float l : logits) z += std::exp(double(l));
+  const double log_norm = std::log(z);
+  const std::vector<TokenLogprob> top = TopLogprobs(logits, 5, log_norm);
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  ASSERT_EQ(top.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(top[i].token, ids[i]) << i;
+    EXPECT_NEAR(top[i].logprob, double(logits[ids[i]]) - log_norm, 1e-5) << i;
+  }
+  EXPECT_EQ(top[0].token, 10);
+  EXPECT_EQ(top[1].token, 20);
+  // The chosen token's ComputeTokenStats agrees with the same normalizer.
+  EXPECT_NEAR(ComputeTokenStats(logits, 10).logprob, top[0].logprob, 1e-5);
+  EXPECT_TRUE(TopLogprobs(logits, 0, log_norm).empty());
+  EXPECT_EQ(TopLogprobs(std::span<const float>(logits.data(), 3), 10, log_norm).size(), 3u);
 }
 
 }  // namespace

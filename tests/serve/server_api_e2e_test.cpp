@@ -285,5 +285,32 @@ TEST(ServerPrefixReuseTest, AFollowUpReusesTheConversationAndAnswersTheSame) {
   EXPECT_EQ(p1["text"], p2["text"]);
 }
 
+TEST_F(ServerApiTest, TopLogprobsListTheBestTokensBestFirst) {
+  auto c = Shared().Client();
+  const json req{{"messages", {{{"role", "user"}, {"content", "hello"}}}},
+                 {"max_tokens", 4},
+                 {"logprobs", true},
+                 {"top_logprobs", 3}};
+  auto r = c->Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json content = json::parse(r->body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  for (const json& t : content) {
+    const json& top = t["top_logprobs"];
+    ASSERT_EQ(top.size(), 3u);
+    EXPECT_GE(top[0]["logprob"].get<double>(), top[1]["logprob"].get<double>());
+    EXPECT_GE(top[1]["logprob"].get<double>(), top[2]["logprob"].get<double>());
+    // Greedy: the chosen token is the best one.
+    EXPECT_EQ(t["token"], top[0]["token"]);
+    EXPECT_DOUBLE_EQ(t["logprob"].get<double>(), top[0]["logprob"].get<double>());
+    EXPECT_LE(top[0]["logprob"].get<double>(), 0.0);
+  }
+  // Without logprobs it is refused, as OpenAI does.
+  json bad = req;
+  bad["logprobs"] = false;
+  EXPECT_EQ(c->Post("/v1/chat/completions", bad.dump(), "application/json")->status, 400);
+}
+
 }  // namespace
 }  // namespace vlmd::serve

@@ -42,6 +42,31 @@ TokenStats ComputeTokenStats(std::span<const float> logits, int32_t token) {
   return s;
 }
 
+std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int32_t n, double log_norm) {
+  std::vector<TokenLogprob> top;
+  if (n <= 0 || logits.empty()) return top;
+  const size_t k = std::min(size_t(n), logits.size());
+  // "a before b" in the result order: higher logit first, then lower id.
+  auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
+  };
+  top.reserve(k + 1);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const TokenLogprob c{static_cast<int32_t>(i), logits[i]};
+    if (top.size() < k) {
+      top.push_back(c);
+      std::push_heap(top.begin(), top.end(), better);  // front: the worst kept
+    } else if (better(c, top.front())) {
+      std::pop_heap(top.begin(), top.end(), better);
+      top.back() = c;
+      std::push_heap(top.begin(), top.end(), better);
+    }
+  }
+  std::sort_heap(top.begin(), top.end(), better);
+  for (TokenLogprob& t : top) t.logprob = static_cast<float>(double(t.logprob) - log_norm);
+  return top;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,

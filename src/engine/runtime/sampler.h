@@ -26,9 +26,15 @@ struct SamplingParams {
 // outside (0, 1], NaN temperature, ...).
 Status ValidateSamplingParams(const SamplingParams& p);
 
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
 struct TokenStats {
   float logprob = 0.0f;       // natural log of the chosen token's probability (model, T = 1)
   float entropy_bits = 0.0f;  // entropy of the model's distribution (T = 1), in bits
+  std::vector<TokenLogprob> top;  // the most likely tokens, best first (when asked for)
 };
 
 // One sequence's sampler (owns its RNG state). Not thread-safe.
@@ -50,5 +56,9 @@ class Sampler {
 
 // Log-probability and entropy of the distribution softmax(logits) for `token`.
 TokenStats ComputeTokenStats(std::span<const float> logits, int32_t token);
+// The `n` most likely tokens of softmax(logits) with their log-probabilities, best first (ties:
+// lower id first). `log_norm` is log(sum exp(logits)), i.e. logits[t] - logprob(t) for any t.
+// One pass over the vocabulary with a size-n heap.
+std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int32_t n, double log_norm);
 
 }  // namespace vlmd::engine::runtime

@@ -39,7 +39,13 @@ void Sequence::Accept(std::span<const float> logits) {
   TokenStats stats;
   const int32_t tok = sampler_.Sample(logits, history_, params_.token_stats ? &stats : nullptr);
   tokens_.push_back(tok);
-  if (params_.token_stats) token_stats_.push_back(stats);
+  if (params_.token_stats) {
+    if (params_.top_logprobs > 0) {
+      // logits[tok] - logprob(tok) is log(sum exp(logits)) for every token.
+      stats.top = TopLogprobs(logits, params_.top_logprobs, double(logits[tok]) - stats.logprob);
+    }
+    token_stats_.push_back(std::move(stats));
+  }
   history_.push_back(tok);
   if (!params_.ignore_eos && tok_.IsEog(tok)) {
     Finish("stop");

@@ -26,6 +26,7 @@ struct GenerateParams {
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;        // keep going past end-of-generation tokens
   bool token_stats = false;       // record TokenStats per token (costs a softmax per token)
+  int32_t top_logprobs = 0;       // with token_stats: also the n most likely tokens per step
 };
 
 class Sequence {
