@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include "serve/api/image_inputs.h"
 
 namespace vlmd::serve {
@@ -29,11 +31,17 @@ Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
   client.set_read_timeout(options.timeout_s, 0);
   client.enable_server_certificate_verification(true);
   std::string body;
-  bool too_large = false;
+  bool too_large = false, too_slow = false;
+  // The read timeout bounds each read; this bounds the whole download.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_s);
   auto res = client.Get(PathOf(url), [&](const char* data, size_t n) {
     if (body.size() + n > options.max_bytes) {
       too_large = true;
       return false;  // stop receiving
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      too_slow = true;
+      return false;
     }
     body.append(data, n);
     return true;
@@ -41,6 +49,10 @@ Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
   if (too_large) {
     return OutOfRangeError("image URL " + url + ": larger than the limit of " +
                            std::to_string(options.max_bytes) + " bytes");
+  }
+  if (too_slow) {
+    return InvalidArgumentError("image URL " + url + ": download took longer than " +
+                                std::to_string(options.timeout_s) + " s");
   }
   if (!res) {
     return InvalidArgumentError("image URL " + url + ": fetch failed (" + httplib::to_string(res.error()) + ")");

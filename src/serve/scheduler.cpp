@@ -171,7 +171,8 @@ bool Scheduler::Publish(Slot* slot) {
   r.token_stats = seq.token_stats();
   r.decode_ms = MsBetween(slot->decode_start, Clock::now());
   metrics_->generated_tokens.With().Inc(static_cast<double>(r.tokens.size()));
-  if (r.finish_reason == "error") {
+  const bool failed = r.finish_reason == "error";
+  if (failed) {
     slot->job->Fail(seq.error());  // this sequence's numbers went bad; its batch neighbours go on
   } else if (r.finish_reason == "deadline") {
     slot->job->Fail(Status(StatusCode::kDeadlineExceeded,
@@ -180,7 +181,7 @@ bool Scheduler::Publish(Slot* slot) {
   } else {
     slot->job->Complete(std::move(r));
   }
-  if (r.finish_reason != "error") Park(slot);  // a failed cache may hold non-finite K/V
+  if (!failed) Park(slot);  // a failed cache may hold non-finite K/V
   return true;
 }
 

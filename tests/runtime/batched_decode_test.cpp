@@ -8,11 +8,16 @@
 namespace vlmd::engine::runtime {
 namespace {
 
-TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
+// The tiny SmolVLM fixture's text model on 2 threads.
+Result<std::unique_ptr<TextEngine>> LoadTinyEngine(int32_t n_ctx) {
   EngineOptions o;
   o.threads = 2;
-  o.n_ctx = 128;
-  auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+  o.n_ctx = n_ctx;
+  return TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+}
+
+TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
+  auto e = LoadTinyEngine(128);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   TextEngine& engine = **e;
   const char* texts[] = {"hello there", "a cat sat on the", "1 2 3 4 5 6 7"};
@@ -59,10 +64,7 @@ TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
 // SPEC E7 in a batch: a sequence whose numbers go bad ends with an error, and the sequences
 // decoded in the same steps go on exactly as alone.
 TEST(BatchedDecodeTest, ANonFiniteSequenceFailsAloneItsNeighboursContinue) {
-  EngineOptions o;
-  o.threads = 2;
-  o.n_ctx = 64;
-  auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+  auto e = LoadTinyEngine(64);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   TextEngine& engine = **e;
   PromptRows prompt;

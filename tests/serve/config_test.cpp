@@ -12,8 +12,8 @@ namespace vlmd::serve {
 namespace {
 
 TEST(Config, TheDocumentedExampleParses) {
-  // The example names key and word files next to it; parse its text with a base folder and
-  // stub the admin key file there.
+  // The example names key and word files next to it; parse its text against a scratch folder
+  // that holds the one file parsing reads (the admin key).
   const std::string dir = (std::filesystem::temp_directory_path() / "vlmd-config-test").string();
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/admin.key") << "admin-0123456789abcdef\n";

@@ -72,6 +72,13 @@ std::unique_ptr<httplib::Client> ClientOf(const Server& s) {
   return c;
 }
 
+RouteConfig SplitRoute(std::string name, std::vector<RouteTarget> split) {
+  RouteConfig r;
+  r.name = std::move(name);
+  r.split = std::move(split);
+  return r;
+}
+
 httplib::Headers Bearer(const std::string& key) { return {{"Authorization", "Bearer " + key}}; }
 
 json ChatRequest(const std::string& text, int max_tokens, bool stream = false) {
@@ -464,10 +471,7 @@ TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
   ServerOptions o;
   o.guard.admin_key = "admin-key-0123456789abcdef";
   auto server = StartServer(o, {FixtureSpec("vision-v1", "1.0"), FixtureSpec("vision-v2", "2.0")});
-  RouteConfig route;
-  route.name = "vision";
-  route.split = {{"vision-v1", 80}, {"vision-v2", 20}};
-  server->router().SetRoutes({route}, "vision");
+  server->router().SetRoutes({SplitRoute("vision", {{"vision-v1", 80}, {"vision-v2", 20}})}, "vision");
   auto c = ClientOf(*server);
   const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}}.dump();
   std::map<std::string, std::string> first;  // client -> version
@@ -515,10 +519,7 @@ TEST(ServerGuard, SplitDistributesClientKeysByWeight) {
   ServerOptions o;
   o.guard.api_keys_file = dir.Write("keys.json", json{{"keys", keys}}.dump());
   auto server = StartServer(o, {FixtureSpec("a", "A"), FixtureSpec("b", "B")});
-  RouteConfig route;
-  route.name = "canary";
-  route.split = {{"a", 50}, {"b", 50}};
-  server->router().SetRoutes({route}, "canary");
+  server->router().SetRoutes({SplitRoute("canary", {{"a", 50}, {"b", 50}})}, "canary");
   auto c = ClientOf(*server);
   const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}}.dump();
   int on_b = 0;

@@ -50,7 +50,7 @@ std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int32_t n, 
   auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
     return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
   };
-  top.reserve(k + 1);
+  top.reserve(k);
   for (size_t i = 0; i < logits.size(); ++i) {
     const TokenLogprob c{static_cast<int32_t>(i), logits[i]};
     if (top.size() < k) {
