@@ -28,6 +28,18 @@ using engine::DTypeName;
 struct Weights {
   std::vector<uint8_t> bytes;
   engine::ops::WeightView view;
+  engine::ops::PackedStore packed;  // the packed layout, when the variant asks for it
+  uint64_t bytes_read() const { return view.packed ? view.packed->bytes() : bytes.size(); }
+};
+
+// A benchmarked weight variant: a GGUF type in its row layout, or repacked for the packed int8
+// matmul (Q8_0 / Q4_0 exactly; F16 quantized to int8 blocks = fast precision).
+struct Variant {
+  DType type;
+  bool packed;
+  std::string name() const {
+    return std::string(DTypeName(type)) + (packed ? (type == DType::kF16 ? "->i8" : "/pk") : "");
+  }
 };
 
 Weights MakeWeights(DType type, int64_t n, int64_t k, uint32_t seed) {
@@ -44,6 +56,15 @@ Weights MakeWeights(DType type, int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
+Status MakeVariant(const engine::kernels::KernelTable& kt, Variant v, int64_t n, int64_t k,
+                   uint32_t seed, Weights* w) {
+  *w = MakeWeights(v.type, n, k, seed);
+  if (!v.packed) return Status::Ok();
+  VLMD_RETURN_IF_ERROR(engine::ops::PackWeight({&kt, engine::ops::Precision::kFast}, &w->view, &w->packed));
+  if (w->view.packed == nullptr) return InternalError("packing was refused");
+  return Status::Ok();
+}
+
 std::vector<float> RandomActivations(int64_t m, int64_t k) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -54,7 +75,7 @@ std::vector<float> RandomActivations(int64_t m, int64_t k) {
 
 struct Row {
   std::string kind;  // gemv | gemm
-  DType type;
+  std::string type;  // Variant::name()
   int64_t m, n, k;
   int threads;
   double ms;
@@ -74,9 +95,17 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   const std::vector<std::pair<int64_t, int64_t>> gemv_shapes =
       opts.quick ? std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}}
                  : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {2048, 5632}, {5632, 2048}};
-  const std::vector<DType> gemv_types = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16};
-  const std::vector<DType> gemm_types = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                         DType::kQ4_0};
+  std::vector<Variant> gemv_types = {{DType::kQ4_0, false}, {DType::kQ8_0, false},
+                                     {DType::kQ4_K, false}, {DType::kF16, false}};
+  std::vector<Variant> gemm_types = {{DType::kF32, false},  {DType::kF16, false},
+                                     {DType::kBF16, false}, {DType::kQ8_0, false},
+                                     {DType::kQ4_0, false}};
+  if (kt.packed_matmul != nullptr) {
+    for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+      gemv_types.push_back({t, true});
+      gemm_types.push_back({t, true});
+    }
+  }
   const std::vector<int64_t> gemm_m = opts.quick ? std::vector<int64_t>{512}
                                                  : std::vector<int64_t>{512, 1024};
   const int reps = opts.quick ? 5 : 15;
@@ -91,9 +120,13 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
     for (auto [k, n] : gemv_shapes) {
       const std::vector<float> a = RandomActivations(1, k);
       std::vector<float> out(static_cast<size_t>(n));
-      for (DType type : gemv_types) {
-        Weights w = MakeWeights(type, n, k, 1);
-        const uint64_t bytes = w.bytes.size();
+      for (Variant type : gemv_types) {
+        Weights w;
+        if (Status made = MakeVariant(kt, type, n, k, 1, &w); !made.ok()) {
+          std::fprintf(stderr, "vlmd-bench: %s\n", made.ToString().c_str());
+          return 1;
+        }
+        const uint64_t bytes = w.bytes_read();
         auto& bw = bandwidth[{threads, bytes}];
         if (bw == 0) bw = MeasureReadBandwidth(pool, bytes);
         // Several calls per timing so that one sample is >= ~1 ms.
@@ -108,15 +141,19 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
           std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
           return 1;
         }
-        rows.push_back({"gemv", type, 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw});
+        rows.push_back({"gemv", type.name(), 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw});
       }
     }
     for (int64_t m : gemm_m) {
       const int64_t k = 2048, n = 2048;
       const std::vector<float> a = RandomActivations(m, k);
       std::vector<float> out(static_cast<size_t>(m * n));
-      for (DType type : gemm_types) {
-        Weights w = MakeWeights(type, n, k, 2);
+      for (Variant type : gemm_types) {
+        Weights w;
+        if (Status made = MakeVariant(kt, type, n, k, 2, &w); !made.ok()) {
+          std::fprintf(stderr, "vlmd-bench: %s\n", made.ToString().c_str());
+          return 1;
+        }
         Status st;
         const double sec = MedianSeconds(opts.quick ? 3 : 5, [&] {
           st = engine::ops::MatMul(kt, &pool, w.view, a.data(), m, k, out.data(), n, &scratch);
@@ -125,7 +162,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
           std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
           return 1;
         }
-        rows.push_back({"gemm", type, m, n, k, threads, sec * 1e3, 2.0 * m * n * k / sec / 1e9,
+        rows.push_back({"gemm", type.name(), m, n, k, threads, sec * 1e3, 2.0 * m * n * k / sec / 1e9,
                         peaks[threads]});
       }
     }
@@ -135,7 +172,9 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   std::printf("vlmd-bench kernels | cpu: %s | kernels: %s | fma peak probe: %s\n",
               cpu.brand.c_str(), std::string(engine::kernels::IsaName(*isa)).c_str(), FmaPeakIsa());
   for (auto [t, p] : peaks) std::printf("measured f32 FMA peak, %d thread(s): %.1f GFLOP/s\n", t, p);
-  std::printf("\n%-5s %-5s %5s %5s %5s %3s %9s %12s %12s %6s\n", "path", "type", "M", "N", "K",
+  std::printf("(type/pk: the packed int8 layout of that type; f16->i8: F16 weights quantized to\n"
+              " int8 blocks at load, the fast precision. GEMV bytes are those of the layout read.)\n");
+  std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s\n", "path", "type", "M", "N", "K",
               "thr", "ms", "achieved", "bound", "ratio");
   nlohmann::json j;
   j["cpu"] = cpu.brand;
@@ -144,12 +183,12 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   for (auto [t, p] : peaks) j["fma_peak_gflops"][std::to_string(t)] = p;
   for (const Row& r : rows) {
     const bool gemv = r.kind == "gemv";
-    std::printf("%-5s %-5s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f\n",
-                r.kind.c_str(), std::string(DTypeName(r.type)).c_str(),
+    std::printf("%-5s %-7s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f\n",
+                r.kind.c_str(), r.type.c_str(),
                 static_cast<long long>(r.m), static_cast<long long>(r.n),
                 static_cast<long long>(r.k), r.threads, r.ms, r.value, gemv ? "GB/s" : "GF/s",
                 r.bound, gemv ? "GB/s" : "GF/s", r.value / r.bound);
-    j["results"].push_back({{"path", r.kind}, {"type", std::string(DTypeName(r.type))},
+    j["results"].push_back({{"path", r.kind}, {"type", r.type},
                             {"m", r.m}, {"n", r.n}, {"k", r.k}, {"threads", r.threads},
                             {"ms", r.ms}, {gemv ? "gb_s" : "gflop_s", r.value},
                             {gemv ? "bandwidth_gb_s" : "peak_gflop_s", r.bound},

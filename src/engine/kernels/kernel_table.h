@@ -43,6 +43,10 @@ struct MatmulArgs {
 };
 // Computes the output block rows [m0, m1) x columns [n0, n1).
 using MatmulFn = void (*)(const MatmulArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+// Packed int8 matmul (packed_int8.h): out rows [m0, m1) x the 16-column panels [p0, p1).
+struct PackedMatmulArgs;
+using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                                int64_t p1);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
 using ConvertRowFn = void (*)(const float* x, void* y, int64_t k);
 
@@ -86,6 +90,9 @@ struct KernelTable {
   std::array<DType, kMaxDType> act_type{};
   // f32 -> activation format, indexed by the activation DType id.
   std::array<ConvertRowFn, kMaxDType> convert_act{};
+  // Matmul over weights repacked at load (PackedMatrix). nullptr: this ISA keeps the GGUF row
+  // layout (the engine then does not pack).
+  PackedMatmulFn packed_matmul = nullptr;
 
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;

@@ -7,23 +7,53 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/kernels/packed_int8.h"
 #include "engine/tensor/dtype.h"
 
 namespace vlmd::engine::ops {
 
 // A weight matrix W [n, k] as stored in GGUF: n rows of k elements of `dtype`, row r at
 // data + r * row_bytes. row_bytes == 0 means densely packed (RowBytes(dtype, k)). Not owned.
+// `packed`, when set, is the same matrix repacked for the packed int8 matmul (PackWeight); MatMul
+// uses it when the kernel table has that kernel, else the GGUF rows.
 struct WeightView {
   DType dtype = DType::kF32;
   int64_t n = 0;  // output features (rows of W)
   int64_t k = 0;  // input features (reduction length)
   const void* data = nullptr;
   size_t row_bytes = 0;
+  const kernels::PackedMatrix* packed = nullptr;
 };
+
+// How far the engine may round beyond the GGUF weights and the reference implementation.
+//   kExact: f32 accumulation; activations quantized only where the reference does it too (Q8_0
+//           blocks against integer weights). What the parity tests run.
+//   kFast:  F32/F16/BF16 weight matrices are also quantized to int8 blocks (Q8_0 rule) and run
+//           on the packed int8 matmul, several times the f32 FMA rate. The tools' default.
+enum class Precision : uint8_t { kExact = 0, kFast = 1 };
+std::string_view PrecisionName(Precision p);  // "exact" | "fast"
+std::optional<Precision> ParsePrecision(std::string_view name);
+
+// Weight packing at model load: the kernel table decides whether packing is used at all (nullptr
+// or a table without packed_matmul: never), the precision which weight types are packed.
+struct WeightPacking {
+  const kernels::KernelTable* kt = nullptr;
+  Precision precision = Precision::kExact;
+};
+// Owner of a model's packed matrices (the views point into it).
+using PackedStore = std::vector<std::unique_ptr<kernels::PackedMatrix>>;
+
+// Packs *w when `packing` allows it for w->dtype (Q8_0 / Q4_0 always; F32 / F16 / BF16 in kFast;
+// k a multiple of 32), appends the packed matrix to *store and points w->packed at it. Otherwise
+// leaves *w as it is. Errors: the allocation or a conversion failed.
+Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store);
 
 // Caller-owned scratch for the converted activations. Grows to the largest request seen and is
 // then reused, so a warmed-up decode loop does not allocate. Not thread-safe: one per caller.

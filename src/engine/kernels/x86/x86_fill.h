@@ -13,5 +13,6 @@ void FillAvx2FloatMatmul(KernelTable* t);       // avx2/float_matmul_avx2.cpp
 void FillAvx512FloatMatmul(KernelTable* t);     // avx512/float_matmul_avx512.cpp
 void FillAvx512VnniQuantMatmul(KernelTable* t);   // avx512vnni/quant_matmul_vnni.cpp
 void FillAvx512VnniKQuantMatmul(KernelTable* t);  // avx512vnni/kquant_matmul_vnni.cpp
+void FillAvx512VnniPackedMatmul(KernelTable* t);  // avx512vnni/packed_matmul_vnni.cpp
 
 }  // namespace vlmd::engine::kernels

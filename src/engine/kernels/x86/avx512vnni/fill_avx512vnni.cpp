@@ -7,6 +7,7 @@ namespace vlmd::engine::kernels {
 void FillAvx512VnniKernels(KernelTable* t) {
   FillAvx512VnniQuantMatmul(t);
   FillAvx512VnniKQuantMatmul(t);
+  FillAvx512VnniPackedMatmul(t);
 }
 
 }  // namespace vlmd::engine::kernels

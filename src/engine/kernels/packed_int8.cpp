@@ -1,0 +1,165 @@
+// Packing into the panel layout of packed_int8.h, and the scalar reference packed matmul.
+#include "engine/kernels/packed_int8.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/fp16.h"
+#include "engine/tensor/quant_blocks.h"
+#include "engine/tensor/quantize.h"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+template <typename T>
+T* AlignedArray(size_t count) {
+  const size_t bytes = (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+  return static_cast<T*>(std::aligned_alloc(kAlign, bytes == 0 ? kAlign : bytes));
+}
+
+// Element e (0..31) of a Q4_0 block: its nibble 0..15 (low nibbles hold 0..15, high 16..31).
+inline uint8_t Q4Nibble(const BlockQ4_0& b, int e) {
+  return e < 16 ? (b.qs[e] & 0x0F) : (b.qs[e - 16] >> 4);
+}
+
+}  // namespace
+
+void PackedMatrix::AlignedFree::operator()(void* p) const { std::free(p); }
+
+bool PackedMatrix::CanPack(DType dtype) {
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kF32 ||
+         dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+size_t PackedMatrix::bytes() const {
+  const size_t units = static_cast<size_t>(panels_ * blocks());
+  return units * (qs_bytes_per_block() + kPanelCols * sizeof(uint16_t));
+}
+
+Result<std::unique_ptr<PackedMatrix>> PackedMatrix::Pack(DType dtype, const void* data,
+                                                         size_t row_bytes, int64_t n, int64_t k) {
+  if (!CanPack(dtype)) {
+    return InvalidArgumentError("PackedMatrix: cannot pack " + std::string(DTypeName(dtype)));
+  }
+  if (n < 1 || k < kPackBlock || k % kPackBlock != 0 || data == nullptr) {
+    return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(n) +
+                                " k=" + std::to_string(k) + " (k must be a multiple of 32)");
+  }
+  const auto min_row = RowBytes(dtype, k);
+  if (!min_row || row_bytes < *min_row) {
+    return InvalidArgumentError("PackedMatrix: row_bytes " + std::to_string(row_bytes) +
+                                " is smaller than a row");
+  }
+  std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
+  pm->format_ = dtype == DType::kQ4_0 ? PackedFormat::kQ4 : PackedFormat::kQ8;
+  pm->n_ = n;
+  pm->k_ = k;
+  pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
+  const int64_t nb = k / kPackBlock;
+  const size_t units = static_cast<size_t>(pm->panels_ * nb);
+  pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
+  pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
+  if (!pm->qs_ || !pm->scales_) {
+    return ResourceExhaustedError("PackedMatrix: cannot allocate " +
+                                  std::to_string(pm->bytes()) + " bytes");
+  }
+  // Padding columns: zero scale and a zero weight (the offset value), so they contribute 0.
+  std::memset(pm->qs_.get(), pm->format_ == PackedFormat::kQ8 ? 128 : 0x88,
+              units * pm->qs_bytes_per_block());
+  std::memset(pm->scales_.get(), 0, units * kPanelCols * sizeof(uint16_t));
+
+  const auto* base = static_cast<const uint8_t*>(data);
+  std::vector<float> f32_row;
+  std::vector<BlockQ8_0> q8_row;
+  if (dtype != DType::kQ8_0 && dtype != DType::kQ4_0) {
+    f32_row.resize(static_cast<size_t>(k));
+    q8_row.resize(static_cast<size_t>(nb));
+  }
+  for (int64_t col = 0; col < n; ++col) {
+    const int64_t p = col / kPanelCols;
+    const int j = static_cast<int>(col % kPanelCols);
+    const uint8_t* row = base + static_cast<size_t>(col) * row_bytes;
+    if (pm->format_ == PackedFormat::kQ4) {
+      const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* qs = pm->qs_.get() + (p * nb + b) * 256;
+        for (int c = 0; c < 4; ++c) {
+          for (int r = 0; r < 4; ++r) {
+            qs[c * 64 + j * 4 + r] = static_cast<uint8_t>(
+                Q4Nibble(blocks[b], 8 * c + r) | (Q4Nibble(blocks[b], 8 * c + 4 + r) << 4));
+          }
+        }
+        pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
+      }
+      continue;
+    }
+    const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
+    if (dtype != DType::kQ8_0) {
+      VLMD_RETURN_IF_ERROR(DequantizeRow(dtype, row, f32_row.data(), k));
+      quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), k);
+      blocks = q8_row.data();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* qs = pm->qs_.get() + (p * nb + b) * 512;
+      for (int q = 0; q < 8; ++q) {
+        for (int r = 0; r < 4; ++r) {
+          qs[q * 64 + j * 4 + r] = static_cast<uint8_t>(blocks[b].qs[4 * q + r] + 128);
+        }
+      }
+      pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
+    }
+  }
+  return pm;
+}
+
+void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(row);
+  for (int64_t b = 0; b < k / kPackBlock; ++b) {
+    int32_t s = 0;
+    for (int e = 0; e < kPackBlock; ++e) s += blocks[b].qs[e];
+    sums[b] = s;
+  }
+}
+
+void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const bool q4 = w.format() == PackedFormat::kQ4;
+  for (int64_t m = m0; m < m1; ++m) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(args.a + m * args.a_row_bytes);
+    const int32_t* sums = args.a_sums + m * nb;
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int j = 0; j < kPanelCols; ++j) {
+        const int64_t col = p * kPanelCols + j;
+        if (col >= w.n()) break;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* qs = w.qs(p, b);
+          int32_t dot = -w.offset() * sums[b];
+          for (int e = 0; e < kPackBlock; ++e) {
+            int u;
+            if (q4) {
+              const int c = e / 8, r = e % 4;
+              const uint8_t byte = qs[c * 64 + j * 4 + r];
+              u = (e % 8) < 4 ? (byte & 0x0F) : (byte >> 4);
+            } else {
+              u = qs[(e / 4) * 64 + j * 4 + e % 4];
+            }
+            dot += u * a[b].qs[e];
+          }
+          const float d = F16ToF32(w.scales(p, b)[j]) * F16ToF32(a[b].d);
+          acc = std::fma(static_cast<float>(dot), d, acc);  // as the kernels do
+        }
+        args.out[m * args.out_stride + col] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace vlmd::engine::kernels

@@ -1,0 +1,90 @@
+// Packed int8 weights: a weight matrix repacked once at load into the layout the VNNI micro-kernel
+// wants, so that one 512-bit vpdpbusd computes 4 k-steps of 16 output columns at once, with the
+// activation's 4 bytes broadcast. The row-major GGUF layout needs a horizontal sum per output
+// instead, which is what makes the plain Q4_0/Q8_0 kernels compute-bound.
+//
+// Layout: the n output columns are cut into panels of kPanelCols (the last one zero-padded); for
+// each panel p and each 32-element k block b there are
+//   qs     : kQ8: 512 bytes, byte [q * 64 + j * 4 + r] = u8(w[16p + j][32b + 4q + r] + 128)
+//                 (q = 0..7 k-quads, j = 0..15 columns, r = 0..3)
+//            kQ4: 256 bytes, byte [c * 64 + j * 4 + r] = w4[.. 32b + 8c + r] | w4[.. 32b + 8c + 4 + r] << 4
+//                 (c = 0..3; w4 = the Q4_0 nibble 0..15, i.e. the weight / d + 8)
+//   scales : 16 f16 values d (one per column; 0 in padding columns)
+// stored panel-major (p, then b), qs and scales in two arrays. The weight is d * (u - offset) with
+// offset 128 (kQ8) or 8 (kQ4); the offset term is subtracted through the activation block sums.
+//
+// Exactness: Q8_0 and Q4_0 rows repack bit for bit (the same integers and scales as the GGUF
+// blocks). F32/F16/BF16 rows are quantized to Q8_0 blocks (round to nearest, ggml's rule) first:
+// that is the engine's `fast` precision, never used in `exact`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+#include "engine/tensor/dtype.h"
+
+namespace vlmd::engine::kernels {
+
+inline constexpr int kPanelCols = 16;
+inline constexpr int kPackBlock = 32;
+
+enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1 };
+
+class PackedMatrix {
+ public:
+  // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ8 from
+  // Q8_0, F32, F16 or BF16. INVALID_ARGUMENT for other types, k not a multiple of 32, n < 1, or
+  // row_bytes too small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
+  static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,
+                                                    size_t row_bytes, int64_t n, int64_t k);
+  // True when Pack accepts the type (k and n aside).
+  static bool CanPack(DType dtype);
+
+  PackedFormat format() const { return format_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  int64_t panels() const { return panels_; }
+  int64_t blocks() const { return k_ / kPackBlock; }
+  int offset() const { return format_ == PackedFormat::kQ8 ? 128 : 8; }
+  size_t qs_bytes_per_block() const { return format_ == PackedFormat::kQ8 ? 512 : 256; }
+  const uint8_t* qs(int64_t panel, int64_t block) const {
+    return qs_.get() + (panel * blocks() + block) * qs_bytes_per_block();
+  }
+  const uint16_t* scales(int64_t panel, int64_t block) const {
+    return scales_.get() + (panel * blocks() + block) * kPanelCols;
+  }
+  size_t bytes() const;  // memory held
+
+ private:
+  struct AlignedFree {
+    void operator()(void* p) const;
+  };
+  PackedMatrix() = default;
+
+  PackedFormat format_ = PackedFormat::kQ8;
+  int64_t n_ = 0, k_ = 0, panels_ = 0;
+  std::unique_ptr<uint8_t, AlignedFree> qs_;
+  std::unique_ptr<uint16_t, AlignedFree> scales_;
+};
+
+// Activation rows for the packed matmul: Q8_0 blocks (as the plain Q4_0/Q8_0 kernels use) plus,
+// per row and block, the sum of the 32 quants (for the offset correction).
+struct PackedMatmulArgs {
+  const PackedMatrix* w = nullptr;
+  const uint8_t* a = nullptr;  // BlockQ8_0 rows, row m at a + m * a_row_bytes
+  size_t a_row_bytes = 0;
+  const int32_t* a_sums = nullptr;  // row m, block b at a_sums[m * w->blocks() + b]
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Scalar reference of the packed matmul (what the SIMD kernels are tested against): per column,
+// the same integer block dots and f32 scaling as the kernels, accumulated block by block.
+void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+
+// Fills sums[b] = sum of the 32 quants of block b of one BlockQ8_0 row of k elements.
+void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums);
+
+}  // namespace vlmd::engine::kernels

@@ -1,0 +1,155 @@
+// AVX512-VNNI micro-kernel of the packed int8 matmul (layout in packed_int8.h).
+//
+// One tile is MR activation rows x NV panels (16 columns each). Per 32-element block: the int32
+// accumulators start at -offset * sum(a) (the weights are stored as unsigned w + offset), then
+// each k-quad is one vpdpbusd per (row, panel) with the row's 4 activation bytes broadcast; the
+// block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one FMA.
+// The arithmetic is exactly that of PackedMatmulRef (same integers, same roundings).
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "engine/kernels/packed_int8.h"
+#include "engine/kernels/x86/x86_fill.h"
+#include "engine/tensor/quant_blocks.h"
+
+// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <bool kQ4, int MR, int NV>
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const int32_t offset = w.offset();
+  const size_t qstep = w.qs_bytes_per_block();
+  const BlockQ8_0* a[MR];
+  const int32_t* sums[MR];
+  for (int i = 0; i < MR; ++i) {
+    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
+    sums[i] = args.a_sums + (m + i) * nb;
+  }
+  const uint8_t* wq[NV];
+  const uint16_t* ws[NV];
+  for (int v = 0; v < NV; ++v) {
+    wq[v] = w.qs(p + v, 0);
+    ws[v] = w.scales(p + v, 0);
+  }
+  __m512 f[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) f[i][v] = _mm512_setzero_ps();
+
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i acc[MR][NV];
+    for (int i = 0; i < MR; ++i) {
+      const __m512i bias = _mm512_set1_epi32(-offset * sums[i][b]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = bias;
+    }
+    if constexpr (kQ4) {
+      const __m512i low4 = _mm512_set1_epi8(0x0F);
+      for (int c = 0; c < 4; ++c) {
+        __m512i al[MR], ah[MR];
+        for (int i = 0; i < MR; ++i) {
+          al[i] = Broadcast4(a[i][b].qs + 8 * c);
+          ah[i] = Broadcast4(a[i][b].qs + 8 * c + 4);
+        }
+        for (int v = 0; v < NV; ++v) {
+          const __m512i raw = _mm512_load_si512(wq[v] + c * 64);
+          const __m512i lo = _mm512_and_si512(raw, low4);
+          for (int i = 0; i < MR; ++i) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], lo, al[i]);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+          for (int i = 0; i < MR; ++i) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], hi, ah[i]);
+        }
+      }
+    } else {
+      for (int q = 0; q < 8; ++q) {
+        __m512i wv[NV];
+        for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_si512(wq[v] + q * 64);
+        for (int i = 0; i < MR; ++i) {
+          const __m512i av = Broadcast4(a[i][b].qs + 4 * q);
+          for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], wv[v], av);
+        }
+      }
+    }
+    __m512 dw[NV];
+    for (int v = 0; v < NV; ++v) {
+      dw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ws[v])));
+      wq[v] += qstep;
+      ws[v] += kPanelCols;
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512 da = _mm512_set1_ps(_cvtsh_ss(a[i][b].d));
+      for (int v = 0; v < NV; ++v) {
+        f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dw[v], da), f[i][v]);
+      }
+    }
+  }
+
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+    for (int v = 0; v < NV; ++v) {
+      const int64_t col = (p + v) * kPanelCols;
+      const int64_t left = w.n() - col;
+      if (left >= kPanelCols) {
+        _mm512_storeu_ps(out + col, f[i][v]);
+      } else {
+        _mm512_mask_storeu_ps(out + col, static_cast<__mmask16>((1u << left) - 1), f[i][v]);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
+constexpr int kMaxMR = 4, kMaxNV = 4;
+
+template <bool kQ4, int... I>
+constexpr std::array<TileFn, kMaxMR * kMaxNV> MakeTiles(std::integer_sequence<int, I...>) {
+  return {&Tile<kQ4, I / kMaxNV + 1, I % kMaxNV + 1>...};
+}
+template <bool kQ4>
+constexpr auto kTiles = MakeTiles<kQ4>(std::make_integer_sequence<int, kMaxMR * kMaxNV>());
+
+// Panels per tile for a tile height: what fits the 32 vector registers (accumulators, f32 sums,
+// weight vectors and broadcasts) without spilling.
+constexpr int PanelsPerTile(bool q4, int64_t rows) {
+  if (rows <= 2) return 4;
+  return q4 ? 2 : 3;
+}
+
+template <bool kQ4>
+void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int nv_max = PanelsPerTile(kQ4, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
+  for (int64_t p = p0; p < p1; p += nv_max) {
+    const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
+    for (int64_t m = m0; m < m1; m += kMaxMR) {
+      const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
+      kTiles<kQ4>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p);
+    }
+  }
+}
+
+void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                          int64_t p1) {
+  if (args.w->format() == PackedFormat::kQ4) {
+    PackedMatmulVnni<true>(args, m0, m1, p0, p1);
+  } else {
+    PackedMatmulVnni<false>(args, m0, m1, p0, p1);
+  }
+}
+
+}  // namespace
+
+void FillAvx512VnniPackedMatmul(KernelTable* t) { t->packed_matmul = &PackedMatmulDispatch; }
+
+}  // namespace vlmd::engine::kernels
