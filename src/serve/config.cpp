@@ -84,7 +84,7 @@ std::string Resolve(const std::string& base_dir, const std::string& p) {
 
 Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_defaults) {
   VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
-                                      "ctx", "image_cache_mb", "token_budget", "max_images",
+                                      "ctx", "precision", "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
                                       "image_url_hosts"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
@@ -95,6 +95,13 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_batch", &model_defaults->scheduler.max_batch));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("queue", &model_defaults->scheduler.queue_size));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("ctx", &model_defaults->engine.n_ctx));
+  if (s.has("precision")) {
+    std::string name;
+    VLMD_RETURN_IF_ERROR(s.Get("precision", &name));
+    auto p = engine::ops::ParsePrecision(name);
+    if (!p) return InvalidArgumentError(s.path("precision") + ": expected \"exact\" or \"fast\"");
+    model_defaults->engine.precision = *p;
+  }
   int64_t cache_mb = int64_t(model_defaults->image_cache_bytes >> 20);
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("image_cache_mb", &cache_mb));
   model_defaults->image_cache_bytes = uint64_t(cache_mb) << 20;

@@ -3,6 +3,9 @@
 // embeddings injected at their positions), then the last-position logits must be within the
 // stated NMSE of llama.cpp's, and greedy decoding must give the same ids (base: all 16; quantized:
 // teacher-forced at every step whose golden top-1/top-2 gap is >= 1.0).
+// Each case runs on the GGUF row layout and on the packed int8 layout (exact precision: the same
+// arithmetic, Q8_0 / Q4_0 weights only), and in fast precision (float weights as int8 blocks too),
+// which is held to the quantized tolerance and gap rule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,10 +27,12 @@ struct ParityCase {
   std::string fixture;
   std::string name;
   std::string variant;  // base | q8_0 | q4_0 | q4_k
+  std::string layout;   // gguf (no packing) | packed (exact precision) | fast
 };
 
 std::string CaseName(const ::testing::TestParamInfo<ParityCase>& info) {
-  std::string s = info.param.fixture + "_" + info.param.name + "_" + info.param.variant;
+  std::string s = info.param.fixture + "_" + info.param.name + "_" + info.param.variant + "_" +
+                  info.param.layout;
   for (char& ch : s) {
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
@@ -98,7 +103,11 @@ TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
   const json& v = (*c)["variants"][pc.variant];
   auto file = gguf::GgufFile::Open(vlmd::testing::FixturePath(pc.fixture + "/" + v["model"].get<std::string>()));
   ASSERT_TRUE(file.ok()) << file.status().ToString();
-  auto model = LlamaModel::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)));
+  ops::WeightPacking packing;
+  if (pc.layout != "gguf") {
+    packing = {ctx_.kernels, pc.layout == "fast" ? ops::Precision::kFast : ops::Precision::kExact};
+  }
+  auto model = LlamaModel::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)), packing);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto cache = (*model)->NewCache(256);
 
@@ -107,7 +116,8 @@ TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
   if (HasFatalFailure()) return;
   const std::vector<float> ref = vlmd::testing::ReadF32File(
       vlmd::testing::FixturePath(pc.fixture + "/" + v["logits_file"].get<std::string>()));
-  const double tol = pc.variant == "base" ? golden["tolerance"]["logits_nmse_base"].get<double>()
+  const bool exact_rules = pc.variant == "base" && pc.layout != "fast";
+  const double tol = exact_rules ? golden["tolerance"]["logits_nmse_base"].get<double>()
                                           : golden["tolerance"]["logits_nmse_quantized"].get<double>();
   const double nmse = vlmd::testing::Nmse(logits, ref);
   EXPECT_LE(nmse, tol) << "prompt logits NMSE";
@@ -122,7 +132,7 @@ TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
   for (size_t step = 0; step < ids.size(); ++step) {
     const int32_t argmax = static_cast<int32_t>(
         std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (pc.variant == "base" || gaps[step] >= gap_threshold) {
+    if (exact_rules || gaps[step] >= gap_threshold) {
       EXPECT_EQ(argmax, ids[step]) << "greedy step " << step << " (golden gap " << gaps[step] << ")";
     }
     const int32_t tok = ids[step], seq = 0, row = 0;
@@ -140,7 +150,9 @@ std::vector<ParityCase> AllCases() {
     const json golden = LoadGolden(fixture);
     for (const json& c : golden["cases"]) {
       for (const char* variant : {"base", "q8_0", "q4_0", "q4_k"}) {
-        out.push_back({fixture, c["name"].get<std::string>(), variant});
+        for (const char* layout : {"gguf", "packed", "fast"}) {
+          out.push_back({fixture, c["name"].get<std::string>(), variant, layout});
+        }
       }
     }
   }

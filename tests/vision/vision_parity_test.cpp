@@ -127,6 +127,32 @@ TEST(VisionStructureTest, TilesAndTokensPerTile) {
   EXPECT_FALSE(PreprocessImage(llava->encoder->config(), View(bad)).ok());
 }
 
+// Fast precision (float matrices as int8 blocks on the packed matmul) stays within image-embedding
+// NMSE 1e-3 of exact on every fixture image: the bound for `--precision fast`.
+TEST(VisionFastPrecisionTest, WithinNmse1e3OfExact) {
+  for (const std::string fixture : {"tiny-llava", "tiny-smolvlm"}) {
+    std::string error;
+    auto exact = LoadEncoder(fixture, &error);
+    ASSERT_NE(exact->encoder, nullptr) << error;
+    auto fast = LoadEncoder(fixture, &error, engine::ops::Precision::kFast);
+    ASSERT_NE(fast->encoder, nullptr) << error;
+    if (fast->ctx.kernels->packed_matmul == nullptr) GTEST_SKIP() << "no packed matmul on this CPU";
+    for (const ImageCase& ic : ImageCases(fixture)) {
+      SCOPED_TRACE(fixture + "/" + ic.name);
+      const auto img = ReadPngRgb(FixturePath(fixture + "/" + ic.image));
+      auto pre = PreprocessImage(exact->encoder->config(), View(img));
+      ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+      auto want = exact->encoder->Encode(pre->pixels.data(), pre->n_tiles, &exact->ctx);
+      auto got = fast->encoder->Encode(pre->pixels.data(), pre->n_tiles, &fast->ctx);
+      ASSERT_TRUE(want.ok() && got.ok());
+      const double nmse = Nmse(*got, *want);
+      std::printf("[ fast   ] %s/%s: NMSE vs exact %.3g\n", fixture.c_str(), ic.name.c_str(), nmse);
+      EXPECT_GT(nmse, 0.0) << "the fast encoder did not take the int8 path";
+      EXPECT_LE(nmse, 1e-3);
+    }
+  }
+}
+
 // Encoding A, then B (another tile count), then A again gives A's first result bit for bit, and
 // a batch of tiles equals the tiles encoded one at a time: no shape state survives a call.
 TEST(VisionStatelessTest, AlternatingSizesAndBatching) {

@@ -36,22 +36,33 @@ struct LoadedEncoder {
 };
 
 // Loads `fixture`/mmproj.gguf; the encoder is null when loading failed (the test reports it).
-inline std::unique_ptr<LoadedEncoder> LoadEncoder(const std::string& fixture, std::string* error) {
+// `precision`: kExact loads the GGUF rows as they are; kFast packs float matrices as int8 blocks
+// for this CPU's packed matmul (when it has one).
+inline std::unique_ptr<LoadedEncoder> LoadEncoder(
+    const std::string& fixture, std::string* error,
+    engine::ops::Precision precision = engine::ops::Precision::kExact) {
   auto le = std::make_unique<LoadedEncoder>();
   auto file = engine::gguf::GgufFile::Open(FixturePath(fixture + "/mmproj.gguf"));
   if (!file.ok()) {
     *error = file.status().ToString();
     return le;
   }
+  auto isa = engine::kernels::SelectIsa();
+  if (!isa.ok()) {
+    *error = isa.status().ToString();
+    return le;
+  }
+  const auto* kt = &engine::kernels::GetKernelTable(*isa);
+  engine::ops::WeightPacking packing;
+  if (precision == engine::ops::Precision::kFast) packing = {kt, precision};
   auto enc = engine::models::VisionEncoder::Load(
-      std::shared_ptr<const engine::gguf::GgufFile>(std::move(*file)));
+      std::shared_ptr<const engine::gguf::GgufFile>(std::move(*file)), packing);
   if (!enc.ok()) {
     *error = enc.status().ToString();
     return le;
   }
   le->encoder = std::move(*enc);
-  auto isa = engine::kernels::SelectIsa();
-  le->ctx.kernels = &engine::kernels::GetKernelTable(*isa);
+  le->ctx.kernels = kt;
   le->pool = std::make_unique<ThreadPool>(2);
   le->ctx.pool = le->pool.get();
   return le;

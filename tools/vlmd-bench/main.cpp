@@ -17,13 +17,19 @@ int main(int argc, char** argv) {
   kernels->add_flag("--quick", kopts.quick, "fewer shapes and repetitions");
   kernels->add_option("--json", kopts.json_path, "also write JSON to this file ('-' = stdout)");
   vlmd::bench::ModelBenchOptions mopts;
-  CLI::App* model = app.add_subcommand("model", "prefill / decode tokens/s of a text model");
+  CLI::App* model = app.add_subcommand("model", "prefill / decode tokens/s of a text model; image encode time with --mmproj");
   model->add_option("-m,--model", mopts.model_path, "text model GGUF")->required();
+  model->add_option("--mmproj", mopts.mmproj_path, "vision GGUF: also measure image encoding");
+  model->add_option("--image-size", mopts.image_side, "side of the square test image (pixels)")
+      ->capture_default_str();
   model->add_option("-t,--threads", mopts.threads, "thread counts to run (default: 1 2)");
   model->add_option("-p,--prompt-tokens", mopts.prompt_tokens, "prefill length")->capture_default_str();
   model->add_option("-n,--gen-tokens", mopts.gen_tokens, "decode length")->capture_default_str();
   model->add_option("-r,--reps", mopts.reps, "repetitions (median)")->capture_default_str();
   model->add_flag("--json", mopts.json, "print JSON");
+  model->add_option("--precision", mopts.precision, "exact | fast (float weights as int8 blocks)")
+      ->check(CLI::IsMember({"exact", "fast"}))
+      ->capture_default_str();
   vlmd::bench::ServeBenchOptions sopts;
   CLI::App* serve = app.add_subcommand("serve", "images/s and latency of a running vlmd server");
   serve->add_option("--url", sopts.url, "server base URL, e.g. http://127.0.0.1:8080")->required();

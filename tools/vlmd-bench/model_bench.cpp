@@ -1,6 +1,7 @@
 // `vlmd-bench model` (see model_bench.h). Prefill: one 512-token prompt of random ids (as
 // llama-bench's pp512); decode: 128 greedy tokens from a 1-token prompt (as tg128). Medians of
-// `reps` runs.
+// `reps` runs. With --mmproj also the encode time of one square image (tiles as the model's
+// preprocessing makes them) and its GFLOP/s against the f32 FMA peak measured in the same run.
 #include "model_bench.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
+#include "engine/image/image.h"
 #include "engine/runtime/text_engine.h"
 #include "engine/tensor/dtype.h"
 #include "machine_limits.h"
@@ -24,6 +26,54 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Multiply-adds x 2 of one encoder tile: patch embedding, per block the four attention
+// projections, QK^T and PV over all positions, and the two FFN matrices (norms, softmax and
+// activations are not counted). The projector is a few percent and is left out too.
+double VitFlopsPerTile(const engine::models::VisionConfig& c) {
+  const double pos = c.n_patches(), d = c.d_model, ff = c.d_ff;
+  const double patch = 2.0 * pos * 3.0 * c.patch_size * c.patch_size * d;
+  const double block = 2.0 * pos * (4.0 * d * d + 2.0 * d * ff) + 2.0 * 2.0 * pos * pos * d;
+  return patch + c.n_layers * block;
+}
+
+// A deterministic test picture (gradients and a grid): the encoder's time does not depend on
+// the content, the preprocessing only on the size.
+engine::image::Image TestImage(int side) {
+  engine::image::Image img;
+  img.width = img.height = side;
+  img.rgb.resize(static_cast<size_t>(side) * side * 3);
+  for (int y = 0; y < side; ++y) {
+    for (int x = 0; x < side; ++x) {
+      uint8_t* p = &img.rgb[(static_cast<size_t>(y) * side + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / side);
+      p[1] = static_cast<uint8_t>(y * 255 / side);
+      p[2] = static_cast<uint8_t>(((x / 32) + (y / 32)) % 2 ? 220 : 30);
+    }
+  }
+  return img;
+}
+
+struct EncodeResult {
+  int64_t tiles = 0;
+  double ms_per_image = 0, ms_per_tile = 0, gflops = 0;
+};
+
+Status MeasureEncode(engine::runtime::TextEngine& e, int side, int reps, EncodeResult* r) {
+  engine::runtime::ImageTimings t;
+  VLMD_ASSIGN_OR_RETURN(auto prepared, e.PreprocessDecoded(TestImage(side), 0, &t));
+  std::vector<double> ms;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // the first run warms up and is dropped
+    engine::runtime::ImageTimings ti;
+    VLMD_ASSIGN_OR_RETURN(auto encoded, e.EncodePrepared(prepared, &ti));
+    if (rep > 0) ms.push_back(ti.encode_ms);
+  }
+  r->tiles = prepared.tiles.n_tiles;
+  r->ms_per_image = Median(ms);
+  r->ms_per_tile = r->ms_per_image / static_cast<double>(r->tiles);
+  r->gflops = VitFlopsPerTile(e.vision()->config()) * r->tiles / (r->ms_per_image / 1e3) / 1e9;
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunModelBench(const ModelBenchOptions& opts) {
@@ -31,7 +81,9 @@ int RunModelBench(const ModelBenchOptions& opts) {
   for (int threads : opts.threads) {
     engine::runtime::EngineOptions eo;
     eo.threads = threads;
+    eo.precision = engine::ops::ParsePrecision(opts.precision).value_or(engine::ops::Precision::kFast);
     eo.n_ctx = opts.prompt_tokens + opts.gen_tokens + 8;
+    eo.mmproj_path = opts.mmproj_path;
     auto engine = engine::runtime::TextEngine::Load(opts.model_path, eo);
     if (!engine.ok()) {
       std::fprintf(stderr, "vlmd-bench: error: %s\n", engine.status().ToString().c_str());
@@ -69,7 +121,7 @@ int RunModelBench(const ModelBenchOptions& opts) {
     const double pp = Median(prefill), tg = Median(decode);
     nlohmann::json j = {{"model", opts.model_path},
                         {"threads", threads},
-                        {"precision", "exact"},
+                        {"precision", opts.precision},
                         {"kernel_isa", std::string(e.isa_name())},
                         {"n_layers", cfg.n_layers},
                         {"d_model", cfg.d_model},
@@ -81,6 +133,22 @@ int RunModelBench(const ModelBenchOptions& opts) {
                         {"bandwidth_gb_s", bw},
                         {"decode_bound_tok_s", bound},
                         {"decode_ratio_to_bound", tg / bound}};
+    EncodeResult enc;
+    double peak = 0;
+    if (!opts.mmproj_path.empty()) {
+      if (Status s = MeasureEncode(e, opts.image_side, opts.reps, &enc); !s.ok()) {
+        std::fprintf(stderr, "vlmd-bench: error: %s\n", s.ToString().c_str());
+        return 1;
+      }
+      peak = MeasureFmaPeak(e.pool());
+      j["image_side"] = opts.image_side;
+      j["image_tiles"] = enc.tiles;
+      j["encode_ms_per_image"] = enc.ms_per_image;
+      j["encode_ms_per_tile"] = enc.ms_per_tile;
+      j["encode_gflop_s"] = enc.gflops;
+      j["fma_peak_gflop_s"] = peak;
+      j["encode_ratio_to_peak"] = enc.gflops / peak;
+    }
     all.push_back(j);
     if (!opts.json) {
       std::printf("%s | %d thread(s) | kernels %s | weights %.1f MiB\n", opts.model_path.c_str(),
@@ -89,6 +157,12 @@ int RunModelBench(const ModelBenchOptions& opts) {
       std::printf("  decode  tg%d: %8.1f tok/s   bound %.1f tok/s (%.1f GB/s / %.1f MB per token)"
                   "   ratio %.2f\n",
                   opts.gen_tokens, tg, bound, bw, e.model().weight_bytes() / 1e6, tg / bound);
+      if (!opts.mmproj_path.empty()) {
+        std::printf("  encode %dx%d image: %lld tiles, %.1f ms per image, %.1f ms per tile, "
+                    "%.1f GFLOP/s = %.2f of the f32 FMA peak (%.1f GFLOP/s)\n",
+                    opts.image_side, opts.image_side, static_cast<long long>(enc.tiles),
+                    enc.ms_per_image, enc.ms_per_tile, enc.gflops, enc.gflops / peak, peak);
+      }
     }
   }
   if (opts.json) std::cout << (all.size() == 1 ? all[0] : all).dump(2) << "\n";

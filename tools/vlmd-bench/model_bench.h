@@ -9,10 +9,13 @@ namespace vlmd::bench {
 
 struct ModelBenchOptions {
   std::string model_path;
+  std::string mmproj_path;  // when set: also image encode time of one image_side^2 image
+  int image_side = 512;
   std::vector<int> threads = {1, 2};
   int prompt_tokens = 512;
   int gen_tokens = 128;
   int reps = 3;
+  std::string precision = "fast";  // exact | fast
   bool json = false;  // print one JSON object per thread count instead of the table
 };
 

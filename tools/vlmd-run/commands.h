@@ -34,6 +34,7 @@ struct RunOptions {
   std::vector<std::string> stop;
   int32_t threads = 0;           // -t (0 = all cores)
   int32_t n_ctx = 4096;          // -c
+  std::string precision = "fast";  // --precision exact|fast (engine::ops::Precision)
   bool raw_prompt = false;       // no chat template; special-token text is parsed
   bool json = false;             // one JSON object instead of plain text
   bool ignore_eos = false;

@@ -70,6 +70,7 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   engine::runtime::EngineOptions eo;
   eo.threads = opts.threads;
   eo.n_ctx = opts.n_ctx;
+  eo.precision = engine::ops::ParsePrecision(opts.precision).value_or(engine::ops::Precision::kFast);
   eo.mmproj_path = opts.mmproj_path;
   if (!opts.images.empty() && opts.mmproj_path.empty()) {
     return Fail(err, InvalidArgumentError("--image needs --mmproj"));

@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--stop", opts.stop, "Stop string (repeatable)");
   app.add_option("-t,--threads", opts.threads, "Threads (0 = all cores)")->capture_default_str();
   app.add_option("-c,--ctx", opts.n_ctx, "Context positions")->capture_default_str();
+  app.add_option("--precision", opts.precision,
+                 "exact: the parity reference; fast: float weights as int8 blocks too")
+      ->check(CLI::IsMember({"exact", "fast"}))
+      ->capture_default_str();
   app.add_flag("--raw-prompt", opts.raw_prompt,
                "Use the prompt as is: no chat template, special-token text parsed");
   app.add_flag("--ignore-eos", opts.ignore_eos, "Keep generating past end-of-generation tokens");

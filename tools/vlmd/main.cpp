@@ -81,6 +81,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-batch", spec.scheduler.max_batch, "sequences decoded together")->capture_default_str();
   app.add_option("--queue", spec.scheduler.queue_size, "requests waiting for a slot before 429")->capture_default_str();
   app.add_option("--ctx", spec.engine.n_ctx, "context positions per sequence")->capture_default_str();
+  std::string precision = "fast";
+  app.add_option("--precision", precision,
+                 "exact: the parity reference; fast: float weights as int8 blocks too")
+      ->check(CLI::IsMember({"exact", "fast"}))
+      ->capture_default_str();
   app.add_option("--api-key", so.guard.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
   app.add_option("--admin-key", so.guard.admin_key, "enable /admin/* with this key (or env VLMD_ADMIN_KEY)");
   app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
@@ -106,6 +111,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   spec.image_cache_bytes = static_cast<uint64_t>(image_cache_mb) << 20;
+  spec.engine.precision =
+      engine::ops::ParsePrecision(precision).value_or(engine::ops::Precision::kFast);
   so.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
   so.limits.max_image_bytes = so.max_body_bytes;
   so.prepare.decode_limits.max_bytes = so.max_body_bytes;

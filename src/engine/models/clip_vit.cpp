@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "engine/models/weights.h"
-#include "engine/ops/attention.h"
 #include "engine/ops/norm.h"
 #include "engine/ops/numerics.h"
 #include "engine/tensor/fp16.h"
@@ -77,7 +76,8 @@ Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, ops::A
   return Status::Ok();
 }
 
-Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const VisionConfig& c) {
+Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const VisionConfig& c,
+                                               const ops::WeightPacking& packing) {
   std::unique_ptr<ClipVit> m(new ClipVit());
   m->config_ = c;
   const int64_t d = c.d_model, ff = c.d_ff;
@@ -114,6 +114,9 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
     VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_out.weight", d, d));
     VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
     VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
+    for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_down}) {
+      VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
+    }
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {d}));
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {d}));
     VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {d}));
@@ -145,33 +148,66 @@ void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const
   }
 }
 
+// Full (non-causal) attention of every tile, as two f32 GEMMs per (tile, head, query block):
+// scores = Q_h K_h^T, softmax per row, out_h = P V_h. The score block is [kQueryBlock, n_pos],
+// so memory stays bounded at any tile size; the GEMMs run at the matmul kernels' rate where a
+// per-query dot over f16 rows would be bound by horizontal sums and conversions.
 Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
+  constexpr int64_t kQueryBlock = 256;
   const VisionConfig& c = config_;
-  const int64_t d = c.d_model, n = n_tiles * n_positions_;
+  const int64_t d = c.d_model, n = n_tiles * n_positions_, npos = n_positions_;
+  const int64_t hd = c.head_dim, heads = c.n_heads;
   // llama.cpp's encoder runs flash attention: K and V are cast to F16, Q is rounded to F16 for
-  // the K.Q products (F32 accumulation).
+  // the K.Q products (F32 accumulation). The f16 values are exact in f32, so the GEMMs below
+  // multiply exactly those numbers.
   for (int64_t i = 0; i < n * d; ++i) {
-    ctx->k16[i] = F32ToF16(ctx->k[i]);
-    ctx->v16[i] = F32ToF16(ctx->v[i]);
+    ctx->k[i] = RoundF16(ctx->k[i]);
+    ctx->v[i] = RoundF16(ctx->v[i]);
     ctx->q[i] = RoundF16(ctx->q[i]);
   }
-  for (int64_t t = 0; t < n_tiles; ++t) {
-    const int64_t r0 = t * n_positions_;
-    ops::AttentionArgs a;
-    a.q = ctx->q.data() + r0 * d;
-    a.k = ctx->k16.data() + r0 * d;
-    a.v = ctx->v16.data() + r0 * d;
-    a.kv_type = DType::kF16;
-    a.out = ctx->attn.data() + r0 * d;
-    a.n_q = n_positions_;
-    a.n_kv = n_positions_;
-    a.n_heads = c.n_heads;
-    a.n_kv_heads = c.n_heads;
-    a.head_dim = c.head_dim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    a.causal = false;
-    VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
+  const kernels::KernelTable& kt = *ctx->kernels;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
+  ctx->attention_work.resize(static_cast<size_t>(workers));
+  for (auto& w : ctx->attention_work) {
+    Grow(w.k_head, npos * hd);
+    Grow(w.v_head_t, hd * npos);
+    Grow(w.scores, std::min(kQueryBlock, npos) * npos);
   }
+  const int64_t q_blocks = (npos + kQueryBlock - 1) / kQueryBlock;
+  const int64_t jobs = n_tiles * heads * q_blocks;
+  std::vector<Status> errors(static_cast<size_t>(workers));
+  auto run = [&](int64_t job, int worker) {
+    const int64_t qb = job % q_blocks, h = (job / q_blocks) % heads, t = job / (q_blocks * heads);
+    const int64_t r0 = t * npos, q0 = qb * kQueryBlock, nq = std::min(kQueryBlock, npos - q0);
+    VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
+    for (int64_t j = 0; j < npos; ++j) {
+      const float* kr = ctx->k.data() + (r0 + j) * d + h * hd;
+      const float* vr = ctx->v.data() + (r0 + j) * d + h * hd;
+      std::copy_n(kr, hd, w.k_head.data() + j * hd);
+      for (int64_t e = 0; e < hd; ++e) w.v_head_t[e * npos + j] = vr[e];
+    }
+    const ops::WeightView k_view{DType::kF32, npos, hd, w.k_head.data(), 0};
+    const ops::WeightView v_view{DType::kF32, hd, npos, w.v_head_t.data(), 0};
+    Status s = ops::MatMul(kt, nullptr, k_view, ctx->q.data() + (r0 + q0) * d + h * hd, nq, d,
+                           w.scores.data(), npos, nullptr);
+    for (int64_t i = 0; s.ok() && i < nq; ++i) {
+      float* row = w.scores.data() + i * npos;
+      for (int64_t j = 0; j < npos; ++j) row[j] *= scale;
+      kt.softmax(row, npos);
+    }
+    if (s.ok()) {
+      s = ops::MatMul(kt, nullptr, v_view, w.scores.data(), nq, npos,
+                      ctx->attn.data() + (r0 + q0) * d + h * hd, d, nullptr);
+    }
+    if (!s.ok() && errors[static_cast<size_t>(worker)].ok()) errors[static_cast<size_t>(worker)] = s;
+  };
+  if (ctx->pool == nullptr || workers == 1) {
+    for (int64_t j = 0; j < jobs; ++j) run(j, 0);
+  } else {
+    ctx->pool->ParallelFor(jobs, run);
+  }
+  for (const Status& s : errors) VLMD_RETURN_IF_ERROR(s);
   return Status::Ok();
 }
 
@@ -192,10 +228,6 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
   Grow(ctx->v, n * d);
   Grow(ctx->attn, n * d);
   Grow(ctx->ff, n * ff);
-  if (static_cast<int64_t>(ctx->k16.size()) < n * d) {
-    ctx->k16.resize(n * d);
-    ctx->v16.resize(n * d);
-  }
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
   auto matmul = [&](const ops::WeightView& w, const float* in, int64_t rows, float* o) {

@@ -24,7 +24,12 @@ struct VisionContext {
   ThreadPool* pool = nullptr;  // may be nullptr (single thread)
   ops::MatmulScratch matmul_scratch;
   std::vector<float> patches, x, xn, q, k, v, attn, ff, proj_in, proj_mid;
-  std::vector<uint16_t> k16, v16;
+  // Per pool worker: one head's K [n_pos, head_dim], V transposed [head_dim, n_pos] and a block
+  // of attention scores [query rows, n_pos].
+  struct AttentionWork {
+    std::vector<float> k_head, v_head_t, scores;
+  };
+  std::vector<AttentionWork> attention_work;
 };
 
 class ClipVit {
@@ -32,7 +37,8 @@ class ClipVit {
   // Validates every tensor's presence and shape against `config`. `file` must outlive the ViT
   // (weights are views into its mapping). NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<ClipVit>> Load(const gguf::GgufFile& file,
-                                               const VisionConfig& config);
+                                               const VisionConfig& config,
+                                               const ops::WeightPacking& packing = {});
 
   const VisionConfig& config() const { return config_; }
   bool has_class_token() const { return !class_embd_.empty(); }
@@ -60,6 +66,7 @@ class ClipVit {
   VisionConfig config_;
   int64_t n_positions_ = 0;
   int32_t n_layers_used_ = 0;
+  ops::PackedStore packed_;             // owns what the views' `packed` point at
   ops::WeightView patch_w_;             // [d_model, 3 * patch * patch]
   std::vector<float> patch_b_;          // [d_model] or empty
   std::vector<float> class_embd_;       // [d_model] or empty

@@ -40,7 +40,8 @@ void RoundToF16(float* x, int64_t n) {
 
 }  // namespace
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf::GgufFile> file) {
+Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf::GgufFile> file,
+                                                     const ops::WeightPacking& packing) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->file_ = std::move(file);
   const gguf::GgufFile& f = *m->file_;
@@ -70,9 +71,15 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {c.q_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {c.kv_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {c.kv_dim()}));
-    for (const ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      bytes += w->row_bytes * static_cast<uint64_t>(w->n);
+    for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
+      bytes += w->packed ? w->packed->bytes() : w->row_bytes * static_cast<uint64_t>(w->n);
     }
+  }
+  // The head is packed on its own: a tied head keeps token_embd_ in GGUF rows for the lookup.
+  VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &m->output_, &m->packed_));
+  if (m->output_.packed) {
+    bytes += m->output_.packed->bytes() - m->output_.row_bytes * static_cast<uint64_t>(m->output_.n);
   }
   m->weight_bytes_ = bytes;
   return m;

@@ -48,8 +48,10 @@ struct ForwardContext {
 
 class LlamaModel {
  public:
-  // Validates the config and every tensor's presence and shape. Keeps `file` alive.
-  static Result<std::unique_ptr<LlamaModel>> Load(std::shared_ptr<const gguf::GgufFile> file);
+  // Validates the config and every tensor's presence and shape. Keeps `file` alive. `packing`
+  // repacks the matrices for the packed int8 matmul where it applies (ops::PackWeight).
+  static Result<std::unique_ptr<LlamaModel>> Load(std::shared_ptr<const gguf::GgufFile> file,
+                                                  const ops::WeightPacking& packing = {});
 
   const TextConfig& config() const { return config_; }
   // A cache for one sequence of up to n_ctx positions.
@@ -86,6 +88,7 @@ class LlamaModel {
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   uint64_t weight_bytes_ = 0;
+  ops::PackedStore packed_;  // owns what the views' `packed` point at
 };
 
 }  // namespace vlmd::engine::models

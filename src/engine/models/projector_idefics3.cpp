@@ -25,10 +25,12 @@ void PixelShuffle(const float* in, int64_t side, int64_t d, int64_t s, float* ou
 }
 
 Result<std::unique_ptr<Idefics3Projector>> Idefics3Projector::Load(const gguf::GgufFile& f,
-                                                                   const VisionConfig& c) {
+                                                                   const VisionConfig& c,
+                                                                   const ops::WeightPacking& packing) {
   std::unique_ptr<Idefics3Projector> p(new Idefics3Projector());
   const int64_t k = static_cast<int64_t>(c.d_model) * c.scale_factor * c.scale_factor;
   VLMD_ASSIGN_OR_RETURN(p->fc_, GetMatrix(f, "mm.model.fc.weight", k, c.projection_dim));
+  VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->fc_, &p->packed_));
   return p;
 }
 

@@ -22,7 +22,8 @@ class Idefics3Projector {
  public:
   // Reads mm.model.fc.weight [d_vit * s * s -> n_embd_text]. NOT_FOUND / INVALID_ARGUMENT.
   static Result<std::unique_ptr<Idefics3Projector>> Load(const gguf::GgufFile& file,
-                                                         const VisionConfig& config);
+                                                         const VisionConfig& config,
+                                                         const ops::WeightPacking& packing = {});
 
   int64_t tokens_per_tile(const ClipVit& vit) const {
     const int64_t g = vit.config().patches_per_side() / vit.config().scale_factor;
@@ -36,6 +37,7 @@ class Idefics3Projector {
  private:
   Idefics3Projector() = default;
   ops::WeightView fc_;
+  ops::PackedStore packed_;
 };
 
 }  // namespace vlmd::engine::models

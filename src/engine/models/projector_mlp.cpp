@@ -8,7 +8,8 @@
 namespace vlmd::engine::models {
 
 Result<std::unique_ptr<MlpProjector>> MlpProjector::Load(const gguf::GgufFile& f,
-                                                         const VisionConfig& c) {
+                                                         const VisionConfig& c,
+                                                         const ops::WeightPacking& packing) {
   std::unique_ptr<MlpProjector> p(new MlpProjector());
   const gguf::TensorInfo* t0 = f.FindTensor("mm.0.weight");
   if (t0 == nullptr) return NotFoundError("model tensor 'mm.0.weight' is missing");
@@ -17,6 +18,8 @@ Result<std::unique_ptr<MlpProjector>> MlpProjector::Load(const gguf::GgufFile& f
   VLMD_ASSIGN_OR_RETURN(p->b0_, GetOptionalF32(f, "mm.0.bias", {hidden}));
   VLMD_ASSIGN_OR_RETURN(p->w2_, GetMatrix(f, "mm.2.weight", hidden, c.projection_dim));
   VLMD_ASSIGN_OR_RETURN(p->b2_, GetOptionalF32(f, "mm.2.bias", {c.projection_dim}));
+  VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->w0_, &p->packed_));
+  VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->w2_, &p->packed_));
   return p;
 }
 

@@ -17,7 +17,8 @@ class MlpProjector {
   // Reads mm.0.{weight,bias} [d_vit -> hidden] and mm.2.{weight,bias} [hidden -> n_embd_text].
   // NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<MlpProjector>> Load(const gguf::GgufFile& file,
-                                                    const VisionConfig& config);
+                                                    const VisionConfig& config,
+                                                    const ops::WeightPacking& packing = {});
 
   // Tokens per tile: one per patch.
   int64_t tokens_per_tile(const ClipVit& vit) const { return vit.config().n_patches(); }
@@ -29,6 +30,7 @@ class MlpProjector {
  private:
   MlpProjector() = default;
   ops::WeightView w0_, w2_;
+  ops::PackedStore packed_;
   std::vector<float> b0_, b2_;
 };
 

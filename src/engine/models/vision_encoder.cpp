@@ -4,21 +4,21 @@
 namespace vlmd::engine::models {
 
 Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
-    std::shared_ptr<const gguf::GgufFile> file) {
+    std::shared_ptr<const gguf::GgufFile> file, const ops::WeightPacking& packing) {
   if (file == nullptr) return InvalidArgumentError("null mmproj file");
   std::unique_ptr<VisionEncoder> e(new VisionEncoder());
   e->file_ = std::move(file);
   const gguf::GgufFile& f = *e->file_;
   VLMD_ASSIGN_OR_RETURN(e->config_, ReadVisionConfig(f));
-  VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_));
+  VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_, packing));
   switch (e->config_.projector) {
     case ProjectorType::kMlp: {
-      VLMD_ASSIGN_OR_RETURN(e->mlp_, MlpProjector::Load(f, e->config_));
+      VLMD_ASSIGN_OR_RETURN(e->mlp_, MlpProjector::Load(f, e->config_, packing));
       e->tokens_per_tile_ = e->mlp_->tokens_per_tile(*e->vit_);
       break;
     }
     case ProjectorType::kIdefics3: {
-      VLMD_ASSIGN_OR_RETURN(e->idefics3_, Idefics3Projector::Load(f, e->config_));
+      VLMD_ASSIGN_OR_RETURN(e->idefics3_, Idefics3Projector::Load(f, e->config_, packing));
       e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
       break;
     }

@@ -19,7 +19,9 @@ class VisionEncoder {
  public:
   // Reads the config and validates every tensor. Keeps `file` alive. UNIMPLEMENTED for unknown
   // projector types; NOT_FOUND / INVALID_ARGUMENT naming a missing or misshapen tensor or key.
-  static Result<std::unique_ptr<VisionEncoder>> Load(std::shared_ptr<const gguf::GgufFile> file);
+  // `packing`: see ops::PackWeight (the ViT's and the projector's matrices).
+  static Result<std::unique_ptr<VisionEncoder>> Load(std::shared_ptr<const gguf::GgufFile> file,
+                                                     const ops::WeightPacking& packing = {});
 
   const VisionConfig& config() const { return config_; }
   int64_t tokens_per_tile() const { return tokens_per_tile_; }

@@ -32,7 +32,7 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
   std::shared_ptr<const gguf::GgufFile> shared(std::move(file));
   VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
-  VLMD_ASSIGN_OR_RETURN(e->model_, models::LlamaModel::Load(shared));
+  VLMD_ASSIGN_OR_RETURN(e->model_, models::LlamaModel::Load(shared, {e->ctx_.kernels, opts.precision}));
   if (shared->Find("tokenizer.chat_template") != nullptr) {
     auto src = shared->GetString("tokenizer.chat_template");
     if (src.ok()) e->chat_template_source_ = std::string(*src);
@@ -40,7 +40,8 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
   if (!opts.mmproj_path.empty()) {
     VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> mm, gguf::GgufFile::Open(opts.mmproj_path));
     VLMD_ASSIGN_OR_RETURN(e->vision_,
-                          models::VisionEncoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(mm))));
+                          models::VisionEncoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(mm)),
+                                                      {e->ctx_.kernels, opts.precision}));
     if (e->vision_->n_embd() != e->model_->config().d_model) {
       return InvalidArgumentError("the mmproj projects to width " + std::to_string(e->vision_->n_embd()) +
                                   " but the text model's embedding width is " +

@@ -28,6 +28,9 @@ struct EngineOptions {
   int32_t threads = 0;     // 0: all cores
   int32_t n_ctx = 4096;    // positions per sequence
   int32_t n_batch = 512;   // prompt rows per forward call
+  // kExact: the parity reference (the library default); kFast: float weights on the packed int8
+  // matmul too (the tools' default). See ops::Precision.
+  ops::Precision precision = ops::Precision::kExact;
 };
 
 struct GenerateResult {
