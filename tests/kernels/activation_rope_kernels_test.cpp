@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
 #include <functional>
 #include <string>
 #include <vector>
@@ -131,6 +134,36 @@ TEST(OpKernels, SwiGluMatchesRef) {
       t.swiglu(a.data(), in_b.data(), in_b.data(), n);
       EXPECT_EQ(in_a, got) << "swiglu y=a isa=" << IsaName(isa) << " n=" << n;
       EXPECT_EQ(in_b, got) << "swiglu y=b isa=" << IsaName(isa) << " n=" << n;
+    }
+  }
+}
+
+// f32 -> f16 -> f32 rounding: every ISA bit-equal to the reference (ties to even, f16
+// subnormals, overflow to inf, NaN stays NaN), in place and out of place.
+TEST(OpKernels, RoundF16IsBitExact) {
+  std::vector<float> x = RandomNormal(1000, 5, 100.0f);
+  const float specials[] = {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,  // ties
+                            65504.0f, 65520.0f, -70000.0f, 6e-8f, 3e-8f, 1e-5f, -2.98e-8f,
+                            std::numeric_limits<float>::infinity(), 1e-40f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 7] = specials[i];
+  x[999] = std::numeric_limits<float>::quiet_NaN();
+  const KernelTable& ref = GetKernelTable(Isa::kRef);
+  std::vector<float> want(x.size());
+  ref.round_f16(x.data(), want.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(want[7 * 2], 1.0f);                  // tie to even
+  EXPECT_EQ(want[7 * 3], 1.0f + 4.0f / 2048);    // tie to even, upwards
+  EXPECT_TRUE(std::isinf(want[7 * 5]));          // 65520 overflows
+  for (Isa isa : AvailableIsas()) {
+    for (int64_t n : kLengths) {
+      if (n > static_cast<int64_t>(x.size())) continue;
+      std::vector<float> got(n), in_place(x.begin(), x.begin() + n);
+      GetKernelTable(isa).round_f16(x.data(), got.data(), n);
+      GetKernelTable(isa).round_f16(in_place.data(), in_place.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+            << IsaName(isa) << " n=" << n << " x=" << x[i] << " got " << got[i] << " want " << want[i];
+        ASSERT_EQ(std::memcmp(&in_place[i], &want[i], 4), 0) << IsaName(isa) << " in place";
+      }
     }
   }
 }

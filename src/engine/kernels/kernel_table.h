@@ -101,6 +101,7 @@ struct KernelTable {
   UnaryFn gelu_erf = nullptr;    // 0.5 x (1 + erf(x / sqrt 2)); SIMD erfc fit: rel. err < 1.2e-7
   UnaryFn gelu_quick = nullptr;  // x * sigmoid(1.702 x) (CLIP)
   UnaryFn silu = nullptr;        // x * sigmoid(x)
+  UnaryFn round_f16 = nullptr;   // x rounded to the nearest f16 value (ties to even), as f32
   BinaryFn swiglu = nullptr;     // y = silu(a) * b
   RopeFn rope = nullptr;
   ExpSubSumFn exp_sub_sum = nullptr;

@@ -29,7 +29,6 @@ void AddBias(float* x, const std::vector<float>& bias, int64_t n_rows) {
   }
 }
 
-float RoundF16(float x) { return F16ToF32(F32ToF16(x)); }
 
 // The 4-D patch kernel [p, p, 3, D] (ggml order) viewed as D rows of 3*p*p values ordered
 // (channel, ky, kx), which is also the order Unfold writes.
@@ -55,24 +54,36 @@ Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& f, int64_t p, int64
 
 Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, ops::Activation act,
                         float* x, int64_t n) {
+  // Chunks small enough for a stack copy of their inputs, spread over the pool.
+  constexpr int64_t kChunk = 2048;
   const bool gelu_clamp = act == ops::Activation::kGeluTanh;
-  // Keep the inputs that ggml passes through untouched (|x| >= 10 for GELU).
-  std::vector<uint8_t> mode;
-  if (gelu_clamp) mode.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    if (gelu_clamp) mode[i] = x[i] <= -10.0f ? 1 : (x[i] >= 10.0f ? 2 : 0);
-    x[i] = RoundF16(x[i]);
-  }
-  std::vector<float> orig;
-  if (gelu_clamp) orig.assign(x, x + n);
-  VLMD_RETURN_IF_ERROR(ops::Activate(kt, pool, act, x, x, n));
-  for (int64_t i = 0; i < n; ++i) x[i] = RoundF16(x[i]);
-  if (gelu_clamp) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (mode[i] == 1) x[i] = 0.0f;
-      if (mode[i] == 2) x[i] = orig[i];
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int workers = pool != nullptr ? pool->size() : 1;
+  std::vector<Status> errors(static_cast<size_t>(workers));
+  auto run = [&](int64_t c, int worker) {
+    float* p = x + c * kChunk;
+    const int64_t len = std::min(kChunk, n - c * kChunk);
+    float orig[kChunk];
+    // ggml's GELU passes inputs >= 10 through unchanged and maps <= -10 to 0 (its f16 table
+    // covers the rest): remember the originals to apply that after the rounded activation.
+    if (gelu_clamp) std::copy_n(p, len, orig);
+    kt.round_f16(p, p, len);
+    Status s = ops::Activate(kt, nullptr, act, p, p, len);
+    kt.round_f16(p, p, len);
+    if (gelu_clamp) {
+      for (int64_t i = 0; i < len; ++i) {
+        if (orig[i] <= -10.0f) p[i] = 0.0f;
+        if (orig[i] >= 10.0f) p[i] = orig[i];
+      }
     }
+    if (!s.ok() && errors[static_cast<size_t>(worker)].ok()) errors[static_cast<size_t>(worker)] = s;
+  };
+  if (pool == nullptr || workers == 1 || chunks == 1) {
+    for (int64_t c = 0; c < chunks; ++c) run(c, 0);
+  } else {
+    pool->ParallelFor(chunks, run);
   }
+  for (const Status& s : errors) VLMD_RETURN_IF_ERROR(s);
   return Status::Ok();
 }
 
@@ -153,18 +164,14 @@ void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const
 // so memory stays bounded at any tile size; the GEMMs run at the matmul kernels' rate where a
 // per-query dot over f16 rows would be bound by horizontal sums and conversions.
 Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
-  constexpr int64_t kQueryBlock = 256;
+  constexpr int64_t kQueryBlock = 1024;
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, n = n_tiles * n_positions_, npos = n_positions_;
   const int64_t hd = c.head_dim, heads = c.n_heads;
   // llama.cpp's encoder runs flash attention: K and V are cast to F16, Q is rounded to F16 for
   // the K.Q products (F32 accumulation). The f16 values are exact in f32, so the GEMMs below
-  // multiply exactly those numbers.
-  for (int64_t i = 0; i < n * d; ++i) {
-    ctx->k[i] = RoundF16(ctx->k[i]);
-    ctx->v[i] = RoundF16(ctx->v[i]);
-    ctx->q[i] = RoundF16(ctx->q[i]);
-  }
+  // multiply exactly those numbers. Each job rounds its own Q slice and its copies of K and V.
+  (void)n;
   const kernels::KernelTable& kt = *ctx->kernels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
@@ -172,6 +179,7 @@ Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
   for (auto& w : ctx->attention_work) {
     Grow(w.k_head, npos * hd);
     Grow(w.v_head_t, hd * npos);
+    Grow(w.v_head, npos * hd);
     Grow(w.scores, std::min(kQueryBlock, npos) * npos);
   }
   const int64_t q_blocks = (npos + kQueryBlock - 1) / kQueryBlock;
@@ -182,10 +190,20 @@ Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
     const int64_t r0 = t * npos, q0 = qb * kQueryBlock, nq = std::min(kQueryBlock, npos - q0);
     VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
     for (int64_t j = 0; j < npos; ++j) {
-      const float* kr = ctx->k.data() + (r0 + j) * d + h * hd;
-      const float* vr = ctx->v.data() + (r0 + j) * d + h * hd;
-      std::copy_n(kr, hd, w.k_head.data() + j * hd);
-      for (int64_t e = 0; e < hd; ++e) w.v_head_t[e * npos + j] = vr[e];
+      kt.round_f16(ctx->k.data() + (r0 + j) * d + h * hd, w.k_head.data() + j * hd, hd);
+      kt.round_f16(ctx->v.data() + (r0 + j) * d + h * hd, w.v_head.data() + j * hd, hd);
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      float* qr = ctx->q.data() + (r0 + q0 + i) * d + h * hd;
+      kt.round_f16(qr, qr, hd);
+    }
+    // V^T in 16-row blocks: each block's reads stay in a few cache lines per row.
+    for (int64_t j0 = 0; j0 < npos; j0 += 16) {
+      const int64_t j1 = std::min(npos, j0 + 16);
+      for (int64_t e = 0; e < hd; ++e) {
+        float* dst = w.v_head_t.data() + e * npos;
+        for (int64_t j = j0; j < j1; ++j) dst[j] = w.v_head[j * hd + e];
+      }
     }
     const ops::WeightView k_view{DType::kF32, npos, hd, w.k_head.data(), 0};
     const ops::WeightView v_view{DType::kF32, hd, npos, w.v_head_t.data(), 0};

@@ -27,7 +27,7 @@ struct VisionContext {
   // Per pool worker: one head's K [n_pos, head_dim], V transposed [head_dim, n_pos] and a block
   // of attention scores [query rows, n_pos].
   struct AttentionWork {
-    std::vector<float> k_head, v_head_t, scores;
+    std::vector<float> k_head, v_head, v_head_t, scores;
   };
   std::vector<AttentionWork> attention_work;
 };

@@ -34,7 +34,7 @@ size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 // Rows per GEMM task of the packed matmul, and 16-column panels per task: 64 rows of Q8_0
 // activations (k = 768: 52 KB) and 4 panels of weights (k = 768: 48 KB) stay in L2.
 constexpr int64_t kPackedRowBlock = 64;
-constexpr int64_t kPackedPanelBlock = 4;
+constexpr int64_t kPackedPanelBlock = 6;  // two tiles of 3 panels: no narrow edge tile
 
 // The packed int8 path: activations to Q8_0 blocks plus per-block sums, then panels over threads.
 Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,

@@ -211,6 +211,11 @@ void Silu(const float* x, float* y, int64_t n) {
   MapUnary(x, y, n, [](DF d, VF v) HWY_ATTR { return XSigmoid(d, v, hn::Set(d, -1.0f)); });
 }
 
+// f32 -> f16 -> f32: round to nearest even, overflow to inf, NaN kept (vcvtps2ph with F16C).
+void RoundF16(const float* x, float* y, int64_t n) {
+  MapUnary(x, y, n, [](DF d, VF v) HWY_ATTR { return hn::PromoteTo(d, hn::DemoteTo(DH(), v)); });
+}
+
 void GeluQuick(const float* x, float* y, int64_t n) {
   MapUnary(x, y, n, [](DF d, VF v) HWY_ATTR { return XSigmoid(d, v, hn::Set(d, -1.702f)); });
 }
@@ -462,6 +467,7 @@ void VLMD_HWY_OPS_FILLER(KernelTable* t) {
   t->gelu_erf = target::GeluErf;
   t->gelu_quick = target::GeluQuick;
   t->silu = target::Silu;
+  t->round_f16 = target::RoundF16;
   t->swiglu = target::SwiGlu;
   t->rope = target::Rope;
   t->exp_sub_sum = target::ExpSubSum;

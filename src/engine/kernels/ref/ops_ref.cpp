@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "engine/kernels/ref/ref_fill.h"
+#include "engine/tensor/fp16.h"
 
 namespace vlmd::engine::kernels {
 namespace {
@@ -202,6 +203,10 @@ void AxpyRowsF16Ref(const float* w, const void* rows, size_t stride, int64_t n_r
   AxpyRowsImpl(w, rows, stride, n_rows, n, acc, LoadF16);
 }
 
+void RoundF16Ref(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = F16ToF32(F32ToF16(x[i]));
+}
+
 }  // namespace
 
 void FillRefOpKernels(KernelTable* t) {
@@ -212,6 +217,7 @@ void FillRefOpKernels(KernelTable* t) {
   t->gelu_erf = GeluErfRef;
   t->gelu_quick = GeluQuickRef;
   t->silu = SiluRef;
+  t->round_f16 = RoundF16Ref;
   t->swiglu = SwiGluRef;
   t->rope = RopeRef;
   t->exp_sub_sum = ExpSubSumRef;
