@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quant_blocks.h"
 #include "engine/tensor/quantize.h"
+#include "kernels/op_test_util.h"
 
 namespace vlmd::engine {
 namespace {
@@ -27,11 +27,7 @@ using kernels::KernelTable;
 using kernels::PackedMatrix;
 
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
+  return vlmd::testing::RandomNormal(static_cast<size_t>(n), seed, scale);
 }
 
 std::vector<uint8_t> Rows(DType type, const std::vector<float>& x, int64_t rows, int64_t k) {
