@@ -27,6 +27,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(c->models[0].version, "2025.06");
   EXPECT_EQ(c->models[0].text_path, dir + "/models/SmolVLM-256M-Instruct-Q8_0.gguf");
   EXPECT_EQ(c->models[2].version, "");  // from the hash at load
+  EXPECT_EQ(c->models[0].engine.precision, engine::ops::Precision::kFast);
   ASSERT_EQ(c->routes.size(), 2u);
   EXPECT_TRUE(c->routes[0].is_split());
   EXPECT_EQ(c->routes[0].split[1].model, "smolvlm-v2");
@@ -83,6 +84,7 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"port": "80"}})", "server.port: expected a number"},
       {R"({"server": {"max_batch": -1}})", "server.max_batch: must be >= 0"},
       {R"({"server": {"timeout_s": 0}})", "timeout_s: must be >= 1"},
+      {R"({"server": {"precision": "turbo"}})", "server.precision: expected \"exact\" or \"fast\""},
       {R"({"models": [{"name": "a"}]})", "models[0].model: required"},
       {R"({"models": [{"model": "x.gguf"}]})", "models[0].name: required"},
       {R"({"models": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]})", "duplicate model name"},

@@ -2,6 +2,7 @@
 // from the fixture PNG through vlmd's preprocessing, within NMSE 1e-5 of the golden embeddings
 // (fixtures/README.md "Tolerances"; llama.cpp's own spread is <= 3.7e-7). Also the chunk
 // structure (tiles, tokens per tile) and statelessness across image sizes.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/models/preprocess_vision.h"
+#include "engine/tensor/fp16.h"
 #include "vision_test_util.h"
 
 namespace vlmd::testing {
@@ -73,7 +75,9 @@ void CheckFixture(const std::string& fixture, bool check_global) {
       const bool global = pre->has_global && k + 1 == ic.embd_files.size();
       std::printf("[ parity ] %s/%s chunk %zu%s: NMSE %.3g\n", fixture.c_str(), ic.name.c_str(),
                   k, global ? " (global image)" : "", nmse);
-      if (!global || check_global) EXPECT_LE(nmse, 1e-5) << ic.embd_files[k];
+      if (!global || check_global) {
+        EXPECT_LE(nmse, 1e-5) << ic.embd_files[k];
+      }
     }
   }
 }
@@ -125,6 +129,28 @@ TEST(VisionStructureTest, TilesAndTokensPerTile) {
   }
   engine::models::RgbImage bad{4, 4, std::vector<uint8_t>(10)};
   EXPECT_FALSE(PreprocessImage(llava->encoder->config(), View(bad)).ok());
+}
+
+// ggml's GELU as the encoder applies it: f16(gelu(f16(x))) for |x| < 10, x itself (not rounded)
+// for x >= 10 and 0 for x <= -10, as ggml_vec_gelu_f32 does.
+TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
+  const auto& kt = engine::kernels::GetKernelTable(engine::kernels::Isa::kRef);
+  std::vector<float> x = {10.0f, 10.001f, 123.456f, -10.0f, -10.5f, 9.99f, -9.99f, 0.3333f};
+  std::vector<float> y = x;
+  ASSERT_TRUE(engine::models::ActivateLikeGgml(kt, nullptr, engine::ops::Activation::kGeluTanh,
+                                               y.data(), static_cast<int64_t>(y.size()))
+                  .ok());
+  EXPECT_EQ(y[0], 10.0f);
+  EXPECT_EQ(y[1], 10.001f);  // not representable in f16: passed through unrounded
+  EXPECT_EQ(y[2], 123.456f);
+  EXPECT_EQ(y[3], 0.0f);
+  EXPECT_EQ(y[4], 0.0f);
+  for (int i : {5, 6, 7}) {
+    const float xr = engine::F16ToF32(engine::F32ToF16(x[i]));
+    const double g = 0.5 * xr * (1.0 + std::tanh(0.7978845608 * (xr + 0.044715 * xr * xr * xr)));
+    const float want = engine::F16ToF32(engine::F32ToF16(static_cast<float>(g)));
+    EXPECT_NEAR(y[i], want, std::fabs(want) * 1e-3) << x[i];  // one f16 ulp is ~1e-3
+  }
 }
 
 // Fast precision (float matrices as int8 blocks on the packed matmul) stays within image-embedding

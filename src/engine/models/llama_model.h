@@ -58,6 +58,8 @@ class LlamaModel {
   std::unique_ptr<KvCache> NewCache(int32_t n_ctx) const;
   // Bytes of weight data this model reads per token (all matrices once).
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Matrices repacked for the packed int8 matmul at load (0: all run on the GGUF rows).
+  size_t packed_matrices() const { return packed_.size(); }
 
   // Runs the batch, appends K/V to the sequences' caches, and writes logits
   // [n_logit_rows, n_vocab] (row-major) for the requested rows.

@@ -66,7 +66,7 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   args.out_stride = ldo;
   const int64_t panels = pw.panels();
   if (m <= kGemvMaxRows) {
-    // Ranges of whole 4-panel tiles: a split inside one would leave narrow edge tiles.
+    // Ranges of whole 4-panel tiles (the 1-2 row decode tile): no narrow edge tiles from the split.
     internal::ForRanges(pool, panels, m * w.k * kernels::kPanelCols, 4,
                         [&](int64_t begin, int64_t end) { kt.packed_matmul(args, 0, m, begin, end); });
     return Status::Ok();
