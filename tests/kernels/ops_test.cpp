@@ -79,6 +79,16 @@ TEST(Ops, ActivationsSplitOverThreadsExactly) {
     kt.swiglu(x.data(), up.data(), single.data(), n);
     ASSERT_TRUE(ops::SwiGlu(kt, &pool, x.data(), up.data(), threaded.data(), n).ok());
     EXPECT_EQ(single, threaded) << IsaName(isa) << " swiglu";
+    // Rows of a fused [gate | up] projection: row r's halves, the same function.
+    const int64_t rows = 40, ff = 1001;  // 2 * rows * ff <= n
+    std::vector<float> fused_rows(rows * ff);
+    ASSERT_TRUE(ops::SwiGluRows(kt, &pool, x.data(), rows, ff, fused_rows.data()).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> want(ff);
+      kt.swiglu(x.data() + r * 2 * ff, x.data() + r * 2 * ff + ff, want.data(), ff);
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), fused_rows.begin() + r * ff))
+          << IsaName(isa) << " swiglu row " << r;
+    }
   }
   EXPECT_FALSE(ops::ParseActivation("relu").has_value());
 }
@@ -96,6 +106,8 @@ TEST(Ops, RejectBadShapes) {
   EXPECT_TRUE(invalid(ops::Softmax(kt, nullptr, p, p, 1, 0)));
   EXPECT_TRUE(invalid(ops::Activate(kt, nullptr, ops::Activation::kSilu, p, p, -3)));
   EXPECT_TRUE(invalid(ops::SwiGlu(kt, nullptr, p, nullptr, p, 8)));
+  EXPECT_TRUE(invalid(ops::SwiGluRows(kt, nullptr, nullptr, 2, 8, p)));
+  EXPECT_TRUE(invalid(ops::SwiGluRows(kt, nullptr, p, -1, 8, p)));
   // Empty work is fine.
   EXPECT_TRUE(ops::RmsNorm(kt, nullptr, p, nullptr, p, 0, 8, 1e-6f).ok());
   EXPECT_TRUE(ops::Activate(kt, nullptr, ops::Activation::kSilu, nullptr, nullptr, 0).ok());

@@ -267,5 +267,86 @@ TEST(PackedMatmulTest, FastPrecisionFloatWeightsStayClose) {
   EXPECT_LT(err / ref, 1e-4);
 }
 
+// A fused matrix (PackFusedWeights: Q/K/V or gate/up in one matmul) gives, column for column, the
+// bits of the separate packed matmuls: each output column depends only on its own weights.
+TEST(PackFusedWeightsTest, FusedOutputsAreTheSeparateOutputsSideBySide) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const KernelTable& kt = kernels::GetKernelTable(isas.back());
+  ThreadPool pool2(2);
+  ops::MatmulScratch scratch;
+  const int64_t k = 160;
+  const int64_t widths[] = {40, 17, 33};  // not multiples of the 16-column panel
+  uint32_t seed = 21;
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+    std::vector<std::vector<uint8_t>> rows;
+    std::vector<ops::WeightView> parts;
+    for (int64_t n : widths) {
+      rows.push_back(Rows(type, RandomFloats(n * k, seed++), n, k));
+      parts.push_back({type, n, k, rows.back().data(), 0});
+    }
+    const ops::WeightView* ptrs[] = {&parts[0], &parts[1], &parts[2]};
+    ops::PackedStore store;
+    auto fused = ops::PackFusedWeights({&kt, ops::Precision::kFast}, ptrs, &store);
+    ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+    ASSERT_NE(fused->packed, nullptr);
+    EXPECT_EQ(fused->data, nullptr);
+    EXPECT_EQ(fused->n, 90);
+    for (ops::WeightView& w : parts) {
+      EXPECT_EQ(w.packed, nullptr);  // the parts stay as they were
+      ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kFast}, &w, &store).ok());
+    }
+    for (int64_t m : {1, 3, 70}) {
+      SCOPED_TRACE(std::string(DTypeName(type)) + " m=" + std::to_string(m));
+      const std::vector<float> a = RandomFloats(m * k, seed++);
+      std::vector<float> got(m * fused->n);
+      ASSERT_TRUE(ops::MatMul(kt, &pool2, *fused, a.data(), m, k, got.data(), fused->n, &scratch).ok());
+      int64_t col0 = 0;
+      for (const ops::WeightView& w : parts) {
+        std::vector<float> want(m * w.n);
+        ASSERT_TRUE(ops::MatMul(kt, nullptr, w, a.data(), m, k, want.data(), w.n, &scratch).ok());
+        for (int64_t i = 0; i < m; ++i) {
+          ASSERT_EQ(0, std::memcmp(&got[i * fused->n + col0], &want[i * w.n], w.n * sizeof(float)))
+              << "row " << i << " part at column " << col0;
+        }
+        col0 += w.n;
+      }
+    }
+  }
+}
+
+TEST(PackFusedWeightsTest, DoesNotFuseWhatItCannot) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const KernelTable& kt = kernels::GetKernelTable(isas.back());
+  const int64_t k = 64;
+  const std::vector<float> wf = RandomFloats(8 * k, 31);
+  const auto q4 = Rows(DType::kQ4_0, wf, 8, k), q8 = Rows(DType::kQ8_0, wf, 8, k),
+             f16 = Rows(DType::kF16, wf, 8, k);
+  const ops::WeightView a{DType::kQ4_0, 8, k, q4.data(), 0}, b{DType::kQ8_0, 8, k, q8.data(), 0},
+      c{DType::kF16, 8, k, f16.data(), 0};
+  auto fuses = [&](std::vector<const ops::WeightView*> parts, ops::Precision precision,
+                   const KernelTable* table) {
+    ops::PackedStore store;
+    auto fused = ops::PackFusedWeights({table, precision}, parts, &store);
+    EXPECT_TRUE(fused.ok());
+    return fused.ok() && fused->packed != nullptr;
+  };
+  EXPECT_TRUE(fuses({&b, &c}, ops::Precision::kFast, &kt));     // both pack to int8 blocks
+  EXPECT_FALSE(fuses({&a, &b}, ops::Precision::kFast, &kt));    // nibbles and bytes: two formats
+  EXPECT_FALSE(fuses({&b, &c}, ops::Precision::kExact, &kt));   // F16 is not packed in exact
+  EXPECT_FALSE(fuses({&b, &b}, ops::Precision::kFast, nullptr));
+  // A fused view without the packed kernel is an error, never a read past the first part.
+  ops::PackedStore store;
+  const ops::WeightView* parts[] = {&b, &b};
+  auto fused = ops::PackFusedWeights({&kt, ops::Precision::kExact}, parts, &store);
+  ASSERT_TRUE(fused.ok() && fused->packed != nullptr);
+  std::vector<float> x(k, 1.0f), y(16);
+  ops::MatmulScratch scratch;
+  EXPECT_FALSE(ops::MatMul(kernels::GetKernelTable(Isa::kRef), nullptr, *fused, x.data(), 1, k,
+                           y.data(), 16, &scratch).ok());
+}
+
 }  // namespace
 }  // namespace vlmd::engine
+

@@ -111,7 +111,9 @@ TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
   }
   auto model = LlamaModel::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)), packing);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  if (pc.layout != "gguf") ASSERT_GT((*model)->packed_matrices(), 0u) << "nothing was packed";
+  if (pc.layout != "gguf") {
+    ASSERT_GT((*model)->packed_matrices(), 0u) << "nothing was packed";
+  }
   auto cache = (*model)->NewCache(256);
 
   std::vector<float> logits;

@@ -44,20 +44,37 @@ size_t PackedMatrix::bytes() const {
 
 Result<std::unique_ptr<PackedMatrix>> PackedMatrix::Pack(DType dtype, const void* data,
                                                          size_t row_bytes, int64_t n, int64_t k) {
-  if (!CanPack(dtype)) {
-    return InvalidArgumentError("PackedMatrix: cannot pack " + std::string(DTypeName(dtype)));
-  }
-  if (n < 1 || k < kPackBlock || k % kPackBlock != 0 || data == nullptr) {
-    return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(n) +
-                                " k=" + std::to_string(k) + " (k must be a multiple of 32)");
-  }
-  const auto min_row = RowBytes(dtype, k);
-  if (!min_row || row_bytes < *min_row) {
-    return InvalidArgumentError("PackedMatrix: row_bytes " + std::to_string(row_bytes) +
-                                " is smaller than a row");
+  const PackSource source{dtype, data, row_bytes, n};
+  return PackConcat(std::span<const PackSource>(&source, 1), k);
+}
+
+Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const PackSource> sources,
+                                                               int64_t k) {
+  if (sources.empty()) return InvalidArgumentError("PackedMatrix: nothing to pack");
+  const bool q4 = sources[0].dtype == DType::kQ4_0;
+  int64_t n = 0;
+  for (const PackSource& s : sources) {
+    if (!CanPack(s.dtype)) {
+      return InvalidArgumentError("PackedMatrix: cannot pack " + std::string(DTypeName(s.dtype)));
+    }
+    if ((s.dtype == DType::kQ4_0) != q4) {
+      return InvalidArgumentError("PackedMatrix: cannot pack Q4_0 and " +
+                                  std::string(DTypeName(q4 ? s.dtype : sources[0].dtype)) +
+                                  " into one matrix");
+    }
+    if (s.n < 1 || k < kPackBlock || k % kPackBlock != 0 || s.data == nullptr) {
+      return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) +
+                                  " k=" + std::to_string(k) + " (k must be a multiple of 32)");
+    }
+    const auto min_row = RowBytes(s.dtype, k);
+    if (!min_row || s.row_bytes < *min_row) {
+      return InvalidArgumentError("PackedMatrix: row_bytes " + std::to_string(s.row_bytes) +
+                                  " is smaller than a row");
+    }
+    n += s.n;
   }
   std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
-  pm->format_ = dtype == DType::kQ4_0 ? PackedFormat::kQ4 : PackedFormat::kQ8;
+  pm->format_ = q4 ? PackedFormat::kQ4 : PackedFormat::kQ8;
   pm->n_ = n;
   pm->k_ = k;
   pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
@@ -74,45 +91,44 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::Pack(DType dtype, const void
               units * pm->qs_bytes_per_block());
   std::memset(pm->scales_.get(), 0, units * kPanelCols * sizeof(uint16_t));
 
-  const auto* base = static_cast<const uint8_t*>(data);
-  std::vector<float> f32_row;
-  std::vector<BlockQ8_0> q8_row;
-  if (dtype != DType::kQ8_0 && dtype != DType::kQ4_0) {
-    f32_row.resize(static_cast<size_t>(k));
-    q8_row.resize(static_cast<size_t>(nb));
-  }
-  for (int64_t col = 0; col < n; ++col) {
-    const int64_t p = col / kPanelCols;
-    const int j = static_cast<int>(col % kPanelCols);
-    const uint8_t* row = base + static_cast<size_t>(col) * row_bytes;
-    if (pm->format_ == PackedFormat::kQ4) {
-      const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row);
+  std::vector<float> f32_row(static_cast<size_t>(k));
+  std::vector<BlockQ8_0> q8_row(static_cast<size_t>(nb));
+  int64_t col = 0;
+  for (const PackSource& source : sources) {
+    const auto* base = static_cast<const uint8_t*>(source.data);
+    for (int64_t r = 0; r < source.n; ++r, ++col) {
+      const int64_t p = col / kPanelCols;
+      const int j = static_cast<int>(col % kPanelCols);
+      const uint8_t* row = base + static_cast<size_t>(r) * source.row_bytes;
+      if (pm->format_ == PackedFormat::kQ4) {
+        const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row);
+        for (int64_t b = 0; b < nb; ++b) {
+          uint8_t* qs = pm->qs_.get() + (p * nb + b) * 256;
+          for (int c = 0; c < 4; ++c) {
+            for (int e = 0; e < 4; ++e) {
+              qs[c * 64 + j * 4 + e] = static_cast<uint8_t>(
+                  Q4Nibble(blocks[b], 8 * c + e) | (Q4Nibble(blocks[b], 8 * c + 4 + e) << 4));
+            }
+          }
+          pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
+        }
+        continue;
+      }
+      const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
+      if (source.dtype != DType::kQ8_0) {
+        VLMD_RETURN_IF_ERROR(DequantizeRow(source.dtype, row, f32_row.data(), k));
+        quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), k);
+        blocks = q8_row.data();
+      }
       for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* qs = pm->qs_.get() + (p * nb + b) * 256;
-        for (int c = 0; c < 4; ++c) {
-          for (int r = 0; r < 4; ++r) {
-            qs[c * 64 + j * 4 + r] = static_cast<uint8_t>(
-                Q4Nibble(blocks[b], 8 * c + r) | (Q4Nibble(blocks[b], 8 * c + 4 + r) << 4));
+        uint8_t* qs = pm->qs_.get() + (p * nb + b) * 512;
+        for (int q = 0; q < 8; ++q) {
+          for (int e = 0; e < 4; ++e) {
+            qs[q * 64 + j * 4 + e] = static_cast<uint8_t>(blocks[b].qs[4 * q + e] + 128);
           }
         }
         pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
       }
-      continue;
-    }
-    const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
-    if (dtype != DType::kQ8_0) {
-      VLMD_RETURN_IF_ERROR(DequantizeRow(dtype, row, f32_row.data(), k));
-      quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), k);
-      blocks = q8_row.data();
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* qs = pm->qs_.get() + (p * nb + b) * 512;
-      for (int q = 0; q < 8; ++q) {
-        for (int r = 0; r < 4; ++r) {
-          qs[q * 64 + j * 4 + r] = static_cast<uint8_t>(blocks[b].qs[4 * q + r] + 128);
-        }
-      }
-      pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
     }
   }
   return pm;

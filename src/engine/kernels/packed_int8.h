@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
@@ -32,6 +33,14 @@ inline constexpr int kPackBlock = 32;
 
 enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1 };
 
+// n consecutive output columns (weight rows) of one source matrix: row r at data + r * row_bytes.
+struct PackSource {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;
+  size_t row_bytes = 0;
+  int64_t n = 0;
+};
+
 class PackedMatrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ8 from
@@ -39,6 +48,11 @@ class PackedMatrix {
   // row_bytes too small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,
                                                     size_t row_bytes, int64_t n, int64_t k);
+  // Packs the sources one after the other into one matrix of sum(n) columns (a fused Q/K/V or
+  // gate/up projection: one matmul call instead of several). All sources share k; they must all
+  // be Q4_0 (kQ4) or all be types that pack to kQ8. Same errors as Pack.
+  static Result<std::unique_ptr<PackedMatrix>> PackConcat(std::span<const PackSource> sources,
+                                                          int64_t k);
   // True when Pack accepts the type (k and n aside).
   static bool CanPack(DType dtype);
 

@@ -34,6 +34,16 @@ void AddBias(float* x, const std::vector<float>& bias, int64_t n_rows) {
   for (int64_t r = 0; r < n_rows; ++r) AddInPlace(x + r * n, bias.data(), n);
 }
 
+// Rows [q | k | v] of a fused projection into the three row-major arrays.
+void SplitQkv(const float* qkv, int64_t n, int64_t qd, int64_t kvd, float* q, float* k, float* v) {
+  const int64_t w = qd + 2 * kvd;
+  for (int64_t r = 0; r < n; ++r) {
+    std::copy_n(qkv + r * w, qd, q + r * qd);
+    std::copy_n(qkv + r * w + qd, kvd, k + r * kvd);
+    std::copy_n(qkv + r * w + qd + kvd, kvd, v + r * kvd);
+  }
+}
+
 void RoundToF16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = F16ToF32(F32ToF16(x[i]));
 }
@@ -71,7 +81,22 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {c.q_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {c.kv_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {c.kv_dim()}));
-    for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+    const ops::WeightView* qkv[] = {&L.wq, &L.wk, &L.wv};
+    const ops::WeightView* gate_up[] = {&L.w_gate, &L.w_up};
+    VLMD_ASSIGN_OR_RETURN(L.wqkv, ops::PackFusedWeights(packing, qkv, &m->packed_));
+    VLMD_ASSIGN_OR_RETURN(L.w_gate_up, ops::PackFusedWeights(packing, gate_up, &m->packed_));
+    std::vector<ops::WeightView*> singles = {&L.wo, &L.w_down};
+    if (L.wqkv.packed) {
+      bytes += L.wqkv.packed->bytes();
+    } else {
+      singles.insert(singles.end(), {&L.wq, &L.wk, &L.wv});
+    }
+    if (L.w_gate_up.packed) {
+      bytes += L.w_gate_up.packed->bytes();
+    } else {
+      singles.insert(singles.end(), {&L.w_gate, &L.w_up});
+    }
+    for (ops::WeightView* w : singles) {
       VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
       bytes += w->packed ? w->packed->bytes() : w->row_bytes * static_cast<uint64_t>(w->n);
     }
@@ -180,7 +205,8 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
   Grow(ctx->v, n * kvd);
   Grow(ctx->attn, n * std::max(qd, d));
   Grow(ctx->gate, n * ff);
-  Grow(ctx->up, n * ff);
+  Grow(ctx->up, n * 2 * ff);  // the fused [gate | up] output when w_gate_up is packed
+  Grow(ctx->qkv, n * (qd + 2 * kvd));
   Grow(ctx->rope_table, n * c.n_rot);
   int32_t max_ctx = 0;
   for (KvCache* cache : caches) {
@@ -212,9 +238,14 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.attn_norm.data(), xn, n, d, c.rms_eps));
-    VLMD_RETURN_IF_ERROR(matmul(L.wq, xn, ctx->q.data()));  // [n, q_dim]
-    VLMD_RETURN_IF_ERROR(matmul(L.wk, xn, ctx->k.data()));  // [n, kv_dim]
-    VLMD_RETURN_IF_ERROR(matmul(L.wv, xn, ctx->v.data()));  // [n, kv_dim]
+    if (L.wqkv.packed && kt.packed_matmul) {
+      VLMD_RETURN_IF_ERROR(matmul(L.wqkv, xn, ctx->qkv.data()));  // [n, q_dim + 2 kv_dim]
+      SplitQkv(ctx->qkv.data(), n, qd, kvd, ctx->q.data(), ctx->k.data(), ctx->v.data());
+    } else {
+      VLMD_RETURN_IF_ERROR(matmul(L.wq, xn, ctx->q.data()));  // [n, q_dim]
+      VLMD_RETURN_IF_ERROR(matmul(L.wk, xn, ctx->k.data()));  // [n, kv_dim]
+      VLMD_RETURN_IF_ERROR(matmul(L.wv, xn, ctx->v.data()));  // [n, kv_dim]
+    }
     AddBias(ctx->q.data(), L.bq, n);
     AddBias(ctx->k.data(), L.bk, n);
     AddBias(ctx->v.data(), L.bv, n);
@@ -227,10 +258,15 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
     VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn));        // xn = attn Wo^T
     AddInPlace(x, xn, n * d);
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
-    VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, ctx->gate.data()));   // [n, d_ff]
-    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->up.data()));       // [n, d_ff]
-    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(), ctx->gate.data(),
-                                     n * ff));
+    if (L.w_gate_up.packed && kt.packed_matmul) {
+      VLMD_RETURN_IF_ERROR(matmul(L.w_gate_up, xn, ctx->up.data()));  // [n, 2 d_ff]
+      VLMD_RETURN_IF_ERROR(ops::SwiGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data()));
+    } else {
+      VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, ctx->gate.data()));  // [n, d_ff]
+      VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->up.data()));      // [n, d_ff]
+      VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
+                                       ctx->gate.data(), n * ff));
+    }
     VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));   // [n, d_model]
     AddInPlace(x, xn, n * d);
   }

@@ -42,7 +42,7 @@ struct ForwardContext {
   const kernels::KernelTable* kernels = nullptr;
   ThreadPool* pool = nullptr;
   ops::MatmulScratch matmul_scratch;
-  std::vector<float> x, xn, q, k, v, attn, gate, up, rope_table, logit_in;
+  std::vector<float> x, xn, q, k, v, qkv, attn, gate, up, rope_table, logit_in;
   std::vector<int32_t> kv_pos;
 };
 
@@ -76,6 +76,10 @@ class LlamaModel {
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // [d_model]
     ops::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+    // Packed fusions (packed == nullptr when not fused): [q | k | v] and [gate | up] outputs from
+    // one matmul each, so decode pays one activation quantization and one thread hand-off
+    // instead of three / two. When set, the parts above keep only their GGUF rows.
+    ops::WeightView wqkv, w_gate_up;
     std::vector<float> bq, bk, bv;           // qwen2 only
   };
 

@@ -64,4 +64,21 @@ Status SwiGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gat
   return Status::Ok();
 }
 
+Status SwiGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate_up,
+                  int64_t n_rows, int64_t d_ff, float* y) {
+  if (n_rows < 0 || d_ff < 0) {
+    return InvalidArgumentError("SwiGluRows: bad shape " + std::to_string(n_rows) + " x " +
+                                std::to_string(d_ff));
+  }
+  if (n_rows > 0 && d_ff > 0 && (gate_up == nullptr || y == nullptr)) {
+    return InvalidArgumentError("SwiGluRows: null buffer");
+  }
+  internal::ForRanges(pool, n_rows, d_ff, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      kt.swiglu(gate_up + r * 2 * d_ff, gate_up + r * 2 * d_ff + d_ff, y + r * d_ff, d_ff);
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace vlmd::engine::ops

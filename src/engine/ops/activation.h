@@ -32,4 +32,9 @@ Status Activate(const kernels::KernelTable& kt, ThreadPool* pool, Activation act
 Status SwiGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate,
               const float* up, float* y, int64_t n);
 
+// The same over rows of a fused [gate | up] projection: for each of n_rows rows,
+// y[r, i] = silu(gate_up[r, i]) * gate_up[r, d_ff + i], i < d_ff. y must not overlap gate_up.
+Status SwiGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate_up,
+                  int64_t n_rows, int64_t d_ff, float* y);
+
 }  // namespace vlmd::engine::ops

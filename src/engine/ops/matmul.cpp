@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <new>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "engine/ops/parallel.h"
@@ -96,21 +98,52 @@ std::optional<Precision> ParsePrecision(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+// The packing source of *w when PackWeight's rules pack it, else nullopt.
+std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, const WeightView& w) {
+  if (packing.kt == nullptr || packing.kt->packed_matmul == nullptr) return std::nullopt;
+  if (w.data == nullptr) return std::nullopt;
+  const bool integer = w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0;
+  const bool floating = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
+  if (!(integer || (floating && packing.precision == Precision::kFast))) return std::nullopt;
+  if (w.k % kernels::kPackBlock != 0) return std::nullopt;
+  const auto row_bytes = RowBytes(w.dtype, w.k);
+  if (!row_bytes) return std::nullopt;
+  return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n};
+}
+}  // namespace
+
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store) {
-  if (packing.kt == nullptr || packing.kt->packed_matmul == nullptr) return Status::Ok();
-  const bool integer = w->dtype == DType::kQ8_0 || w->dtype == DType::kQ4_0;
-  const bool floating = w->dtype == DType::kF32 || w->dtype == DType::kF16 || w->dtype == DType::kBF16;
-  if (!(integer || (floating && packing.precision == Precision::kFast))) return Status::Ok();
-  if (w->k % kernels::kPackBlock != 0) return Status::Ok();
-  const auto row_bytes = RowBytes(w->dtype, w->k);
-  if (!row_bytes) return Status::Ok();
+  const auto source = PackableSource(packing, *w);
+  if (!source) return Status::Ok();
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
-                        kernels::PackedMatrix::Pack(w->dtype, w->data,
-                                                    w->row_bytes != 0 ? w->row_bytes : *row_bytes,
-                                                    w->n, w->k));
+                        kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k));
   w->packed = pm.get();
   store->push_back(std::move(pm));
   return Status::Ok();
+}
+
+Result<WeightView> PackFusedWeights(const WeightPacking& packing,
+                                    std::span<const WeightView* const> parts, PackedStore* store) {
+  WeightView fused;
+  if (parts.empty()) return fused;
+  std::vector<kernels::PackSource> sources;
+  for (const WeightView* w : parts) {
+    const auto source = PackableSource(packing, *w);
+    if (!source || w->k != parts[0]->k ||
+        (w->dtype == DType::kQ4_0) != (parts[0]->dtype == DType::kQ4_0)) {
+      return fused;
+    }
+    sources.push_back(*source);
+    fused.n += w->n;
+  }
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
+                        kernels::PackedMatrix::PackConcat(sources, parts[0]->k));
+  fused.dtype = parts[0]->dtype;
+  fused.k = parts[0]->k;
+  fused.packed = pm.get();
+  store->push_back(std::move(pm));
+  return fused;
 }
 
 void MatmulScratch::AlignedDelete::operator()(uint8_t* p) const {
@@ -133,12 +166,21 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
                                 std::to_string(w.n) + " k=" + std::to_string(w.k));
   }
   if (m == 0) return Status::Ok();
-  if (a == nullptr || out == nullptr || w.data == nullptr) {
+  if (a == nullptr || out == nullptr || (w.data == nullptr && w.packed == nullptr)) {
     return InvalidArgumentError("MatMul: null weight, activation or output pointer");
   }
   if (lda < w.k || ldo < w.n) {
     return InvalidArgumentError("MatMul: lda " + std::to_string(lda) + " < k or ldo " +
                                 std::to_string(ldo) + " < n");
+  }
+  if (w.packed != nullptr && kt.packed_matmul != nullptr) {
+    if (w.packed->n() != w.n || w.packed->k() != w.k) {
+      return InvalidArgumentError("MatMul: the packed weight's shape differs from the view's");
+    }
+    return PackedMatMul(kt, pool, w, a, m, lda, out, ldo, scratch);
+  }
+  if (w.data == nullptr) {
+    return UnimplementedError("MatMul: a fused packed weight needs the packed int8 kernel");
   }
   const int wid = static_cast<int>(w.dtype);
   if (wid < 0 || wid >= kernels::kMaxDType || kt.matmul[wid] == nullptr) {
@@ -155,12 +197,6 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
   if (w_row_bytes < *row_bytes) {
     return InvalidArgumentError("MatMul: weight row_bytes " + std::to_string(w.row_bytes) +
                                 " < " + std::to_string(*row_bytes));
-  }
-  if (w.packed != nullptr && kt.packed_matmul != nullptr) {
-    if (w.packed->n() != w.n || w.packed->k() != w.k) {
-      return InvalidArgumentError("MatMul: the packed weight's shape differs from the view's");
-    }
-    return PackedMatMul(kt, pool, w, a, m, lda, out, ldo, scratch);
   }
   const kernels::MatmulFn fn = kt.matmul[wid];
   const DType act = kt.act_type[wid];

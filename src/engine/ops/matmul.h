@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -22,7 +23,8 @@ namespace vlmd::engine::ops {
 // A weight matrix W [n, k] as stored in GGUF: n rows of k elements of `dtype`, row r at
 // data + r * row_bytes. row_bytes == 0 means densely packed (RowBytes(dtype, k)). Not owned.
 // `packed`, when set, is the same matrix repacked for the packed int8 matmul (PackWeight); MatMul
-// uses it when the kernel table has that kernel, else the GGUF rows.
+// uses it when the kernel table has that kernel, else the GGUF rows. A fused view
+// (PackFusedWeights) has only `packed` (data == nullptr) and needs the packed kernel.
 struct WeightView {
   DType dtype = DType::kF32;
   int64_t n = 0;  // output features (rows of W)
@@ -54,6 +56,14 @@ using PackedStore = std::vector<std::unique_ptr<kernels::PackedMatrix>>;
 // k a multiple of 32), appends the packed matrix to *store and points w->packed at it. Otherwise
 // leaves *w as it is. Errors: the allocation or a conversion failed.
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store);
+
+// Packs the matrices `parts` (same k, consecutive output features) into one packed matrix when
+// PackWeight would pack every one of them and their formats agree (all Q4_0 or none), so that one
+// MatMul computes all their outputs side by side: out row = [part 0 | part 1 | ...]. Returns the
+// fused view (data == nullptr, packed set), or a view with packed == nullptr when fusing does not
+// apply; the parts themselves are left unpacked. Errors: the allocation or a conversion failed.
+Result<WeightView> PackFusedWeights(const WeightPacking& packing,
+                                    std::span<const WeightView* const> parts, PackedStore* store);
 
 // Caller-owned scratch for the converted activations. Grows to the largest request seen and is
 // then reused, so a warmed-up decode loop does not allocate. Not thread-safe: one per caller.
