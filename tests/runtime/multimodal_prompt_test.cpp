@@ -70,6 +70,34 @@ TEST_P(MultimodalPromptTest, RowsEqualReferenceChunks) {
     auto r = (*e)->Generate(*rows, p);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->tokens, (*gc)["variants"]["base"]["greedy_ids"].get<std::vector<int32_t>>());
+
+    // `--precision fast` (float matrices of both models as int8 blocks): the same greedy ids up
+    // to the first step whose golden top-1/top-2 gap is below the fixtures' threshold.
+    o.precision = ops::Precision::kFast;
+    auto fast = TextEngine::Load(vlmd::testing::FixturePath(c.fixture + "/text.gguf"), o);
+    ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+    std::vector<EncodedImage> fast_images;
+    for (const json& img : (*gc)["images"]) {
+      const std::string rel = img.is_string() ? img.get<std::string>() : img["file"].get<std::string>();
+      ImageTimings t;
+      auto enc = (*fast)->EncodeImage(
+          vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath(c.fixture + "/" + rel)), &t);
+      ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+      fast_images.push_back(std::move(*enc));
+    }
+    auto fast_rows = (*fast)->BuildPrompt((*gc)["prompt"].get<std::string>(), fast_images, true);
+    ASSERT_TRUE(fast_rows.ok());
+    auto rf = (*fast)->Generate(*fast_rows, p);
+    ASSERT_TRUE(rf.ok()) << rf.status().ToString();
+    const auto ids = (*gc)["variants"]["base"]["greedy_ids"].get<std::vector<int32_t>>();
+    const auto gaps = (*gc)["variants"]["base"]["greedy_gaps"].get<std::vector<double>>();
+    const double threshold = golden["tolerance"]["greedy_quantized_gap_threshold"].get<double>();
+    ASSERT_EQ(rf->tokens.size(), ids.size());
+    size_t checked = 0;
+    for (size_t step = 0; step < ids.size() && gaps[step] >= threshold; ++step, ++checked) {
+      EXPECT_EQ(rf->tokens[step], ids[step]) << "fast precision, greedy step " << step;
+    }
+    EXPECT_GT(checked, 0u) << "no step with a large enough golden gap";
   }
 }
 
