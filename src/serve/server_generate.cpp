@@ -3,11 +3,13 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "engine/image/image.h"
+#include "serve/client_socket.h"
 #include "serve/image_fetch.h"
 #include "serve/policy/complexity.h"
 #include "serve/policy/traffic_split.h"
@@ -15,6 +17,9 @@
 
 namespace vlmd::serve {
 namespace {
+
+// How often a non-streaming handler checks that its client is still connected.
+constexpr auto kDisconnectPoll = std::chrono::milliseconds(250);
 
 using nlohmann::json;
 
@@ -193,7 +198,7 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   if (call->request.stream) {
     Stream(call, res);
   } else {
-    Reply(*call, res);
+    Reply(*call, req, res);
   }
 }
 
@@ -280,16 +285,29 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
   return s_.guard_->Audit(std::move(rec));
 }
 
-void Server::Handlers::Reply(Call& call, httplib::Response& res) {
+void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::Response& res) {
   // The scheduler enforces the deadline; the extra grace only guards against a stuck engine.
   const Clock::time_point give_up = call.prepared.input.deadline + std::chrono::seconds(5);
   // With a word filter the text is read as it comes, so that a blocked reply stops generating
   // at once; without one, only the end is awaited (no wake-up per token).
   std::string text;
+  ClientConnection client(req);
   for (bool over = false; !over;) {
-    over = call.job->Wait(give_up, call.filter ? &text : nullptr);
+    // Wake a few times a second to see whether the client is still there: one that hung up
+    // cancels its job, which frees its batch slot at the next step instead of at the end.
+    over = call.job->Wait(std::min(give_up, Clock::now() + kDisconnectPoll),
+                          call.filter ? &text : nullptr);
     if (call.filter) PassText(call, std::move(text));
     text.clear();
+    if (!over && client.Disconnected()) {
+      call.job->Cancel();
+      res.status = 499;  // nobody reads it; for the access log and metrics
+      (void)AuditCall(call, 499, nullptr, "client_closed");
+      Observe(call.route, 499, call.t0);
+      spdlog::info("{} {} -> client closed the connection before the reply", call.reply.id,
+                   call.route);
+      return;
+    }
     if (!over && Clock::now() >= give_up) {
       call.job->Cancel();
       SendError(res, {504, "server_error", "deadline_exceeded", "the request did not finish in time"});

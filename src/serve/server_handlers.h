@@ -57,7 +57,7 @@ class Server::Handlers {
   void Generate(Kind kind, const httplib::Request& req, httplib::Response& res);
   // Picks the host for call->request.model (a model, a split route or a tier route).
   std::optional<api::ApiError> Resolve(Call* call);
-  void Reply(Call& call, httplib::Response& res);
+  void Reply(Call& call, const httplib::Request& req, httplib::Response& res);
   void Stream(std::shared_ptr<Call> call, httplib::Response& res);
   // New generated text through the word filter (when configured) into call.sent_text; cancels
   // the job when the filter blocks. Returns what may be sent now.

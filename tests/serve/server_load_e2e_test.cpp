@@ -228,5 +228,31 @@ TEST(ServerLoadTest, AClientThatDisconnectsMidStreamCancelsItsSequence) {
   EXPECT_LT(tokens, 400);
 }
 
+// Without streaming the server writes nothing until the answer is done, so it has to look at the
+// connection itself: a client that hangs up mid-generation still frees its slot early.
+TEST(ServerLoadTest, AClientThatDisconnectsBeforeANonStreamedReplyCancelsItsSequence) {
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  Harness h(o);
+  const std::string body = json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump();
+  const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = Connect(h.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
+  close(fd);
+  double tokens = -1;
+  for (int i = 0; i < 200 && tokens <= 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    tokens = testing::MetricValue(h.Client()->Get("/metrics")->body, "vlm_generated_tokens_total");
+  }
+  EXPECT_GT(tokens, 0) << "the cancelled sequence should complete as cancelled";
+  EXPECT_LT(tokens, 4000) << "the sequence ran to max_tokens after its client left";
+  const std::string m = h.Client()->Get("/metrics")->body;
+  EXPECT_NE(m.find("status=\"499\""), std::string::npos) << "no 499 in the request metrics";
+}
+
 }  // namespace
 }  // namespace vlmd::serve
