@@ -139,18 +139,40 @@ Status Scheduler::Admit(const std::shared_ptr<Job>& job, Slot* slot) {
     }
   }
   if (best_len < static_cast<size_t>(std::max(options_.min_prefix_rows, 1))) best = nullptr;
+  // Only the prefix copy happens here: the prompt rows are computed chunk by chunk between
+  // decode steps (Run), so a long prompt does not stall the sequences already decoding.
   const auto t0 = Clock::now();
-  VLMD_ASSIGN_OR_RETURN(slot->seq, engine_->StartSequence(rows, in.params,
+  VLMD_ASSIGN_OR_RETURN(slot->seq, engine_->BeginSequence(std::move(rows), in.params,
                                                           best ? best->seq->cache() : nullptr,
                                                           best ? static_cast<int32_t>(best_len) : 0));
   if (best != nullptr) {
     r.reused_prompt_tokens = static_cast<int64_t>(best_len);
     metrics_->prefix_reused_tokens.With().Inc(static_cast<double>(best_len));
   }
-  slot->decode_start = Clock::now();
+  slot->decode_start = Clock::now();  // moved to the end of the prefill by PrefillSome
   r.prefill_ms = MsBetween(t0, slot->decode_start);
   metrics_->prompt_tokens.With().Inc(static_cast<double>(r.prompt_tokens));
   return Status::Ok();
+}
+
+void Scheduler::PrefillSome() {
+  int64_t budget = std::max<int64_t>(options_.prefill_chunk, 1);
+  for (Slot& slot : active_) {  // oldest first: admission order
+    if (budget <= 0) break;
+    engine::runtime::Sequence& seq = *slot.seq;
+    if (!seq.prefilling() || seq.finished()) continue;
+    const int64_t rows = std::min(budget, seq.prefill_rows_left());
+    const auto t0 = Clock::now();
+    Status s = engine_->PrefillChunk(&seq, rows);
+    const auto t1 = Clock::now();
+    slot.result.prefill_ms += MsBetween(t0, t1);
+    budget -= rows;
+    if (!s.ok()) {
+      seq.Fail(std::move(s));  // Publish fails the job; its neighbours go on
+    } else if (!seq.prefilling()) {
+      slot.decode_start = t1;
+    }
+  }
 }
 
 bool Scheduler::Publish(Slot* slot) {
@@ -192,6 +214,9 @@ void Scheduler::Park(Slot* slot) {
   // last one sampled).
   const int32_t filled = seq.cache()->n_filled();
   std::vector<uint64_t> ids = std::move(slot->row_ids);
+  // A sequence cancelled while prefilling holds the first `filled` prompt rows: still reusable.
+  if (static_cast<int32_t>(ids.size()) > filled) ids.resize(static_cast<size_t>(filled));
+  if (filled == 0) return;
   for (size_t i = 0; static_cast<int32_t>(ids.size()) < filled && i < seq.tokens().size(); ++i) {
     ids.push_back(static_cast<uint64_t>(seq.tokens()[i]));
   }
@@ -245,11 +270,17 @@ void Scheduler::Run() {
     }
     UpdateMemoryGauges();
     if (active_.empty()) continue;
+    PrefillSome();
     batch.clear();
-    for (Slot& s : active_) batch.push_back(s.seq.get());
+    for (Slot& s : active_) {
+      if (!s.seq->prefilling() && !s.seq->finished()) batch.push_back(s.seq.get());
+    }
     batch_share_.Set(static_cast<double>(batch.size()));
-    metrics_->decode_steps.With().Inc();
-    Status s = engine_->DecodeStep(batch);
+    Status s = Status::Ok();
+    if (!batch.empty()) {
+      metrics_->decode_steps.With().Inc();
+      s = engine_->DecodeStep(batch);
+    }
     if (!s.ok()) {
       // Not a numerical failure (those end only their own sequence, in Publish): the step itself
       // could not run, so every sequence in it ends with the error.

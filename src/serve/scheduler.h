@@ -1,8 +1,9 @@
 // The scheduler (SPEC S4, S8): ONE thread owns the engine, the batch and every KV cache. Handlers
 // only Submit() jobs and wait on them; the thread admits queued jobs into free batch slots
-// (encode images through the cache, prefill), then advances every active sequence by one token
-// per step in a single batched forward pass (continuous batching: jobs join and leave between
-// steps). Cancelled jobs and expired deadlines end at the next step.
+// (encode images through the cache), prefills at most `prefill_chunk` prompt rows per step
+// (chunked prefill), then advances every prefilled sequence by one token in a single batched
+// forward pass (continuous batching: jobs join and leave between steps). Cancelled jobs and
+// expired deadlines end at the next step, also while their prompt is being prefilled.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +28,9 @@ struct SchedulerOptions {
   // Finished sequences whose KV caches are kept for prefix reuse (least recently used dropped).
   int32_t prefix_cache_entries = 8;
   int32_t min_prefix_rows = 4;  // shorter common prefixes are recomputed
+  // Prompt rows prefilled per scheduler step (chunked prefill): the sequences already decoding
+  // wait at most this much prefill between two of their tokens.
+  int32_t prefill_chunk = 256;
 };
 
 class Scheduler {
@@ -61,8 +65,11 @@ class Scheduler {
   };
 
   void Run();
-  // Encodes the job's images (through the cache), builds its rows and prefills it.
+  // Encodes the job's images (through the cache), builds its rows and starts its sequence
+  // (prefix reuse; the prompt rows are computed later by PrefillSome).
   Status Admit(const std::shared_ptr<Job>& job, Slot* slot);
+  // Computes up to options_.prefill_chunk prompt rows of the prefilling sequences, oldest first.
+  void PrefillSome();
   // Streams new text; completes the job when its sequence finished. Returns true when done.
   bool Publish(Slot* slot);
   void UpdateMemoryGauges();

@@ -37,23 +37,32 @@ TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
     alone[i] = r->tokens;
   }
   // Sequence 0 starts, 1 joins after 2 steps, 2 joins after 4; 1 leaves first (shortest).
+  // Sequence 2 is prefilled in chunks of 2 rows between steps (the scheduler's chunked
+  // prefill): DecodeStep must pass over it until its prompt is in.
   std::vector<std::unique_ptr<Sequence>> seqs(3);
   const int join_step[] = {0, 2, 4};
-  for (int step = 0; step < 20; ++step) {
+  int prefill_steps = 0;
+  for (int step = 0; step < 40; ++step) {
     for (int i = 0; i < 3; ++i) {
       if (join_step[i] == step) {
         GenerateParams p;
         p.max_tokens = max_tokens[i];
         p.ignore_eos = true;
-        auto s = engine.StartSequence(prompts[i], p);
+        auto s = i == 2 ? engine.BeginSequence(prompts[i], p) : engine.StartSequence(prompts[i], p);
         ASSERT_TRUE(s.ok()) << s.status().ToString();
         seqs[i] = std::move(*s);
       }
+    }
+    if (seqs[2] && seqs[2]->prefilling()) {
+      EXPECT_TRUE(seqs[2]->tokens().empty());
+      ASSERT_TRUE(engine.PrefillChunk(seqs[2].get(), 2).ok());
+      ++prefill_steps;
     }
     std::vector<Sequence*> batch;
     for (auto& s : seqs) batch.push_back(s.get());
     ASSERT_TRUE(engine.DecodeStep(batch).ok());
   }
+  EXPECT_EQ(prefill_steps, static_cast<int>((prompts[2].tokens.size() + 1) / 2));
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(seqs[i]->finished());
     EXPECT_EQ(seqs[i]->finish_reason(), "length");

@@ -28,6 +28,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(c->models[0].text_path, dir + "/models/SmolVLM-256M-Instruct-Q8_0.gguf");
   EXPECT_EQ(c->models[2].version, "");  // from the hash at load
   EXPECT_EQ(c->models[0].engine.precision, engine::ops::Precision::kFast);
+  EXPECT_EQ(c->models[0].scheduler.prefill_chunk, 128);
   ASSERT_EQ(c->routes.size(), 2u);
   EXPECT_TRUE(c->routes[0].is_split());
   EXPECT_EQ(c->routes[0].split[1].model, "smolvlm-v2");

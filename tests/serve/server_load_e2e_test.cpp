@@ -30,6 +30,9 @@ json InvokeBody(int i) {
 TEST(ServerLoadTest, SixteenConcurrentClientsGetTheirOneAtATimeAnswers) {
   HarnessOptions o;
   o.scheduler.max_batch = 4;
+  // Prompts (~100 rows with an image) are prefilled 7 rows per step, interleaved with the
+  // decode steps of the others, chunk edges falling inside images.
+  o.scheduler.prefill_chunk = 7;
   Harness h(o);
   constexpr int kClients = 16;
   std::vector<std::string> alone(kClients), together(kClients);

@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", spec.engine.threads, "compute threads (0: all cores)")->capture_default_str();
   app.add_option("--max-batch", spec.scheduler.max_batch, "sequences decoded together")->capture_default_str();
   app.add_option("--queue", spec.scheduler.queue_size, "requests waiting for a slot before 429")->capture_default_str();
+  app.add_option("--prefill-chunk", spec.scheduler.prefill_chunk,
+                 "prompt rows prefilled between two decode steps (chunked prefill)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--ctx", spec.engine.n_ctx, "context positions per sequence")->capture_default_str();
   std::string precision = "fast";
   app.add_option("--precision", precision,

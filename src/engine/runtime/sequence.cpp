@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/runtime/multimodal_prompt.h"
+
 namespace vlmd::engine::runtime {
 namespace {
 
@@ -32,6 +34,12 @@ Sequence::Sequence(const tokenizer::Tokenizer& tok, GenerateParams params,
     if (t >= 0) history_.push_back(t);
   }
   if (params_.max_tokens <= 0) finish_reason_ = "length";
+}
+
+Sequence::~Sequence() = default;
+
+int64_t Sequence::prefill_rows_left() const {
+  return prefill_ ? static_cast<int64_t>(prefill_->tokens.size()) - prefill_next_ : 0;
 }
 
 void Sequence::Accept(std::span<const float> logits) {

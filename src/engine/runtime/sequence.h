@@ -20,6 +20,9 @@
 
 namespace vlmd::engine::runtime {
 
+struct PromptRows;  // multimodal_prompt.h
+class TextEngine;
+
 struct GenerateParams {
   SamplingParams sampling;
   int32_t max_tokens = 128;
@@ -35,6 +38,7 @@ class Sequence {
   // excluded), the history the repetition penalty looks at.
   Sequence(const tokenizer::Tokenizer& tok, GenerateParams params,
            std::unique_ptr<models::KvCache> cache, std::span<const int32_t> prompt_tokens);
+  ~Sequence();
 
   // Samples the next token from `logits` [n_vocab] and updates the text; the sequence finishes
   // on an end-of-generation token, a stop string, or max_tokens.
@@ -46,6 +50,11 @@ class Sequence {
   const Status& error() const { return error_; }  // OK unless Fail()ed
 
   bool finished() const { return !finish_reason_.empty(); }
+  // True from TextEngine::BeginSequence until PrefillChunk computed the last prompt row (and
+  // sampled the first token): not yet ready for DecodeStep.
+  bool prefilling() const { return prefill_ != nullptr; }
+  // Prompt rows still to compute while prefilling (0 otherwise).
+  int64_t prefill_rows_left() const;
   // "stop" (EOS or stop string), "length" (max_tokens), or what Finish was given; "" while running.
   const std::string& finish_reason() const { return finish_reason_; }
   // The token to feed in the next decode step (the last one sampled).
@@ -75,6 +84,11 @@ class Sequence {
   std::string unread_;    // released, not yet taken by TakeNewText
   std::string finish_reason_;
   Status error_;
+
+  // Chunked prefill state, owned by TextEngine (BeginSequence / PrefillChunk).
+  friend class TextEngine;
+  std::unique_ptr<PromptRows> prefill_;  // the prompt; released once it is all in the cache
+  int64_t prefill_next_ = 0;             // first row not yet in the cache
 };
 
 }  // namespace vlmd::engine::runtime

@@ -2,6 +2,7 @@
 #include "engine/runtime/text_engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <thread>
 
@@ -62,16 +63,17 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
 std::string_view TextEngine::isa_name() const { return kernels::IsaName(ctx_.kernels->isa); }
 
 Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
-                           int64_t first_row) {
+                           int64_t first_row, int64_t end_row) {
   const int64_t n = static_cast<int64_t>(prompt.tokens.size());
+  const int64_t end = end_row < 0 ? n : std::min(end_row, n);
   const int64_t d = model_->config().d_model;
   std::vector<int32_t> pos, seq;
   std::vector<float> embd;  // [len, d_model] rows of this chunk's image tokens (others unused)
   int64_t next_embd = 0;    // next row of prompt.embeddings
   for (int64_t i = 0; i < first_row; ++i) next_embd += prompt.tokens[i] < 0 ? 1 : 0;
   models::KvCache* caches[] = {cache};
-  for (int64_t start = first_row; start < n; start += opts_.n_batch) {
-    const int64_t len = std::min<int64_t>(opts_.n_batch, n - start);
+  for (int64_t start = first_row; start < end; start += opts_.n_batch) {
+    const int64_t len = std::min<int64_t>(opts_.n_batch, end - start);
     pos.resize(len);
     seq.assign(len, 0);
     bool any_image = false;
@@ -232,6 +234,16 @@ Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& ro
                                                             const GenerateParams& params,
                                                             const models::KvCache* prefix,
                                                             int32_t prefix_len) {
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                        BeginSequence(rows, params, prefix, prefix_len));
+  VLMD_RETURN_IF_ERROR(PrefillChunk(seq.get(), std::numeric_limits<int64_t>::max()));
+  return seq;
+}
+
+Result<std::unique_ptr<Sequence>> TextEngine::BeginSequence(PromptRows rows,
+                                                            const GenerateParams& params,
+                                                            const models::KvCache* prefix,
+                                                            int32_t prefix_len) {
   const std::span<const int32_t> prompt(rows.tokens);
   if (prompt.empty()) return InvalidArgumentError("empty prompt");
   VLMD_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
@@ -253,11 +265,28 @@ Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& ro
   } else {
     prefix_len = 0;
   }
-  std::vector<float> logits(model_->config().n_vocab);
-  VLMD_RETURN_IF_ERROR(Prefill(rows, cache.get(), logits.data(), prefix_len));
   auto seq = std::make_unique<Sequence>(*tokenizer_, params, std::move(cache), prompt);
-  seq->Accept(logits);
+  seq->prefill_ = std::make_unique<PromptRows>(std::move(rows));
+  seq->prefill_next_ = prefix_len;
   return seq;
+}
+
+Status TextEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {
+  if (seq == nullptr || !seq->prefilling()) return Status::Ok();
+  if (max_rows < 1) return InvalidArgumentError("PrefillChunk: max_rows < 1");
+  const PromptRows& rows = *seq->prefill_;
+  const int64_t n = static_cast<int64_t>(rows.tokens.size());
+  const int64_t end = seq->prefill_next_ + std::min(max_rows, n - seq->prefill_next_);
+  const bool last = end == n;
+  std::vector<float> logits(last ? model_->config().n_vocab : 0);
+  VLMD_RETURN_IF_ERROR(Prefill(rows, seq->cache(), last ? logits.data() : nullptr,
+                               seq->prefill_next_, end));
+  seq->prefill_next_ = end;
+  if (!last) return Status::Ok();
+  seq->prefill_.reset();
+  seq->prefill_next_ = 0;
+  seq->Accept(logits);
+  return Status::Ok();
 }
 
 uint64_t TextEngine::activation_bytes() const {
@@ -273,7 +302,7 @@ Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
   std::vector<Sequence*> active;
   std::vector<models::KvCache*> caches;
   for (Sequence* s : seqs) {
-    if (s != nullptr && !s->finished()) {
+    if (s != nullptr && !s->finished() && !s->prefilling()) {
       active.push_back(s);
       caches.push_back(s->cache());
     }

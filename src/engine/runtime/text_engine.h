@@ -123,7 +123,7 @@ class TextEngine {
 
   // Batched generation (the server's scheduler). StartSequence validates, prefills `prompt` into a
   // new sequence and samples its first token (same errors as Generate). DecodeStep advances every
-  // unfinished sequence in `seqs` by one token in ONE forward pass (continuous batching: callers
+  // unfinished, fully prefilled sequence in `seqs` by one token in ONE forward pass (continuous batching: callers
   // may add and drop sequences between steps). Greedy results equal Generate's token for token.
   // INTERNAL on NaN/Inf (the whole step fails; callers end the sequences of that step).
   // `prefix`, when given, holds K/V valid for the first `prefix_len` rows of `prompt` (a finished
@@ -133,6 +133,15 @@ class TextEngine {
                                                   const GenerateParams& params,
                                                   const models::KvCache* prefix = nullptr,
                                                   int32_t prefix_len = 0);
+  // The same in two phases, for a scheduler that interleaves long prompts with the decode steps
+  // of other sequences (chunked prefill): BeginSequence validates and copies the reused prefix
+  // but computes nothing (the sequence is prefilling()); each PrefillChunk computes up to
+  // max_rows more prompt rows and, with the last one, samples the first token. Errors as
+  // StartSequence; a failed chunk leaves the sequence unusable.
+  Result<std::unique_ptr<Sequence>> BeginSequence(PromptRows prompt, const GenerateParams& params,
+                                                  const models::KvCache* prefix = nullptr,
+                                                  int32_t prefix_len = 0);
+  Status PrefillChunk(Sequence* seq, int64_t max_rows);
   Status DecodeStep(std::span<Sequence* const> seqs);
   const EngineOptions& options() const { return opts_; }
   // Bytes held by the forward scratch buffers (activations), as of the last call. Owner thread.
@@ -142,8 +151,10 @@ class TextEngine {
   TextEngine() = default;
   // Runs prompt rows [first_row, n) through the model in n_batch chunks (rows before first_row
   // are already in the cache); logits of the last row into `logits`.
+  // Computes prompt rows [first_row, end_row) (end_row < 0: to the end) into `cache`; `logits`
+  // receives the last row's logits when end_row is the prompt's end.
   Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
-                 int64_t first_row = 0);
+                 int64_t first_row = 0, int64_t end_row = -1);
 
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
