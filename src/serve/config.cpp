@@ -84,7 +84,7 @@ std::string Resolve(const std::string& base_dir, const std::string& p) {
 
 Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_defaults) {
   VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
-                                      "prefill_chunk", "ctx", "precision", "image_cache_mb", "token_budget", "max_images",
+                                      "prefill_chunk", "encode_tiles", "ctx", "precision", "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
                                       "image_url_hosts"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
@@ -95,6 +95,7 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_batch", &model_defaults->scheduler.max_batch));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("queue", &model_defaults->scheduler.queue_size));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("prefill_chunk", &model_defaults->scheduler.prefill_chunk));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("encode_tiles", &model_defaults->scheduler.encode_tiles));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("ctx", &model_defaults->engine.n_ctx));
   if (s.has("precision")) {
     std::string name;

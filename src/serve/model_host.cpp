@@ -26,8 +26,8 @@ Result<std::string> HashFiles(const std::vector<std::string>& paths) {
 
 Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, ServerMetrics* metrics) {
   if (spec.scheduler.max_batch < 1 || spec.scheduler.queue_size < 1 ||
-      spec.scheduler.prefill_chunk < 1) {
-    return InvalidArgumentError("max batch, queue size and prefill chunk must be >= 1");
+      spec.scheduler.prefill_chunk < 1 || spec.scheduler.encode_tiles < 1) {
+    return InvalidArgumentError("max batch, queue size, prefill chunk and encode tiles must be >= 1");
   }
   std::unique_ptr<ModelHost> h(new ModelHost());
   h->spec_ = spec;

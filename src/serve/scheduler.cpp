@@ -89,36 +89,65 @@ size_t Scheduler::queue_depth() const {
   return queue_.size();
 }
 
-Status Scheduler::Admit(const std::shared_ptr<Job>& job, Slot* slot) {
-  const JobInput& in = job->input();
-  JobResult& r = slot->result;
-  std::vector<engine::runtime::EncodedImage> encoded;
-  encoded.reserve(in.images.size());
-  int hits = 0;
-  for (size_t i = 0; i < in.images.size(); ++i) {
-    const engine::runtime::PreparedImage& img = in.images[i];
-    const double prepare_ms = i < in.image_prepare_ms.size() ? in.image_prepare_ms[i] : 0.0;
-    metrics_->embedding_cache_queries.With().Inc();
-    ImageCache::Entry entry = cache_->Lookup(img.key);
-    if (entry) {
-      metrics_->embedding_cache_hits.With().Inc();
-      ++hits;
-    } else {
-      engine::runtime::ImageTimings t;
-      auto e = engine_->EncodePrepared(img, &t);
-      if (!e.ok()) {
-        metrics_->embedding_failures.With().Inc();
-        return e.status();
+void Scheduler::EncodeSome() {
+  int64_t budget = std::max<int64_t>(options_.encode_tiles, 1);
+  for (Slot& slot : active_) {  // oldest first: admission order
+    if (slot.seq || slot.failed) continue;
+    const JobInput& in = slot.job->input();
+    Status s = Status::Ok();
+    while (slot.next_image < in.images.size()) {
+      const engine::runtime::PreparedImage& img = in.images[slot.next_image];
+      if (slot.next_tile == 0) {
+        // Looked up when its encoding would start: an image another job encoded meanwhile hits.
+        metrics_->embedding_cache_queries.With().Inc();
+        if (ImageCache::Entry entry = cache_->Lookup(img.key)) {
+          metrics_->embedding_cache_hits.With().Inc();
+          ++slot.cache_hits;
+          slot.encoded.push_back(*entry);  // BuildPrompt copies rows anyway
+          ++slot.next_image;
+          continue;
+        }
       }
-      r.encode_ms += t.encode_ms;
+      if (budget <= 0) break;  // this step's share of encoder time is spent
+      const int64_t n = std::min(budget, img.tiles.n_tiles - slot.next_tile);
+      const auto t0 = Clock::now();
+      s = engine_->EncodeTiles(img, slot.next_tile, n, &slot.partial);
+      const double ms = MsBetween(t0, Clock::now());
+      slot.result.encode_ms += ms;
+      slot.image_encode_ms += ms;
+      budget -= n;
+      if (!s.ok()) {
+        metrics_->embedding_failures.With().Inc();
+        break;
+      }
+      slot.next_tile += n;
+      if (slot.next_tile < img.tiles.n_tiles) continue;
+      const size_t i = slot.next_image;
+      const double prepare_ms = i < in.image_prepare_ms.size() ? in.image_prepare_ms[i] : 0.0;
       metrics_->embedding_success.With().Inc();
-      metrics_->embedding_duration.With().Observe((t.encode_ms + prepare_ms) / 1000.0);
-      entry = std::make_shared<const engine::runtime::EncodedImage>(std::move(*e));
+      metrics_->embedding_duration.With().Observe((slot.image_encode_ms + prepare_ms) / 1000.0);
+      auto entry = std::make_shared<const engine::runtime::EncodedImage>(
+          engine_->EncodedFromTiles(img, std::move(slot.partial)));
       cache_->Insert(img.key, entry);
+      slot.encoded.push_back(*entry);
+      slot.partial.clear();
+      slot.next_tile = 0;
+      slot.image_encode_ms = 0;
+      ++slot.next_image;
     }
-    encoded.push_back(*entry);  // BuildPrompt copies rows anyway; the entry stays shared
+    if (s.ok() && slot.next_image == in.images.size()) s = StartSequence(&slot);
+    if (!s.ok()) {
+      slot.job->Fail(std::move(s));
+      slot.failed = true;
+    }
   }
-  r.image_cache_hit = !in.images.empty() && hits == static_cast<int>(in.images.size());
+}
+
+Status Scheduler::StartSequence(Slot* slot) {
+  const JobInput& in = slot->job->input();
+  JobResult& r = slot->result;
+  std::vector<engine::runtime::EncodedImage> encoded = std::move(slot->encoded);
+  r.image_cache_hit = !in.images.empty() && slot->cache_hits == static_cast<int>(in.images.size());
   VLMD_ASSIGN_OR_RETURN(engine::runtime::PromptRows rows,
                         engine_->BuildPrompt(in.prompt, encoded, /*raw=*/true));
   r.prompt_tokens = static_cast<int64_t>(rows.tokens.size());
@@ -159,6 +188,7 @@ void Scheduler::PrefillSome() {
   int64_t budget = std::max<int64_t>(options_.prefill_chunk, 1);
   for (Slot& slot : active_) {  // oldest first: admission order
     if (budget <= 0) break;
+    if (!slot.seq || slot.failed) continue;
     engine::runtime::Sequence& seq = *slot.seq;
     if (!seq.prefilling() || seq.finished()) continue;
     const int64_t rows = std::min(budget, seq.prefill_rows_left());
@@ -176,6 +206,19 @@ void Scheduler::PrefillSome() {
 }
 
 bool Scheduler::Publish(Slot* slot) {
+  if (slot->failed) return true;  // its job has its error already
+  if (!slot->seq) {               // still encoding its images
+    if (slot->job->cancelled()) {
+      slot->job->Fail(Status(StatusCode::kCancelled, "client went away while its images were encoded"));
+      return true;
+    }
+    if (Clock::now() > slot->job->input().deadline) {
+      slot->job->Fail(Status(StatusCode::kDeadlineExceeded,
+                             "request deadline exceeded while encoding its images"));
+      return true;
+    }
+    return false;
+  }
   engine::runtime::Sequence& seq = *slot->seq;
   if (!seq.finished()) {
     if (slot->job->cancelled()) {
@@ -227,7 +270,9 @@ void Scheduler::Park(Slot* slot) {
 
 void Scheduler::UpdateMemoryGauges() {
   double kv = 0;
-  for (const Slot& s : active_) kv += static_cast<double>(s.seq->cache()->bytes());
+  for (const Slot& s : active_) {
+    if (s.seq) kv += static_cast<double>(s.seq->cache()->bytes());
+  }
   for (const Parked& p : parked_) kv += static_cast<double>(p.seq->cache()->bytes());
   kv_share_.Set(kv);
   image_cache_share_.Set(static_cast<double>(cache_->bytes()));
@@ -261,19 +306,25 @@ void Scheduler::Run() {
       Slot slot;
       slot.job = job;
       slot.result.queue_ms = MsBetween(job->submitted(), now);
-      Status s = Admit(job, &slot);
-      if (!s.ok()) {
-        job->Fail(std::move(s));
-        continue;
+      if (job->input().images.empty()) {  // else EncodeSome starts it once its images are in
+        if (Status s = StartSequence(&slot); !s.ok()) {
+          job->Fail(std::move(s));
+          continue;
+        }
       }
       if (!Publish(&slot)) active_.push_back(std::move(slot));
     }
     UpdateMemoryGauges();
     if (active_.empty()) continue;
+    // One step: a share of image encoding, a share of prompt prefill, one token for every
+    // sequence past both. The shares bound how long the decoding sequences wait per token.
+    EncodeSome();
     PrefillSome();
     batch.clear();
     for (Slot& s : active_) {
-      if (!s.seq->prefilling() && !s.seq->finished()) batch.push_back(s.seq.get());
+      if (s.seq && !s.failed && !s.seq->prefilling() && !s.seq->finished()) {
+        batch.push_back(s.seq.get());
+      }
     }
     batch_share_.Set(static_cast<double>(batch.size()));
     Status s = Status::Ok();

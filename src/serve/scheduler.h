@@ -1,7 +1,7 @@
 // The scheduler (SPEC S4, S8): ONE thread owns the engine, the batch and every KV cache. Handlers
-// only Submit() jobs and wait on them; the thread admits queued jobs into free batch slots
-// (encode images through the cache), prefills at most `prefill_chunk` prompt rows per step
-// (chunked prefill), then advances every prefilled sequence by one token in a single batched
+// only Submit() jobs and wait on them; the thread admits queued jobs into free batch slots, and
+// each step encodes at most `encode_tiles` image tiles (through the image cache), prefills at
+// most `prefill_chunk` prompt rows (chunked prefill), then advances every prefilled sequence by one token in a single batched
 // forward pass (continuous batching: jobs join and leave between steps). Cancelled jobs and
 // expired deadlines end at the next step, also while their prompt is being prefilled.
 #pragma once
@@ -31,6 +31,9 @@ struct SchedulerOptions {
   // Prompt rows prefilled per scheduler step (chunked prefill): the sequences already decoding
   // wait at most this much prefill between two of their tokens.
   int32_t prefill_chunk = 256;
+  // Image tiles encoded per scheduler step: a new image delays the decoding sequences by about
+  // this many tiles' encoder time per token instead of by the whole image at once.
+  int32_t encode_tiles = 1;
 };
 
 class Scheduler {
@@ -51,9 +54,19 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
 
  private:
-  struct Slot {  // a running job's sequence (scheduler-thread state)
+  struct Slot {  // a running job (scheduler-thread state)
     std::shared_ptr<Job> job;
+    // Image encoding, tile by tile (EncodeSome): images [0, next_image) are in `encoded`; tiles
+    // [0, next_tile) of the next one are in `partial`.
+    size_t next_image = 0;
+    int64_t next_tile = 0;
+    std::vector<float> partial;
+    double image_encode_ms = 0;  // of the image being encoded
+    int cache_hits = 0;
+    std::vector<engine::runtime::EncodedImage> encoded;
+    // Null until every image is encoded; then prefilled chunk by chunk (PrefillSome), then decoded.
     std::unique_ptr<engine::runtime::Sequence> seq;
+    bool failed = false;  // its job failed already (encoding or start); dropped at Publish
     std::vector<uint64_t> row_ids;  // identity of each prompt row (see RowIds)
     JobResult result;
     Clock::time_point decode_start;
@@ -65,9 +78,12 @@ class Scheduler {
   };
 
   void Run();
-  // Encodes the job's images (through the cache), builds its rows and starts its sequence
-  // (prefix reuse; the prompt rows are computed later by PrefillSome).
-  Status Admit(const std::shared_ptr<Job>& job, Slot* slot);
+  // Encodes up to options_.encode_tiles image tiles of the slots still encoding, oldest first
+  // (cache hits cost nothing), and starts the sequence of each slot whose images are all in.
+  void EncodeSome();
+  // Builds the slot's prompt rows and starts its sequence (prefix reuse; the prompt rows are
+  // computed later by PrefillSome).
+  Status StartSequence(Slot* slot);
   // Computes up to options_.prefill_chunk prompt rows of the prefilling sequences, oldest first.
   void PrefillSome();
   // Streams new text; completes the job when its sequence finished. Returns true when done.

@@ -29,6 +29,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(c->models[2].version, "");  // from the hash at load
   EXPECT_EQ(c->models[0].engine.precision, engine::ops::Precision::kFast);
   EXPECT_EQ(c->models[0].scheduler.prefill_chunk, 128);
+  EXPECT_EQ(c->models[0].scheduler.encode_tiles, 2);
   ASSERT_EQ(c->routes.size(), 2u);
   EXPECT_TRUE(c->routes[0].is_split());
   EXPECT_EQ(c->routes[0].split[1].model, "smolvlm-v2");

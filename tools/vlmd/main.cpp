@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
                  "prompt rows prefilled between two decode steps (chunked prefill)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--encode-tiles", spec.scheduler.encode_tiles,
+                 "image tiles encoded between two decode steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--ctx", spec.engine.n_ctx, "context positions per sequence")->capture_default_str();
   std::string precision = "fast";
   app.add_option("--precision", precision,

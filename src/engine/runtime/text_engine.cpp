@@ -159,14 +159,40 @@ Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int
 Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const auto t0 = std::chrono::steady_clock::now();
-  EncodedImage out;
-  VLMD_ASSIGN_OR_RETURN(out.embeddings,
+  VLMD_ASSIGN_OR_RETURN(std::vector<float> embeddings,
                         vision_->Encode(image.tiles.pixels.data(), image.tiles.n_tiles, &vision_ctx_));
   if (timings != nullptr) timings->encode_ms = MsSince(t0);
-  out.tokens_per_tile = vision_->tokens_per_tile();
-  out.layout = image.tiles;
-  out.layout.pixels.clear();
-  out.layout.pixels.shrink_to_fit();
+  return EncodedFromTiles(image, std::move(embeddings));
+}
+
+Status TextEngine::EncodeTiles(const PreparedImage& image, int64_t first_tile, int64_t n_tiles,
+                               std::vector<float>* embeddings) {
+  if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
+  const models::PreprocessedImage& t = image.tiles;
+  const int64_t tile_floats = int64_t{3} * t.tile_size * t.tile_size;
+  const int64_t tile_out = vision_->tokens_per_tile() * vision_->n_embd();
+  if (first_tile < 0 || n_tiles < 1 || first_tile + n_tiles > t.n_tiles ||
+      static_cast<int64_t>(t.pixels.size()) < t.n_tiles * tile_floats ||
+      static_cast<int64_t>(embeddings->size()) != first_tile * tile_out) {
+    return InvalidArgumentError("EncodeTiles: tiles " + std::to_string(first_tile) + " + " +
+                                std::to_string(n_tiles) + " out of order or outside the image");
+  }
+  embeddings->resize(static_cast<size_t>((first_tile + n_tiles) * tile_out));
+  return vision_->Encode(t.pixels.data() + first_tile * tile_floats, n_tiles, &vision_ctx_,
+                         embeddings->data() + first_tile * tile_out);
+}
+
+EncodedImage TextEngine::EncodedFromTiles(const PreparedImage& image,
+                                          std::vector<float> embeddings) const {
+  EncodedImage out;
+  out.embeddings = std::move(embeddings);
+  out.tokens_per_tile = vision_ ? vision_->tokens_per_tile() : 0;
+  // Every layout field but the pixels (not needed once encoded; copying them would cost MBs).
+  out.layout.tile_size = image.tiles.tile_size;
+  out.layout.grid_cols = image.tiles.grid_cols;
+  out.layout.grid_rows = image.tiles.grid_rows;
+  out.layout.has_global = image.tiles.has_global;
+  out.layout.n_tiles = image.tiles.n_tiles;
   return out;
 }
 

@@ -95,6 +95,12 @@ class TextEngine {
   // The smallest longest_edge the family allows (one tile row/column); 0 when not tiled.
   int32_t MinLongestEdge() const;
   Result<EncodedImage> EncodePrepared(const PreparedImage& image, ImageTimings* timings);
+  // Tile by tile, for a scheduler that interleaves image encoding with decode steps: appends
+  // the embeddings of tiles [first_tile, first_tile + n_tiles) of `image` to *embeddings (the
+  // tiles must come in order). Once every tile is in, EncodedFromTiles makes the image.
+  Status EncodeTiles(const PreparedImage& image, int64_t first_tile, int64_t n_tiles,
+                     std::vector<float>* embeddings);
+  EncodedImage EncodedFromTiles(const PreparedImage& image, std::vector<float> embeddings) const;
 
   // Token ids (and image rows) of a user prompt: `text` with image markers, wrapped in the
   // model's chat template unless raw (then BOS as the vocabulary says, special text parsed).
