@@ -301,6 +301,40 @@ TEST(Attention, NothingVisibleGivesZeros) {
   for (float v : out) EXPECT_EQ(v, 0.0f);
 }
 
+// Many query rows take the blocked (GEMM) path; here the first rows see no cache row at all and
+// the others see prefixes of different lengths, block edges included (70 rows = 64 + 6).
+TEST(Attention, BlockedPathMasksPerRowLikeTheStreamingPath) {
+  for (DType kv : {DType::kF16, DType::kF32}) {
+    Problem p = Make({"blocked", 70, 90, 4, 2, 24, true, -5}, kv, 9);
+    const int64_t width = 4 * 24;
+    std::vector<float> blocked(70 * width, 3.0f);
+    for (Isa isa : AvailableIsas()) {
+      AttentionArgs a = p.args;
+      a.out = blocked.data();
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, a).ok());
+      for (int64_t i = 0; i < 70; ++i) {
+        // The same row alone takes the streaming path.
+        std::vector<float> one(width, 5.0f);
+        AttentionArgs b = p.args;
+        b.n_q = 1;
+        b.q = p.args.q + i * width;
+        b.q_pos = p.args.q_pos + i;
+        b.out = one.data();
+        ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, b).ok());
+        for (int64_t e = 0; e < width; ++e) {
+          const float got = blocked[i * width + e];
+          if (p.q_pos[i] < 0) {
+            ASSERT_EQ(got, 0.0f) << "row " << i << " sees nothing";
+          } else {
+            ASSERT_NEAR(got, one[e], 1e-5f * (1.0f + std::fabs(one[e])))
+                << IsaName(isa) << " row " << i << " e " << e;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, RejectsInconsistentArguments) {
   Problem p = Make({"bad", 2, 10, 4, 2, 8, true, 9}, DType::kF16, 6);
   std::vector<float> out(2 * 4 * 8);

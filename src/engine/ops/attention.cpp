@@ -2,6 +2,11 @@
 //   s = K_blk q' (q' = scale * q), m' = max(m, max s), acc = acc * e^(m - m') + sum e^(s - m') V,
 //   l = l * e^(m - m') + sum e^(s - m'),  and finally out = acc / l  (online softmax).
 // The score block lives on the stack, so scratch is only q' and acc per thread.
+//
+// Many query rows at once (prefill, with sorted kv positions): per (kv head, block of query
+// rows) job the scores are one GEMM S = Q K^T, masked and softmaxed row by row, and the output
+// one GEMM P V, on f32 copies of that head's K and V^T. The per-query path above is bound by a
+// horizontal sum per cache row; the GEMMs run at the matmul kernels' rate.
 #include "engine/ops/attention.h"
 
 #include <algorithm>
@@ -10,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/ops/matmul.h"
+#include "engine/tensor/fp16.h"
+
 namespace vlmd::engine::ops {
 namespace {
 
@@ -17,6 +25,9 @@ namespace {
 constexpr int64_t kBlock = 128;
 // Below this many multiply-adds the op stays on the calling thread.
 constexpr int64_t kMinParallelWork = 1 << 16;
+// The blocked (GEMM) path: from this many query rows, in blocks of kQueryBlock rows per job.
+constexpr int64_t kBlockedMinQueries = 16;
+constexpr int64_t kQueryBlock = 64;
 
 struct Plan {
   const AttentionArgs* a;
@@ -108,6 +119,101 @@ void AttendOne(const Plan& p, int64_t i, int64_t h, float* q_s, float* acc) {
   for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv_l;
 }
 
+// Scratch of one worker of the blocked path.
+struct BlockedWork {
+  std::vector<float> k, vt, scores;  // [n_vis, hd], [hd, n_vis], [kQueryBlock, n_vis]
+};
+
+// One job of the blocked path: kv head g, query rows [i0, i1), every query head of g's group.
+Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, int64_t g, int64_t i0,
+                   int64_t i1, BlockedWork* w) {
+  const AttentionArgs& a = *p.a;
+  const int64_t hd = a.head_dim, nq = i1 - i0;
+  // Cache rows visible to the block's last query (kv positions sorted: a prefix).
+  int64_t n_vis = a.n_kv;
+  if (a.causal) {
+    int32_t max_pos = a.q_pos[i0];
+    for (int64_t i = i0; i < i1; ++i) max_pos = std::max(max_pos, a.q_pos[i]);
+    n_vis = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, max_pos) - a.kv_pos;
+  }
+  if (n_vis == 0) {
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+        std::fill_n(a.out + i * a.out_row_stride + h * hd, hd, 0.0f);
+      }
+    }
+    return Status::Ok();
+  }
+  // f32 copies of this head's K rows and of V transposed (V^T is the weight of the P V product).
+  w->k.resize(static_cast<size_t>(n_vis * hd));
+  w->vt.resize(static_cast<size_t>(hd * n_vis));
+  w->scores.resize(static_cast<size_t>(kQueryBlock * n_vis));
+  const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
+  const auto* k_base = static_cast<const uint8_t*>(a.k) + head_offset;
+  const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
+  for (int64_t j = 0; j < n_vis; ++j) {
+    const uint8_t* kr = k_base + j * p.kv_row_bytes;
+    const uint8_t* vr = v_base + j * p.kv_row_bytes;
+    float* kd = w->k.data() + j * hd;
+    if (a.kv_type == DType::kF16) {
+      const auto* k16 = reinterpret_cast<const uint16_t*>(kr);
+      const auto* v16 = reinterpret_cast<const uint16_t*>(vr);
+      for (int64_t e = 0; e < hd; ++e) {
+        kd[e] = F16ToF32(k16[e]);
+        w->vt[e * n_vis + j] = F16ToF32(v16[e]);
+      }
+    } else {
+      const auto* k32 = reinterpret_cast<const float*>(kr);
+      const auto* v32 = reinterpret_cast<const float*>(vr);
+      for (int64_t e = 0; e < hd; ++e) {
+        kd[e] = k32[e];
+        w->vt[e * n_vis + j] = v32[e];
+      }
+    }
+  }
+  const WeightView k_view{DType::kF32, n_vis, hd, w->k.data(), 0};
+  const WeightView v_view{DType::kF32, hd, n_vis, w->vt.data(), 0};
+  for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
+    VLMD_RETURN_IF_ERROR(MatMul(kt, nullptr, k_view, a.q + i0 * a.q_row_stride + h * hd, nq,
+                                a.q_row_stride, w->scores.data(), n_vis, nullptr));
+    for (int64_t i = 0; i < nq; ++i) {
+      float* row = w->scores.data() + i * n_vis;
+      int64_t vis = n_vis;
+      if (a.causal) {
+        vis = std::upper_bound(a.kv_pos, a.kv_pos + n_vis, a.q_pos[i0 + i]) - a.kv_pos;
+      }
+      for (int64_t j = 0; j < vis; ++j) row[j] *= a.scale;
+      if (vis > 0) kt.softmax(row, vis);
+      std::fill(row + vis, row + n_vis, 0.0f);  // masked: probability 0
+    }
+    VLMD_RETURN_IF_ERROR(MatMul(kt, nullptr, v_view, w->scores.data(), nq, n_vis,
+                                a.out + i0 * a.out_row_stride + h * hd, a.out_row_stride, nullptr));
+  }
+  return Status::Ok();
+}
+
+Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
+  const AttentionArgs& a = *p.a;
+  const int64_t q_blocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
+  const int64_t jobs = a.n_kv_heads * q_blocks;
+  const int workers = pool != nullptr ? pool->size() : 1;
+  std::vector<BlockedWork> work(static_cast<size_t>(workers));
+  std::vector<Status> errors(static_cast<size_t>(workers));
+  auto run = [&](int64_t job, int worker) {
+    const int64_t g = job % a.n_kv_heads, i0 = (job / a.n_kv_heads) * kQueryBlock;
+    Status s = AttendBlock(kt, p, g, i0, std::min(a.n_q, i0 + kQueryBlock),
+                           &work[static_cast<size_t>(worker)]);
+    if (!s.ok() && errors[static_cast<size_t>(worker)].ok()) errors[static_cast<size_t>(worker)] = s;
+  };
+  if (pool == nullptr || workers == 1 || jobs == 1) {
+    for (int64_t j = 0; j < jobs; ++j) run(j, 0);
+  } else {
+    pool->ParallelFor(jobs, run);
+  }
+  for (const Status& s : errors) VLMD_RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args) {
@@ -129,6 +235,9 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
+  if (a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos)) {
+    return AttentionBlocked(kt, pool, p);
+  }
 
   const int64_t n_tasks = a.n_q * a.n_heads;
   const int n_threads = pool ? pool->size() : 1;

@@ -1,6 +1,7 @@
-// Scaled dot-product attention over a KV cache (F16 or F32), with grouped-query heads, an
-// optional causal mask by positions, and a streaming (online) softmax: no [n_q, n_kv] score
-// matrix is ever materialized, so memory stays O(head_dim) per thread at any context length.
+// Scaled dot-product attention over a KV cache (F16 or F32), with grouped-query heads and an
+// optional causal mask by positions. A few query rows (decode) stream over the cache with an
+// online softmax in O(head_dim) memory per thread; many rows (prefill) run as two f32 GEMMs per
+// (kv head, 64-row query block), with one [64, n_kv] score block per thread.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,8 @@ struct AttentionArgs {
 // out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that
 // sees no kv row (all masked, or n_kv == 0) gets a zero output. NaN/Inf in q, K or V propagate to
 // the output (CheckFinite reports them). Parallel over (query, head) pairs; pool may be nullptr.
-// Allocates O(threads * head_dim) scratch per call. INVALID_ARGUMENT on inconsistent shapes,
+// Allocates O(threads * head_dim) scratch per call, O(threads * n_kv * (2 head_dim + 64)) on
+// the blocked path. INVALID_ARGUMENT on inconsistent shapes,
 // strides, null buffers, a missing position array or a kv_type other than F16/F32.
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args);
 
