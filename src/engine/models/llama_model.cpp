@@ -44,10 +44,6 @@ void SplitQkv(const float* qkv, int64_t n, int64_t qd, int64_t kvd, float* q, fl
   }
 }
 
-void RoundToF16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = F16ToF32(F32ToF16(x[i]));
-}
-
 }  // namespace
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf::GgufFile> file,
@@ -253,7 +249,7 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
                                             ctx->rope_table.data(), c.n_rot, c.rope_neox));
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_kv_heads, c.head_dim,
                                             0, ctx->rope_table.data(), c.n_rot, c.rope_neox));
-    RoundToF16(ctx->q.data(), n * qd);
+    kt.round_f16(ctx->q.data(), ctx->q.data(), n * qd);  // SIMD, bit-exact with F32ToF16
     VLMD_RETURN_IF_ERROR(Attend(b, caches, l, ctx));                 // attn [n, q_dim]
     VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn));        // xn = attn Wo^T
     AddInPlace(x, xn, n * d);
