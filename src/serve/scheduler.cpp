@@ -54,7 +54,11 @@ Scheduler::Scheduler(engine::runtime::TextEngine* engine, ImageCache* cache, Ser
       kv_share_(metrics->memory_bytes.With({"kv"})),
       image_cache_share_(metrics->memory_bytes.With({"image_cache"})),
       activations_share_(metrics->memory_bytes.With({"activations"})) {
-  weights_share_.Set(static_cast<double>(engine_->model().weight_bytes()));
+  // Mapped model files plus packed copies, text and vision (weight_bytes() is what one token
+  // reads, a bandwidth figure, not a memory one).
+  uint64_t weights = engine_->model().memory_bytes();
+  if (engine_->vision() != nullptr) weights += engine_->vision()->memory_bytes();
+  weights_share_.Set(static_cast<double>(weights));
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -501,8 +501,11 @@ TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
   const std::string metrics = c->Get("/metrics")->body;
   EXPECT_GE(testing::MetricValue(metrics, R"(vlm_route_version_total{route="vision",model="vision-v2",version="2.0"})"), 1);
   // Memory gauges add up over the loaded models.
-  const double weights = double(server->router().Get("vision-v1")->engine().model().weight_bytes());
-  EXPECT_GT(weights, 0);
+  // Each: the text and mmproj files mapped, plus packed copies (none in exact precision).
+  const auto& engine = server->router().Get("vision-v1")->engine();
+  const double weights = double(engine.model().memory_bytes() + engine.vision()->memory_bytes());
+  EXPECT_EQ(weights, double(std::filesystem::file_size(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf")) +
+                            std::filesystem::file_size(vlmd::testing::FixturePath("tiny-smolvlm/mmproj.gguf"))));
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_memory_bytes{kind="weights"})"), 2 * weights);
   // Bad weights are refused and change nothing.
   const json bad{{"weights", {{{"model", "vision-v1"}, {"weight", 1}}}}};

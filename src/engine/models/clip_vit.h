@@ -34,6 +34,7 @@ struct VisionContext {
 
 class ClipVit {
  public:
+  uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
   // Validates every tensor's presence and shape against `config`. `file` must outlive the ViT
   // (weights are views into its mapping). NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<ClipVit>> Load(const gguf::GgufFile& file,

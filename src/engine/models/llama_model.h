@@ -60,6 +60,8 @@ class LlamaModel {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Matrices repacked for the packed int8 matmul at load (0: all run on the GGUF rows).
   size_t packed_matrices() const { return packed_.size(); }
+  // Memory the weights hold: the mapped GGUF file plus the packed copies.
+  uint64_t memory_bytes() const { return file_->file_size() + ops::PackedBytes(packed_); }
 
   // Runs the batch, appends K/V to the sequences' caches, and writes logits
   // [n_logit_rows, n_vocab] (row-major) for the requested rows.

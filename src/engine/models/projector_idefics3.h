@@ -20,6 +20,7 @@ void PixelShuffle(const float* in, int64_t side, int64_t d, int64_t s, float* ou
 
 class Idefics3Projector {
  public:
+  uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
   // Reads mm.model.fc.weight [d_vit * s * s -> n_embd_text]. NOT_FOUND / INVALID_ARGUMENT.
   static Result<std::unique_ptr<Idefics3Projector>> Load(const gguf::GgufFile& file,
                                                          const VisionConfig& config,

@@ -14,6 +14,7 @@ namespace vlmd::engine::models {
 
 class MlpProjector {
  public:
+  uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
   // Reads mm.0.{weight,bias} [d_vit -> hidden] and mm.2.{weight,bias} [hidden -> n_embd_text].
   // NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<MlpProjector>> Load(const gguf::GgufFile& file,

@@ -26,6 +26,13 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
   return e;
 }
 
+uint64_t VisionEncoder::memory_bytes() const {
+  uint64_t b = file_->file_size() + vit_->packed_bytes();
+  if (mlp_) b += mlp_->packed_bytes();
+  if (idefics3_) b += idefics3_->packed_bytes();
+  return b;
+}
+
 Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext* ctx,
                              float* out) const {
   if (n_tiles < 1 || tiles == nullptr || out == nullptr || ctx == nullptr) {

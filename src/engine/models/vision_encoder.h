@@ -26,6 +26,8 @@ class VisionEncoder {
   const VisionConfig& config() const { return config_; }
   int64_t tokens_per_tile() const { return tokens_per_tile_; }
   int64_t n_embd() const { return config_.projection_dim; }  // = text model d_model
+  // Memory the weights hold: the mapped GGUF file plus the packed copies.
+  uint64_t memory_bytes() const;
 
   // tiles: n_tiles planar normalized tiles [3][image_size][image_size] (caller-owned), encoded
   // as one batch. out: [n_tiles * tokens_per_tile(), n_embd()] (caller-owned), tile t's tokens

@@ -146,6 +146,12 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   return fused;
 }
 
+uint64_t PackedBytes(const PackedStore& store) {
+  uint64_t b = 0;
+  for (const auto& m : store) b += m->bytes();
+  return b;
+}
+
 void MatmulScratch::AlignedDelete::operator()(uint8_t* p) const {
   ::operator delete[](p, std::align_val_t(kScratchAlign));
 }

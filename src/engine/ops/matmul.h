@@ -51,6 +51,8 @@ struct WeightPacking {
 };
 // Owner of a model's packed matrices (the views point into it).
 using PackedStore = std::vector<std::unique_ptr<kernels::PackedMatrix>>;
+// Bytes held by the packed matrices of a store.
+uint64_t PackedBytes(const PackedStore& store);
 
 // Packs *w when `packing` allows it for w->dtype (Q8_0 / Q4_0 always; F32 / F16 / BF16 in kFast;
 // k a multiple of 32), appends the packed matrix to *store and points w->packed at it. Otherwise
