@@ -646,7 +646,8 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
   EXPECT_TRUE(versions.count("v2"));
   EXPECT_EQ(server->router().Get("live")->spec().version, "v2");
   // The old version is gone once its last request finished: its memory is no longer counted.
-  const double weights = double(server->router().Get("live")->engine().model().weight_bytes());
+  const auto& live = server->router().Get("live")->engine();
+  const double weights = double(live.model().memory_bytes() + live.vision()->memory_bytes());
   EXPECT_EQ(testing::MetricValue(admin->Get("/metrics")->body, R"(vlm_memory_bytes{kind="weights"})"), weights);
   const std::string metrics = admin->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="ok"})"), 1);
