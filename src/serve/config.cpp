@@ -84,7 +84,8 @@ std::string Resolve(const std::string& base_dir, const std::string& p) {
 
 Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_defaults) {
   VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
-                                      "prefill_chunk", "encode_tiles", "ctx", "precision", "image_cache_mb", "token_budget", "max_images",
+                                      "prefill_chunk", "encode_tiles", "ctx", "precision",
+                                      "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
                                       "image_url_hosts"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));

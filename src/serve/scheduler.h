@@ -1,9 +1,10 @@
 // The scheduler (SPEC S4, S8): ONE thread owns the engine, the batch and every KV cache. Handlers
 // only Submit() jobs and wait on them; the thread admits queued jobs into free batch slots, and
 // each step encodes at most `encode_tiles` image tiles (through the image cache), prefills at
-// most `prefill_chunk` prompt rows (chunked prefill), then advances every prefilled sequence by one token in a single batched
-// forward pass (continuous batching: jobs join and leave between steps). Cancelled jobs and
-// expired deadlines end at the next step, also while their prompt is being prefilled.
+// most `prefill_chunk` prompt rows (chunked prefill), then advances every prefilled sequence by
+// one token in a single batched forward pass (continuous batching: jobs join and leave between
+// steps). Cancelled jobs and expired deadlines end at the next step, also while their images
+// are encoded or their prompt is prefilled.
 #pragma once
 
 #include <condition_variable>

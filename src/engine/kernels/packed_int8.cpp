@@ -42,6 +42,35 @@ size_t PackedMatrix::bytes() const {
   return units * (qs_bytes_per_block() + kPanelCols * sizeof(uint16_t));
 }
 
+void PackedMatrix::PackColumnQ4(int64_t col, const BlockQ4_0* row) {
+  const int64_t p = col / kPanelCols, nb = blocks();
+  const int j = static_cast<int>(col % kPanelCols);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* qs = qs_.get() + (p * nb + b) * 256;
+    for (int c = 0; c < 4; ++c) {
+      for (int e = 0; e < 4; ++e) {
+        qs[c * 64 + j * 4 + e] = static_cast<uint8_t>(
+            Q4Nibble(row[b], 8 * c + e) | (Q4Nibble(row[b], 8 * c + 4 + e) << 4));
+      }
+    }
+    scales_.get()[(p * nb + b) * kPanelCols + j] = row[b].d;
+  }
+}
+
+void PackedMatrix::PackColumnQ8(int64_t col, const BlockQ8_0* row) {
+  const int64_t p = col / kPanelCols, nb = blocks();
+  const int j = static_cast<int>(col % kPanelCols);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* qs = qs_.get() + (p * nb + b) * 512;
+    for (int q = 0; q < 8; ++q) {
+      for (int e = 0; e < 4; ++e) {
+        qs[q * 64 + j * 4 + e] = static_cast<uint8_t>(row[b].qs[4 * q + e] + 128);
+      }
+    }
+    scales_.get()[(p * nb + b) * kPanelCols + j] = row[b].d;
+  }
+}
+
 Result<std::unique_ptr<PackedMatrix>> PackedMatrix::Pack(DType dtype, const void* data,
                                                          size_t row_bytes, int64_t n, int64_t k) {
   const PackSource source{dtype, data, row_bytes, n};
@@ -97,38 +126,18 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   for (const PackSource& source : sources) {
     const auto* base = static_cast<const uint8_t*>(source.data);
     for (int64_t r = 0; r < source.n; ++r, ++col) {
-      const int64_t p = col / kPanelCols;
-      const int j = static_cast<int>(col % kPanelCols);
       const uint8_t* row = base + static_cast<size_t>(r) * source.row_bytes;
       if (pm->format_ == PackedFormat::kQ4) {
-        const auto* blocks = reinterpret_cast<const BlockQ4_0*>(row);
-        for (int64_t b = 0; b < nb; ++b) {
-          uint8_t* qs = pm->qs_.get() + (p * nb + b) * 256;
-          for (int c = 0; c < 4; ++c) {
-            for (int e = 0; e < 4; ++e) {
-              qs[c * 64 + j * 4 + e] = static_cast<uint8_t>(
-                  Q4Nibble(blocks[b], 8 * c + e) | (Q4Nibble(blocks[b], 8 * c + 4 + e) << 4));
-            }
-          }
-          pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
-        }
+        pm->PackColumnQ4(col, reinterpret_cast<const BlockQ4_0*>(row));
         continue;
       }
       const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
-      if (source.dtype != DType::kQ8_0) {
+      if (source.dtype != DType::kQ8_0) {  // float rows: Q8_0's round-to-nearest first
         VLMD_RETURN_IF_ERROR(DequantizeRow(source.dtype, row, f32_row.data(), k));
         quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), k);
         blocks = q8_row.data();
       }
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* qs = pm->qs_.get() + (p * nb + b) * 512;
-        for (int q = 0; q < 8; ++q) {
-          for (int e = 0; e < 4; ++e) {
-            qs[q * 64 + j * 4 + e] = static_cast<uint8_t>(blocks[b].qs[4 * q + e] + 128);
-          }
-        }
-        pm->scales_.get()[(p * nb + b) * kPanelCols + j] = blocks[b].d;
-      }
+      pm->PackColumnQ8(col, blocks);
     }
   }
   return pm;

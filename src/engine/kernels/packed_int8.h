@@ -26,6 +26,11 @@
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
 
+namespace vlmd::engine {
+struct BlockQ4_0;  // engine/tensor/quant_blocks.h
+struct BlockQ8_0;
+}  // namespace vlmd::engine
+
 namespace vlmd::engine::kernels {
 
 inline constexpr int kPanelCols = 16;
@@ -76,6 +81,9 @@ class PackedMatrix {
     void operator()(void* p) const;
   };
   PackedMatrix() = default;
+  // Weight row `col` (one output column) into its panel slot: Q4_0 nibbles / Q8_0 bytes + scales.
+  void PackColumnQ4(int64_t col, const BlockQ4_0* row);
+  void PackColumnQ8(int64_t col, const BlockQ8_0* row);
 
   PackedFormat format_ = PackedFormat::kQ8;
   int64_t n_ = 0, k_ = 0, panels_ = 0;

@@ -11,6 +11,7 @@
 #include "engine/models/weights.h"
 #include "engine/ops/norm.h"
 #include "engine/ops/numerics.h"
+#include "engine/ops/parallel.h"
 #include "engine/tensor/fp16.h"
 
 namespace vlmd::engine::models {
@@ -58,9 +59,7 @@ Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, ops::A
   constexpr int64_t kChunk = 2048;
   const bool gelu_clamp = act == ops::Activation::kGeluTanh;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int workers = pool != nullptr ? pool->size() : 1;
-  std::vector<Status> errors(static_cast<size_t>(workers));
-  auto run = [&](int64_t c, int worker) {
+  return ops::internal::ForJobs(pool, chunks, [&](int64_t c, int /*worker*/) {
     float* p = x + c * kChunk;
     const int64_t len = std::min(kChunk, n - c * kChunk);
     float orig[kChunk];
@@ -76,15 +75,8 @@ Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, ops::A
         if (orig[i] >= 10.0f) p[i] = orig[i];
       }
     }
-    if (!s.ok() && errors[static_cast<size_t>(worker)].ok()) errors[static_cast<size_t>(worker)] = s;
-  };
-  if (pool == nullptr || workers == 1 || chunks == 1) {
-    for (int64_t c = 0; c < chunks; ++c) run(c, 0);
-  } else {
-    pool->ParallelFor(chunks, run);
-  }
-  for (const Status& s : errors) VLMD_RETURN_IF_ERROR(s);
-  return Status::Ok();
+    return s;
+  });
 }
 
 Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const VisionConfig& c,
@@ -184,8 +176,7 @@ Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
   }
   const int64_t q_blocks = (npos + kQueryBlock - 1) / kQueryBlock;
   const int64_t jobs = n_tiles * heads * q_blocks;
-  std::vector<Status> errors(static_cast<size_t>(workers));
-  auto run = [&](int64_t job, int worker) {
+  return ops::internal::ForJobs(ctx->pool, jobs, [&](int64_t job, int worker) {
     const int64_t qb = job % q_blocks, h = (job / q_blocks) % heads, t = job / (q_blocks * heads);
     const int64_t r0 = t * npos, q0 = qb * kQueryBlock, nq = std::min(kQueryBlock, npos - q0);
     VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
@@ -218,15 +209,8 @@ Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
       s = ops::MatMul(kt, nullptr, v_view, w.scores.data(), nq, npos,
                       ctx->attn.data() + (r0 + q0) * d + h * hd, d, nullptr);
     }
-    if (!s.ok() && errors[static_cast<size_t>(worker)].ok()) errors[static_cast<size_t>(worker)] = s;
-  };
-  if (ctx->pool == nullptr || workers == 1) {
-    for (int64_t j = 0; j < jobs; ++j) run(j, 0);
-  } else {
-    ctx->pool->ParallelFor(jobs, run);
-  }
-  for (const Status& s : errors) VLMD_RETURN_IF_ERROR(s);
-  return Status::Ok();
+    return s;
+  });
 }
 
 Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/ops/matmul.h"
+#include "engine/ops/parallel.h"
 #include "engine/tensor/fp16.h"
 
 namespace vlmd::engine::ops {
@@ -196,22 +197,12 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
   const AttentionArgs& a = *p.a;
   const int64_t q_blocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
   const int64_t jobs = a.n_kv_heads * q_blocks;
-  const int workers = pool != nullptr ? pool->size() : 1;
-  std::vector<BlockedWork> work(static_cast<size_t>(workers));
-  std::vector<Status> errors(static_cast<size_t>(workers));
-  auto run = [&](int64_t job, int worker) {
+  std::vector<BlockedWork> work(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
+  return internal::ForJobs(pool, jobs, [&](int64_t job, int worker) {
     const int64_t g = job % a.n_kv_heads, i0 = (job / a.n_kv_heads) * kQueryBlock;
-    Status s = AttendBlock(kt, p, g, i0, std::min(a.n_q, i0 + kQueryBlock),
-                           &work[static_cast<size_t>(worker)]);
-    if (!s.ok() && errors[static_cast<size_t>(worker)].ok()) errors[static_cast<size_t>(worker)] = s;
-  };
-  if (pool == nullptr || workers == 1 || jobs == 1) {
-    for (int64_t j = 0; j < jobs; ++j) run(j, 0);
-  } else {
-    pool->ParallelFor(jobs, run);
-  }
-  for (const Status& s : errors) VLMD_RETURN_IF_ERROR(s);
-  return Status::Ok();
+    return AttendBlock(kt, p, g, i0, std::min(a.n_q, i0 + kQueryBlock),
+                       &work[static_cast<size_t>(worker)]);
+  });
 }
 
 }  // namespace

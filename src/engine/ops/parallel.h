@@ -1,10 +1,13 @@
-// Internal to ops/: how an op splits independent rows (or element ranges) over the ThreadPool.
-// Small problems run on the calling thread, where waking workers would cost more than it saves.
+// How an op splits independent rows (or element ranges, or jobs) over the ThreadPool. Small
+// problems run on the calling thread, where waking workers would cost more than it saves. Used
+// by ops/ and by the model code built on it.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "core/status.h"
 #include "core/thread_pool.h"
 
 namespace vlmd::engine::ops::internal {
@@ -31,6 +34,29 @@ void ForRanges(ThreadPool* pool, int64_t n_items, int64_t work_per_item, int64_t
     SplitRange(n_items, parts, part, align, &begin, &end);
     if (begin < end) fn(begin, end);
   });
+}
+
+// Calls fn(job, worker) -> Status once for each job in [0, n_jobs), worker in [0, pool size),
+// over the pool (inline without one). Every job runs even after another failed; returns the
+// first error of the lowest-numbered worker that saw one, OK otherwise.
+template <typename Fn>
+Status ForJobs(ThreadPool* pool, int64_t n_jobs, Fn&& fn) {
+  const int workers = pool != nullptr ? pool->size() : 1;
+  std::vector<Status> errors(static_cast<size_t>(workers));
+  auto run = [&](int64_t job, int worker) {
+    Status s = fn(job, worker);
+    Status& first = errors[static_cast<size_t>(worker)];
+    if (!s.ok() && first.ok()) first = std::move(s);
+  };
+  if (workers == 1 || n_jobs <= 1) {
+    for (int64_t j = 0; j < n_jobs; ++j) run(j, 0);
+  } else {
+    pool->ParallelFor(n_jobs, run);
+  }
+  for (Status& s : errors) {
+    if (!s.ok()) return std::move(s);
+  }
+  return Status::Ok();
 }
 
 }  // namespace vlmd::engine::ops::internal

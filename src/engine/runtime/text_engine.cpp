@@ -2,8 +2,8 @@
 #include "engine/runtime/text_engine.h"
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "engine/gguf/gguf_reader.h"

@@ -129,8 +129,8 @@ class TextEngine {
 
   // Batched generation (the server's scheduler). StartSequence validates, prefills `prompt` into a
   // new sequence and samples its first token (same errors as Generate). DecodeStep advances every
-  // unfinished, fully prefilled sequence in `seqs` by one token in ONE forward pass (continuous batching: callers
-  // may add and drop sequences between steps). Greedy results equal Generate's token for token.
+  // unfinished, fully prefilled sequence in `seqs` by one token in ONE forward pass (continuous
+  // batching: callers may add and drop sequences between steps). Greedy results equal Generate's token for token.
   // INTERNAL on NaN/Inf (the whole step fails; callers end the sequences of that step).
   // `prefix`, when given, holds K/V valid for the first `prefix_len` rows of `prompt` (a finished
   // sequence's cache whose rows the caller matched): those rows are copied, not recomputed.
@@ -155,10 +155,9 @@ class TextEngine {
 
  private:
   TextEngine() = default;
-  // Runs prompt rows [first_row, n) through the model in n_batch chunks (rows before first_row
-  // are already in the cache); logits of the last row into `logits`.
-  // Computes prompt rows [first_row, end_row) (end_row < 0: to the end) into `cache`; `logits`
-  // receives the last row's logits when end_row is the prompt's end.
+  // Runs prompt rows [first_row, end_row) (end_row < 0: to the end) through the model in n_batch
+  // chunks (rows before first_row are already in the cache); `logits` receives the last row's
+  // logits when end_row is the prompt's end (may be null otherwise).
   Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
                  int64_t first_row = 0, int64_t end_row = -1);
 
