@@ -3,6 +3,7 @@
 set(VLMD_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c -mbmi2)
 set(VLMD_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -mbmi2)
 set(VLMD_ISA_FLAGS_avx512vnni ${VLMD_ISA_FLAGS_avx512} -mavx512vnni -mavx512bf16)
+set(VLMD_ISA_FLAGS_amx ${VLMD_ISA_FLAGS_avx512vnni} -mamx-tile -mamx-bf16 -mamx-int8)
 
 # vlmd_isa_sources(<target> <isa> <files...>): adds files with the ISA's compile flags.
 function(vlmd_isa_sources target isa)

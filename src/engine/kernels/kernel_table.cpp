@@ -15,6 +15,7 @@ std::string_view IsaName(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512vnni";
+    case Isa::kAmx: return "amx";
   }
   return "unknown";
 }
@@ -35,6 +36,8 @@ bool IsaAvailable(Isa isa) {
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512: return avx512;
     case Isa::kAvx512Vnni: return avx512 && f.avx512vnni && f.avx512bf16;
+    case Isa::kAmx:
+      return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_bf16;
   }
   return false;
 }
@@ -52,7 +55,7 @@ Result<Isa> SelectIsa() {
   auto isa = ParseIsa(forced);
   if (!isa) {
     return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
-                                " is not one of ref, avx2, avx512, avx512vnni");
+                                " is not one of ref, avx2, avx512, avx512vnni, amx");
   }
   if (!IsaAvailable(*isa)) {
     return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +
@@ -71,6 +74,7 @@ KernelTable Build(Isa isa) {
   if (isa >= Isa::kAvx2) FillAvx2Kernels(&t);
   if (isa >= Isa::kAvx512) FillAvx512Kernels(&t);
   if (isa >= Isa::kAvx512Vnni) FillAvx512VnniKernels(&t);
+  if (isa >= Isa::kAmx) FillAmxKernels(&t);
   return t;
 }
 

@@ -17,10 +17,11 @@
 
 namespace vlmd::engine::kernels {
 
-enum class Isa : uint8_t { kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
-inline constexpr int kNumIsas = 4;
+// kAmx: AVX512-VNNI/BF16 plus the AMX tile unit (bf16 tile matmul, tile_bf16.h).
+enum class Isa : uint8_t { kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4 };
+inline constexpr int kNumIsas = 5;
 
-std::string_view IsaName(Isa isa);               // "ref", "avx2", "avx512", "avx512vnni"
+std::string_view IsaName(Isa isa);  // "ref", "avx2", "avx512", "avx512vnni", "amx"
 std::optional<Isa> ParseIsa(std::string_view name);
 bool IsaAvailable(Isa isa);                      // this CPU (and OS) can run it
 Isa BestAvailableIsa();
@@ -45,6 +46,12 @@ struct MatmulArgs {
 using MatmulFn = void (*)(const MatmulArgs& args, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 // Packed int8 matmul (packed_int8.h): out rows [m0, m1) x the 16-column panels [p0, p1).
 struct PackedMatmulArgs;
+// bf16 tile matmul (tile_bf16.h): out rows [m0, m1) x the 16-column panels [p0, p1).
+struct TileBf16Args;
+using TileBf16MatmulFn = void (*)(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0,
+                                  int64_t p1);
+// f32 -> bf16 (round to nearest even) for n values.
+using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
 using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                                 int64_t p1);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
@@ -93,6 +100,11 @@ struct KernelTable {
   // Matmul over weights repacked at load (PackedMatrix). nullptr: this ISA keeps the GGUF row
   // layout (the engine then does not pack).
   PackedMatmulFn packed_matmul = nullptr;
+  // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
+  // conversion it needs. nullptr without AMX: the engine then never packs bf16 tiles (the scalar
+  // reference TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
+  TileBf16MatmulFn tile_bf16_matmul = nullptr;
+  ToBf16Fn to_bf16 = nullptr;
 
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;
@@ -122,6 +134,7 @@ void FillRefKernels(KernelTable* t);
 void FillAvx2Kernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);
 void FillAvx512VnniKernels(KernelTable* t);
+void FillAmxKernels(KernelTable* t);  // x86/amx/tile_bf16_amx.cpp
 void FillHwyKernels(KernelTable* t);  // Highway elementwise kernels for t->isa
 
 }  // namespace vlmd::engine::kernels

@@ -28,6 +28,7 @@ struct VisionContext {
   // of attention scores [query rows, n_pos].
   struct AttentionWork {
     std::vector<float> k_head, v_head, v_head_t, scores;
+    std::vector<uint16_t> q_bf16, k_tiles, v_tiles, p_bf16;  // the bf16 tile path (fast, AMX)
   };
   std::vector<AttentionWork> attention_work;
 };
@@ -63,10 +64,12 @@ class ClipVit {
   ClipVit() = default;
   void Unfold(const float* pixels, int64_t n_tiles, float* patches) const;
   Status Attend(int64_t n_tiles, VisionContext* ctx) const;
+  Status AttendTiles(int64_t n_tiles, VisionContext* ctx) const;  // fast precision on AMX
 
   VisionConfig config_;
   int64_t n_positions_ = 0;
   int32_t n_layers_used_ = 0;
+  bool fast_attention_ = false;         // precision fast: attention may run as bf16 tiles
   ops::PackedStore packed_;             // owns what the views' `packed` point at
   ops::WeightView patch_w_;             // [d_model, 3 * patch * patch]
   std::vector<float> patch_b_;          // [d_model] or empty

@@ -10,15 +10,19 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
   e->file_ = std::move(file);
   const gguf::GgufFile& f = *e->file_;
   VLMD_ASSIGN_OR_RETURN(e->config_, ReadVisionConfig(f));
-  VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_, packing));
+  // Every vision matmul has hundreds of rows (patches): compute-bound, so in fast precision the
+  // float weights go to the AMX tile unit where there is one.
+  ops::WeightPacking vision_packing = packing;
+  vision_packing.bf16_tiles = true;
+  VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_, vision_packing));
   switch (e->config_.projector) {
     case ProjectorType::kMlp: {
-      VLMD_ASSIGN_OR_RETURN(e->mlp_, MlpProjector::Load(f, e->config_, packing));
+      VLMD_ASSIGN_OR_RETURN(e->mlp_, MlpProjector::Load(f, e->config_, vision_packing));
       e->tokens_per_tile_ = e->mlp_->tokens_per_tile(*e->vit_);
       break;
     }
     case ProjectorType::kIdefics3: {
-      VLMD_ASSIGN_OR_RETURN(e->idefics3_, Idefics3Projector::Load(f, e->config_, packing));
+      VLMD_ASSIGN_OR_RETURN(e->idefics3_, Idefics3Projector::Load(f, e->config_, vision_packing));
       e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
       break;
     }

@@ -88,6 +88,52 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   return Status::Ok();
 }
 
+// Rows per task of the tile matmul (a multiple of 32, the kernel's row block) and panels per task:
+// 128 bf16 rows of k = 768 (192 KB) and 8 panels (192 KB) stay in L2.
+constexpr int64_t kTileRowBlock = 128;
+constexpr int64_t kTilePanelBlock = 8;
+
+// The bf16 tile path: activations to bf16 rows padded to whole tiles, then tiles over threads.
+Status TileMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
+                  const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
+                  MatmulScratch* scratch) {
+  if (scratch == nullptr) {
+    return InvalidArgumentError("MatMul: a scratch buffer is required for bf16 tile weights");
+  }
+  const kernels::TileBf16Matrix& tw = *w.tiles;
+  const int64_t k = tw.k();
+  const int64_t padded_rows = (m + kernels::kTileRows - 1) / kernels::kTileRows *
+                              kernels::kTileRows;
+  auto* buf = reinterpret_cast<uint16_t*>(
+      scratch->Reserve(static_cast<size_t>(padded_rows * k) * sizeof(uint16_t)));
+  internal::ForRanges(pool, m, k, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) kt.to_bf16(a + r * lda, buf + r * k, k);
+  });
+  std::fill(buf + m * k, buf + padded_rows * k, uint16_t{0});
+  kernels::TileBf16Args args;
+  args.a = buf;
+  args.lda = k;
+  args.w = tw.data();
+  args.n = tw.n();
+  args.k = k;
+  args.out = out;
+  args.ldo = ldo;
+  const int64_t panels = tw.panels();
+  const int64_t n_mt = (m + kTileRowBlock - 1) / kTileRowBlock;
+  const int64_t n_pt = (panels + kTilePanelBlock - 1) / kTilePanelBlock;
+  auto run_tile = [&](int64_t t) {
+    const int64_t m0 = (t % n_mt) * kTileRowBlock, p0 = (t / n_mt) * kTilePanelBlock;
+    kt.tile_bf16_matmul(args, m0, std::min(m, m0 + kTileRowBlock), p0,
+                        std::min(panels, p0 + kTilePanelBlock));
+  };
+  if (pool == nullptr || pool->size() == 1 || n_mt * n_pt == 1) {
+    for (int64_t t = 0; t < n_mt * n_pt; ++t) run_tile(t);
+  } else {
+    pool->ParallelFor(n_mt * n_pt, [&](int64_t t, int /*thread*/) { run_tile(t); });
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view PrecisionName(Precision p) { return p == Precision::kFast ? "fast" : "exact"; }
@@ -116,10 +162,19 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store) {
   const auto source = PackableSource(packing, *w);
   if (!source) return Status::Ok();
+  if (packing.bf16_tiles && packing.kt->tile_bf16_matmul != nullptr &&
+      packing.kt->to_bf16 != nullptr && kernels::TileBf16Matrix::CanPack(w->dtype)) {
+    VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::TileBf16Matrix> tm,
+                          kernels::TileBf16Matrix::Pack(w->dtype, source->data,
+                                                        source->row_bytes, w->n, w->k));
+    w->tiles = tm.get();
+    store->bf16.push_back(std::move(tm));
+    return Status::Ok();
+  }
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
                         kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k));
   w->packed = pm.get();
-  store->push_back(std::move(pm));
+  store->int8.push_back(std::move(pm));
   return Status::Ok();
 }
 
@@ -142,13 +197,14 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   fused.dtype = parts[0]->dtype;
   fused.k = parts[0]->k;
   fused.packed = pm.get();
-  store->push_back(std::move(pm));
+  store->int8.push_back(std::move(pm));
   return fused;
 }
 
 uint64_t PackedBytes(const PackedStore& store) {
   uint64_t b = 0;
-  for (const auto& m : store) b += m->bytes();
+  for (const auto& m : store.int8) b += m->bytes();
+  for (const auto& m : store.bf16) b += m->bytes();
   return b;
 }
 
@@ -178,6 +234,12 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
   if (lda < w.k || ldo < w.n) {
     return InvalidArgumentError("MatMul: lda " + std::to_string(lda) + " < k or ldo " +
                                 std::to_string(ldo) + " < n");
+  }
+  if (w.tiles != nullptr && kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr) {
+    if (w.tiles->n() != w.n || w.tiles->k() != w.k) {
+      return InvalidArgumentError("MatMul: the bf16 tile weight's shape differs from the view's");
+    }
+    return TileMatMul(kt, pool, w, a, m, lda, out, ldo, scratch);
   }
   if (w.packed != nullptr && kt.packed_matmul != nullptr) {
     if (w.packed->n() != w.n || w.packed->k() != w.k) {

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/kernels/packed_int8.h"
+#include "engine/kernels/tile_bf16.h"
 #include "engine/tensor/dtype.h"
 
 namespace vlmd::engine::ops {
@@ -24,7 +25,8 @@ namespace vlmd::engine::ops {
 // data + r * row_bytes. row_bytes == 0 means densely packed (RowBytes(dtype, k)). Not owned.
 // `packed`, when set, is the same matrix repacked for the packed int8 matmul (PackWeight); MatMul
 // uses it when the kernel table has that kernel, else the GGUF rows. A fused view
-// (PackFusedWeights) has only `packed` (data == nullptr) and needs the packed kernel.
+// (PackFusedWeights) has only `packed` (data == nullptr) and needs the packed kernel. `tiles`,
+// when set, is the matrix as bf16 tiles (fast precision on AMX); MatMul prefers it.
 struct WeightView {
   DType dtype = DType::kF32;
   int64_t n = 0;  // output features (rows of W)
@@ -32,31 +34,43 @@ struct WeightView {
   const void* data = nullptr;
   size_t row_bytes = 0;
   const kernels::PackedMatrix* packed = nullptr;
+  const kernels::TileBf16Matrix* tiles = nullptr;
 };
 
 // How far the engine may round beyond the GGUF weights and the reference implementation.
 //   kExact: f32 accumulation; activations quantized only where the reference does it too (Q8_0
 //           blocks against integer weights). What the parity tests run.
 //   kFast:  F32/F16/BF16 weight matrices are also quantized to int8 blocks (Q8_0 rule) and run
-//           on the packed int8 matmul, several times the f32 FMA rate. The tools' default.
+//           on the packed int8 matmul, several times the f32 FMA rate; or, where the loader asks
+//           for bf16 tiles and the CPU has AMX, rounded to bf16 for the tile unit (many times
+//           more). The tools' default.
 enum class Precision : uint8_t { kExact = 0, kFast = 1 };
 std::string_view PrecisionName(Precision p);  // "exact" | "fast"
 std::optional<Precision> ParsePrecision(std::string_view name);
 
 // Weight packing at model load: the kernel table decides whether packing is used at all (nullptr
 // or a table without packed_matmul: never), the precision which weight types are packed.
+// bf16_tiles: in kFast, F32/F16/BF16 matrices become bf16 tiles instead of int8 panels when the
+// table has the tile kernel. Worth it for compute-bound users (the vision encoder: hundreds of
+// rows per matmul); a decoder streaming weights once per token reads half the bytes as int8.
 struct WeightPacking {
   const kernels::KernelTable* kt = nullptr;
   Precision precision = Precision::kExact;
+  bool bf16_tiles = false;
 };
 // Owner of a model's packed matrices (the views point into it).
-using PackedStore = std::vector<std::unique_ptr<kernels::PackedMatrix>>;
+struct PackedStore {
+  std::vector<std::unique_ptr<kernels::PackedMatrix>> int8;
+  std::vector<std::unique_ptr<kernels::TileBf16Matrix>> bf16;
+  size_t size() const { return int8.size() + bf16.size(); }
+};
 // Bytes held by the packed matrices of a store.
 uint64_t PackedBytes(const PackedStore& store);
 
 // Packs *w when `packing` allows it for w->dtype (Q8_0 / Q4_0 always; F32 / F16 / BF16 in kFast;
-// k a multiple of 32), appends the packed matrix to *store and points w->packed at it. Otherwise
-// leaves *w as it is. Errors: the allocation or a conversion failed.
+// k a multiple of 32), appends the packed matrix to *store and points w->packed (or w->tiles,
+// see WeightPacking::bf16_tiles) at it. Otherwise leaves *w as it is. Errors: the allocation or a
+// conversion failed.
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store);
 
 // Packs the matrices `parts` (same k, consecutive output features) into one packed matrix when

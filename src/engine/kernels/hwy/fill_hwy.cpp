@@ -20,6 +20,7 @@ void FillHwyKernels(KernelTable* t) {
       return;
     case Isa::kAvx512:
     case Isa::kAvx512Vnni:
+    case Isa::kAmx:
       FillHwyOpsAvx512(t);
       return;
   }

@@ -1,0 +1,102 @@
+// Packing into the bf16 tile layout of tile_bf16.h, and the scalar reference tile matmul.
+#include "engine/kernels/tile_bf16.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/fp16.h"
+#include "engine/tensor/quantize.h"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+// Index of (column j, k index i) inside a panel of k values per column.
+inline size_t PanelIndex(int64_t j, int64_t i) {
+  return static_cast<size_t>((i / 2) * (2 * kTileCols) + j * 2 + (i % 2));
+}
+
+}  // namespace
+
+void TileBf16Matrix::AlignedFree::operator()(void* p) const { std::free(p); }
+
+Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const void* data,
+                                                             size_t row_bytes, int64_t n,
+                                                             int64_t k) {
+  if (!CanPack(dtype)) {
+    return InvalidArgumentError("bf16 tile packing: unsupported weight type " +
+                                std::string(DTypeName(dtype)));
+  }
+  if (n < 1 || k < kTileK || k % kTileK != 0 || data == nullptr) {
+    return InvalidArgumentError("bf16 tile packing: bad shape n=" + std::to_string(n) +
+                                " k=" + std::to_string(k));
+  }
+  const auto dense = RowBytes(dtype, k);
+  if (!dense || row_bytes < static_cast<size_t>(*dense)) {
+    return InvalidArgumentError("bf16 tile packing: row_bytes too small");
+  }
+  std::unique_ptr<TileBf16Matrix> m(new TileBf16Matrix());
+  m->n_ = n;
+  m->k_ = k;
+  const size_t bytes = (PanelElements(n, k) * sizeof(uint16_t) + kAlign - 1) / kAlign * kAlign;
+  m->data_.reset(static_cast<uint16_t*>(std::aligned_alloc(kAlign, bytes)));
+  if (!m->data_) {
+    return ResourceExhaustedError("bf16 tile packing: cannot allocate " + std::to_string(bytes) +
+                                  " bytes");
+  }
+  std::memset(m->data_.get(), 0, bytes);
+  std::vector<float> row(static_cast<size_t>(k));
+  const auto* src = static_cast<const uint8_t*>(data);
+  for (int64_t col = 0; col < n; ++col) {
+    VLMD_RETURN_IF_ERROR(DequantizeRow(dtype, src + col * row_bytes, row.data(), k));
+    uint16_t* panel = m->data_.get() + static_cast<size_t>(col / kTileCols) * k * kTileCols;
+    const int64_t j = col % kTileCols;
+    for (int64_t i = 0; i < k; ++i) panel[PanelIndex(j, i)] = F32ToBF16(row[i]);
+  }
+  return m;
+}
+
+void TileBf16Matrix::PackF32(const float* data, int64_t col_stride, int64_t k_stride, int64_t n,
+                             int64_t k_valid, int64_t k, uint16_t* dst) {
+  const int64_t panels = (n + kTileCols - 1) / kTileCols;
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* panel = dst + p * k * kTileCols;
+    for (int64_t r = 0; r < k / 2; ++r) {
+      uint16_t* out = panel + r * 2 * kTileCols;
+      for (int64_t j = 0; j < kTileCols; ++j) {
+        const int64_t col = p * kTileCols + j;
+        for (int64_t e = 0; e < 2; ++e) {
+          const int64_t i = 2 * r + e;
+          out[2 * j + e] =
+              col < n && i < k_valid ? F32ToBF16(data[col * col_stride + i * k_stride]) : 0;
+        }
+      }
+    }
+  }
+}
+
+void TileBf16MatmulRef(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const uint16_t* a = args.a + m * args.lda;
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint16_t* panel = args.w + p * args.k * kTileCols;
+      for (int64_t j = 0; j < kTileCols; ++j) {
+        const int64_t col = p * kTileCols + j;
+        if (col >= args.n) break;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < args.k; ++i) {
+          acc += BF16ToF32(a[i]) * BF16ToF32(panel[PanelIndex(j, i)]);
+        }
+        float& o = args.out[m * args.ldo + col];
+        o = args.accumulate ? o + acc : acc;
+      }
+    }
+  }
+}
+
+void ToBf16Ref(const float* x, uint16_t* y, int64_t n) { F32ToBF16Row(x, y, n); }
+
+}  // namespace vlmd::engine::kernels

@@ -1,0 +1,85 @@
+// Tile-packed bf16 weights for the AMX matmul: a weight matrix converted once at load into the
+// operand layout of the AMX `tdpbf16ps` instruction, whose B tile is 16 rows of 64 bytes holding
+// 16 output columns x 2 consecutive k values each. One tile instruction then does a 16 x 16 x 32
+// block product with f32 accumulation (a few hundred times the work of one vector FMA).
+//
+// Layout: the n output columns are cut into panels of kPanelCols (16; the last one zero-padded).
+// Panel p holds k/2 rows of 64 bytes; row r, column j is the pair (w[16p + j][2r], w[16p + j][2r+1])
+// as bf16 (round to nearest even). So the B tile for k block c (32 values) is the 16 rows
+// starting at row 16c: panel data + c * 512 elements, stride 64 bytes.
+//
+// Numerics: weights and activations are rounded to bf16 (8 significant bits), products are
+// accumulated in f32. That is the engine's `fast` precision, never used in `exact`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+#include "engine/tensor/dtype.h"
+
+namespace vlmd::engine::kernels {
+
+inline constexpr int kTileCols = 16;   // output columns per panel (one B tile's width)
+inline constexpr int kTileK = 32;      // k values per tile step (one A tile row: 64 bytes)
+inline constexpr int kTileRows = 16;   // activation rows per A tile
+
+class TileBf16Matrix {
+ public:
+  // Packs n rows of k elements (row r at data + r * row_bytes) of F32, F16 or BF16.
+  // INVALID_ARGUMENT for other types, k not a multiple of 32, n < 1 or row_bytes too small;
+  // RESOURCE_EXHAUSTED when the buffer cannot be allocated.
+  static Result<std::unique_ptr<TileBf16Matrix>> Pack(DType dtype, const void* data,
+                                                      size_t row_bytes, int64_t n, int64_t k);
+  // Packs n columns of k_valid f32 values, element (col j, k index i) at
+  // data[j * col_stride + i * k_stride], zero-extended to k (a multiple of 32) values. Used for
+  // per-call operands (attention's K and V). Writes PanelElements(n, k) values to `dst`.
+  static void PackF32(const float* data, int64_t col_stride, int64_t k_stride, int64_t n,
+                      int64_t k_valid, int64_t k, uint16_t* dst);
+  static size_t PanelElements(int64_t n, int64_t k) {
+    return static_cast<size_t>((n + kTileCols - 1) / kTileCols) * static_cast<size_t>(k) *
+           kTileCols;
+  }
+  static bool CanPack(DType dtype) {
+    return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  }
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  int64_t panels() const { return (n_ + kTileCols - 1) / kTileCols; }
+  const uint16_t* data() const { return data_.get(); }
+  size_t bytes() const { return PanelElements(n_, k_) * sizeof(uint16_t); }
+
+ private:
+  struct AlignedFree {
+    void operator()(void* p) const;
+  };
+  TileBf16Matrix() = default;
+
+  int64_t n_ = 0, k_ = 0;
+  std::unique_ptr<uint16_t, AlignedFree> data_;
+};
+
+// One tile matmul call: out[m, j] = sum_i a[m, i] * w[j, i] for rows [m0, m1), panels [p0, p1).
+//   a: bf16 activation rows (row m at a + m * lda elements, 64-byte aligned rows), readable up to
+//      row RoundUp(m1, 16) (the caller pads with zeros); k values per row, k a multiple of 32.
+//   w: panels as above (panel p at w + p * k * 16), n valid columns (padding columns are zero).
+//   out: f32, row m at out + m * ldo; only columns < n and rows < m1 are written.
+// `accumulate` adds to out instead of overwriting it.
+struct TileBf16Args {
+  const uint16_t* a = nullptr;
+  int64_t lda = 0;
+  const uint16_t* w = nullptr;
+  int64_t n = 0;
+  int64_t k = 0;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  bool accumulate = false;
+};
+
+// Scalar reference of the tile matmul: the same bf16 products, f32 accumulation in k order.
+void TileBf16MatmulRef(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+void ToBf16Ref(const float* x, uint16_t* y, int64_t n);
+
+}  // namespace vlmd::engine::kernels

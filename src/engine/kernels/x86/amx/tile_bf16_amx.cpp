@@ -1,0 +1,135 @@
+// AMX bf16 tile matmul (tile_bf16.h) and the AVX512-BF16 f32 -> bf16 row conversion.
+//
+// Register blocking: 2 A tiles (32 activation rows) x 2 B tiles (32 output columns) feed 4 f32
+// accumulator tiles, which is all 8 tile registers. Per 32-value k step that is 4 tile loads for
+// 4 `tdpbf16ps` (each 16 x 16 x 32 multiply-adds). Accumulators leave through a 4 KB stack buffer
+// once per output block, so edges (fewer rows or columns) need no special tile shapes.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/kernels/tile_bf16.h"
+#include "engine/kernels/x86/x86_fill.h"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+// The 64-byte tile configuration (palette 1): every tile used is 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+void ConfigureTiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// Writes (or adds) the valid rows x cols of one 16 x 16 f32 block.
+inline void EmitBlock(const float* block, float* out, int64_t ldo, int rows, int cols,
+                      bool accumulate) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+  for (int r = 0; r < rows; ++r) {
+    __m512 v = _mm512_load_ps(block + r * 16);
+    float* o = out + r * ldo;
+    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o));
+    _mm512_mask_storeu_ps(o, mask, v);
+  }
+}
+
+// One block of MA x 16 rows by NB x 16 columns, starting at row m and panel p.
+template <int MA, int NB>
+void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
+  const int64_t steps = args.k / kTileK;
+  const size_t a_stride = static_cast<size_t>(args.lda) * sizeof(uint16_t);
+  const uint16_t* a0 = args.a + m * args.lda;
+  const uint16_t* a1 = a0 + 16 * args.lda;
+  const uint16_t* b0 = args.w + p * args.k * kTileCols;
+  const uint16_t* b1 = b0 + args.k * kTileCols;
+  _tile_zero(0);
+  if constexpr (NB == 2) _tile_zero(1);
+  if constexpr (MA == 2) _tile_zero(2);
+  if constexpr (MA == 2 && NB == 2) _tile_zero(3);
+  for (int64_t c = 0; c < steps; ++c) {
+    _tile_loadd(4, a0 + c * kTileK, a_stride);
+    _tile_loadd(6, b0 + c * kTileK * kTileCols, 64);
+    if constexpr (NB == 2) _tile_loadd(7, b1 + c * kTileK * kTileCols, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NB == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (MA == 2) {
+      _tile_loadd(5, a1 + c * kTileK, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  alignas(64) float c_buf[4][256];
+  _tile_stored(0, c_buf[0], 64);
+  if constexpr (NB == 2) _tile_stored(1, c_buf[1], 64);
+  if constexpr (MA == 2) _tile_stored(2, c_buf[2], 64);
+  if constexpr (MA == 2 && NB == 2) _tile_stored(3, c_buf[3], 64);
+  for (int i = 0; i < MA; ++i) {
+    const int rows = static_cast<int>(std::min<int64_t>(16, m1 - (m + 16 * i)));
+    if (rows <= 0) continue;
+    for (int j = 0; j < NB; ++j) {
+      const int64_t col0 = (p + j) * kTileCols;
+      const int cols = static_cast<int>(std::min<int64_t>(16, args.n - col0));
+      if (cols <= 0) continue;
+      EmitBlock(c_buf[i * 2 + j], args.out + (m + 16 * i) * args.ldo + col0, args.ldo, rows, cols,
+                args.accumulate);
+    }
+  }
+}
+
+// Rows [m0, m1) x panels [p0, p1): panel pairs outside, row pairs inside, so that a pair of B
+// panels stays in L1/L2 while the activation rows stream past it. m0 must be a multiple of 16.
+void TileBf16MatmulAmx(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  ConfigureTiles();
+  for (int64_t p = p0; p < p1; p += 2) {
+    const bool two_panels = p + 1 < p1;
+    for (int64_t m = m0; m < m1; m += 32) {
+      const bool two_rows = m1 - m > 16;
+      if (two_rows && two_panels) {
+        TileBlock<2, 2>(args, m, m1, p);
+      } else if (two_rows) {
+        TileBlock<2, 1>(args, m, m1, p);
+      } else if (two_panels) {
+        TileBlock<1, 2>(args, m, m1, p);
+      } else {
+        TileBlock<1, 1>(args, m, m1, p);
+      }
+    }
+  }
+  _tile_release();
+}
+
+void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    std::memcpy(y + i, &v, sizeof(v));
+  }
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
+    uint16_t tmp[16];
+    std::memcpy(tmp, &v, sizeof(v));
+    std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
+  }
+}
+
+}  // namespace
+
+void FillAmxKernels(KernelTable* t) {
+  t->tile_bf16_matmul = TileBf16MatmulAmx;
+  t->to_bf16 = ToBf16Avx512;
+}
+
+}  // namespace vlmd::engine::kernels

@@ -1,0 +1,200 @@
+// bf16 tile matmul (kernels/tile_bf16.h): packing puts every weight at its documented place as
+// bf16 (padding zero), the AMX kernel agrees with the scalar reference on the same bf16 operands
+// (same products, f32 sums in another order), and ops::MatMul over tile-packed weights stays
+// within bf16 rounding of the f32 product. On a CPU without AMX the kernel tests are skipped
+// (no table holds the kernel); packing and the reference still run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/kernel_table.h"
+#include "engine/kernels/tile_bf16.h"
+#include "engine/ops/matmul.h"
+#include "engine/tensor/fp16.h"
+#include "engine/tensor/quantize.h"
+#include "kernels/op_test_util.h"
+
+namespace vlmd::engine {
+namespace {
+
+using kernels::TileBf16Args;
+using kernels::TileBf16Matrix;
+
+// The packed bf16 value of weight (col, i).
+uint16_t PackedAt(const uint16_t* data, int64_t k, int64_t col, int64_t i) {
+  const uint16_t* panel = data + (col / kernels::kTileCols) * k * kernels::kTileCols;
+  return panel[(i / 2) * 2 * kernels::kTileCols + (col % kernels::kTileCols) * 2 + i % 2];
+}
+
+// The table holding the tile kernel on this CPU, or nullptr.
+const kernels::KernelTable* TileTable() {
+  for (auto isa : vlmd::testing::AvailableIsas()) {
+    const auto& kt = kernels::GetKernelTable(isa);
+    if (kt.tile_bf16_matmul != nullptr) return &kt;
+  }
+  return nullptr;
+}
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
+  std::vector<uint16_t> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = F32ToBF16(x[i]);
+  return y;
+}
+
+TEST(TileBf16Pack, EveryWeightLandsAtItsPlaceAndPaddingIsZero) {
+  const int64_t n = 37, k = 96;
+  const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 3);
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(type)));
+    const size_t rb = *RowBytes(type, k);
+    std::vector<uint8_t> rows(rb * n);
+    for (int64_t r = 0; r < n; ++r) {
+      ASSERT_TRUE(QuantizeRow(type, w.data() + r * k, rows.data() + r * rb, k).ok());
+    }
+    auto tm = TileBf16Matrix::Pack(type, rows.data(), rb, n, k);
+    ASSERT_TRUE(tm.ok()) << tm.status().ToString();
+    ASSERT_EQ((*tm)->panels(), 3);
+    std::vector<float> deq(static_cast<size_t>(k));
+    for (int64_t col = 0; col < 48; ++col) {
+      if (col < n) {
+        ASSERT_TRUE(DequantizeRow(type, rows.data() + col * rb, deq.data(), k).ok());
+      }
+      for (int64_t i = 0; i < k; ++i) {
+        const uint16_t want = col < n ? F32ToBF16(deq[i]) : 0;
+        ASSERT_EQ(PackedAt((*tm)->data(), k, col, i), want) << "col " << col << " i " << i;
+      }
+    }
+  }
+  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kQ8_0, w.data(), 1024, n, k).ok());
+  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), k * 4, n, 48).ok());  // k % 32
+  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), 8, n, k).ok());       // row_bytes
+}
+
+TEST(TileBf16Pack, PackF32ReadsStridesAndZeroExtendsK) {
+  // Columns are rows of a [n, 40] matrix (col_stride 40, k_stride 1); k_valid 40 -> k 64.
+  const int64_t n = 20, kv = 40, k = 64;
+  const std::vector<float> m = vlmd::testing::RandomNormal(n * kv, 5);
+  std::vector<uint16_t> dst(TileBf16Matrix::PanelElements(n, k), 0xFFFF);
+  TileBf16Matrix::PackF32(m.data(), kv, 1, n, kv, k, dst.data());
+  for (int64_t col = 0; col < 32; ++col) {
+    for (int64_t i = 0; i < k; ++i) {
+      const uint16_t want = col < n && i < kv ? F32ToBF16(m[col * kv + i]) : 0;
+      ASSERT_EQ(PackedAt(dst.data(), k, col, i), want) << "col " << col << " i " << i;
+    }
+  }
+  // The transposed view (col_stride 1, k_stride 40): column e is element e of every row.
+  std::vector<uint16_t> dst_t(TileBf16Matrix::PanelElements(kv, 32));
+  TileBf16Matrix::PackF32(m.data(), 1, kv, kv, n, 32, dst_t.data());
+  for (int64_t e = 0; e < kv; ++e) {
+    for (int64_t r = 0; r < 32; ++r) {
+      const uint16_t want = r < n ? F32ToBF16(m[r * kv + e]) : 0;
+      ASSERT_EQ(PackedAt(dst_t.data(), 32, e, r), want);
+    }
+  }
+}
+
+TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  std::vector<float> x = vlmd::testing::RandomNormal(1000, 9, 100.0f);
+  x[0] = 1.0f + 0x1p-8f;   // a tie: rounds to even (1.0)
+  x[1] = 1.0f + 0x1p-7f + 0x1p-8f;  // a tie: rounds up to even
+  x[2] = -0.0f;
+  x[3] = INFINITY;
+  for (int64_t n : {1, 15, 16, 17, 1000}) {
+    std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xABCD), want(static_cast<size_t>(n));
+    kt->to_bf16(x.data(), got.data(), n);
+    kernels::ToBf16Ref(x.data(), want.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << "n " << n << " i " << i;
+    EXPECT_EQ(got[n], 0xABCD) << "wrote past n";
+  }
+}
+
+TEST(TileBf16Kernel, MatchesTheReferenceOnOddShapesAndRanges) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  struct Shape { int64_t m, n, k; };
+  for (const Shape s : {Shape{1, 16, 32}, Shape{15, 5, 64}, Shape{17, 40, 96}, Shape{33, 49, 800},
+                        Shape{70, 64, 256}, Shape{100, 33, 1024}}) {
+    SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                 " k=" + std::to_string(s.k));
+    const int64_t m_pad = (s.m + 15) / 16 * 16;
+    std::vector<float> af = vlmd::testing::RandomNormal(m_pad * s.k, 11);
+    for (int64_t i = s.m * s.k; i < m_pad * s.k; ++i) af[i] = 0.0f;
+    const std::vector<uint16_t> a = ToBf16(af);
+    const std::vector<float> wf = vlmd::testing::RandomNormal(s.n * s.k, 12);
+    auto tm = TileBf16Matrix::Pack(DType::kF32, wf.data(), s.k * 4, s.n, s.k);
+    ASSERT_TRUE(tm.ok());
+    const int64_t ldo = s.n + 3;  // columns n..ldo-1 must stay untouched
+    for (bool accumulate : {false, true}) {
+      std::vector<float> got(static_cast<size_t>(s.m * ldo), 0.5f);
+      std::vector<float> want = got;
+      TileBf16Args args{a.data(), s.k, (*tm)->data(), s.n, s.k, got.data(), ldo, accumulate};
+      // Two calls over split row and panel ranges must cover the matrix like one.
+      const int64_t m_split = s.m > 16 ? 16 : s.m, panels = (*tm)->panels();
+      kt->tile_bf16_matmul(args, 0, m_split, 0, panels);
+      kt->tile_bf16_matmul(args, m_split, s.m, 0, panels / 2);
+      kt->tile_bf16_matmul(args, m_split, s.m, panels / 2, panels);
+      args.out = want.data();
+      kernels::TileBf16MatmulRef(args, 0, s.m, 0, panels);
+      for (int64_t r = 0; r < s.m; ++r) {
+        for (int64_t c = 0; c < ldo; ++c) {
+          const size_t i = static_cast<size_t>(r * ldo + c);
+          if (c >= s.n) {
+            ASSERT_EQ(got[i], 0.5f) << "wrote past n at row " << r;
+            continue;
+          }
+          double abs_sum = accumulate ? 0.5 : 0.0;
+          for (int64_t e = 0; e < s.k; ++e) {
+            abs_sum += std::fabs(BF16ToF32(a[r * s.k + e]) *
+                                 BF16ToF32(PackedAt((*tm)->data(), s.k, c, e)));
+          }
+          // Both sum the same exact products in f32, in different orders.
+          const double tol = 2.0 * (s.k + 2) * vlmd::testing::kU * abs_sum + 1e-30;
+          ASSERT_NEAR(got[i], want[i], tol) << "row " << r << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(TileBf16Kernel, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  const int64_t m = 45, n = 70, k = 160;
+  const std::vector<float> a = vlmd::testing::RandomNormal(m * k, 21);
+  const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 22);
+  std::vector<uint16_t> w16(static_cast<size_t>(n * k));
+  F32ToF16Row(w.data(), w16.data(), n * k);
+  ops::WeightView view{DType::kF16, n, k, w16.data(), 0};
+  ops::PackedStore store;
+  ops::WeightPacking exact{kt, ops::Precision::kExact, true};
+  ASSERT_TRUE(ops::PackWeight(exact, &view, &store).ok());
+  EXPECT_EQ(view.tiles, nullptr) << "exact precision must not round weights to bf16";
+  ops::WeightPacking fast{kt, ops::Precision::kFast, true};
+  ASSERT_TRUE(ops::PackWeight(fast, &view, &store).ok());
+  ASSERT_NE(view.tiles, nullptr);
+  EXPECT_EQ(view.packed, nullptr);
+  EXPECT_EQ(ops::PackedBytes(store), view.tiles->bytes());
+  std::vector<float> out(static_cast<size_t>(m * n));
+  ops::MatmulScratch scratch;
+  ASSERT_TRUE(ops::MatMul(*kt, nullptr, view, a.data(), m, k, out.data(), n, &scratch).ok());
+  // Each product has relative error <= 2 * 2^-9 (both operands rounded to bf16): the error of
+  // output (r, c) is at most ~2^-8 * sum |a w|.
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double exact_sum = 0.0, abs_sum = 0.0;
+      for (int64_t e = 0; e < k; ++e) {
+        const double t = static_cast<double>(a[r * k + e]) * F16ToF32(w16[c * k + e]);
+        exact_sum += t;
+        abs_sum += std::fabs(t);
+      }
+      ASSERT_NEAR(out[r * n + c], exact_sum, 0x1p-8 * abs_sum + 1e-6) << r << "," << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vlmd::engine
