@@ -72,25 +72,26 @@ TEST(TileBf16Pack, EveryWeightLandsAtItsPlaceAndPaddingIsZero) {
   EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), 8, n, k).ok());       // row_bytes
 }
 
-TEST(TileBf16Pack, PackF32ReadsStridesAndZeroExtendsK) {
-  // Columns are rows of a [n, 40] matrix (col_stride 40, k_stride 1); k_valid 40 -> k 64.
-  const int64_t n = 20, kv = 40, k = 64;
-  const std::vector<float> m = vlmd::testing::RandomNormal(n * kv, 5);
-  std::vector<uint16_t> dst(TileBf16Matrix::PanelElements(n, k), 0xFFFF);
-  TileBf16Matrix::PackF32(m.data(), kv, 1, n, kv, k, dst.data());
+TEST(TileBf16Pack, PackRowsAndColumnsZeroExtendK) {
+  // A [20, 40] bf16 matrix in rows of stride 41 (one spare element per row).
+  const int64_t rows = 20, width = 40, stride = 41;
+  const std::vector<uint16_t> m = ToBf16(vlmd::testing::RandomNormal(rows * stride, 5));
+  // PackRows: column j = row j (k_valid 40 -> k 64).
+  std::vector<uint16_t> dst(TileBf16Matrix::PanelElements(rows, 64), 0xFFFF);
+  TileBf16Matrix::PackRows(m.data(), stride, rows, width, 64, dst.data());
   for (int64_t col = 0; col < 32; ++col) {
-    for (int64_t i = 0; i < k; ++i) {
-      const uint16_t want = col < n && i < kv ? F32ToBF16(m[col * kv + i]) : 0;
-      ASSERT_EQ(PackedAt(dst.data(), k, col, i), want) << "col " << col << " i " << i;
+    for (int64_t i = 0; i < 64; ++i) {
+      const uint16_t want = col < rows && i < width ? m[col * stride + i] : 0;
+      ASSERT_EQ(PackedAt(dst.data(), 64, col, i), want) << "col " << col << " i " << i;
     }
   }
-  // The transposed view (col_stride 1, k_stride 40): column e is element e of every row.
-  std::vector<uint16_t> dst_t(TileBf16Matrix::PanelElements(kv, 32));
-  TileBf16Matrix::PackF32(m.data(), 1, kv, kv, n, 32, dst_t.data());
-  for (int64_t e = 0; e < kv; ++e) {
+  // PackColumns: column e = element e of each row (k_valid 20 rows -> k 32).
+  std::vector<uint16_t> dst_t(TileBf16Matrix::PanelElements(width, 32), 0xFFFF);
+  TileBf16Matrix::PackColumns(m.data(), stride, width, rows, 32, dst_t.data());
+  for (int64_t e = 0; e < 48; ++e) {
     for (int64_t r = 0; r < 32; ++r) {
-      const uint16_t want = r < n ? F32ToBF16(m[r * kv + e]) : 0;
-      ASSERT_EQ(PackedAt(dst_t.data(), 32, e, r), want);
+      const uint16_t want = e < width && r < rows ? m[r * stride + e] : 0;
+      ASSERT_EQ(PackedAt(dst_t.data(), 32, e, r), want) << "col " << e << " k " << r;
     }
   }
 }

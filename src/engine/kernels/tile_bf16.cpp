@@ -1,6 +1,7 @@
 // Packing into the bf16 tile layout of tile_bf16.h, and the scalar reference tile matmul.
 #include "engine/kernels/tile_bf16.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -59,20 +60,38 @@ Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const 
   return m;
 }
 
-void TileBf16Matrix::PackF32(const float* data, int64_t col_stride, int64_t k_stride, int64_t n,
-                             int64_t k_valid, int64_t k, uint16_t* dst) {
+void TileBf16Matrix::PackRows(const uint16_t* rows, int64_t row_stride, int64_t n,
+                              int64_t k_valid, int64_t k, uint16_t* dst) {
   const int64_t panels = (n + kTileCols - 1) / kTileCols;
   for (int64_t p = 0; p < panels; ++p) {
     uint16_t* panel = dst + p * k * kTileCols;
-    for (int64_t r = 0; r < k / 2; ++r) {
-      uint16_t* out = panel + r * 2 * kTileCols;
+    for (int64_t j = 0; j < kTileCols; ++j) {
+      const int64_t col = p * kTileCols + j;
+      const uint16_t* src = rows + col * row_stride;
+      const int64_t valid = col < n ? k_valid : 0;
+      // A pair of bf16 values moves as one 32-bit word: (w[2r], w[2r + 1]) stays adjacent.
+      for (int64_t i = 0; i < k; i += 2) {
+        uint16_t* out = panel + (i / 2) * 2 * kTileCols + 2 * j;
+        out[0] = i < valid ? src[i] : 0;
+        out[1] = i + 1 < valid ? src[i + 1] : 0;
+      }
+    }
+  }
+}
+
+void TileBf16Matrix::PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n,
+                                 int64_t k_valid, int64_t k, uint16_t* dst) {
+  const int64_t panels = (n + kTileCols - 1) / kTileCols;
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* panel = dst + p * k * kTileCols;
+    const int64_t width = std::min<int64_t>(kTileCols, n - p * kTileCols);
+    for (int64_t i = 0; i < k; i += 2) {
+      uint16_t* out = panel + (i / 2) * 2 * kTileCols;
+      const uint16_t* r0 = i < k_valid ? rows + i * row_stride + p * kTileCols : nullptr;
+      const uint16_t* r1 = i + 1 < k_valid ? rows + (i + 1) * row_stride + p * kTileCols : nullptr;
       for (int64_t j = 0; j < kTileCols; ++j) {
-        const int64_t col = p * kTileCols + j;
-        for (int64_t e = 0; e < 2; ++e) {
-          const int64_t i = 2 * r + e;
-          out[2 * j + e] =
-              col < n && i < k_valid ? F32ToBF16(data[col * col_stride + i * k_stride]) : 0;
-        }
+        out[2 * j] = r0 != nullptr && j < width ? r0[j] : 0;
+        out[2 * j + 1] = r1 != nullptr && j < width ? r1[j] : 0;
       }
     }
   }

@@ -32,11 +32,16 @@ class TileBf16Matrix {
   // RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<TileBf16Matrix>> Pack(DType dtype, const void* data,
                                                       size_t row_bytes, int64_t n, int64_t k);
-  // Packs n columns of k_valid f32 values, element (col j, k index i) at
-  // data[j * col_stride + i * k_stride], zero-extended to k (a multiple of 32) values. Used for
-  // per-call operands (attention's K and V). Writes PanelElements(n, k) values to `dst`.
-  static void PackF32(const float* data, int64_t col_stride, int64_t k_stride, int64_t n,
-                      int64_t k_valid, int64_t k, uint16_t* dst);
+  // Packing of per-call operands from bf16 values already rounded (attention's K and V):
+  //  - PackRows: column j is row j of `rows` (row_stride elements apart), its k_valid values
+  //    contiguous; e.g. K [n_pos, head_dim] as the columns of Q K^T.
+  //  - PackColumns: column j is element j of each of k_valid rows of `rows` (row_stride apart),
+  //    n values each; e.g. V [n_pos, head_dim] as the columns of P V (V^T's rows).
+  // Both zero-extend k_valid to k (a multiple of 32) and write PanelElements(n, k) values.
+  static void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                       int64_t k, uint16_t* dst);
+  static void PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                          int64_t k, uint16_t* dst);
   static size_t PanelElements(int64_t n, int64_t k) {
     return static_cast<size_t>((n + kTileCols - 1) / kTileCols) * static_cast<size_t>(k) *
            kTileCols;

@@ -237,6 +237,8 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
   for (auto& w : ctx->attention_work) {
     Grow(w.scores, block_rows * npos);
     w.q_bf16.resize(static_cast<size_t>(rows_pad * hd_pad));
+    w.k_bf16.resize(static_cast<size_t>(npos * hd));
+    w.v_bf16.resize(static_cast<size_t>(npos * hd));
     w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(npos, hd_pad));
     w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
     w.p_bf16.resize(static_cast<size_t>(rows_pad * npos_pad));
@@ -250,8 +252,13 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
     const float* k_src = ctx->k.data() + r0 * d + h * hd;
     const float* v_src = ctx->v.data() + r0 * d + h * hd;
-    kernels::TileBf16Matrix::PackF32(k_src, d, 1, npos, hd, hd_pad, w.k_tiles.data());
-    kernels::TileBf16Matrix::PackF32(v_src, 1, d, hd, npos, npos_pad, w.v_tiles.data());
+    for (int64_t j = 0; j < npos; ++j) {
+      kt.to_bf16(k_src + j * d, w.k_bf16.data() + j * hd, hd);
+      kt.to_bf16(v_src + j * d, w.v_bf16.data() + j * hd, hd);
+    }
+    kernels::TileBf16Matrix::PackRows(w.k_bf16.data(), hd, npos, hd, hd_pad, w.k_tiles.data());
+    kernels::TileBf16Matrix::PackColumns(w.v_bf16.data(), hd, hd, npos, npos_pad,
+                                         w.v_tiles.data());
     // Rows up to the next whole tile are read: zero the padding rows and columns.
     const int64_t nq_pad = round_up(nq, kernels::kTileRows);
     std::fill(w.q_bf16.begin() + nq * hd_pad, w.q_bf16.begin() + nq_pad * hd_pad, uint16_t{0});

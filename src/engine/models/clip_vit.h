@@ -28,7 +28,7 @@ struct VisionContext {
   // of attention scores [query rows, n_pos].
   struct AttentionWork {
     std::vector<float> k_head, v_head, v_head_t, scores;
-    std::vector<uint16_t> q_bf16, k_tiles, v_tiles, p_bf16;  // the bf16 tile path (fast, AMX)
+    std::vector<uint16_t> q_bf16, k_bf16, v_bf16, k_tiles, v_tiles, p_bf16;  // bf16 tile path
   };
   std::vector<AttentionWork> attention_work;
 };
