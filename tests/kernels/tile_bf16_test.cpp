@@ -197,5 +197,49 @@ TEST(TileBf16Kernel, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
   }
 }
 
+// MatMulShared converts the activations once for all tile weights: the outputs equal separate
+// MatMul calls bit for bit, on the tile path and on the fallback (weights without tiles).
+TEST(TileBf16Kernel, MatMulSharedEqualsSeparateMatMuls) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  const int64_t m = 37, k = 96;
+  const std::vector<float> a = vlmd::testing::RandomNormal(m * k, 31);
+  std::vector<std::vector<float>> wf;
+  std::vector<ops::WeightView> views;
+  for (int64_t n : {16, 50, 33}) {
+    wf.push_back(vlmd::testing::RandomNormal(n * k, 40 + static_cast<uint32_t>(n)));
+    views.push_back(ops::WeightView{DType::kF32, n, k, wf.back().data(), 0});
+  }
+  for (bool tiles : {true, false}) {
+    SCOPED_TRACE(tiles ? "tiles" : "fallback");
+    std::vector<ops::WeightView> ws = views;
+    ops::PackedStore store;
+    ops::WeightPacking packing{kt, ops::Precision::kFast, tiles};
+    for (auto& w : ws) ASSERT_TRUE(ops::PackWeight(packing, &w, &store).ok());
+    ASSERT_EQ(ws[0].tiles != nullptr, tiles);
+    std::vector<std::vector<float>> shared(3), single(3);
+    ops::MatmulScratch scratch;
+    const ops::WeightView* wp[3];
+    float* outs[3];
+    for (int i = 0; i < 3; ++i) {
+      shared[i].assign(static_cast<size_t>(m * ws[i].n), 0.0f);
+      single[i].assign(static_cast<size_t>(m * ws[i].n), 1.0f);
+      wp[i] = &ws[i];
+      outs[i] = shared[i].data();
+      ASSERT_TRUE(ops::MatMul(*kt, nullptr, ws[i], a.data(), m, k, single[i].data(), ws[i].n,
+                              &scratch).ok());
+    }
+    ASSERT_TRUE(ops::MatMulShared(*kt, nullptr, wp, a.data(), m, k, outs, &scratch).ok());
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(shared[i], single[i]) << "weight " << i;
+  }
+  // Weights of different k cannot share activations.
+  ops::WeightView other{DType::kF32, 16, 64, wf[0].data(), 0};
+  const ops::WeightView* mixed[2] = {&views[0], &other};
+  std::vector<float> o1(static_cast<size_t>(m * 16)), o2(static_cast<size_t>(m * 16));
+  float* mixed_out[2] = {o1.data(), o2.data()};
+  ops::MatmulScratch scratch;
+  EXPECT_FALSE(ops::MatMulShared(*kt, nullptr, mixed, a.data(), m, k, mixed_out, &scratch).ok());
+}
+
 }  // namespace
 }  // namespace vlmd::engine

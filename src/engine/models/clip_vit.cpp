@@ -83,7 +83,7 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
                                                const ops::WeightPacking& packing) {
   std::unique_ptr<ClipVit> m(new ClipVit());
   m->config_ = c;
-  m->fast_attention_ = packing.precision == ops::Precision::kFast;
+  m->fast_ = packing.precision == ops::Precision::kFast;
   const int64_t d = c.d_model, ff = c.d_ff;
   VLMD_ASSIGN_OR_RETURN(m->patch_w_, GetPatchKernel(f, c.patch_size, d));
   VLMD_ASSIGN_OR_RETURN(m->patch_b_, GetOptionalF32(f, "v.patch_embd.bias", {d}));
@@ -157,7 +157,7 @@ void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const
 // so memory stays bounded at any tile size; the GEMMs run at the matmul kernels' rate where a
 // per-query dot over f16 rows would be bound by horizontal sums and conversions.
 Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
-  if (fast_attention_ && ctx->kernels->tile_bf16_matmul != nullptr &&
+  if (fast_ && ctx->kernels->tile_bf16_matmul != nullptr &&
       ctx->kernels->to_bf16 != nullptr) {
     return AttendTiles(n_tiles, ctx);
   }
@@ -219,17 +219,20 @@ Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
 }
 
 // The same attention on the AMX tile unit (fast precision): Q (pre-scaled), K, V and the
-// probabilities are rounded to bf16, products accumulate in f32. Per (tile, head, query block):
-// K and V are packed as tile operands (K as the columns of the score product, V^T as those of the
-// output product), head_dim and n_pos padded with zeros to whole 32-value tile steps.
+// probabilities are rounded to bf16, products accumulate in f32. One job per (tile, head): K and
+// V are packed once as tile operands (K as the columns of the score product, V^T as those of the
+// output product; head_dim and n_pos padded with zeros to whole 32-value tile steps), then the
+// queries run in blocks of kQueryBlock rows so that the score block stays in L2.
 Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
-  constexpr int64_t kQueryBlock = 1024;
+  constexpr int64_t kQueryBlock = 128;
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, npos = n_positions_, hd = c.head_dim, heads = c.n_heads;
   auto round_up = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
   const int64_t hd_pad = round_up(hd, kernels::kTileK), npos_pad = round_up(npos, kernels::kTileK);
   const int64_t block_rows = std::min(kQueryBlock, npos);
   const int64_t rows_pad = round_up(block_rows, kernels::kTileRows);
+  const int64_t k_panels = (npos + kernels::kTileCols - 1) / kernels::kTileCols;
+  const int64_t v_panels = (hd + kernels::kTileCols - 1) / kernels::kTileCols;
   const kernels::KernelTable& kt = *ctx->kernels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
@@ -244,11 +247,8 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     w.p_bf16.resize(static_cast<size_t>(rows_pad * npos_pad));
     Grow(w.k_head, hd);
   }
-  const int64_t q_blocks = (npos + kQueryBlock - 1) / kQueryBlock;
-  const int64_t jobs = n_tiles * heads * q_blocks;
-  return ops::internal::ForJobs(ctx->pool, jobs, [&](int64_t job, int worker) {
-    const int64_t qb = job % q_blocks, h = (job / q_blocks) % heads, t = job / (q_blocks * heads);
-    const int64_t r0 = t * npos, q0 = qb * kQueryBlock, nq = std::min(kQueryBlock, npos - q0);
+  return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
+    const int64_t h = job % heads, r0 = (job / heads) * npos;
     VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
     const float* k_src = ctx->k.data() + r0 * d + h * hd;
     const float* v_src = ctx->v.data() + r0 * d + h * hd;
@@ -259,44 +259,47 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     kernels::TileBf16Matrix::PackRows(w.k_bf16.data(), hd, npos, hd, hd_pad, w.k_tiles.data());
     kernels::TileBf16Matrix::PackColumns(w.v_bf16.data(), hd, hd, npos, npos_pad,
                                          w.v_tiles.data());
-    // Rows up to the next whole tile are read: zero the padding rows and columns.
-    const int64_t nq_pad = round_up(nq, kernels::kTileRows);
-    std::fill(w.q_bf16.begin() + nq * hd_pad, w.q_bf16.begin() + nq_pad * hd_pad, uint16_t{0});
-    std::fill(w.p_bf16.begin() + nq * npos_pad, w.p_bf16.begin() + nq_pad * npos_pad,
-              uint16_t{0});
-    float* q_scaled = w.k_head.data();
-    for (int64_t i = 0; i < nq; ++i) {
-      const float* qr = ctx->q.data() + (r0 + q0 + i) * d + h * hd;
-      for (int64_t e = 0; e < hd; ++e) q_scaled[e] = qr[e] * scale;
-      uint16_t* qb = w.q_bf16.data() + i * hd_pad;
-      kt.to_bf16(q_scaled, qb, hd);
-      std::fill(qb + hd, qb + hd_pad, uint16_t{0});
+    for (int64_t q0 = 0; q0 < npos; q0 += kQueryBlock) {
+      const int64_t nq = std::min(kQueryBlock, npos - q0);
+      // Rows up to the next whole tile are read: zero the padding rows and columns.
+      const int64_t nq_pad = round_up(nq, kernels::kTileRows);
+      std::fill(w.q_bf16.begin() + nq * hd_pad, w.q_bf16.begin() + nq_pad * hd_pad, uint16_t{0});
+      std::fill(w.p_bf16.begin() + nq * npos_pad, w.p_bf16.begin() + nq_pad * npos_pad,
+                uint16_t{0});
+      float* q_scaled = w.k_head.data();
+      for (int64_t i = 0; i < nq; ++i) {
+        const float* qr = ctx->q.data() + (r0 + q0 + i) * d + h * hd;
+        for (int64_t e = 0; e < hd; ++e) q_scaled[e] = qr[e] * scale;
+        uint16_t* qb = w.q_bf16.data() + i * hd_pad;
+        kt.to_bf16(q_scaled, qb, hd);
+        std::fill(qb + hd, qb + hd_pad, uint16_t{0});
+      }
+      kernels::TileBf16Args qk;
+      qk.a = w.q_bf16.data();
+      qk.lda = hd_pad;
+      qk.w = w.k_tiles.data();
+      qk.n = npos;
+      qk.k = hd_pad;
+      qk.out = w.scores.data();
+      qk.ldo = npos;
+      kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
+      for (int64_t i = 0; i < nq; ++i) {
+        float* row = w.scores.data() + i * npos;
+        kt.softmax(row, npos);
+        uint16_t* pb = w.p_bf16.data() + i * npos_pad;
+        kt.to_bf16(row, pb, npos);
+        std::fill(pb + npos, pb + npos_pad, uint16_t{0});
+      }
+      kernels::TileBf16Args pv;
+      pv.a = w.p_bf16.data();
+      pv.lda = npos_pad;
+      pv.w = w.v_tiles.data();
+      pv.n = hd;
+      pv.k = npos_pad;
+      pv.out = ctx->attn.data() + (r0 + q0) * d + h * hd;
+      pv.ldo = d;
+      kt.tile_bf16_matmul(pv, 0, nq, 0, v_panels);
     }
-    kernels::TileBf16Args qk;
-    qk.a = w.q_bf16.data();
-    qk.lda = hd_pad;
-    qk.w = w.k_tiles.data();
-    qk.n = npos;
-    qk.k = hd_pad;
-    qk.out = w.scores.data();
-    qk.ldo = npos;
-    kt.tile_bf16_matmul(qk, 0, nq, 0, (npos + kernels::kTileCols - 1) / kernels::kTileCols);
-    for (int64_t i = 0; i < nq; ++i) {
-      float* row = w.scores.data() + i * npos;
-      kt.softmax(row, npos);
-      uint16_t* pb = w.p_bf16.data() + i * npos_pad;
-      kt.to_bf16(row, pb, npos);
-      std::fill(pb + npos, pb + npos_pad, uint16_t{0});
-    }
-    kernels::TileBf16Args pv;
-    pv.a = w.p_bf16.data();
-    pv.lda = npos_pad;
-    pv.w = w.v_tiles.data();
-    pv.n = hd;
-    pv.k = npos_pad;
-    pv.out = ctx->attn.data() + (r0 + q0) * d + h * hd;
-    pv.ldo = d;
-    kt.tile_bf16_matmul(pv, 0, nq, 0, (hd + kernels::kTileCols - 1) / kernels::kTileCols);
     return Status::Ok();
   });
 }
@@ -346,9 +349,10 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
     VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln1_w.data(),
                                         L.ln1_b.empty() ? nullptr : L.ln1_b.data(), xn, n, d,
                                         c.eps));
-    VLMD_RETURN_IF_ERROR(matmul(L.wq, xn, n, ctx->q.data()));  // [n, d]
-    VLMD_RETURN_IF_ERROR(matmul(L.wk, xn, n, ctx->k.data()));
-    VLMD_RETURN_IF_ERROR(matmul(L.wv, xn, n, ctx->v.data()));
+    const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+    float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};  // [n, d] each
+    VLMD_RETURN_IF_ERROR(
+        ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out, &ctx->matmul_scratch));
     AddBias(ctx->q.data(), L.bq, n);
     AddBias(ctx->k.data(), L.bk, n);
     AddBias(ctx->v.data(), L.bv, n);
@@ -361,7 +365,10 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
                                         c.eps));
     VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data()));  // [n, d_ff]
     AddBias(ctx->ff.data(), L.b_up, n);
-    VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
+    // Exact follows ggml's 16-bit activation tables (parity); fast computes the function itself.
+    VLMD_RETURN_IF_ERROR(fast_ ? ops::Activate(kt, pool, c.ffn_act, ctx->ff.data(),
+                                               ctx->ff.data(), n * ff)
+                               : ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
     VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->ff.data(), n, xn));  // [n, d]
     AddBias(xn, L.b_down, n);
     for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];

@@ -69,7 +69,7 @@ class ClipVit {
   VisionConfig config_;
   int64_t n_positions_ = 0;
   int32_t n_layers_used_ = 0;
-  bool fast_attention_ = false;         // precision fast: attention may run as bf16 tiles
+  bool fast_ = false;  // precision fast: plain activations, attention may run as bf16 tiles
   ops::PackedStore packed_;             // owns what the views' `packed` point at
   ops::WeightView patch_w_;             // [d_model, 3 * patch * patch]
   std::vector<float> patch_b_;          // [d_model] or empty

@@ -93,15 +93,9 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
 constexpr int64_t kTileRowBlock = 128;
 constexpr int64_t kTilePanelBlock = 8;
 
-// The bf16 tile path: activations to bf16 rows padded to whole tiles, then tiles over threads.
-Status TileMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
-                  const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
-                  MatmulScratch* scratch) {
-  if (scratch == nullptr) {
-    return InvalidArgumentError("MatMul: a scratch buffer is required for bf16 tile weights");
-  }
-  const kernels::TileBf16Matrix& tw = *w.tiles;
-  const int64_t k = tw.k();
+// Activations to bf16 rows padded to whole tiles (zeros), for the tile path. Returns the rows.
+uint16_t* ConvertForTiles(const kernels::KernelTable& kt, ThreadPool* pool, const float* a,
+                          int64_t m, int64_t lda, int64_t k, MatmulScratch* scratch) {
   const int64_t padded_rows = (m + kernels::kTileRows - 1) / kernels::kTileRows *
                               kernels::kTileRows;
   auto* buf = reinterpret_cast<uint16_t*>(
@@ -110,12 +104,18 @@ Status TileMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     for (int64_t r = begin; r < end; ++r) kt.to_bf16(a + r * lda, buf + r * k, k);
   });
   std::fill(buf + m * k, buf + padded_rows * k, uint16_t{0});
+  return buf;
+}
+
+// The tile products of bf16 rows `a16` (ConvertForTiles) with one tile matrix, over threads.
+void RunTiles(const kernels::KernelTable& kt, ThreadPool* pool, const kernels::TileBf16Matrix& tw,
+              const uint16_t* a16, int64_t m, float* out, int64_t ldo) {
   kernels::TileBf16Args args;
-  args.a = buf;
-  args.lda = k;
+  args.a = a16;
+  args.lda = tw.k();
   args.w = tw.data();
   args.n = tw.n();
-  args.k = k;
+  args.k = tw.k();
   args.out = out;
   args.ldo = ldo;
   const int64_t panels = tw.panels();
@@ -131,7 +131,10 @@ Status TileMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
   } else {
     pool->ParallelFor(n_mt * n_pt, [&](int64_t t, int /*thread*/) { run_tile(t); });
   }
-  return Status::Ok();
+}
+
+bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
+  return w.tiles != nullptr && kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr;
 }
 
 }  // namespace
@@ -235,11 +238,15 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
     return InvalidArgumentError("MatMul: lda " + std::to_string(lda) + " < k or ldo " +
                                 std::to_string(ldo) + " < n");
   }
-  if (w.tiles != nullptr && kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr) {
+  if (UsesTiles(kt, w)) {
     if (w.tiles->n() != w.n || w.tiles->k() != w.k) {
       return InvalidArgumentError("MatMul: the bf16 tile weight's shape differs from the view's");
     }
-    return TileMatMul(kt, pool, w, a, m, lda, out, ldo, scratch);
+    if (scratch == nullptr) {
+      return InvalidArgumentError("MatMul: a scratch buffer is required for bf16 tile weights");
+    }
+    RunTiles(kt, pool, *w.tiles, ConvertForTiles(kt, pool, a, m, lda, w.k, scratch), m, out, ldo);
+    return Status::Ok();
   }
   if (w.packed != nullptr && kt.packed_matmul != nullptr) {
     if (w.packed->n() != w.n || w.packed->k() != w.k) {
@@ -319,6 +326,31 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
     for (int64_t t = 0; t < n_mt * n_nt; ++t) run_tile(t);
   } else {
     pool->ParallelFor(n_mt * n_nt, [&](int64_t t, int /*thread*/) { run_tile(t); });
+  }
+  return Status::Ok();
+}
+
+Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
+                    std::span<const WeightView* const> ws, const float* a, int64_t m, int64_t lda,
+                    std::span<float* const> outs, MatmulScratch* scratch) {
+  if (ws.size() != outs.size() || ws.empty()) {
+    return InvalidArgumentError("MatMulShared: weights and outputs differ in number");
+  }
+  bool all_tiles = true;
+  for (const WeightView* w : ws) {
+    if (w->k != ws[0]->k) return InvalidArgumentError("MatMulShared: the weights differ in k");
+    all_tiles = all_tiles && UsesTiles(kt, *w) && w->tiles->n() == w->n && w->tiles->k() == w->k;
+  }
+  if (!all_tiles || m < 1 || a == nullptr || scratch == nullptr || lda < ws[0]->k) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      VLMD_RETURN_IF_ERROR(MatMul(kt, pool, *ws[i], a, m, lda, outs[i], ws[i]->n, scratch));
+    }
+    return Status::Ok();
+  }
+  const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, ws[0]->k, scratch);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (outs[i] == nullptr) return InvalidArgumentError("MatMulShared: null output");
+    RunTiles(kt, pool, *ws[i]->tiles, a16, m, outs[i], ws[i]->n);
   }
   return Status::Ok();
 }

@@ -109,4 +109,12 @@ class MatmulScratch {
 Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w, const float* a,
               int64_t m, int64_t lda, float* out, int64_t ldo, MatmulScratch* scratch);
 
+// outs[i] = a W_i^T for several weights of the same k reading the same activations (a block's
+// Q, K and V projections): the activations are converted once when every weight takes the bf16
+// tile path, else this is MatMul per weight. out i has ldo = ws[i]->n. Same errors as MatMul;
+// INVALID_ARGUMENT when the spans differ in length or the weights in k.
+Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
+                    std::span<const WeightView* const> ws, const float* a, int64_t m, int64_t lda,
+                    std::span<float* const> outs, MatmulScratch* scratch);
+
 }  // namespace vlmd::engine::ops

@@ -70,15 +70,50 @@ void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
       if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
+  // A whole 16 x 16 block that overwrites goes straight to the output rows; the rest (edges,
+  // accumulation) through the stack buffer.
+  const size_t out_stride = static_cast<size_t>(args.ldo) * sizeof(float);
+  auto direct = [&](int i, int j) {
+    return !args.accumulate && m + 16 * (i + 1) <= m1 && (p + j + 1) * kTileCols <= args.n;
+  };
+  auto out_at = [&](int i, int j) { return args.out + (m + 16 * i) * args.ldo + (p + j) * 16; };
   alignas(64) float c_buf[4][256];
-  _tile_stored(0, c_buf[0], 64);
-  if constexpr (NB == 2) _tile_stored(1, c_buf[1], 64);
-  if constexpr (MA == 2) _tile_stored(2, c_buf[2], 64);
-  if constexpr (MA == 2 && NB == 2) _tile_stored(3, c_buf[3], 64);
+  bool buffered[4] = {false, false, false, false};
+  if (direct(0, 0)) {
+    _tile_stored(0, out_at(0, 0), out_stride);
+  } else {
+    _tile_stored(0, c_buf[0], 64);
+    buffered[0] = true;
+  }
+  if constexpr (NB == 2) {
+    if (direct(0, 1)) {
+      _tile_stored(1, out_at(0, 1), out_stride);
+    } else {
+      _tile_stored(1, c_buf[1], 64);
+      buffered[1] = true;
+    }
+  }
+  if constexpr (MA == 2) {
+    if (direct(1, 0)) {
+      _tile_stored(2, out_at(1, 0), out_stride);
+    } else {
+      _tile_stored(2, c_buf[2], 64);
+      buffered[2] = true;
+    }
+  }
+  if constexpr (MA == 2 && NB == 2) {
+    if (direct(1, 1)) {
+      _tile_stored(3, out_at(1, 1), out_stride);
+    } else {
+      _tile_stored(3, c_buf[3], 64);
+      buffered[3] = true;
+    }
+  }
   for (int i = 0; i < MA; ++i) {
     const int rows = static_cast<int>(std::min<int64_t>(16, m1 - (m + 16 * i)));
     if (rows <= 0) continue;
     for (int j = 0; j < NB; ++j) {
+      if (!buffered[i * 2 + j]) continue;
       const int64_t col0 = (p + j) * kTileCols;
       const int cols = static_cast<int>(std::min<int64_t>(16, args.n - col0));
       if (cols <= 0) continue;
