@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/kernels/tile_bf16.h"
 #include "engine/ops/matmul.h"
@@ -239,6 +240,41 @@ TEST(TileBf16Kernel, MatMulSharedEqualsSeparateMatMuls) {
   float* mixed_out[2] = {o1.data(), o2.data()};
   ops::MatmulScratch scratch;
   EXPECT_FALSE(ops::MatMulShared(*kt, nullptr, mixed, a.data(), m, k, mixed_out, &scratch).ok());
+}
+
+// The epilogue (bias, then activation) equals the same steps applied after a plain MatMul, on
+// the tile path (block by block) and on the row-layout path (one pass after the product).
+TEST(MatmulEpilogue, EqualsBiasThenActivationAfterTheProduct) {
+  const kernels::KernelTable& best = kernels::GetKernelTable(kernels::BestAvailableIsa());
+  const int64_t m = 45, n = 150, k = 64;  // n: several 128-column task blocks and an edge
+  const std::vector<float> a = vlmd::testing::RandomNormal(m * k, 51);
+  const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 52);
+  const std::vector<float> bias = vlmd::testing::RandomNormal(n, 53);
+  for (bool tiles : {false, true}) {
+    SCOPED_TRACE(tiles ? "tiles" : "rows");
+    const kernels::KernelTable* kt = tiles ? TileTable() : &best;
+    if (kt == nullptr) continue;  // no AMX: the row path above was the test
+    ops::WeightView view{DType::kF32, n, k, w.data(), 0};
+    ops::PackedStore store;
+    if (tiles) {
+      ASSERT_TRUE(ops::PackWeight({kt, ops::Precision::kFast, true}, &view, &store).ok());
+    }
+    ops::MatmulScratch scratch;
+    std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+    ASSERT_TRUE(ops::MatMul(*kt, nullptr, view, a.data(), m, k, want.data(), n, &scratch).ok());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < n; ++c) want[r * n + c] += bias[c];
+      kt->gelu_tanh(want.data() + r * n, want.data() + r * n, n);
+    }
+    const ops::MatmulEpilogue ep{bias.data(), kt->gelu_tanh};
+    ThreadPool pool(2);
+    ASSERT_TRUE(
+        ops::MatMul(*kt, &pool, view, a.data(), m, k, got.data(), n, &scratch, &ep).ok());
+    for (size_t i = 0; i < got.size(); ++i) {
+      // The activation is elementwise, so only the product's split may differ: none here.
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "element " << i;
+    }
+  }
 }
 
 }  // namespace

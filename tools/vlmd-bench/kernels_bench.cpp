@@ -29,15 +29,21 @@ struct Weights {
   std::vector<uint8_t> bytes;
   engine::ops::WeightView view;
   engine::ops::PackedStore packed;  // the packed layout, when the variant asks for it
-  uint64_t bytes_read() const { return view.packed ? view.packed->bytes() : bytes.size(); }
+  uint64_t bytes_read() const {
+    if (view.tiles) return view.tiles->bytes();
+    return view.packed ? view.packed->bytes() : bytes.size();
+  }
 };
 
 // A benchmarked weight variant: a GGUF type in its row layout, or repacked for the packed int8
-// matmul (Q8_0 / Q4_0 exactly; F16 quantized to int8 blocks = fast precision).
+// matmul (Q8_0 / Q4_0 exactly; F16 quantized to int8 blocks = fast precision), or (tiles) F16
+// rounded to bf16 tiles for the AMX matmul (fast precision, the vision encoder's path).
 struct Variant {
   DType type;
   bool packed;
+  bool tiles = false;
   std::string name() const {
+    if (tiles) return std::string(DTypeName(type)) + "->bf";
     return std::string(DTypeName(type)) + (packed ? (type == DType::kF16 ? "->i8" : "/pk") : "");
   }
 };
@@ -60,8 +66,11 @@ Status MakeVariant(const engine::kernels::KernelTable& kt, Variant v, int64_t n,
                    uint32_t seed, Weights* w) {
   *w = MakeWeights(v.type, n, k, seed);
   if (!v.packed) return Status::Ok();
-  VLMD_RETURN_IF_ERROR(engine::ops::PackWeight({&kt, engine::ops::Precision::kFast}, &w->view, &w->packed));
-  if (w->view.packed == nullptr) return InternalError("packing was refused");
+  VLMD_RETURN_IF_ERROR(engine::ops::PackWeight({&kt, engine::ops::Precision::kFast, v.tiles},
+                                                &w->view, &w->packed));
+  if (w->view.packed == nullptr && w->view.tiles == nullptr) {
+    return InternalError("packing was refused");
+  }
   return Status::Ok();
 }
 
@@ -106,6 +115,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
       gemm_types.push_back({t, true});
     }
   }
+  if (kt.tile_bf16_matmul != nullptr) gemm_types.push_back({DType::kF16, true, true});
   const std::vector<int64_t> gemm_m = opts.quick ? std::vector<int64_t>{512}
                                                  : std::vector<int64_t>{512, 1024};
   const int reps = opts.quick ? 5 : 15;
@@ -173,7 +183,8 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
               cpu.brand.c_str(), std::string(engine::kernels::IsaName(*isa)).c_str(), FmaPeakIsa());
   for (auto [t, p] : peaks) std::printf("measured f32 FMA peak, %d thread(s): %.1f GFLOP/s\n", t, p);
   std::printf("(type/pk: the packed int8 layout of that type; f16->i8: F16 weights quantized to\n"
-              " int8 blocks at load, the fast precision. GEMV bytes are those of the layout read.)\n");
+              " int8 blocks at load, the fast precision; f16->bf: F16 weights as bf16 tiles on AMX, the fast\n"
+              " precision of the vision encoder. GEMV bytes are those of the layout read.)\n");
   std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s\n", "path", "type", "M", "N", "K",
               "thr", "ms", "achieved", "bound", "ratio");
   nlohmann::json j;

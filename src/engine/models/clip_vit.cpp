@@ -21,14 +21,6 @@ void Grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-void AddBias(float* x, const std::vector<float>& bias, int64_t n_rows) {
-  if (bias.empty()) return;
-  const int64_t n = static_cast<int64_t>(bias.size());
-  for (int64_t r = 0; r < n_rows; ++r) {
-    float* row = x + r * n;
-    for (int64_t i = 0; i < n; ++i) row[i] += bias[i];
-  }
-}
 
 
 // The 4-D patch kernel [p, p, 3, D] (ggml order) viewed as D rows of 3*p*p values ordered
@@ -323,8 +315,14 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
   Grow(ctx->ff, n * ff);
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
-  auto matmul = [&](const ops::WeightView& w, const float* in, int64_t rows, float* o) {
-    return ops::MatMul(kt, pool, w, in, rows, w.k, o, w.n, &ctx->matmul_scratch);
+  // Biases (and in fast precision the FFN activation) are applied by the matmul's epilogue,
+  // block by block while the outputs are in cache, instead of in passes of their own.
+  auto bias = [](const std::vector<float>& b) {
+    return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
+  };
+  auto matmul = [&](const ops::WeightView& w, const float* in, int64_t rows, float* o,
+                    const ops::MatmulEpilogue& ep) {
+    return ops::MatMul(kt, pool, w, in, rows, w.k, o, w.n, &ctx->matmul_scratch, &ep);
   };
   float* x = ctx->x.data();    // [n, d] residual stream
   float* xn = ctx->xn.data();  // [n, d] block input after LayerNorm
@@ -332,8 +330,7 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
   // Patch embedding for all tiles at once, into xn [n_tiles * np, d], then scattered into x so
   // that each tile's rows are its patches followed by the class token.
   Unfold(pixels, n_tiles, ctx->patches.data());
-  VLMD_RETURN_IF_ERROR(matmul(patch_w_, ctx->patches.data(), n_tiles * np, xn));
-  AddBias(xn, patch_b_, n_tiles * np);
+  VLMD_RETURN_IF_ERROR(matmul(patch_w_, ctx->patches.data(), n_tiles * np, xn, bias(patch_b_)));
   for (int64_t t = 0; t < n_tiles; ++t) {
     float* tile = x + t * npos * d;
     std::copy_n(xn + t * np * d, np * d, tile);
@@ -351,26 +348,24 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
                                         c.eps));
     const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
     float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};  // [n, d] each
-    VLMD_RETURN_IF_ERROR(
-        ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out, &ctx->matmul_scratch));
-    AddBias(ctx->q.data(), L.bq, n);
-    AddBias(ctx->k.data(), L.bk, n);
-    AddBias(ctx->v.data(), L.bv, n);
+    const ops::MatmulEpilogue qkv_ep[] = {bias(L.bq), bias(L.bk), bias(L.bv)};
+    const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
+    VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
+                                           &ctx->matmul_scratch, qkv_ep_ptr));
     VLMD_RETURN_IF_ERROR(Attend(n_tiles, ctx));                 // attn [n, d]
-    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), n, xn));
-    AddBias(xn, L.bo, n);
+    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), n, xn, bias(L.bo)));
     for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
     VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln2_w.data(),
                                         L.ln2_b.empty() ? nullptr : L.ln2_b.data(), xn, n, d,
                                         c.eps));
-    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data()));  // [n, d_ff]
-    AddBias(ctx->ff.data(), L.b_up, n);
     // Exact follows ggml's 16-bit activation tables (parity); fast computes the function itself.
-    VLMD_RETURN_IF_ERROR(fast_ ? ops::Activate(kt, pool, c.ffn_act, ctx->ff.data(),
-                                               ctx->ff.data(), n * ff)
-                               : ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
-    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->ff.data(), n, xn));  // [n, d]
-    AddBias(xn, L.b_down, n);
+    ops::MatmulEpilogue up_ep = bias(L.b_up);
+    if (fast_) up_ep.act = ops::ActivationKernel(kt, c.ffn_act);
+    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data(), up_ep));  // [n, d_ff]
+    if (!fast_) {
+      VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
+    }
+    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->ff.data(), n, xn, bias(L.b_down)));  // [n, d]
     for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
   }
   if (!post_ln_w_.empty()) {

@@ -23,6 +23,10 @@ kernels::UnaryFn Kernel(const kernels::KernelTable& kt, Activation act) {
 
 }  // namespace
 
+kernels::UnaryFn ActivationKernel(const kernels::KernelTable& kt, Activation act) {
+  return Kernel(kt, act);
+}
+
 std::string_view ActivationName(Activation act) {
   switch (act) {
     case Activation::kGeluTanh: return "gelu";

@@ -20,6 +20,8 @@ enum class Activation : uint8_t {
 
 std::string_view ActivationName(Activation act);  // "gelu", "gelu_erf", "gelu_quick", "silu"
 std::optional<Activation> ParseActivation(std::string_view name);
+// The table's kernel for `act` (for MatmulEpilogue), nullptr when the table lacks it.
+kernels::UnaryFn ActivationKernel(const kernels::KernelTable& kt, Activation act);
 
 // y[i] = act(x[i]) for i < n. y may be x (in place) but must not otherwise overlap it. pool may
 // be nullptr; large n is split over its threads. INVALID_ARGUMENT on n < 0 or null buffers

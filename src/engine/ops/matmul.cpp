@@ -107,9 +107,23 @@ uint16_t* ConvertForTiles(const kernels::KernelTable& kt, ThreadPool* pool, cons
   return buf;
 }
 
-// The tile products of bf16 rows `a16` (ConvertForTiles) with one tile matrix, over threads.
+// The epilogue over output rows [r0, r1) x columns [c0, c1).
+void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0, int64_t r1,
+                   int64_t c0, int64_t c1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = out + r * ldo;
+    if (ep.bias != nullptr) {
+      for (int64_t c = c0; c < c1; ++c) row[c] += ep.bias[c];
+    }
+    if (ep.act != nullptr) ep.act(row + c0, row + c0, c1 - c0);
+  }
+}
+
+// The tile products of bf16 rows `a16` (ConvertForTiles) with one tile matrix, over threads;
+// the epilogue runs on each task's block right after its product.
 void RunTiles(const kernels::KernelTable& kt, ThreadPool* pool, const kernels::TileBf16Matrix& tw,
-              const uint16_t* a16, int64_t m, float* out, int64_t ldo) {
+              const uint16_t* a16, int64_t m, float* out, int64_t ldo,
+              const MatmulEpilogue* epilogue) {
   kernels::TileBf16Args args;
   args.a = a16;
   args.lda = tw.k();
@@ -123,8 +137,12 @@ void RunTiles(const kernels::KernelTable& kt, ThreadPool* pool, const kernels::T
   const int64_t n_pt = (panels + kTilePanelBlock - 1) / kTilePanelBlock;
   auto run_tile = [&](int64_t t) {
     const int64_t m0 = (t % n_mt) * kTileRowBlock, p0 = (t / n_mt) * kTilePanelBlock;
-    kt.tile_bf16_matmul(args, m0, std::min(m, m0 + kTileRowBlock), p0,
-                        std::min(panels, p0 + kTilePanelBlock));
+    const int64_t m1 = std::min(m, m0 + kTileRowBlock), p1 = std::min(panels, p0 + kTilePanelBlock);
+    kt.tile_bf16_matmul(args, m0, m1, p0, p1);
+    if (epilogue != nullptr) {
+      ApplyEpilogue(*epilogue, out, ldo, m0, m1, p0 * kernels::kTileCols,
+                    std::min(tw.n(), p1 * kernels::kTileCols));
+    }
   };
   if (pool == nullptr || pool->size() == 1 || n_mt * n_pt == 1) {
     for (int64_t t = 0; t < n_mt * n_pt; ++t) run_tile(t);
@@ -224,8 +242,12 @@ uint8_t* MatmulScratch::Reserve(size_t bytes) {
   return buf_.get();
 }
 
-Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w, const float* a,
-              int64_t m, int64_t lda, float* out, int64_t ldo, MatmulScratch* scratch) {
+namespace {
+// MatMul without the epilogue, except on the tile path, which applies it block by block (then
+// *epilogue_done is set).
+Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
+                  const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
+                  MatmulScratch* scratch, const MatmulEpilogue* epilogue, bool* epilogue_done) {
   if (m < 0 || w.n < 1 || w.k < 1) {
     return InvalidArgumentError("MatMul: bad shape m=" + std::to_string(m) + " n=" +
                                 std::to_string(w.n) + " k=" + std::to_string(w.k));
@@ -245,7 +267,9 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
     if (scratch == nullptr) {
       return InvalidArgumentError("MatMul: a scratch buffer is required for bf16 tile weights");
     }
-    RunTiles(kt, pool, *w.tiles, ConvertForTiles(kt, pool, a, m, lda, w.k, scratch), m, out, ldo);
+    RunTiles(kt, pool, *w.tiles, ConvertForTiles(kt, pool, a, m, lda, w.k, scratch), m, out, ldo,
+             epilogue);
+    *epilogue_done = true;
     return Status::Ok();
   }
   if (w.packed != nullptr && kt.packed_matmul != nullptr) {
@@ -330,12 +354,30 @@ Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView
   return Status::Ok();
 }
 
+}  // namespace
+
+Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w, const float* a,
+              int64_t m, int64_t lda, float* out, int64_t ldo, MatmulScratch* scratch,
+              const MatmulEpilogue* epilogue) {
+  bool done = false;
+  VLMD_RETURN_IF_ERROR(MatMulCore(kt, pool, w, a, m, lda, out, ldo, scratch, epilogue, &done));
+  if (epilogue != nullptr && !done && m > 0) {
+    internal::ForRanges(pool, m, w.n, 1, [&](int64_t r0, int64_t r1) {
+      ApplyEpilogue(*epilogue, out, ldo, r0, r1, 0, w.n);
+    });
+  }
+  return Status::Ok();
+}
+
 Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
                     std::span<const WeightView* const> ws, const float* a, int64_t m, int64_t lda,
-                    std::span<float* const> outs, MatmulScratch* scratch) {
-  if (ws.size() != outs.size() || ws.empty()) {
-    return InvalidArgumentError("MatMulShared: weights and outputs differ in number");
+                    std::span<float* const> outs, MatmulScratch* scratch,
+                    std::span<const MatmulEpilogue* const> epilogues) {
+  if (ws.size() != outs.size() || ws.empty() ||
+      (!epilogues.empty() && epilogues.size() != ws.size())) {
+    return InvalidArgumentError("MatMulShared: weights, outputs and epilogues differ in number");
   }
+  auto epilogue = [&](size_t i) { return epilogues.empty() ? nullptr : epilogues[i]; };
   bool all_tiles = true;
   for (const WeightView* w : ws) {
     if (w->k != ws[0]->k) return InvalidArgumentError("MatMulShared: the weights differ in k");
@@ -343,14 +385,15 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
   }
   if (!all_tiles || m < 1 || a == nullptr || scratch == nullptr || lda < ws[0]->k) {
     for (size_t i = 0; i < ws.size(); ++i) {
-      VLMD_RETURN_IF_ERROR(MatMul(kt, pool, *ws[i], a, m, lda, outs[i], ws[i]->n, scratch));
+      VLMD_RETURN_IF_ERROR(
+          MatMul(kt, pool, *ws[i], a, m, lda, outs[i], ws[i]->n, scratch, epilogue(i)));
     }
     return Status::Ok();
   }
   const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, ws[0]->k, scratch);
   for (size_t i = 0; i < ws.size(); ++i) {
     if (outs[i] == nullptr) return InvalidArgumentError("MatMulShared: null output");
-    RunTiles(kt, pool, *ws[i]->tiles, a16, m, outs[i], ws[i]->n);
+    RunTiles(kt, pool, *ws[i]->tiles, a16, m, outs[i], ws[i]->n, epilogue(i));
   }
   return Status::Ok();
 }

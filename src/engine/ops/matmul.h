@@ -97,7 +97,14 @@ class MatmulScratch {
   size_t capacity_ = 0;
 };
 
-// out[i, j] = sum_k W[j, k] * a[i, k] for i < m, j < w.n.
+// Applied to every output after the product, while the output block is still in cache:
+// out[i, j] = act(out[i, j] + bias[j]). Either part may be absent.
+struct MatmulEpilogue {
+  const float* bias = nullptr;     // [w.n] or nullptr
+  kernels::UnaryFn act = nullptr;  // e.g. ActivationKernel(kt, ...); nullptr: none
+};
+
+// out[i, j] = sum_k W[j, k] * a[i, k] for i < m, j < w.n (then the epilogue, if given).
 //   a   [m, w.k] f32, row i at a + i * lda (lda >= w.k, floats); not modified.
 //   out [m, w.n] f32, row i at out + i * ldo (ldo >= w.n, floats); must not overlap a.
 // Uses `kt` (the table of the engine's ISA; its act_type/convert_act/matmul slots). pool may be
@@ -107,14 +114,17 @@ class MatmulScratch {
 // multiple of the weight's block size or row_bytes smaller than a row; UNIMPLEMENTED when the
 // table has no matmul for w.dtype.
 Status MatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w, const float* a,
-              int64_t m, int64_t lda, float* out, int64_t ldo, MatmulScratch* scratch);
+              int64_t m, int64_t lda, float* out, int64_t ldo, MatmulScratch* scratch,
+              const MatmulEpilogue* epilogue = nullptr);
 
 // outs[i] = a W_i^T for several weights of the same k reading the same activations (a block's
 // Q, K and V projections): the activations are converted once when every weight takes the bf16
-// tile path, else this is MatMul per weight. out i has ldo = ws[i]->n. Same errors as MatMul;
-// INVALID_ARGUMENT when the spans differ in length or the weights in k.
+// tile path, else this is MatMul per weight. out i has ldo = ws[i]->n; epilogues, when not
+// empty, has one entry (possibly nullptr) per weight. Same errors as MatMul; INVALID_ARGUMENT
+// when the spans differ in length or the weights in k.
 Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
                     std::span<const WeightView* const> ws, const float* a, int64_t m, int64_t lda,
-                    std::span<float* const> outs, MatmulScratch* scratch);
+                    std::span<float* const> outs, MatmulScratch* scratch,
+                    std::span<const MatmulEpilogue* const> epilogues = {});
 
 }  // namespace vlmd::engine::ops
