@@ -45,11 +45,14 @@ float PackedWeight(const PackedMatrix& pm, int64_t col, int64_t e) {
   const int j = static_cast<int>(col % kernels::kPanelCols), i = static_cast<int>(e % 32);
   const uint8_t* qs = pm.qs(p, b);
   int u;
-  if (pm.format() == kernels::PackedFormat::kQ4) {
+  if (pm.format() != kernels::PackedFormat::kQ8) {
     const uint8_t byte = qs[(i / 8) * 64 + j * 4 + i % 4];
     u = (i % 8) < 4 ? (byte & 0x0F) : (byte >> 4);
   } else {
     u = qs[(i / 4) * 64 + j * 4 + i % 4];
+  }
+  if (pm.format() == kernels::PackedFormat::kQ4K) {
+    return F16ToF32(pm.scales(p, b)[j]) * static_cast<float>(u) - F16ToF32(pm.mins(p, b)[j]);
   }
   return F16ToF32(pm.scales(p, b)[j]) * static_cast<float>(u - pm.offset());
 }
@@ -57,7 +60,8 @@ float PackedWeight(const PackedMatrix& pm, int64_t col, int64_t e) {
 TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule) {
   const int64_t n = 37, k = 96;
   const std::vector<float> wf = RandomFloats(n * k, 7);
-  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16, DType::kF32}) {
+  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kBF16,
+                     DType::kF32}) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     const std::vector<uint8_t> rows = Rows(type, wf, n, k);
     auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, k), n, k);
@@ -69,7 +73,7 @@ TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule
     std::vector<BlockQ8_0> q8(k / 32);
     for (int64_t c = 0; c < n; ++c) {
       ASSERT_TRUE(DequantizeRow(type, rows.data() + c * *RowBytes(type, k), row.data(), k).ok());
-      if (type != DType::kQ8_0 && type != DType::kQ4_0) {
+      if (type != DType::kQ8_0 && type != DType::kQ5_0 && type != DType::kQ4_0) {
         quant::QuantizeRowQ8_0(row.data(), q8.data(), k);
         quant::DequantizeRowQ8_0(q8.data(), row.data(), k);
       }
@@ -88,9 +92,40 @@ TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule
   }
 }
 
+// Q4_K keeps its 4-bit quants; scale and min of each 32-value sub-block become f16 products, so
+// each packed weight is within f16 rounding of those two terms of the GGUF value.
+TEST(PackedMatrixTest, RepacksQ4KQuantsWithF16ScaleAndMin) {
+  const int64_t n = 21, k = 512;
+  const std::vector<float> wf = RandomFloats(n * k, 17);
+  const std::vector<uint8_t> rows = Rows(DType::kQ4_K, wf, n, k);
+  const size_t rb = *RowBytes(DType::kQ4_K, k);
+  auto pm = PackedMatrix::Pack(DType::kQ4_K, rows.data(), rb, n, k);
+  ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+  ASSERT_EQ((*pm)->format(), kernels::PackedFormat::kQ4K);
+  std::vector<float> row(k);
+  int bad = 0;
+  for (int64_t c = 0; c < n && bad < 5; ++c) {
+    ASSERT_TRUE(DequantizeRow(DType::kQ4_K, rows.data() + c * rb, row.data(), k).ok());
+    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(rows.data() + c * rb);
+    for (int64_t e = 0; e < k && bad < 5; ++e) {
+      // |d sc q - dmin m| terms bound the rounding: 2^-11 relative on each (q <= 15, m <= 63).
+      const BlockQ4_K& sb = blocks[e / 256];
+      const double term_bound = 15.0 * 63.0 * std::fabs(F16ToF32(sb.d)) +
+                                63.0 * std::fabs(F16ToF32(sb.dmin));
+      const double tol = term_bound * 0x1p-11 + 1e-30;
+      if (!(std::fabs(PackedWeight(**pm, c, e) - row[e]) <= tol)) {
+        ++bad;
+        ADD_FAILURE() << "col " << c << " e " << e << ": " << PackedWeight(**pm, c, e) << " want "
+                      << row[e] << " tol " << tol;
+      }
+    }
+  }
+}
+
 TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
   std::vector<uint8_t> buf(4096, 0);
-  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ4_K, buf.data(), 144, 2, 256).ok());
+  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ5_K, buf.data(), 176, 2, 256).ok());
+  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ4_K, buf.data(), 144, 2, 128).ok());  // k % 256
   EXPECT_FALSE(PackedMatrix::Pack(DType::kF32, buf.data(), 4 * 40, 2, 40).ok());  // k % 32
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 10, 2, 32).ok());     // row too small
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 0, 32).ok());
@@ -117,9 +152,12 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   ThreadPool pool2(2);
   ops::MatmulScratch scratch;
   uint32_t seed = 11;
-  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
-    for (const Case& c : {Case{1, 1, 32}, Case{1, 17, 96}, Case{2, 50, 256}, Case{3, 16, 64},
-                          Case{4, 71, 128}, Case{5, 33, 96}, Case{9, 64, 32}, Case{70, 40, 160}}) {
+  const std::vector<Case> cases = {Case{1, 1, 32},  Case{1, 17, 96}, Case{2, 50, 256},
+                                   Case{3, 16, 64},  Case{4, 71, 128}, Case{5, 33, 96},
+                                   Case{9, 64, 32},  Case{70, 40, 160}};
+  const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{3, 50, 512}, Case{70, 33, 256}};
+  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kQ4_K}) {
+    for (const Case& c : type == DType::kQ4_K ? k_cases : cases) {
       std::vector<float> wf = RandomFloats(c.n * c.k, seed++);
       for (int64_t r = 0; r < c.n; ++r) {
         for (int64_t i = 0; i < c.k; ++i) wf[r * c.k + i] *= 0.5f + static_cast<float>(r % 5);
@@ -185,7 +223,7 @@ TEST(PackedMatmulTest, AgreesWithTheGgufLayoutPath) {
   const KernelTable& ref = kernels::GetKernelTable(Isa::kRef);
   ops::MatmulScratch scratch;
   const int64_t m = 6, n = 45, k = 512;
-  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0}) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     const std::vector<uint8_t> rows = Rows(type, RandomFloats(n * k, 3), n, k);
     const std::vector<float> a = RandomFloats(m * k, 4);
@@ -218,6 +256,44 @@ TEST(PackedMatmulTest, AgreesWithTheGgufLayoutPath) {
   }
 }
 
+// Packed Q4_K (fast precision) against the exact product of its weights with the unrounded
+// activations: the error is the activations' Q8_0 rounding (at most d_a / 2 per element, d_a =
+// the block's absmax / 127) times |w|, plus f32 summation.
+TEST(PackedMatmulTest, PackedQ4KIsWithinActivationRoundingOfTheExactProduct) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const KernelTable& kt = kernels::GetKernelTable(isas.back());
+  const int64_t m = 5, n = 37, k = 768;
+  const std::vector<uint8_t> rows = Rows(DType::kQ4_K, RandomFloats(n * k, 8), n, k);
+  const std::vector<float> a = RandomFloats(m * k, 9);
+  ops::WeightView w{DType::kQ4_K, n, k, rows.data(), 0};
+  ops::PackedStore store;
+  ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kFast}, &w, &store).ok());
+  ASSERT_NE(w.packed, nullptr);
+  std::vector<float> got(m * n);
+  ops::MatmulScratch scratch;
+  ThreadPool pool(2);
+  ASSERT_TRUE(ops::MatMul(kt, &pool, w, a.data(), m, k, got.data(), n, &scratch).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0.0, bound = 0.0, sum_abs = 0.0;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        float amax = 0.0f;
+        for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(a[i * k + b * 32 + e]));
+        for (int e = 0; e < 32; ++e) {
+          const int64_t t = b * 32 + e;
+          const double wv = PackedWeight(*w.packed, j, t);
+          exact += wv * a[i * k + t];
+          bound += std::fabs(wv) * (amax / 127.0) * 0.5 * 1.01;
+          sum_abs += std::fabs(wv * a[i * k + t]);
+        }
+      }
+      const double tol = bound + 1e-5 * sum_abs;
+      ASSERT_NEAR(got[i * n + j], exact, tol) << "[" << i << "," << j << "]";
+    }
+  }
+}
+
 TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
   const std::vector<Isa> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
@@ -233,10 +309,13 @@ TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
   };
   EXPECT_TRUE(packed_for(DType::kQ8_0, ops::Precision::kExact, &kt));
   EXPECT_TRUE(packed_for(DType::kQ4_0, ops::Precision::kExact, &kt));
+  EXPECT_TRUE(packed_for(DType::kQ5_0, ops::Precision::kExact, &kt));
   EXPECT_FALSE(packed_for(DType::kF16, ops::Precision::kExact, &kt));
   EXPECT_TRUE(packed_for(DType::kF16, ops::Precision::kFast, &kt));
   EXPECT_TRUE(packed_for(DType::kF32, ops::Precision::kFast, &kt));
-  EXPECT_FALSE(packed_for(DType::kQ4_K, ops::Precision::kFast, &kt));  // keeps its own kernel
+  EXPECT_FALSE(packed_for(DType::kQ4_K, ops::Precision::kExact, &kt));  // Q8_K activations
+  EXPECT_TRUE(packed_for(DType::kQ4_K, ops::Precision::kFast, &kt));
+  EXPECT_FALSE(packed_for(DType::kQ5_K, ops::Precision::kFast, &kt));  // keeps its own kernel
   EXPECT_FALSE(packed_for(DType::kQ8_0, ops::Precision::kFast, nullptr));
   EXPECT_FALSE(packed_for(DType::kQ8_0, ops::Precision::kFast, &kernels::GetKernelTable(Isa::kRef)));
 }

@@ -33,27 +33,62 @@ inline uint8_t Q4Nibble(const BlockQ4_0& b, int e) {
 void PackedMatrix::AlignedFree::operator()(void* p) const { std::free(p); }
 
 bool PackedMatrix::CanPack(DType dtype) {
-  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kF32 ||
-         dtype == DType::kF16 || dtype == DType::kBF16;
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||
+         dtype == DType::kQ4_K || dtype == DType::kF32 || dtype == DType::kF16 ||
+         dtype == DType::kBF16;
+}
+
+PackedFormat PackedFormatOf(DType dtype) {
+  if (dtype == DType::kQ4_0) return PackedFormat::kQ4;
+  if (dtype == DType::kQ4_K) return PackedFormat::kQ4K;
+  return PackedFormat::kQ8;
 }
 
 size_t PackedMatrix::bytes() const {
   const size_t units = static_cast<size_t>(panels_ * blocks());
-  return units * (qs_bytes_per_block() + kPanelCols * sizeof(uint16_t));
+  const size_t per_scale_set = kPanelCols * sizeof(uint16_t);
+  return units * (qs_bytes_per_block() + per_scale_set * (mins_ ? 2 : 1));
+}
+
+void PackedMatrix::PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles) {
+  const int64_t p = col / kPanelCols;
+  const int j = static_cast<int>(col % kPanelCols);
+  uint8_t* qs = qs_.get() + (p * blocks() + block) * 256;
+  for (int c = 0; c < 4; ++c) {
+    for (int e = 0; e < 4; ++e) {
+      qs[c * 64 + j * 4 + e] =
+          static_cast<uint8_t>(nibbles[8 * c + e] | (nibbles[8 * c + 4 + e] << 4));
+    }
+  }
 }
 
 void PackedMatrix::PackColumnQ4(int64_t col, const BlockQ4_0* row) {
   const int64_t p = col / kPanelCols, nb = blocks();
   const int j = static_cast<int>(col % kPanelCols);
+  uint8_t nib[32];
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* qs = qs_.get() + (p * nb + b) * 256;
-    for (int c = 0; c < 4; ++c) {
-      for (int e = 0; e < 4; ++e) {
-        qs[c * 64 + j * 4 + e] = static_cast<uint8_t>(
-            Q4Nibble(row[b], 8 * c + e) | (Q4Nibble(row[b], 8 * c + 4 + e) << 4));
-      }
-    }
+    for (int e = 0; e < 32; ++e) nib[e] = Q4Nibble(row[b], e);
+    PackNibbles(col, b, nib);
     scales_.get()[(p * nb + b) * kPanelCols + j] = row[b].d;
+  }
+}
+
+void PackedMatrix::PackColumnQ4K(int64_t col, const BlockQ4_K* row) {
+  const int64_t p = col / kPanelCols, nb = blocks();
+  const int j = static_cast<int>(col % kPanelCols);
+  uint8_t nib[32];
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ4_K& sb = row[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    // Sub-blocks 2i and 2i+1 share 32 bytes of qs: low nibbles, then high nibbles.
+    const uint8_t* q = sb.qs + 32 * (sub / 2);
+    for (int e = 0; e < 32; ++e) nib[e] = sub % 2 == 0 ? (q[e] & 0x0F) : (q[e] >> 4);
+    PackNibbles(col, b, nib);
+    uint8_t sc, m;
+    quant::UnpackScaleMinK4(sub, sb.scales, &sc, &m);
+    const size_t at = static_cast<size_t>((p * nb + b) * kPanelCols + j);
+    scales_.get()[at] = F32ToF16(F16ToF32(sb.d) * static_cast<float>(sc));
+    mins_.get()[at] = F32ToF16(F16ToF32(sb.dmin) * static_cast<float>(m));
   }
 }
 
@@ -80,16 +115,16 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::Pack(DType dtype, const void
 Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const PackSource> sources,
                                                                int64_t k) {
   if (sources.empty()) return InvalidArgumentError("PackedMatrix: nothing to pack");
-  const bool q4 = sources[0].dtype == DType::kQ4_0;
+  const PackedFormat format = PackedFormatOf(sources[0].dtype);
   int64_t n = 0;
   for (const PackSource& s : sources) {
     if (!CanPack(s.dtype)) {
       return InvalidArgumentError("PackedMatrix: cannot pack " + std::string(DTypeName(s.dtype)));
     }
-    if ((s.dtype == DType::kQ4_0) != q4) {
-      return InvalidArgumentError("PackedMatrix: cannot pack Q4_0 and " +
-                                  std::string(DTypeName(q4 ? s.dtype : sources[0].dtype)) +
-                                  " into one matrix");
+    if (PackedFormatOf(s.dtype) != format) {
+      return InvalidArgumentError("PackedMatrix: cannot pack " +
+                                  std::string(DTypeName(sources[0].dtype)) + " and " +
+                                  std::string(DTypeName(s.dtype)) + " into one matrix");
     }
     if (s.n < 1 || k < kPackBlock || k % kPackBlock != 0 || s.data == nullptr) {
       return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) +
@@ -103,7 +138,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     n += s.n;
   }
   std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
-  pm->format_ = q4 ? PackedFormat::kQ4 : PackedFormat::kQ8;
+  pm->format_ = format;
   pm->n_ = n;
   pm->k_ = k;
   pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
@@ -111,7 +146,11 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   const size_t units = static_cast<size_t>(pm->panels_ * nb);
   pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
   pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
-  if (!pm->qs_ || !pm->scales_) {
+  if (format == PackedFormat::kQ4K) {
+    pm->mins_.reset(AlignedArray<uint16_t>(units * kPanelCols));
+    if (pm->mins_) std::memset(pm->mins_.get(), 0, units * kPanelCols * sizeof(uint16_t));
+  }
+  if (!pm->qs_ || !pm->scales_ || (format == PackedFormat::kQ4K && !pm->mins_)) {
     return ResourceExhaustedError("PackedMatrix: cannot allocate " +
                                   std::to_string(pm->bytes()) + " bytes");
   }
@@ -131,8 +170,26 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
         pm->PackColumnQ4(col, reinterpret_cast<const BlockQ4_0*>(row));
         continue;
       }
+      if (pm->format_ == PackedFormat::kQ4K) {
+        pm->PackColumnQ4K(col, reinterpret_cast<const BlockQ4_K*>(row));
+        continue;
+      }
       const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
-      if (source.dtype != DType::kQ8_0) {  // float rows: Q8_0's round-to-nearest first
+      if (source.dtype == DType::kQ5_0) {
+        // Q5_0 is d * (q - 16) with q in 0..31: the same integers and scale as Q8_0 blocks.
+        VLMD_RETURN_IF_ERROR(DequantizeRow(source.dtype, row, f32_row.data(), k));
+        const auto* q5 = reinterpret_cast<const BlockQ5_0*>(row);
+        for (int64_t b = 0; b < nb; ++b) {
+          q8_row[b].d = q5[b].d;
+          const float d = F16ToF32(q5[b].d);
+          for (int e = 0; e < kPackBlock; ++e) {
+            // d * (q - 16) is exact in f32, so the division recovers q - 16 exactly.
+            q8_row[b].qs[e] = static_cast<int8_t>(
+                d == 0.0f ? 0 : std::lround(f32_row[b * kPackBlock + e] / d));
+          }
+        }
+        blocks = q8_row.data();
+      } else if (source.dtype != DType::kQ8_0) {  // float rows: Q8_0's round-to-nearest first
         VLMD_RETURN_IF_ERROR(DequantizeRow(source.dtype, row, f32_row.data(), k));
         quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), k);
         blocks = q8_row.data();
@@ -155,7 +212,7 @@ void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums) {
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const bool q4 = w.format() == PackedFormat::kQ4;
+  const bool q4 = w.format() != PackedFormat::kQ8;
   for (int64_t m = m0; m < m1; ++m) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(args.a + m * args.a_row_bytes);
     const int32_t* sums = args.a_sums + m * nb;
@@ -178,8 +235,13 @@ void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64
             }
             dot += u * a[b].qs[e];
           }
-          const float d = F16ToF32(w.scales(p, b)[j]) * F16ToF32(a[b].d);
+          const float da = F16ToF32(a[b].d);
+          const float d = F16ToF32(w.scales(p, b)[j]) * da;
           acc = std::fma(static_cast<float>(dot), d, acc);  // as the kernels do
+          if (w.mins(p, b) != nullptr) {  // kQ4K: - mn * da * sum(a)
+            const float mn = F16ToF32(w.mins(p, b)[j]) * da;
+            acc = std::fma(-mn, static_cast<float>(sums[b]), acc);
+          }
         }
         args.out[m * args.out_stride + col] = acc;
       }

@@ -9,13 +9,18 @@
 //                 (q = 0..7 k-quads, j = 0..15 columns, r = 0..3)
 //            kQ4: 256 bytes, byte [c * 64 + j * 4 + r] = w4[.. 32b + 8c + r] | w4[.. 32b + 8c + 4 + r] << 4
 //                 (c = 0..3; w4 = the Q4_0 nibble 0..15, i.e. the weight / d + 8)
+//            kQ4K: as kQ4, w4 = the Q4_K quant 0..15 of that 32-value sub-block
 //   scales : 16 f16 values d (one per column; 0 in padding columns)
-// stored panel-major (p, then b), qs and scales in two arrays. The weight is d * (u - offset) with
-// offset 128 (kQ8) or 8 (kQ4); the offset term is subtracted through the activation block sums.
+//   mins   : kQ4K only: 16 f16 values mn (Q4_K's dmin * m of the sub-block)
+// stored panel-major (p, then b), qs, scales and mins in separate arrays. The weight is
+// d * (u - offset) with offset 128 (kQ8) or 8 (kQ4), d * u - mn for kQ4K; the offset and min terms
+// are subtracted through the activation block sums.
 //
-// Exactness: Q8_0 and Q4_0 rows repack bit for bit (the same integers and scales as the GGUF
-// blocks). F32/F16/BF16 rows are quantized to Q8_0 blocks (round to nearest, ggml's rule) first:
-// that is the engine's `fast` precision, never used in `exact`.
+// Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
+// integers and scales as the GGUF blocks). F32/F16/BF16 rows are quantized to Q8_0 blocks (round to nearest, ggml's rule) first;
+// Q4_K keeps its quants but its per-sub-block scale and min become f16 products, and its
+// activations are Q8_0 blocks where ggml uses Q8_K: both are the engine's `fast` precision,
+// never used in `exact`.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +33,7 @@
 
 namespace vlmd::engine {
 struct BlockQ4_0;  // engine/tensor/quant_blocks.h
+struct BlockQ4_K;
 struct BlockQ8_0;
 }  // namespace vlmd::engine
 
@@ -36,7 +42,9 @@ namespace vlmd::engine::kernels {
 inline constexpr int kPanelCols = 16;
 inline constexpr int kPackBlock = 32;
 
-enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1 };
+enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1, kQ4K = 2 };
+// The packed format a weight type becomes (kQ8 for Q8_0 and the float types).
+PackedFormat PackedFormatOf(DType dtype);
 
 // n consecutive output columns (weight rows) of one source matrix: row r at data + r * row_bytes.
 struct PackSource {
@@ -48,14 +56,15 @@ struct PackSource {
 
 class PackedMatrix {
  public:
-  // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ8 from
-  // Q8_0, F32, F16 or BF16. INVALID_ARGUMENT for other types, k not a multiple of 32, n < 1, or
-  // row_bytes too small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
+  // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ4K
+  // from Q4_K, kQ8 from Q8_0, Q5_0, F32, F16 or BF16. INVALID_ARGUMENT for other types, k not a
+  // multiple of 32 (256 for Q4_K), n < 1, or row_bytes too small; RESOURCE_EXHAUSTED when the
+  // buffer cannot be allocated.
   static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,
                                                     size_t row_bytes, int64_t n, int64_t k);
   // Packs the sources one after the other into one matrix of sum(n) columns (a fused Q/K/V or
   // gate/up projection: one matmul call instead of several). All sources share k; they must all
-  // be Q4_0 (kQ4) or all be types that pack to kQ8. Same errors as Pack.
+  // pack to the same format (PackedFormatOf). Same errors as Pack.
   static Result<std::unique_ptr<PackedMatrix>> PackConcat(std::span<const PackSource> sources,
                                                           int64_t k);
   // True when Pack accepts the type (k and n aside).
@@ -66,13 +75,19 @@ class PackedMatrix {
   int64_t k() const { return k_; }
   int64_t panels() const { return panels_; }
   int64_t blocks() const { return k_ / kPackBlock; }
-  int offset() const { return format_ == PackedFormat::kQ8 ? 128 : 8; }
+  int offset() const {
+    return format_ == PackedFormat::kQ8 ? 128 : format_ == PackedFormat::kQ4 ? 8 : 0;
+  }
   size_t qs_bytes_per_block() const { return format_ == PackedFormat::kQ8 ? 512 : 256; }
   const uint8_t* qs(int64_t panel, int64_t block) const {
     return qs_.get() + (panel * blocks() + block) * qs_bytes_per_block();
   }
   const uint16_t* scales(int64_t panel, int64_t block) const {
     return scales_.get() + (panel * blocks() + block) * kPanelCols;
+  }
+  // kQ4K only (nullptr otherwise).
+  const uint16_t* mins(int64_t panel, int64_t block) const {
+    return mins_ ? mins_.get() + (panel * blocks() + block) * kPanelCols : nullptr;
   }
   size_t bytes() const;  // memory held
 
@@ -84,11 +99,15 @@ class PackedMatrix {
   // Weight row `col` (one output column) into its panel slot: Q4_0 nibbles / Q8_0 bytes + scales.
   void PackColumnQ4(int64_t col, const BlockQ4_0* row);
   void PackColumnQ8(int64_t col, const BlockQ8_0* row);
+  void PackColumnQ4K(int64_t col, const BlockQ4_K* row);
+  // The 4-bit values of one 32-value block into column j of its panel block (kQ4 / kQ4K layout).
+  void PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles);
 
   PackedFormat format_ = PackedFormat::kQ8;
   int64_t n_ = 0, k_ = 0, panels_ = 0;
   std::unique_ptr<uint8_t, AlignedFree> qs_;
   std::unique_ptr<uint16_t, AlignedFree> scales_;
+  std::unique_ptr<uint16_t, AlignedFree> mins_;
 };
 
 // Activation rows for the packed matmul: Q8_0 blocks (as the plain Q4_0/Q8_0 kernels use) plus,

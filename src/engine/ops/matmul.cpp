@@ -170,9 +170,15 @@ namespace {
 std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, const WeightView& w) {
   if (packing.kt == nullptr || packing.kt->packed_matmul == nullptr) return std::nullopt;
   if (w.data == nullptr) return std::nullopt;
-  const bool integer = w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0;
-  const bool floating = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
-  if (!(integer || (floating && packing.precision == Precision::kFast))) return std::nullopt;
+  // Q8_0 / Q5_0 / Q4_0 repack exactly; float types and Q4_K change numerics (packed_int8.h):
+  // fast only.
+  const bool exact_repack =
+      w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0;
+  const bool fast_repack = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
+                           w.dtype == DType::kBF16 || w.dtype == DType::kQ4_K;
+  if (!(exact_repack || (fast_repack && packing.precision == Precision::kFast))) {
+    return std::nullopt;
+  }
   if (w.k % kernels::kPackBlock != 0) return std::nullopt;
   const auto row_bytes = RowBytes(w.dtype, w.k);
   if (!row_bytes) return std::nullopt;
@@ -207,7 +213,7 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   for (const WeightView* w : parts) {
     const auto source = PackableSource(packing, *w);
     if (!source || w->k != parts[0]->k ||
-        (w->dtype == DType::kQ4_0) != (parts[0]->dtype == DType::kQ4_0)) {
+        kernels::PackedFormatOf(w->dtype) != kernels::PackedFormatOf(parts[0]->dtype)) {
       return fused;
     }
     sources.push_back(*source);

@@ -67,7 +67,8 @@ struct PackedStore {
 // Bytes held by the packed matrices of a store.
 uint64_t PackedBytes(const PackedStore& store);
 
-// Packs *w when `packing` allows it for w->dtype (Q8_0 / Q4_0 always; F32 / F16 / BF16 in kFast;
+// Packs *w when `packing` allows it for w->dtype (Q8_0 / Q5_0 / Q4_0 always; F32 / F16 / BF16 /
+// Q4_K in kFast;
 // k a multiple of 32), appends the packed matrix to *store and points w->packed (or w->tiles,
 // see WeightPacking::bf16_tiles) at it. Otherwise leaves *w as it is. Errors: the allocation or a
 // conversion failed.

@@ -4,7 +4,8 @@
 // accumulators start at -offset * sum(a) (the weights are stored as unsigned w + offset), then
 // each k-quad is one vpdpbusd per (row, panel) with the row's 4 activation bytes broadcast; the
 // block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one FMA.
-// The arithmetic is exactly that of PackedMatmulRef (same integers, same roundings).
+// kQ4K then subtracts the block's min term mn * d_a * sum(a) with a second FMA. The arithmetic
+// is exactly that of PackedMatmulRef (same integers, same roundings).
 #include <immintrin.h>
 
 #include <array>
@@ -28,8 +29,10 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-template <bool kQ4, int MR, int NV>
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2).
+template <int kFmt, int MR, int NV>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
+  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
@@ -42,9 +45,11 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
   const uint8_t* wq[NV];
   const uint16_t* ws[NV];
+  const uint16_t* wm[NV];
   for (int v = 0; v < NV; ++v) {
     wq[v] = w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
+    wm[v] = w.mins(p + v, 0);
   }
   __m512 f[MR][NV];
   for (int i = 0; i < MR; ++i)
@@ -82,16 +87,26 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
         }
       }
     }
-    __m512 dw[NV];
+    __m512 dw[NV], mw[NV];
     for (int v = 0; v < NV; ++v) {
       dw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ws[v])));
       wq[v] += qstep;
       ws[v] += kPanelCols;
+      if constexpr (kMins) {
+        mw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wm[v])));
+        wm[v] += kPanelCols;
+      }
     }
     for (int i = 0; i < MR; ++i) {
       const __m512 da = _mm512_set1_ps(_cvtsh_ss(a[i][b].d));
       for (int v = 0; v < NV; ++v) {
         f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dw[v], da), f[i][v]);
+      }
+      if constexpr (kMins) {
+        const __m512 sum = _mm512_set1_ps(static_cast<float>(sums[i][b]));
+        for (int v = 0; v < NV; ++v) {
+          f[i][v] = _mm512_fnmadd_ps(_mm512_mul_ps(mw[v], da), sum, f[i][v]);
+        }
       }
     }
   }
@@ -113,12 +128,12 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
 using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
 constexpr int kMaxMR = 4, kMaxNV = 4;
 
-template <bool kQ4, int... I>
+template <int kFmt, int... I>
 constexpr std::array<TileFn, kMaxMR * kMaxNV> MakeTiles(std::integer_sequence<int, I...>) {
-  return {&Tile<kQ4, I / kMaxNV + 1, I % kMaxNV + 1>...};
+  return {&Tile<kFmt, I / kMaxNV + 1, I % kMaxNV + 1>...};
 }
-template <bool kQ4>
-constexpr auto kTiles = MakeTiles<kQ4>(std::make_integer_sequence<int, kMaxMR * kMaxNV>());
+template <int kFmt>
+constexpr auto kTiles = MakeTiles<kFmt>(std::make_integer_sequence<int, kMaxMR * kMaxNV>());
 
 // Panels per tile for a tile height: what fits the 32 vector registers (accumulators, f32 sums,
 // weight vectors and broadcasts) without spilling.
@@ -127,24 +142,24 @@ constexpr int PanelsPerTile(bool q4, int64_t rows) {
   return q4 ? 2 : 3;
 }
 
-template <bool kQ4>
+template <int kFmt>
 void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-  const int nv_max = PanelsPerTile(kQ4, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
+  const int nv_max = PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
   for (int64_t p = p0; p < p1; p += nv_max) {
     const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
     for (int64_t m = m0; m < m1; m += kMaxMR) {
       const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
-      kTiles<kQ4>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p);
+      kTiles<kFmt>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p);
     }
   }
 }
 
 void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                           int64_t p1) {
-  if (args.w->format() == PackedFormat::kQ4) {
-    PackedMatmulVnni<true>(args, m0, m1, p0, p1);
-  } else {
-    PackedMatmulVnni<false>(args, m0, m1, p0, p1);
+  switch (args.w->format()) {
+    case PackedFormat::kQ8: return PackedMatmulVnni<0>(args, m0, m1, p0, p1);
+    case PackedFormat::kQ4: return PackedMatmulVnni<1>(args, m0, m1, p0, p1);
+    case PackedFormat::kQ4K: return PackedMatmulVnni<2>(args, m0, m1, p0, p1);
   }
 }
 
