@@ -110,7 +110,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
                                      {DType::kBF16, false}, {DType::kQ8_0, false},
                                      {DType::kQ4_0, false}};
   if (kt.packed_matmul != nullptr) {
-    for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+    for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16}) {
       gemv_types.push_back({t, true});
       gemm_types.push_back({t, true});
     }
