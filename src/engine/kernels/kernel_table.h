@@ -52,6 +52,9 @@ using TileBf16MatmulFn = void (*)(const TileBf16Args& args, int64_t m0, int64_t 
                                   int64_t p1);
 // f32 -> bf16 (round to nearest even) for n values.
 using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
+// y = bf16(softmax(x)) for n >= 1 values (max-subtracted); x is overwritten with scratch values.
+// The exponential may be approximate to 1e-5 relative (the result is rounded to bf16 anyway).
+using SoftmaxBf16Fn = void (*)(float* x, uint16_t* y, int64_t n);
 using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                                 int64_t p1);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
@@ -105,6 +108,7 @@ struct KernelTable {
   // reference TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
+  SoftmaxBf16Fn softmax_bf16 = nullptr;  // the attention probabilities for the tile product
 
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;

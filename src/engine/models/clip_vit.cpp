@@ -277,9 +277,13 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
       for (int64_t i = 0; i < nq; ++i) {
         float* row = w.scores.data() + i * npos;
-        kt.softmax(row, npos);
         uint16_t* pb = w.p_bf16.data() + i * npos_pad;
-        kt.to_bf16(row, pb, npos);
+        if (kt.softmax_bf16 != nullptr) {
+          kt.softmax_bf16(row, pb, npos);
+        } else {
+          kt.softmax(row, npos);
+          kt.to_bf16(row, pb, npos);
+        }
         std::fill(pb + npos, pb + npos_pad, uint16_t{0});
       }
       kernels::TileBf16Args pv;

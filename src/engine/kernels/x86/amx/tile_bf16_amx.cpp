@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "engine/kernels/tile_bf16.h"
@@ -160,11 +161,56 @@ void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
+// e^x for x <= 0 (x - max of a softmax row): 2^(x log2 e) split as 2^k * 2^f, |f| <= 1/2, with
+// 2^f from its degree-5 Taylor series in f ln 2 (relative error < 3e-6), scaled by vscalefps.
+// x is clamped at -87 so -inf gives ~1e-38 (0 after the bf16 rounding of a normalized row).
+inline __m512 ExpNonPositive(__m512 x) {
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)),
+                                 _mm512_set1_ps(1.44269504f));
+  const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 g = _mm512_mul_ps(_mm512_sub_ps(t, k), _mm512_set1_ps(0.69314718f));
+  __m512 p = _mm512_set1_ps(1.0f / 120.0f);
+  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, k);
+}
+
+// Three passes over the (L1-resident) row: max, exponentials and their sum, scale + bf16.
+void SoftmaxBf16Avx512(float* x, uint16_t* y, int64_t n) {
+  const int64_t full = n / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < full; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(x + i));
+  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, vmax, _mm512_maskz_loadu_ps(tail, x + full));
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < full; i += 16) {
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
+    _mm512_storeu_ps(x + i, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  if (tail) {
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx));
+    _mm512_mask_storeu_ps(x + full, tail, e);
+    vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  for (int64_t i = 0; i < full; i += 16) {
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  }
+  if (tail) _mm512_mask_storeu_ps(x + full, tail, _mm512_mul_ps(_mm512_loadu_ps(x + full), inv));
+  ToBf16Avx512(x, y, n);
+}
+
 }  // namespace
 
 void FillAmxKernels(KernelTable* t) {
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->to_bf16 = ToBf16Avx512;
+  t->softmax_bf16 = SoftmaxBf16Avx512;
 }
 
 }  // namespace vlmd::engine::kernels
