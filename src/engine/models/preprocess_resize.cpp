@@ -18,23 +18,36 @@ RgbImage Blank(int32_t w, int32_t h) {
   return out;
 }
 
+// Corner-aligned: output 0 samples source 0 and output tw - 1 samples source W - 1 (ratio
+// (W - 1) / (tw - 1), 0 for a 1-pixel target); the right / bottom neighbour is clamped to the
+// last pixel, and the float interpolation is truncated to u8, as llama.cpp's resize_bilinear.
 RgbImage ResizeBilinear(RgbView src, int32_t tw, int32_t th) {
   RgbImage dst = Blank(tw, th);
-  const float x_ratio = static_cast<float>(src.width - 1) / tw;
-  const float y_ratio = static_cast<float>(src.height - 1) / th;
+  const float x_ratio = tw > 1 ? static_cast<float>(src.width - 1) / static_cast<float>(tw - 1) : 0;
+  const float y_ratio =
+      th > 1 ? static_cast<float>(src.height - 1) / static_cast<float>(th - 1) : 0;
   auto at = [&](int y, int x, int c) {
     return static_cast<float>(src.rgb[3 * (static_cast<size_t>(y) * src.width + x) + c]);
   };
-  auto lerp = [](float s, float e, float t) { return s + (e - s) * t; };
+  // Written out as s + (e - s) * t in separate float steps (no fused multiply-add: the baseline
+  // build has no FMA, and llama.cpp's preprocessing is compiled without it too).
+  auto lerp = [](float s, float e, float t) {
+    const volatile float scaled = (e - s) * t;
+    return s + scaled;
+  };
   for (int y = 0; y < th; ++y) {
+    const float py = static_cast<float>(y) * y_ratio;
+    const int y0 = std::min(static_cast<int>(py), src.height - 1);
+    const int y1 = std::min(y0 + 1, src.height - 1);
+    const float fy = py - static_cast<float>(y0);
     for (int x = 0; x < tw; ++x) {
-      const float px = x_ratio * x, py = y_ratio * y;
-      const int x0 = std::min(static_cast<int>(px), src.width - 2);
-      const int y0 = std::min(static_cast<int>(py), src.height - 2);
-      const float fx = px - x0, fy = py - y0;
+      const float px = static_cast<float>(x) * x_ratio;
+      const int x0 = std::min(static_cast<int>(px), src.width - 1);
+      const int x1 = std::min(x0 + 1, src.width - 1);
+      const float fx = px - static_cast<float>(x0);
       for (int c = 0; c < 3; ++c) {
-        const float top = lerp(at(y0, x0, c), at(y0, x0 + 1, c), fx);
-        const float bottom = lerp(at(y0 + 1, x0, c), at(y0 + 1, x0 + 1, c), fx);
+        const float top = lerp(at(y0, x0, c), at(y0, x1, c), fx);
+        const float bottom = lerp(at(y1, x0, c), at(y1, x1, c), fx);
         dst.rgb[3 * (static_cast<size_t>(y) * tw + x) + c] =
             static_cast<uint8_t>(lerp(top, bottom, fy));
       }
@@ -194,9 +207,7 @@ RgbImage Resize(RgbView src, int32_t width, int32_t height, ResizeAlgo algo) {
       algo == ResizeAlgo::kBilinearPillow) {
     return ResizeSeparable(src, width, height, algo);
   }
-  if (algo == ResizeAlgo::kBilinear && src.width >= 2 && src.height >= 2) {
-    return ResizeBilinear(src, width, height);
-  }
+  if (algo == ResizeAlgo::kBilinear) return ResizeBilinear(src, width, height);
   return ResizeBicubic(src, width, height);
 }
 

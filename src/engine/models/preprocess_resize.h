@@ -23,7 +23,7 @@ struct RgbView {
 };
 
 enum class ResizeAlgo : uint8_t {
-  kBilinear,  // corner-aligned ratios (src - 1) / dst, truncating to u8 (llama.cpp)
+  kBilinear,  // corner-aligned ratios (src - 1) / (dst - 1), truncating to u8 (llama.cpp)
   kBicubic,   // 4x4 cubic convolution of llama.cpp's clip.cpp, rounded and clamped to u8
   // Separable convolution resampling as Pillow's ImagingResample (antialiased when shrinking,
   // 22-bit fixed-point weights), which llama.cpp also implements: cubic a = -0.5 / Lanczos-3.

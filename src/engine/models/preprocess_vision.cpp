@@ -66,7 +66,7 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
       ++out.n_tiles;
     }
   }
-  AppendTile(c, Resize(image, s, s, o.algo), &out.pixels);
+  AppendTile(c, Resize(image, s, s, o.overview_algo), &out.pixels);
   ++out.n_tiles;
   out.has_global = true;
   return out;

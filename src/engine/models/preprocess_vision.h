@@ -4,9 +4,9 @@
 //  - idefics3: the refined size scales the longest edge to preproc_image_size and rounds both
 //    sides up to multiples of image_size; the image is fitted into it preserving the aspect ratio
 //    (bicubic) and padded black (llama.cpp's resize with padding, matched by the fixtures), cut
-//    into row-major tiles, then a global image resized to image_size x image_size. Tiles come
-//    first, the global image last (the prompt's chunk order). KNOWN GAP: the global image's
-//    resampling does not match llama.cpp's bit for bit yet (see tests/vision).
+//    into row-major tiles, then a global image: the original stretched to image_size x
+//    image_size with the corner-aligned bilinear filter (llama.cpp's "overview" resize, no
+//    padding). Tiles come first, the global image last (the prompt's chunk order).
 // Pure functions: no state, no I/O.
 #pragma once
 
@@ -31,8 +31,9 @@ struct PreprocessedImage {
 
 // Resampling choices; the defaults are llama.cpp's for the projector (tests vary them).
 struct PreprocessOptions {
-  ResizeAlgo algo = ResizeAlgo::kBicubic;     // fixed-size (mlp) and global image
-  ResizeAlgo refine_algo = ResizeAlgo::kBicubic;  // idefics3 refined image (tiles)
+  ResizeAlgo algo = ResizeAlgo::kBicubic;           // fixed-size (mlp)
+  ResizeAlgo refine_algo = ResizeAlgo::kBicubic;    // idefics3 refined image (tiles)
+  ResizeAlgo overview_algo = ResizeAlgo::kBilinear;  // idefics3 global image
   bool pad_fixed = true;    // mlp: preserve the aspect ratio and pad
   bool pad_refined = true;  // idefics3: preserve the aspect ratio, pad the refined image black
 };
