@@ -224,19 +224,22 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
   const int64_t block_rows = std::min(kQueryBlock, npos);
   const int64_t rows_pad = round_up(block_rows, kernels::kTileRows);
   const int64_t k_panels = (npos + kernels::kTileCols - 1) / kernels::kTileCols;
+  // Row strides one cache line longer than the rows: 1024 scores (4 KiB) or probabilities per row
+  // would put the 16 rows of a tile in the same L1 sets (measured 1.3-1.6x on the score product).
+  const int64_t s_stride = npos + 16, p_stride = npos_pad + 32;
   const int64_t v_panels = (hd + kernels::kTileCols - 1) / kernels::kTileCols;
   const kernels::KernelTable& kt = *ctx->kernels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
   ctx->attention_work.resize(static_cast<size_t>(workers));
   for (auto& w : ctx->attention_work) {
-    Grow(w.scores, block_rows * npos);
+    Grow(w.scores, block_rows * s_stride);
     w.q_bf16.resize(static_cast<size_t>(rows_pad * hd_pad));
     w.k_bf16.resize(static_cast<size_t>(npos * hd));
     w.v_bf16.resize(static_cast<size_t>(npos * hd));
     w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(npos, hd_pad));
     w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
-    w.p_bf16.resize(static_cast<size_t>(rows_pad * npos_pad));
+    w.p_bf16.resize(static_cast<size_t>(rows_pad * p_stride));
     Grow(w.k_head, hd);
   }
   return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
@@ -256,7 +259,7 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       // Rows up to the next whole tile are read: zero the padding rows and columns.
       const int64_t nq_pad = round_up(nq, kernels::kTileRows);
       std::fill(w.q_bf16.begin() + nq * hd_pad, w.q_bf16.begin() + nq_pad * hd_pad, uint16_t{0});
-      std::fill(w.p_bf16.begin() + nq * npos_pad, w.p_bf16.begin() + nq_pad * npos_pad,
+      std::fill(w.p_bf16.begin() + nq * p_stride, w.p_bf16.begin() + nq_pad * p_stride,
                 uint16_t{0});
       float* q_scaled = w.k_head.data();
       for (int64_t i = 0; i < nq; ++i) {
@@ -273,11 +276,11 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       qk.n = npos;
       qk.k = hd_pad;
       qk.out = w.scores.data();
-      qk.ldo = npos;
+      qk.ldo = s_stride;
       kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
       for (int64_t i = 0; i < nq; ++i) {
-        float* row = w.scores.data() + i * npos;
-        uint16_t* pb = w.p_bf16.data() + i * npos_pad;
+        float* row = w.scores.data() + i * s_stride;
+        uint16_t* pb = w.p_bf16.data() + i * p_stride;
         if (kt.softmax_bf16 != nullptr) {
           kt.softmax_bf16(row, pb, npos);
         } else {
@@ -288,7 +291,7 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       }
       kernels::TileBf16Args pv;
       pv.a = w.p_bf16.data();
-      pv.lda = npos_pad;
+      pv.lda = p_stride;
       pv.w = w.v_tiles.data();
       pv.n = hd;
       pv.k = npos_pad;
