@@ -147,5 +147,36 @@ TEST(GgufFixtures, TokenizerVocabs) {
   }
 }
 
+// ReleasePages drops whole pages inside a tensor and nothing else: the bytes read back unchanged
+// (faulted in again from the file), a range outside the mapping or an in-memory image releases
+// nothing.
+TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
+  auto f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
+  ASSERT_NE(f, nullptr);
+  const TensorInfo* biggest = nullptr;
+  for (const TensorInfo& t : f->tensors()) {
+    if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
+  }
+  ASSERT_NE(biggest, nullptr);
+  ASSERT_GT(biggest->nbytes, 3u * 4096u) << "the fixture's largest tensor spans too few pages";
+  const std::vector<uint8_t> before(biggest->data, biggest->data + biggest->nbytes);
+  const uint64_t released = f->ReleasePages(biggest->data, biggest->nbytes);
+  EXPECT_GT(released, 0u);
+  EXPECT_LE(released, biggest->nbytes);
+  EXPECT_EQ(std::vector<uint8_t>(biggest->data, biggest->data + biggest->nbytes), before);
+  // Outside the mapping, zero-sized, or a copy in memory: nothing.
+  const std::vector<uint8_t> elsewhere(1 << 16);
+  EXPECT_EQ(f->ReleasePages(elsewhere.data(), elsewhere.size()), 0u);
+  EXPECT_EQ(f->ReleasePages(biggest->data, 0), 0u);
+  EXPECT_EQ(f->ReleasePages(biggest->data, f->file_size() * 2), 0u);
+  std::ifstream in(FixturePath("tiny-llava/text.gguf"), std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+  auto mem = GgufFile::FromBytes(bytes);
+  ASSERT_TRUE(mem.ok());
+  const TensorInfo* t = (*mem)->FindTensor(biggest->name);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ((*mem)->ReleasePages(t->data, t->nbytes), 0u);
+}
+
 }  // namespace
 }  // namespace vlmd::engine::gguf

@@ -516,4 +516,20 @@ const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
   return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
 }
 
+uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {
+  if (impl_->mapping == nullptr || data == nullptr || size == 0) return 0;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const auto map_begin = reinterpret_cast<uintptr_t>(impl_->base);
+  if (begin < map_begin || begin - map_begin > impl_->size || size > impl_->size ||
+      begin - map_begin + size > impl_->size) {
+    return 0;
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + size) / page * page;
+  if (last <= first) return 0;
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+  return last - first;
+}
+
 }  // namespace vlmd::engine::gguf

@@ -108,6 +108,13 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const;
   const TensorInfo* FindTensor(std::string_view name) const;  // nullptr if absent
 
+  // Drops the resident pages wholly inside [data, data + size) of the mapping (madvise
+  // MADV_DONTNEED): for tensors the engine has copied into its own layout and will not read
+  // again. Only resident memory changes: a later read faults the bytes back in from the file.
+  // Returns the bytes released (page-rounded inward); 0 for an in-memory image (FromBytes) or a
+  // range not inside the mapping.
+  uint64_t ReleasePages(const void* data, uint64_t size) const;
+
  private:
   struct Impl;
   explicit GgufFile(std::unique_ptr<Impl> impl);

@@ -112,6 +112,7 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
     VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
     for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_down}) {
       VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
+      m->released_ += ReleasePackedRows(f, *w);  // runs from the packed copy from now on
     }
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {d}));
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {d}));

@@ -36,6 +36,7 @@ struct VisionContext {
 class ClipVit {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
+  uint64_t released_bytes() const { return released_; }  // GGUF pages dropped after packing
   // Validates every tensor's presence and shape against `config`. `file` must outlive the ViT
   // (weights are views into its mapping). NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<ClipVit>> Load(const gguf::GgufFile& file,
@@ -71,6 +72,7 @@ class ClipVit {
   int32_t n_layers_used_ = 0;
   bool fast_ = false;  // precision fast: plain activations, attention may run as bf16 tiles
   ops::PackedStore packed_;             // owns what the views' `packed` point at
+  uint64_t released_ = 0;               // GGUF pages of packed matrices, dropped at load
   ops::WeightView patch_w_;             // [d_model, 3 * patch * patch]
   std::vector<float> patch_b_;          // [d_model] or empty
   std::vector<float> class_embd_;       // [d_model] or empty

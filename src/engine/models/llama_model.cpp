@@ -55,7 +55,8 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
   const TextConfig& c = m->config_;
   VLMD_ASSIGN_OR_RETURN(m->token_embd_, GetMatrix(f, "token_embd.weight", c.d_model, c.n_vocab));
   VLMD_ASSIGN_OR_RETURN(m->output_norm_, GetF32(f, "output_norm.weight", {c.d_model}));
-  if (f.FindTensor("output.weight") != nullptr) {
+  const bool tied = f.FindTensor("output.weight") == nullptr;
+  if (!tied) {
     VLMD_ASSIGN_OR_RETURN(m->output_, GetMatrix(f, "output.weight", c.d_model, c.n_vocab));
   } else {
     m->output_ = m->token_embd_;  // tied head (SmolLM2)
@@ -82,25 +83,31 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
     VLMD_ASSIGN_OR_RETURN(L.wqkv, ops::PackFusedWeights(packing, qkv, &m->packed_));
     VLMD_ASSIGN_OR_RETURN(L.w_gate_up, ops::PackFusedWeights(packing, gate_up, &m->packed_));
     std::vector<ops::WeightView*> singles = {&L.wo, &L.w_down};
+    // A matrix that now runs from its packed copy never reads its GGUF rows again: drop their
+    // pages, so that resident memory holds each weight once.
     if (L.wqkv.packed) {
       bytes += L.wqkv.packed->bytes();
+      for (const ops::WeightView* w : qkv) m->released_bytes_ += ReleaseRows(f, *w);
     } else {
       singles.insert(singles.end(), {&L.wq, &L.wk, &L.wv});
     }
     if (L.w_gate_up.packed) {
       bytes += L.w_gate_up.packed->bytes();
+      for (const ops::WeightView* w : gate_up) m->released_bytes_ += ReleaseRows(f, *w);
     } else {
       singles.insert(singles.end(), {&L.w_gate, &L.w_up});
     }
     for (ops::WeightView* w : singles) {
       VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
       bytes += w->packed ? w->packed->bytes() : w->row_bytes * static_cast<uint64_t>(w->n);
+      m->released_bytes_ += ReleasePackedRows(f, *w);
     }
   }
   // The head is packed on its own: a tied head keeps token_embd_ in GGUF rows for the lookup.
   VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &m->output_, &m->packed_));
   if (m->output_.packed) {
     bytes += m->output_.packed->bytes() - m->output_.row_bytes * static_cast<uint64_t>(m->output_.n);
+    if (!tied) m->released_bytes_ += ReleasePackedRows(f, m->output_);  // tied: still the lookup table
   }
   m->weight_bytes_ = bytes;
   return m;

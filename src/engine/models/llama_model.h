@@ -60,8 +60,13 @@ class LlamaModel {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Matrices repacked for the packed int8 matmul at load (0: all run on the GGUF rows).
   size_t packed_matrices() const { return packed_.size(); }
-  // Memory the weights hold: the mapped GGUF file plus the packed copies.
-  uint64_t memory_bytes() const { return file_->file_size() + ops::PackedBytes(packed_); }
+  // Memory the weights hold: the mapped GGUF file, less the pages of rows that packed copies
+  // replaced (released at load), plus the packed copies.
+  uint64_t memory_bytes() const {
+    return file_->file_size() - released_bytes_ + ops::PackedBytes(packed_);
+  }
+  uint64_t released_bytes() const { return released_bytes_; }
+  uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
 
   // Runs the batch, appends K/V to the sequences' caches, and writes logits
   // [n_logit_rows, n_vocab] (row-major) for the requested rows.
@@ -96,6 +101,7 @@ class LlamaModel {
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
   uint64_t weight_bytes_ = 0;
+  uint64_t released_bytes_ = 0;  // mapped pages dropped after packing (GgufFile::ReleasePages)
   ops::PackedStore packed_;  // owns what the views' `packed` point at
 };
 

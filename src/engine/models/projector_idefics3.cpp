@@ -31,6 +31,7 @@ Result<std::unique_ptr<Idefics3Projector>> Idefics3Projector::Load(const gguf::G
   const int64_t k = static_cast<int64_t>(c.d_model) * c.scale_factor * c.scale_factor;
   VLMD_ASSIGN_OR_RETURN(p->fc_, GetMatrix(f, "mm.model.fc.weight", k, c.projection_dim));
   VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->fc_, &p->packed_));
+  p->released_ += ReleasePackedRows(f, p->fc_);
   return p;
 }
 

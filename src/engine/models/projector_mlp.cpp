@@ -20,6 +20,7 @@ Result<std::unique_ptr<MlpProjector>> MlpProjector::Load(const gguf::GgufFile& f
   VLMD_ASSIGN_OR_RETURN(p->b2_, GetOptionalF32(f, "mm.2.bias", {c.projection_dim}));
   VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->w0_, &p->packed_));
   VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->w2_, &p->packed_));
+  p->released_ += ReleasePackedRows(f, p->w0_) + ReleasePackedRows(f, p->w2_);
   return p;
 }
 

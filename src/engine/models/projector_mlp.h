@@ -15,6 +15,7 @@ namespace vlmd::engine::models {
 class MlpProjector {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
+  uint64_t released_bytes() const { return released_; }  // GGUF pages dropped after packing
   // Reads mm.0.{weight,bias} [d_vit -> hidden] and mm.2.{weight,bias} [hidden -> n_embd_text].
   // NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<MlpProjector>> Load(const gguf::GgufFile& file,
@@ -32,6 +33,7 @@ class MlpProjector {
   MlpProjector() = default;
   ops::WeightView w0_, w2_;
   ops::PackedStore packed_;
+  uint64_t released_ = 0;
   std::vector<float> b0_, b2_;
 };
 

@@ -31,9 +31,9 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
 }
 
 uint64_t VisionEncoder::memory_bytes() const {
-  uint64_t b = file_->file_size() + vit_->packed_bytes();
-  if (mlp_) b += mlp_->packed_bytes();
-  if (idefics3_) b += idefics3_->packed_bytes();
+  uint64_t b = file_->file_size() + vit_->packed_bytes() - vit_->released_bytes();
+  if (mlp_) b += mlp_->packed_bytes() - mlp_->released_bytes();
+  if (idefics3_) b += idefics3_->packed_bytes() - idefics3_->released_bytes();
   return b;
 }
 

@@ -72,4 +72,17 @@ Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out) {
   return DequantizeRow(w.dtype, base + row * w.row_bytes, out, w.k);
 }
 
+uint64_t ReleaseRows(const gguf::GgufFile& file, const ops::WeightView& w) {
+  if (w.data == nullptr || w.n < 1) return 0;
+  const auto dense = RowBytes(w.dtype, w.k);
+  if (!dense) return 0;
+  const uint64_t row_bytes = w.row_bytes != 0 ? w.row_bytes : static_cast<uint64_t>(*dense);
+  return file.ReleasePages(w.data, row_bytes * static_cast<uint64_t>(w.n));
+}
+
+uint64_t ReleasePackedRows(const gguf::GgufFile& file, const ops::WeightView& w) {
+  if (w.packed == nullptr && w.tiles == nullptr) return 0;
+  return ReleaseRows(file, w);
+}
+
 }  // namespace vlmd::engine::models

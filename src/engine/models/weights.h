@@ -27,6 +27,13 @@ Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string&
 Result<std::vector<float>> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
                                           std::initializer_list<int64_t> shape);
 
+// Releases the file pages of w's GGUF rows (GgufFile::ReleasePages) when w has a packed copy
+// that MatMul reads instead; returns the bytes released. Call only for matrices used through
+// MatMul alone (not a tied embedding table).
+uint64_t ReleasePackedRows(const gguf::GgufFile& file, const ops::WeightView& w);
+// The same for rows that a fused packed matrix replaced (the parts of PackFusedWeights).
+uint64_t ReleaseRows(const gguf::GgufFile& file, const ops::WeightView& w);
+
 // Dequantizes row `row` of a weight matrix into out[0 .. w.k) (embedding lookups).
 Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out);
 
