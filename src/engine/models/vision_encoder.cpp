@@ -1,6 +1,8 @@
 // Vision facade: ViT + projector dispatch (see vision_encoder.h).
 #include "engine/models/vision_encoder.h"
 
+#include <algorithm>
+
 namespace vlmd::engine::models {
 
 Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
@@ -42,11 +44,18 @@ Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext*
   if (n_tiles < 1 || tiles == nullptr || out == nullptr || ctx == nullptr) {
     return InvalidArgumentError("vision encode: no tiles or null buffers");
   }
-  std::vector<float> vit_out(static_cast<size_t>(n_tiles * vit_->n_positions() *
-                                                 config_.d_model));
-  VLMD_RETURN_IF_ERROR(vit_->Encode(tiles, n_tiles, ctx, vit_out.data()));
-  if (mlp_ != nullptr) return mlp_->Project(*vit_, vit_out.data(), n_tiles, ctx, out);
-  return idefics3_->Project(*vit_, vit_out.data(), n_tiles, ctx, out);
+  const int64_t tile_values = 3 * static_cast<int64_t>(config_.image_size) * config_.image_size;
+  const int64_t out_per_tile = tokens_per_tile_ * n_embd();
+  std::vector<float> vit_out(static_cast<size_t>(std::min(n_tiles, kMaxTilesPerBatch) *
+                                                 vit_->n_positions() * config_.d_model));
+  for (int64_t t0 = 0; t0 < n_tiles; t0 += kMaxTilesPerBatch) {
+    const int64_t nt = std::min(kMaxTilesPerBatch, n_tiles - t0);
+    VLMD_RETURN_IF_ERROR(vit_->Encode(tiles + t0 * tile_values, nt, ctx, vit_out.data()));
+    float* o = out + t0 * out_per_tile;
+    VLMD_RETURN_IF_ERROR(mlp_ != nullptr ? mlp_->Project(*vit_, vit_out.data(), nt, ctx, o)
+                                         : idefics3_->Project(*vit_, vit_out.data(), nt, ctx, o));
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<float>> VisionEncoder::Encode(const float* tiles, int64_t n_tiles,
