@@ -46,10 +46,11 @@ Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext*
   }
   const int64_t tile_values = 3 * static_cast<int64_t>(config_.image_size) * config_.image_size;
   const int64_t out_per_tile = tokens_per_tile_ * n_embd();
-  std::vector<float> vit_out(static_cast<size_t>(std::min(n_tiles, kMaxTilesPerBatch) *
+  const int64_t batch = std::max<int64_t>(1, kRowsPerBatch / vit_->n_positions());
+  std::vector<float> vit_out(static_cast<size_t>(std::min(n_tiles, batch) *
                                                  vit_->n_positions() * config_.d_model));
-  for (int64_t t0 = 0; t0 < n_tiles; t0 += kMaxTilesPerBatch) {
-    const int64_t nt = std::min(kMaxTilesPerBatch, n_tiles - t0);
+  for (int64_t t0 = 0; t0 < n_tiles; t0 += batch) {
+    const int64_t nt = std::min(batch, n_tiles - t0);
     VLMD_RETURN_IF_ERROR(vit_->Encode(tiles + t0 * tile_values, nt, ctx, vit_out.data()));
     float* o = out + t0 * out_per_tile;
     VLMD_RETURN_IF_ERROR(mlp_ != nullptr ? mlp_->Project(*vit_, vit_out.data(), nt, ctx, o)
