@@ -52,9 +52,10 @@ using TileBf16MatmulFn = void (*)(const TileBf16Args& args, int64_t m0, int64_t 
                                   int64_t p1);
 // f32 -> bf16 (round to nearest even) for n values.
 using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
-// y = bf16(softmax(x)) for n >= 1 values (max-subtracted); x is overwritten with scratch values.
-// The exponential may be approximate to 1e-5 relative (the result is rounded to bf16 anyway).
-using SoftmaxBf16Fn = void (*)(float* x, uint16_t* y, int64_t n);
+// The numerators of a softmax in bf16: y[i] = bf16(exp(x[i] - max x)) for n >= 1 values; returns
+// their f32 sum (before rounding), by which the caller divides what it computes from y. The
+// exponential may be approximate to 1e-5 relative (y is rounded to bf16 anyway).
+using ExpBf16Fn = float (*)(const float* x, uint16_t* y, int64_t n);
 using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                                 int64_t p1);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
@@ -108,7 +109,7 @@ struct KernelTable {
   // reference TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
-  SoftmaxBf16Fn softmax_bf16 = nullptr;  // the attention probabilities for the tile product
+  ExpBf16Fn softmax_exp_bf16 = nullptr;  // attention probabilities for the tile product
 
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;

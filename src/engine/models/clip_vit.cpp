@@ -242,6 +242,7 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
     w.p_bf16.resize(static_cast<size_t>(rows_pad * p_stride));
     Grow(w.k_head, hd);
+    Grow(w.row_scale, block_rows);
   }
   return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
     const int64_t h = job % heads, r0 = (job / heads) * npos;
@@ -279,14 +280,17 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       qk.out = w.scores.data();
       qk.ldo = s_stride;
       kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
+      // Unnormalized probabilities (exp(s - max)) in bf16; each output row is divided by its
+      // row's sum after the product.
       for (int64_t i = 0; i < nq; ++i) {
         float* row = w.scores.data() + i * s_stride;
         uint16_t* pb = w.p_bf16.data() + i * p_stride;
-        if (kt.softmax_bf16 != nullptr) {
-          kt.softmax_bf16(row, pb, npos);
+        if (kt.softmax_exp_bf16 != nullptr) {
+          w.row_scale[static_cast<size_t>(i)] = 1.0f / kt.softmax_exp_bf16(row, pb, npos);
         } else {
           kt.softmax(row, npos);
           kt.to_bf16(row, pb, npos);
+          w.row_scale[static_cast<size_t>(i)] = 1.0f;
         }
         std::fill(pb + npos, pb + npos_pad, uint16_t{0});
       }
@@ -299,6 +303,11 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       pv.out = ctx->attn.data() + (r0 + q0) * d + h * hd;
       pv.ldo = d;
       kt.tile_bf16_matmul(pv, 0, nq, 0, v_panels);
+      for (int64_t i = 0; i < nq; ++i) {
+        float* o = pv.out + i * d;
+        const float s = w.row_scale[static_cast<size_t>(i)];
+        for (int64_t e = 0; e < hd; ++e) o[e] *= s;
+      }
     }
     return Status::Ok();
   });

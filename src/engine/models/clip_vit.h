@@ -27,7 +27,7 @@ struct VisionContext {
   // Per pool worker: one head's K [n_pos, head_dim], V transposed [head_dim, n_pos] and a block
   // of attention scores [query rows, n_pos].
   struct AttentionWork {
-    std::vector<float> k_head, v_head, v_head_t, scores;
+    std::vector<float> k_head, v_head, v_head_t, scores, row_scale;
     std::vector<uint16_t> q_bf16, k_bf16, v_bf16, k_tiles, v_tiles, p_bf16;  // bf16 tile path
   };
   std::vector<AttentionWork> attention_work;

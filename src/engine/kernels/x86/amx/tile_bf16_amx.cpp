@@ -178,8 +178,9 @@ inline __m512 ExpNonPositive(__m512 x) {
   return _mm512_scalef_ps(p, k);
 }
 
-// Three passes over the (L1-resident) row: max, exponentials and their sum, scale + bf16.
-void SoftmaxBf16Avx512(float* x, uint16_t* y, int64_t n) {
+// Two passes over the (L1-resident) row: the max, then exponentials converted to bf16 as they
+// are summed (the caller normalizes its result rows instead of every probability).
+float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   const int64_t full = n / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
@@ -189,20 +190,19 @@ void SoftmaxBf16Avx512(float* x, uint16_t* y, int64_t n) {
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
     const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
-    _mm512_storeu_ps(x + i, e);
     vsum = _mm512_add_ps(vsum, e);
+    const __m256bh b = _mm512_cvtneps_pbh(e);
+    std::memcpy(y + i, &b, sizeof(b));
   }
   if (tail) {
     const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx));
-    _mm512_mask_storeu_ps(x + full, tail, e);
     vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
+    const __m256bh b = _mm512_cvtneps_pbh(e);
+    uint16_t tmp[16];
+    std::memcpy(tmp, &b, sizeof(b));
+    std::memcpy(y + full, tmp, static_cast<size_t>(n - full) * sizeof(uint16_t));
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-  for (int64_t i = 0; i < full; i += 16) {
-    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
-  }
-  if (tail) _mm512_mask_storeu_ps(x + full, tail, _mm512_mul_ps(_mm512_loadu_ps(x + full), inv));
-  ToBf16Avx512(x, y, n);
+  return _mm512_reduce_add_ps(vsum);
 }
 
 }  // namespace
@@ -210,7 +210,7 @@ void SoftmaxBf16Avx512(float* x, uint16_t* y, int64_t n) {
 void FillAmxKernels(KernelTable* t) {
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->to_bf16 = ToBf16Avx512;
-  t->softmax_bf16 = SoftmaxBf16Avx512;
+  t->softmax_exp_bf16 = SoftmaxExpBf16Avx512;
 }
 
 }  // namespace vlmd::engine::kernels
