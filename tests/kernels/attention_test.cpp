@@ -285,6 +285,30 @@ TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
   CheckCase({"threaded", 40, 90, 4, 2, 48, true, 50}, &pool);
 }
 
+// A decode step over a long GQA cache runs as (kv head, range of rows) tasks merged afterwards:
+// the same numbers with and without threads, and the reference's within tolerance.
+TEST(Attention, LongCacheDecodeRangesMatchAcrossThreads) {
+  ThreadPool pool(2);
+  for (DType kv : {DType::kF16, DType::kF32}) {
+    Problem p = Make({"ranges", 2, 1100, 9, 3, 64, true, 1098}, kv, 91);
+    for (Isa isa : AvailableIsas()) {
+      const int64_t n_out = p.args.n_q * p.args.n_heads * p.args.head_dim;
+      std::vector<float> single(n_out), threaded(n_out);
+      AttentionArgs a = p.args;
+      a.out = single.data();
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, a).ok());
+      a.out = threaded.data();
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), &pool, a).ok());
+      EXPECT_EQ(single, threaded) << IsaName(isa);
+    }
+  }
+  CheckCase({"ranges", 2, 1100, 9, 3, 64, true, 1098}, &pool);
+  Case rising{"ranges-rising", 1, 900, 2, 1, 64, false};  // later ranges hold the larger max
+  rising.scale_mult = 6.0f;
+  rising.growing_keys = true;
+  CheckCase(rising, &pool);
+}
+
 TEST(Attention, NothingVisibleGivesZeros) {
   Problem p = Make({"empty", 2, 10, 2, 1, 8, true, 0}, DType::kF32, 5);
   p.q_pos = {-1, 0};  // row 0 sees nothing, row 1 sees kv 0 only

@@ -303,6 +303,20 @@ TEST(TileBf16Kernel, SoftmaxExpToBf16IsTheRoundedNumerators) {
       }
     }
   }
+  // Non-finite rows: a NaN or +inf anywhere gives NaN (never finite garbage), only -inf zeros.
+  for (int64_t n : {7, 40}) {
+    for (float bad : {NAN, INFINITY}) {
+      std::vector<float> x = vlmd::testing::RandomNormal(static_cast<size_t>(n), 3);
+      x[n - 2] = bad;
+      std::vector<uint16_t> y(static_cast<size_t>(n));
+      EXPECT_TRUE(std::isnan(kt->softmax_exp_bf16(x.data(), y.data(), n))) << bad;
+      for (uint16_t v : y) EXPECT_TRUE(std::isnan(BF16ToF32(v))) << bad;
+    }
+    std::vector<float> masked(static_cast<size_t>(n), -INFINITY);
+    std::vector<uint16_t> y(static_cast<size_t>(n), 0xABCD);
+    EXPECT_EQ(kt->softmax_exp_bf16(masked.data(), y.data(), n), 0.0f);
+    for (uint16_t v : y) EXPECT_EQ(v, 0);
+  }
 }
 
 }  // namespace

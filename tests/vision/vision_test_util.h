@@ -35,14 +35,14 @@ struct LoadedEncoder {
   std::unique_ptr<ThreadPool> pool;
 };
 
-// Loads `fixture`/mmproj.gguf; the encoder is null when loading failed (the test reports it).
-// `precision`: kExact loads the GGUF rows as they are; kFast packs float matrices as int8 blocks
-// for this CPU's packed matmul (when it has one).
-inline std::unique_ptr<LoadedEncoder> LoadEncoder(
-    const std::string& fixture, std::string* error,
+// Loads the mmproj at `path`; the encoder is null when loading failed (the test reports it).
+// `precision`: kExact loads the GGUF rows as they are; kFast packs float matrices for this CPU
+// (int8 blocks, or bf16 tiles on AMX) when it can.
+inline std::unique_ptr<LoadedEncoder> LoadEncoderFile(
+    const std::string& path, std::string* error,
     engine::ops::Precision precision = engine::ops::Precision::kExact) {
   auto le = std::make_unique<LoadedEncoder>();
-  auto file = engine::gguf::GgufFile::Open(FixturePath(fixture + "/mmproj.gguf"));
+  auto file = engine::gguf::GgufFile::Open(path);
   if (!file.ok()) {
     *error = file.status().ToString();
     return le;
@@ -66,6 +66,13 @@ inline std::unique_ptr<LoadedEncoder> LoadEncoder(
   le->pool = std::make_unique<ThreadPool>(2);
   le->ctx.pool = le->pool.get();
   return le;
+}
+
+// LoadEncoderFile on `fixture`/mmproj.gguf.
+inline std::unique_ptr<LoadedEncoder> LoadEncoder(
+    const std::string& fixture, std::string* error,
+    engine::ops::Precision precision = engine::ops::Precision::kExact) {
+  return LoadEncoderFile(FixturePath(fixture + "/mmproj.gguf"), error, precision);
 }
 
 }  // namespace vlmd::testing

@@ -54,7 +54,8 @@ using TileBf16MatmulFn = void (*)(const TileBf16Args& args, int64_t m0, int64_t 
 using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
 // The numerators of a softmax in bf16: y[i] = bf16(exp(x[i] - max x)) for n >= 1 values; returns
 // their f32 sum (before rounding), by which the caller divides what it computes from y. The
-// exponential may be approximate to 1e-5 relative (y is rounded to bf16 anyway).
+// exponential may be approximate to 1e-5 relative (y is rounded to bf16 anyway). A NaN or +inf
+// in x gives NaN y and sum; a row of only -inf gives zeros and 0.
 using ExpBf16Fn = float (*)(const float* x, uint16_t* y, int64_t n);
 using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                                 int64_t p1);

@@ -177,15 +177,18 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
       const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
       if (source.dtype == DType::kQ5_0) {
         // Q5_0 is d * (q - 16) with q in 0..31: the same integers and scale as Q8_0 blocks.
-        VLMD_RETURN_IF_ERROR(DequantizeRow(source.dtype, row, f32_row.data(), k));
+        // Value j < 16 is the low nibble of qs[j], value j + 16 the high one; bit j of qh is the
+        // fifth bit of value j.
         const auto* q5 = reinterpret_cast<const BlockQ5_0*>(row);
         for (int64_t b = 0; b < nb; ++b) {
+          uint32_t qh;
+          std::memcpy(&qh, q5[b].qh, sizeof(qh));
           q8_row[b].d = q5[b].d;
-          const float d = F16ToF32(q5[b].d);
-          for (int e = 0; e < kPackBlock; ++e) {
-            // d * (q - 16) is exact in f32, so the division recovers q - 16 exactly.
-            q8_row[b].qs[e] = static_cast<int8_t>(
-                d == 0.0f ? 0 : std::lround(f32_row[b * kPackBlock + e] / d));
+          for (int j = 0; j < 16; ++j) {
+            const int lo = (q5[b].qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+            const int hi = (q5[b].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+            q8_row[b].qs[j] = static_cast<int8_t>(lo - 16);
+            q8_row[b].qs[j + 16] = static_cast<int8_t>(hi - 16);
           }
         }
         blocks = q8_row.data();

@@ -260,8 +260,8 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       const int64_t nq = std::min(kQueryBlock, npos - q0);
       // Rows up to the next whole tile are read: zero the padding rows and columns.
       const int64_t nq_pad = round_up(nq, kernels::kTileRows);
-      std::fill(w.q_bf16.begin() + nq * hd_pad, w.q_bf16.begin() + nq_pad * hd_pad, uint16_t{0});
-      std::fill(w.p_bf16.begin() + nq * p_stride, w.p_bf16.begin() + nq_pad * p_stride,
+      std::fill(w.q_bf16.data() + nq * hd_pad, w.q_bf16.data() + nq_pad * hd_pad, uint16_t{0});
+      std::fill(w.p_bf16.data() + nq * p_stride, w.p_bf16.data() + nq_pad * p_stride,
                 uint16_t{0});
       float* q_scaled = w.k_head.data();
       for (int64_t i = 0; i < nq; ++i) {
@@ -286,7 +286,9 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
         float* row = w.scores.data() + i * s_stride;
         uint16_t* pb = w.p_bf16.data() + i * p_stride;
         if (kt.softmax_exp_bf16 != nullptr) {
-          w.row_scale[static_cast<size_t>(i)] = 1.0f / kt.softmax_exp_bf16(row, pb, npos);
+          const float sum = kt.softmax_exp_bf16(row, pb, npos);
+          // A NaN sum (NaN scores) stays NaN and is caught by the encoder's final check.
+          w.row_scale[static_cast<size_t>(i)] = sum > 0.0f || std::isnan(sum) ? 1.0f / sum : 0.0f;
         } else {
           kt.softmax(row, npos);
           kt.to_bf16(row, pb, npos);
@@ -377,7 +379,10 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
                                         c.eps));
     // Exact follows ggml's 16-bit activation tables (parity); fast computes the function itself.
     ops::MatmulEpilogue up_ep = bias(L.b_up);
-    if (fast_) up_ep.act = ops::ActivationKernel(kt, c.ffn_act);
+    if (fast_) {
+      up_ep.act = ops::ActivationKernel(kt, c.ffn_act);
+      if (up_ep.act == nullptr) return UnimplementedError("vision encode: no kernel for the FFN activation");
+    }
     VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data(), up_ep));  // [n, d_ff]
     if (!fast_) {
       VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));

@@ -17,6 +17,17 @@
 
 namespace vlmd::engine::models {
 
+// A 64-byte aligned bf16 buffer: tile operands whose 64-byte rows each sit on one cache line.
+class Bf16Buffer {
+ public:
+  void resize(size_t n) { data_ = reinterpret_cast<uint16_t*>(mem_.Reserve(n * sizeof(uint16_t))); }
+  uint16_t* data() { return data_; }
+
+ private:
+  ops::MatmulScratch mem_;
+  uint16_t* data_ = nullptr;
+};
+
 // Scratch buffers and execution resources of one caller. Buffers grow to the largest call seen
 // and are reused; nothing in here carries state from one call to the next.
 struct VisionContext {
@@ -28,7 +39,8 @@ struct VisionContext {
   // of attention scores [query rows, n_pos].
   struct AttentionWork {
     std::vector<float> k_head, v_head, v_head_t, scores, row_scale;
-    std::vector<uint16_t> q_bf16, k_bf16, v_bf16, k_tiles, v_tiles, p_bf16;  // bf16 tile path
+    std::vector<uint16_t> k_bf16, v_bf16;     // bf16 tile path: K and V rows of one head,
+    Bf16Buffer q_bf16, k_tiles, v_tiles, p_bf16;  // and the tile operands
   };
   std::vector<AttentionWork> attention_work;
 };

@@ -61,7 +61,8 @@ class LlamaModel {
   // Matrices repacked for the packed int8 matmul at load (0: all run on the GGUF rows).
   size_t packed_matrices() const { return packed_.size(); }
   // Memory the weights hold: the mapped GGUF file, less the pages of rows that packed copies
-  // replaced (released at load), plus the packed copies.
+  // replaced (released at load), plus the packed copies. The released pages leave this
+  // process's resident set; the kernel may keep them in its (reclaimable) page cache.
   uint64_t memory_bytes() const {
     return file_->file_size() - released_bytes_ + ops::PackedBytes(packed_);
   }

@@ -23,6 +23,7 @@ RgbImage Blank(int32_t w, int32_t h) {
 // last pixel, and the float interpolation is truncated to u8, as llama.cpp's resize_bilinear.
 RgbImage ResizeBilinear(RgbView src, int32_t tw, int32_t th) {
   RgbImage dst = Blank(tw, th);
+  if (src.width < 1 || src.height < 1) return dst;  // nothing to sample: black
   const float x_ratio = tw > 1 ? static_cast<float>(src.width - 1) / static_cast<float>(tw - 1) : 0;
   const float y_ratio =
       th > 1 ? static_cast<float>(src.height - 1) / static_cast<float>(th - 1) : 0;

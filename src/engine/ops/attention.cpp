@@ -29,6 +29,9 @@ constexpr int64_t kMinParallelWork = 1 << 16;
 // The blocked (GEMM) path: from this many query rows, in blocks of kQueryBlock rows per job.
 constexpr int64_t kBlockedMinQueries = 16;
 constexpr int64_t kQueryBlock = 64;
+// Streaming path: cache rows per range task (a multiple of kBlock), and at most this many ranges.
+constexpr int64_t kRangeRows = 256;
+constexpr int64_t kMaxRanges = 16;
 
 struct Plan {
   const AttentionArgs* a;
@@ -72,52 +75,75 @@ Status Validate(const AttentionArgs& a) {
   return Status::Ok();
 }
 
-// One (query row i, head h) task. q_s and acc: head_dim floats of per-thread scratch.
-void AttendOne(const Plan& p, int64_t i, int64_t h, float* q_s, float* acc) {
+// Streaming (online-softmax) attention of query row i against cache rows [j0, j1) for every
+// query head of kv head g. Each K / V block is read once for the whole group: after the first
+// head it sits in L1, so GQA models stream their cache once per kv head instead of once per
+// query head. Per head hh (0 .. group): state[2 hh] = running max m, state[2 hh + 1] = running
+// sum l of exp(score - m), acc[hh * head_dim ..] = the running sum of exp(score - m) * v. The
+// ranges of one (i, g) are merged by MergePartials. q_s: group * head_dim floats of scratch.
+void AttendGroupRange(const Plan& p, int64_t i, int64_t g, int64_t j0, int64_t j1, float* q_s,
+                      float* state, float* acc) {
   const AttentionArgs& a = *p.a;
-  const int64_t head_dim = a.head_dim;
-  const float* q = a.q + i * a.q_row_stride + h * head_dim;
-  for (int64_t d = 0; d < head_dim; ++d) q_s[d] = q[d] * a.scale;
-  std::fill(acc, acc + head_dim, 0.0f);
-
-  const size_t head_offset = static_cast<size_t>((h / p.group) * a.kv_head_stride) * p.elem_bytes;
+  const int64_t hd = a.head_dim, group = p.group;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t hh = 0; hh < group; ++hh) {
+    const float* q = a.q + i * a.q_row_stride + (g * group + hh) * hd;
+    for (int64_t d = 0; d < hd; ++d) q_s[hh * hd + d] = q[d] * a.scale;
+    state[2 * hh] = kNegInf;
+    state[2 * hh + 1] = 0.0f;
+  }
+  std::fill(acc, acc + group * hd, 0.0f);
+  const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
   const auto* k_base = static_cast<const uint8_t*>(a.k) + head_offset;
   const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
-
-  int64_t n_visible = a.n_kv;
   const bool mask_each = a.causal && !p.sorted_kv_pos;
-  if (a.causal && p.sorted_kv_pos) {
-    n_visible = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[i]) - a.kv_pos;
-  }
-
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float m = kNegInf;  // running max of the scores seen so far
-  float l = 0.0f;     // running sum of exp(score - m)
   float s[kBlock];
-  for (int64_t j0 = 0; j0 < n_visible; j0 += kBlock) {
-    const int64_t nb = std::min(kBlock, n_visible - j0);
-    p.dot(q_s, k_base + j0 * p.kv_row_bytes, p.kv_row_bytes, nb, head_dim, s);
-    if (mask_each) {
-      for (int64_t j = 0; j < nb; ++j) {
-        if (a.kv_pos[j0 + j] > a.q_pos[i]) s[j] = kNegInf;
+  for (int64_t b0 = j0; b0 < j1; b0 += kBlock) {
+    const int64_t nb = std::min(kBlock, j1 - b0);
+    for (int64_t hh = 0; hh < group; ++hh) {
+      p.dot(q_s + hh * hd, k_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, s);
+      if (mask_each) {
+        for (int64_t j = 0; j < nb; ++j) {
+          if (a.kv_pos[b0 + j] > a.q_pos[i]) s[j] = kNegInf;
+        }
       }
+      float block_max = kNegInf;
+      for (int64_t j = 0; j < nb; ++j) block_max = s[j] > block_max ? s[j] : block_max;
+      if (block_max == kNegInf) continue;  // the whole block is masked for this query
+      float& m = state[2 * hh];
+      float& l = state[2 * hh + 1];
+      float* acc_h = acc + hh * hd;
+      if (block_max > m) {
+        const float c = std::exp(m - block_max);  // m = -inf on the first block: c = 0
+        l *= c;
+        for (int64_t d = 0; d < hd; ++d) acc_h[d] *= c;
+        m = block_max;
+      }
+      l += p.exp_sub_sum(s, m, s, nb);
+      p.axpy(s, v_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, acc_h);
     }
-    float block_max = kNegInf;
-    for (int64_t j = 0; j < nb; ++j) block_max = s[j] > block_max ? s[j] : block_max;
-    if (block_max == kNegInf) continue;  // the whole block is masked
-    if (block_max > m) {
-      const float c = std::exp(m - block_max);  // m = -inf on the first block: c = 0
-      l *= c;
-      for (int64_t d = 0; d < head_dim; ++d) acc[d] *= c;
-      m = block_max;
-    }
-    l += p.exp_sub_sum(s, m, s, nb);
-    p.axpy(s, v_base + j0 * p.kv_row_bytes, p.kv_row_bytes, nb, head_dim, acc);
   }
+}
 
-  float* out = a.out + i * a.out_row_stride + h * head_dim;
-  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // no visible row: zeros
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = acc[d] * inv_l;
+// out = sum_c acc_c exp(m_c - M) / sum_c l_c exp(m_c - M), M = max_c m_c, over the partial
+// results of one (query, head); zeros when no cache row was visible.
+void MergePartials(const float* states, const float* accs, int64_t n_parts, int64_t state_stride,
+                   int64_t acc_stride, int64_t hd, float* out) {
+  float big_m = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < n_parts; ++c) big_m = std::max(big_m, states[c * state_stride]);
+  std::fill(out, out + hd, 0.0f);
+  if (big_m == -std::numeric_limits<float>::infinity()) return;
+  float l = 0.0f;
+  for (int64_t c = 0; c < n_parts; ++c) {
+    const float m_c = states[c * state_stride];
+    if (m_c == -std::numeric_limits<float>::infinity()) continue;
+    const float w = std::exp(m_c - big_m);
+    l += states[c * state_stride + 1] * w;
+    const float* acc = accs + c * acc_stride;
+    for (int64_t d = 0; d < hd; ++d) out[d] += acc[d] * w;
+  }
+  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int64_t d = 0; d < hd; ++d) out[d] *= inv_l;
 }
 
 // Scratch of one worker of the blocked path.
@@ -230,27 +256,48 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     return AttentionBlocked(kt, pool, p);
   }
 
-  const int64_t n_tasks = a.n_q * a.n_heads;
+  // Streaming path (decode, short prompts): tasks of (query, kv head, range of cache rows). Long
+  // caches are cut into ranges of about kRangeRows so that the threads have enough tasks even
+  // when a decode step has one query and few kv heads (flash-decoding); the ranges are merged
+  // afterwards. The cut depends on the cache length only, so results do not depend on the
+  // thread count.
   const int n_threads = pool ? pool->size() : 1;
-  std::vector<float> scratch(static_cast<size_t>(n_threads * 2 * a.head_dim));
-  auto run = [&](int64_t t0, int64_t t1, int thread) {
-    float* q_s = scratch.data() + static_cast<size_t>(thread) * 2 * a.head_dim;
-    float* acc = q_s + a.head_dim;
-    // Head-minor order: consecutive tasks of one query share its kv heads in cache.
-    for (int64_t t = t0; t < t1; ++t) AttendOne(p, t / a.n_heads, t % a.n_heads, q_s, acc);
+  const int64_t hd = a.head_dim, group = p.group;
+  const int64_t work = a.n_q * a.n_heads * std::max<int64_t>(a.n_kv, 1) * hd;
+  const bool parallel = pool != nullptr && n_threads > 1 && work >= kMinParallelWork;
+  const int64_t n_ranges = std::clamp<int64_t>((a.n_kv + kRangeRows - 1) / kRangeRows, 1,
+                                               kMaxRanges);
+  const int64_t n_tasks = a.n_q * a.n_kv_heads * n_ranges;
+  // Per task: group states (m, l) and group accumulators; per thread: scaled queries.
+  const int64_t state_size = 2 * group, acc_size = group * hd;
+  std::vector<float> states(static_cast<size_t>(n_tasks * state_size));
+  std::vector<float> accs(static_cast<size_t>(n_tasks * acc_size));
+  std::vector<float> q_scratch(static_cast<size_t>(n_threads * group * hd));
+  auto run_task = [&](int64_t t, int thread) {
+    const int64_t r = t % n_ranges, g = (t / n_ranges) % a.n_kv_heads;
+    const int64_t i = t / (n_ranges * a.n_kv_heads);
+    int64_t n_visible = a.n_kv;
+    if (a.causal && p.sorted_kv_pos) {
+      n_visible = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[i]) - a.kv_pos;
+    }
+    int64_t j0, j1;
+    SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
+    AttendGroupRange(p, i, g, j0, j1, q_scratch.data() + thread * group * hd,
+                     states.data() + t * state_size, accs.data() + t * acc_size);
   };
-  const int64_t work = n_tasks * std::max<int64_t>(a.n_kv, 1) * a.head_dim;
-  if (pool == nullptr || n_threads == 1 || n_tasks == 1 || work < kMinParallelWork) {
-    run(0, n_tasks, 0);
-    return Status::Ok();
+  if (!parallel) {
+    for (int64_t t = 0; t < n_tasks; ++t) run_task(t, 0);
+  } else {
+    pool->ParallelFor(n_tasks, run_task);
   }
-  // Causal prefill makes later queries costlier; many small dynamic parts balance that.
-  const int64_t parts = std::min<int64_t>(n_tasks, 8 * static_cast<int64_t>(n_threads));
-  pool->ParallelFor(parts, [&](int64_t part, int thread) {
-    int64_t t0, t1;
-    SplitRange(n_tasks, parts, part, 1, &t0, &t1);
-    run(t0, t1, thread);
-  });
+  for (int64_t i = 0; i < a.n_q; ++i) {
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+      const int64_t g = h / group, hh = h % group;
+      const int64_t t0 = (i * a.n_kv_heads + g) * n_ranges;  // first range of (i, g)
+      MergePartials(states.data() + t0 * state_size + 2 * hh, accs.data() + t0 * acc_size + hh * hd,
+                    n_ranges, state_size, acc_size, hd, a.out + i * a.out_row_stride + h * hd);
+    }
+  }
   return Status::Ok();
 }
 

@@ -266,7 +266,8 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
                                 std::to_string(w.n) + " k=" + std::to_string(w.k));
   }
   if (m == 0) return Status::Ok();
-  if (a == nullptr || out == nullptr || (w.data == nullptr && w.packed == nullptr)) {
+  if (a == nullptr || out == nullptr ||
+      (w.data == nullptr && w.packed == nullptr && w.tiles == nullptr)) {
     return InvalidArgumentError("MatMul: null weight, activation or output pointer");
   }
   if (lda < w.k || ldo < w.n) {
@@ -391,6 +392,9 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
     return InvalidArgumentError("MatMulShared: weights, outputs and epilogues differ in number");
   }
   auto epilogue = [&](size_t i) { return epilogues.empty() ? nullptr : epilogues[i]; };
+  for (float* out : outs) {
+    if (out == nullptr) return InvalidArgumentError("MatMulShared: null output");
+  }
   bool all_tiles = true;
   for (const WeightView* w : ws) {
     if (w->k != ws[0]->k) return InvalidArgumentError("MatMulShared: the weights differ in k");
@@ -405,7 +409,6 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
   }
   const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, ws[0]->k, scratch);
   for (size_t i = 0; i < ws.size(); ++i) {
-    if (outs[i] == nullptr) return InvalidArgumentError("MatMulShared: null output");
     RunTiles(kt, pool, *ws[i]->tiles, a16, m, outs[i], ws[i]->n, epilogue(i));
   }
   return Status::Ok();

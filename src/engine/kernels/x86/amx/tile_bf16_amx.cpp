@@ -163,9 +163,10 @@ void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
 
 // e^x for x <= 0 (x - max of a softmax row): 2^(x log2 e) split as 2^k * 2^f, |f| <= 1/2, with
 // 2^f from its degree-5 Taylor series in f ln 2 (relative error < 3e-6), scaled by vscalefps.
-// x is clamped at -87 so -inf gives ~1e-38 (0 after the bf16 rounding of a normalized row).
+// x is clamped at -87 (e^-87 ~ 1.6e-38: negligible against the row's maximum term, 1); a NaN
+// passes through (vmaxps returns its second operand when either is NaN).
 inline __m512 ExpNonPositive(__m512 x) {
-  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)),
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_set1_ps(-87.0f), x),
                                  _mm512_set1_ps(1.44269504f));
   const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 g = _mm512_mul_ps(_mm512_sub_ps(t, k), _mm512_set1_ps(0.69314718f));
@@ -180,13 +181,30 @@ inline __m512 ExpNonPositive(__m512 x) {
 
 // Two passes over the (L1-resident) row: the max, then exponentials converted to bf16 as they
 // are summed (the caller normalizes its result rows instead of every probability).
+// A row with a NaN or +inf gives NaN numerators and a NaN sum (never finite garbage); a row of
+// only -inf gives zeros and a zero sum.
 float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   const int64_t full = n / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < full; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(x + i));
-  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, vmax, _mm512_maskz_loadu_ps(tail, x + full));
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < full; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    vmax = _mm512_max_ps(vmax, v);
+  }
+  if (tail) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail, x + full);
+    nan |= _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q);
+    vmax = _mm512_mask_max_ps(vmax, tail, vmax, v);
+  }
+  const float row_max = _mm512_reduce_max_ps(vmax);
+  if (nan != 0 || row_max == INFINITY || row_max == -INFINITY) {
+    const bool zeros = nan == 0 && row_max == -INFINITY;
+    std::fill(y, y + n, zeros ? uint16_t{0} : uint16_t{0x7FC0});  // 0 or a quiet NaN
+    return zeros ? 0.0f : NAN;
+  }
+  const __m512 mx = _mm512_set1_ps(row_max);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
     const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
