@@ -267,10 +267,11 @@ TEST(Attention, RisingMaxAcrossBlocksStaysStable) {
   CheckCase(c);
 }
 
-TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
-  ThreadPool pool(3);
+// The op with `pool` gives the numbers it gives on one thread, bit for bit, for every ISA and
+// both cache types.
+void ExpectThreadedEqualsSingle(const Case& c, uint32_t seed, ThreadPool* pool) {
   for (DType kv : {DType::kF16, DType::kF32}) {
-    Problem p = Make({"threads", 33, 180, 8, 4, 64, true, 147}, kv, 77);
+    Problem p = Make(c, kv, seed);
     for (Isa isa : AvailableIsas()) {
       const int64_t n_out = p.args.n_q * p.args.n_heads * p.args.head_dim;
       std::vector<float> single(n_out), threaded(n_out);
@@ -278,10 +279,15 @@ TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
       a.out = single.data();
       ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, a).ok());
       a.out = threaded.data();
-      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), &pool, a).ok());
-      EXPECT_EQ(single, threaded) << IsaName(isa);
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), pool, a).ok());
+      EXPECT_EQ(single, threaded) << c.Vars(isa, kv);
     }
   }
+}
+
+TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
+  ThreadPool pool(3);
+  ExpectThreadedEqualsSingle({"threads", 33, 180, 8, 4, 64, true, 147}, 77, &pool);
   CheckCase({"threaded", 40, 90, 4, 2, 48, true, 50}, &pool);
 }
 
@@ -289,19 +295,7 @@ TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
 // the same numbers with and without threads, and the reference's within tolerance.
 TEST(Attention, LongCacheDecodeRangesMatchAcrossThreads) {
   ThreadPool pool(2);
-  for (DType kv : {DType::kF16, DType::kF32}) {
-    Problem p = Make({"ranges", 2, 1100, 9, 3, 64, true, 1098}, kv, 91);
-    for (Isa isa : AvailableIsas()) {
-      const int64_t n_out = p.args.n_q * p.args.n_heads * p.args.head_dim;
-      std::vector<float> single(n_out), threaded(n_out);
-      AttentionArgs a = p.args;
-      a.out = single.data();
-      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, a).ok());
-      a.out = threaded.data();
-      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), &pool, a).ok());
-      EXPECT_EQ(single, threaded) << IsaName(isa);
-    }
-  }
+  ExpectThreadedEqualsSingle({"ranges", 2, 1100, 9, 3, 64, true, 1098}, 91, &pool);
   CheckCase({"ranges", 2, 1100, 9, 3, 64, true, 1098}, &pool);
   Case rising{"ranges-rising", 1, 900, 2, 1, 64, false};  // later ranges hold the larger max
   rising.scale_mult = 6.0f;

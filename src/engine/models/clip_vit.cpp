@@ -271,14 +271,9 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
         kt.to_bf16(q_scaled, qb, hd);
         std::fill(qb + hd, qb + hd_pad, uint16_t{0});
       }
-      kernels::TileBf16Args qk;
-      qk.a = w.q_bf16.data();
-      qk.lda = hd_pad;
-      qk.w = w.k_tiles.data();
-      qk.n = npos;
-      qk.k = hd_pad;
-      qk.out = w.scores.data();
-      qk.ldo = s_stride;
+      const kernels::TileBf16Args qk{.a = w.q_bf16.data(), .lda = hd_pad, .w = w.k_tiles.data(),
+                                     .n = npos, .k = hd_pad, .out = w.scores.data(),
+                                     .ldo = s_stride};
       kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
       // Unnormalized probabilities (exp(s - max)) in bf16; each output row is divided by its
       // row's sum after the product.
@@ -296,14 +291,9 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
         }
         std::fill(pb + npos, pb + npos_pad, uint16_t{0});
       }
-      kernels::TileBf16Args pv;
-      pv.a = w.p_bf16.data();
-      pv.lda = p_stride;
-      pv.w = w.v_tiles.data();
-      pv.n = hd;
-      pv.k = npos_pad;
-      pv.out = ctx->attn.data() + (r0 + q0) * d + h * hd;
-      pv.ldo = d;
+      const kernels::TileBf16Args pv{.a = w.p_bf16.data(), .lda = p_stride, .w = w.v_tiles.data(),
+                                     .n = hd, .k = npos_pad,
+                                     .out = ctx->attn.data() + (r0 + q0) * d + h * hd, .ldo = d};
       kt.tile_bf16_matmul(pv, 0, nq, 0, v_panels);
       for (int64_t i = 0; i < nq; ++i) {
         float* o = pv.out + i * d;
