@@ -75,19 +75,20 @@ Status Validate(const AttentionArgs& a) {
   return Status::Ok();
 }
 
-// Streaming (online-softmax) attention of query row i against cache rows [j0, j1) for every
-// query head of kv head g. Each K / V block is read once for the whole group: after the first
-// head it sits in L1, so GQA models stream their cache once per kv head instead of once per
-// query head. Per head hh (0 .. group): state[2 hh] = running max m, state[2 hh + 1] = running
-// sum l of exp(score - m), acc[hh * head_dim ..] = the running sum of exp(score - m) * v. The
-// ranges of one (i, g) are merged by MergePartials. q_s: group * head_dim floats of scratch.
-void AttendGroupRange(const Plan& p, int64_t i, int64_t g, int64_t j0, int64_t j1, float* q_s,
-                      float* state, float* acc) {
+// Streaming (online-softmax) attention of query row i against cache rows [j0, j1) for the
+// query heads [h0, h0 + n_h), which share one kv head. Each K / V block is read once for all of
+// them: after the first head it sits in L1, so GQA models can stream their cache once per kv
+// head instead of once per query head. Per head hh (0 .. n_h): state[2 hh] = running max m,
+// state[2 hh + 1] = running sum l of exp(score - m), acc[hh * head_dim ..] = the running sum of
+// exp(score - m) * v. The ranges of one (i, head) are merged by MergePartials. q_s: n_h *
+// head_dim floats of scratch.
+void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t j0, int64_t j1,
+                      float* q_s, float* state, float* acc) {
   const AttentionArgs& a = *p.a;
-  const int64_t hd = a.head_dim, group = p.group;
+  const int64_t hd = a.head_dim, group = n_h, g = h0 / p.group;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t hh = 0; hh < group; ++hh) {
-    const float* q = a.q + i * a.q_row_stride + (g * group + hh) * hd;
+    const float* q = a.q + i * a.q_row_stride + (h0 + hh) * hd;
     for (int64_t d = 0; d < hd; ++d) q_s[hh * hd + d] = q[d] * a.scale;
     state[2 * hh] = kNegInf;
     state[2 * hh + 1] = 0.0f;
@@ -256,34 +257,38 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     return AttentionBlocked(kt, pool, p);
   }
 
-  // Streaming path (decode, short prompts): tasks of (query, kv head, range of cache rows). Long
+  // Streaming path (decode, short prompts): tasks of (query, heads, range of cache rows). Long
   // caches are cut into ranges of about kRangeRows so that the threads have enough tasks even
-  // when a decode step has one query and few kv heads (flash-decoding); the ranges are merged
-  // afterwards. The cut depends on the cache length only, so results do not depend on the
-  // thread count.
+  // when a decode step has one query and few kv heads (flash-decoding), and a task takes every
+  // query head of its kv head (the cache block is read once for them); a short cache is one
+  // range, and then a task is one query head, for balance. The ranges are merged afterwards. The
+  // cut depends on the shapes only, so results do not depend on the thread count.
   const int n_threads = pool ? pool->size() : 1;
   const int64_t hd = a.head_dim, group = p.group;
   const int64_t work = a.n_q * a.n_heads * std::max<int64_t>(a.n_kv, 1) * hd;
   const bool parallel = pool != nullptr && n_threads > 1 && work >= kMinParallelWork;
   const int64_t n_ranges = std::clamp<int64_t>((a.n_kv + kRangeRows - 1) / kRangeRows, 1,
                                                kMaxRanges);
-  const int64_t n_tasks = a.n_q * a.n_kv_heads * n_ranges;
-  // Per task: group states (m, l) and group accumulators; per thread: scaled queries.
-  const int64_t state_size = 2 * group, acc_size = group * hd;
+  const int64_t per_task = n_ranges > 1 ? group : 1;  // query heads per task
+  const int64_t head_blocks = a.n_heads / per_task;
+  const int64_t n_tasks = a.n_q * head_blocks * n_ranges;
+  // Per task: its heads' states (m, l) and accumulators; per thread: scaled queries.
+  const int64_t state_size = 2 * per_task, acc_size = per_task * hd;
   std::vector<float> states(static_cast<size_t>(n_tasks * state_size));
   std::vector<float> accs(static_cast<size_t>(n_tasks * acc_size));
-  std::vector<float> q_scratch(static_cast<size_t>(n_threads * group * hd));
+  std::vector<float> q_scratch(static_cast<size_t>(n_threads * per_task * hd));
   auto run_task = [&](int64_t t, int thread) {
-    const int64_t r = t % n_ranges, g = (t / n_ranges) % a.n_kv_heads;
-    const int64_t i = t / (n_ranges * a.n_kv_heads);
+    const int64_t r = t % n_ranges, hb = (t / n_ranges) % head_blocks;
+    const int64_t i = t / (n_ranges * head_blocks);
     int64_t n_visible = a.n_kv;
     if (a.causal && p.sorted_kv_pos) {
       n_visible = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[i]) - a.kv_pos;
     }
     int64_t j0, j1;
     SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
-    AttendGroupRange(p, i, g, j0, j1, q_scratch.data() + thread * group * hd,
-                     states.data() + t * state_size, accs.data() + t * acc_size);
+    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1,
+                     q_scratch.data() + thread * per_task * hd, states.data() + t * state_size,
+                     accs.data() + t * acc_size);
   };
   if (!parallel) {
     for (int64_t t = 0; t < n_tasks; ++t) run_task(t, 0);
@@ -292,8 +297,8 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   }
   for (int64_t i = 0; i < a.n_q; ++i) {
     for (int64_t h = 0; h < a.n_heads; ++h) {
-      const int64_t g = h / group, hh = h % group;
-      const int64_t t0 = (i * a.n_kv_heads + g) * n_ranges;  // first range of (i, g)
+      const int64_t hb = h / per_task, hh = h % per_task;
+      const int64_t t0 = (i * head_blocks + hb) * n_ranges;  // first range of (i, hb)
       MergePartials(states.data() + t0 * state_size + 2 * hh, accs.data() + t0 * acc_size + hh * hd,
                     n_ranges, state_size, acc_size, hd, a.out + i * a.out_row_stride + h * hd);
     }
