@@ -68,8 +68,9 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   args.out_stride = ldo;
   const int64_t panels = pw.panels();
   if (m <= kGemvMaxRows) {
-    // Ranges of whole 4-panel tiles (the 1-2 row decode tile): no narrow edge tiles from the split.
-    internal::ForRanges(pool, panels, m * w.k * kernels::kPanelCols, 4,
+    // Panel ranges split evenly (36 panels: 18 + 18, where whole 4-panel tiles gave 20 + 16); a
+    // range's last tile may be narrower than 4 panels, which costs less than the imbalance.
+    internal::ForRanges(pool, panels, m * w.k * kernels::kPanelCols, 1,
                         [&](int64_t begin, int64_t end) { kt.packed_matmul(args, 0, m, begin, end); });
     return Status::Ok();
   }
