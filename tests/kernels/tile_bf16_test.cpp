@@ -47,7 +47,7 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
 TEST(TileBf16Pack, EveryWeightLandsAtItsPlaceAndPaddingIsZero) {
   const int64_t n = 37, k = 96;
   const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 3);
-  for (DType type : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     const size_t rb = *RowBytes(type, k);
     std::vector<uint8_t> rows(rb * n);
@@ -68,7 +68,7 @@ TEST(TileBf16Pack, EveryWeightLandsAtItsPlaceAndPaddingIsZero) {
       }
     }
   }
-  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kQ8_0, w.data(), 1024, n, k).ok());
+  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kQ4_K, w.data(), 1024, n, 256).ok());
   EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), k * 4, n, 48).ok());  // k % 32
   EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), 8, n, k).ok());       // row_bytes
 }
@@ -175,6 +175,18 @@ TEST(TileBf16Kernel, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
   ops::WeightPacking exact{kt, ops::Precision::kExact, true};
   ASSERT_TRUE(ops::PackWeight(exact, &view, &store).ok());
   EXPECT_EQ(view.tiles, nullptr) << "exact precision must not round weights to bf16";
+  {  // Q8_0 in exact precision keeps its exact int8 repack, never bf16 tiles.
+    std::vector<uint8_t> q8(*RowBytes(DType::kQ8_0, k) * n);
+    for (int64_t r = 0; r < n; ++r) {
+      ASSERT_TRUE(QuantizeRow(DType::kQ8_0, w.data() + r * k,
+                              q8.data() + r * *RowBytes(DType::kQ8_0, k), k).ok());
+    }
+    ops::WeightView q8_view{DType::kQ8_0, n, k, q8.data(), 0};
+    ops::PackedStore q8_store;
+    ASSERT_TRUE(ops::PackWeight(exact, &q8_view, &q8_store).ok());
+    EXPECT_EQ(q8_view.tiles, nullptr);
+    EXPECT_EQ(q8_view.packed != nullptr, kt->packed_matmul != nullptr);
+  }
   ops::WeightPacking fast{kt, ops::Precision::kFast, true};
   ASSERT_TRUE(ops::PackWeight(fast, &view, &store).ok());
   ASSERT_NE(view.tiles, nullptr);

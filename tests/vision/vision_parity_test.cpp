@@ -99,11 +99,14 @@ std::vector<float> RandomPixels(size_t n) {
 // positions, head_dim 64): the encoder's row-sized batches (5 tiles of 196 rows) and the fast
 // attention's query blocks (128 + a partial 68) are exercised. Encoding 7 tiles at once equals
 // encoding them one by one, bit for bit, in both precisions; fast stays within NMSE 1e-3 of exact.
-TEST(VisionBatchingTest, BatchesAndQueryBlocksMatchSingleTiles) {
+void CheckBatching(engine::DType vision_type) {
+  SCOPED_TRACE(std::string(engine::DTypeName(vision_type)));
   const auto preset = engine::synth::FindPreset("demo");
   ASSERT_TRUE(preset.has_value());
   const std::string path = ::testing::TempDir() + "/vlmd_vision_batching_mmproj.gguf";
-  ASSERT_TRUE(engine::synth::WriteSyntheticMmproj(*preset, {}, path).ok());
+  engine::synth::SynthOptions synth;
+  synth.vision_type = vision_type;
+  ASSERT_TRUE(engine::synth::WriteSyntheticMmproj(*preset, synth, path).ok());
   const int64_t n_tiles = 7, tile = 3 * 224 * 224;
   const std::vector<float> pixels = RandomPixels(static_cast<size_t>(n_tiles * tile));
   std::vector<std::vector<float>> batched;
@@ -124,9 +127,16 @@ TEST(VisionBatchingTest, BatchesAndQueryBlocksMatchSingleTiles) {
     batched.push_back(std::move(*all));
   }
   const double nmse = Nmse(batched[1], batched[0]);
-  std::printf("[ fast   ] demo shape, 7 tiles: NMSE vs exact %.3g\n", nmse);
+  std::printf("[ fast   ] demo shape, %s, 7 tiles: NMSE vs exact %.3g\n",
+              std::string(engine::DTypeName(vision_type)).c_str(), nmse);
   EXPECT_LE(nmse, 1e-3);
   std::remove(path.c_str());
+}
+
+// F16 and Q8_0 vision matrices (both become bf16 tiles in fast precision on AMX).
+TEST(VisionBatchingTest, BatchesAndQueryBlocksMatchSingleTiles) {
+  CheckBatching(engine::DType::kF16);
+  CheckBatching(engine::DType::kQ8_0);
 }
 
 // The corner-aligned bilinear stretch of the idefics3 global image, on hand-computed cases: the

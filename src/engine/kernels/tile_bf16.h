@@ -27,7 +27,8 @@ inline constexpr int kTileRows = 16;   // activation rows per A tile
 
 class TileBf16Matrix {
  public:
-  // Packs n rows of k elements (row r at data + r * row_bytes) of F32, F16 or BF16.
+  // Packs n rows of k elements (row r at data + r * row_bytes) of F32, F16, BF16 or Q8_0 (each
+  // value rounded to bf16).
   // INVALID_ARGUMENT for other types, k not a multiple of 32, n < 1 or row_bytes too small;
   // RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<TileBf16Matrix>> Pack(DType dtype, const void* data,
@@ -47,7 +48,8 @@ class TileBf16Matrix {
            kTileCols;
   }
   static bool CanPack(DType dtype) {
-    return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+    return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+           dtype == DType::kQ8_0;
   }
 
   int64_t n() const { return n_; }

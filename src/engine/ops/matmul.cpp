@@ -197,8 +197,10 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store) {
   const auto source = PackableSource(packing, *w);
   if (!source) return Status::Ok();
-  if (packing.bf16_tiles && packing.kt->tile_bf16_matmul != nullptr &&
-      packing.kt->to_bf16 != nullptr && kernels::TileBf16Matrix::CanPack(w->dtype)) {
+  // bf16 rounds the weights (Q8_0's d * q included): fast precision only.
+  if (packing.bf16_tiles && packing.precision == Precision::kFast &&
+      packing.kt->tile_bf16_matmul != nullptr && packing.kt->to_bf16 != nullptr &&
+      kernels::TileBf16Matrix::CanPack(w->dtype)) {
     VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::TileBf16Matrix> tm,
                           kernels::TileBf16Matrix::Pack(w->dtype, source->data,
                                                         source->row_bytes, w->n, w->k));

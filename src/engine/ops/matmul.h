@@ -50,8 +50,8 @@ std::optional<Precision> ParsePrecision(std::string_view name);
 
 // Weight packing at model load: the kernel table decides whether packing is used at all (nullptr
 // or a table without packed_matmul: never), the precision which weight types are packed.
-// bf16_tiles: in kFast, F32/F16/BF16 matrices become bf16 tiles instead of int8 panels when the
-// table has the tile kernel. Worth it for compute-bound users (the vision encoder: hundreds of
+// bf16_tiles: in kFast, F32/F16/BF16/Q8_0 matrices become bf16 tiles instead of int8 panels when
+// the table has the tile kernel. Worth it for compute-bound users (the vision encoder: hundreds of
 // rows per matmul); a decoder streaming weights once per token reads half the bytes as int8.
 struct WeightPacking {
   const kernels::KernelTable* kt = nullptr;
