@@ -2,8 +2,9 @@
 //
 // Register blocking: 2 A tiles (32 activation rows) x 2 B tiles (32 output columns) feed 4 f32
 // accumulator tiles, which is all 8 tile registers. Per 32-value k step that is 4 tile loads for
-// 4 `tdpbf16ps` (each 16 x 16 x 32 multiply-adds). Accumulators leave through a 4 KB stack buffer
-// once per output block, so edges (fewer rows or columns) need no special tile shapes.
+// 4 `tdpbf16ps` (each 16 x 16 x 32 multiply-adds). A whole 16 x 16 accumulator is stored straight
+// into the output; edges (fewer rows or columns) and accumulation go through a 4 KB stack buffer,
+// so they need no special tile shapes.
 #include <immintrin.h>
 
 #include <algorithm>
