@@ -67,26 +67,60 @@ float Cubic(float pm1, float p0, float p1, float p2, float t) {
   return p0 + a1 * t + a2 * t * t + a3 * t * t * t;
 }
 
+// Per output pixel: the horizontal cubic through 4 source pixels of each of 4 source rows, then
+// the vertical cubic through those 4 values (llama.cpp's order, kept bit for bit). The horizontal
+// results depend only on (source row, output column), so each is computed once per source row
+// and kept while output rows still need it (4 rows in flight): an upscale by 3 evaluates about
+// 2.3 cubics per output value instead of 5.
 RgbImage ResizeBicubic(RgbView src, int32_t tw, int32_t th) {
   RgbImage dst = Blank(tw, th);
   const int nx = src.width, ny = src.height;
   const float sx = static_cast<float>(nx) / static_cast<float>(tw);
   const float sy = static_cast<float>(ny) / static_cast<float>(th);
-  auto at = [&](int y, int x, int c) {
-    return static_cast<float>(
-        src.rgb[3 * (static_cast<size_t>(Clamp(y, 0, ny - 1)) * nx + Clamp(x, 0, nx - 1)) + c]);
+  std::vector<int> col_x(static_cast<size_t>(tw));
+  std::vector<float> col_dx(static_cast<size_t>(tw));
+  for (int j = 0; j < tw; ++j) {
+    col_x[j] = static_cast<int>(sx * j);
+    col_dx[j] = sx * j - col_x[j];
+  }
+  // Horizontal pass of one (clamped) source row: [tw][3] values.
+  auto horizontal = [&](int yy, float* out) {
+    const uint8_t* row = src.rgb.data() + 3 * static_cast<size_t>(yy) * nx;
+    auto at = [&](int x, int c) { return static_cast<float>(row[3 * Clamp(x, 0, nx - 1) + c]); };
+    for (int j = 0; j < tw; ++j) {
+      const int x = col_x[j];
+      for (int c = 0; c < 3; ++c) {
+        out[3 * j + c] = Cubic(at(x - 1, c), at(x, c), at(x + 1, c), at(x + 2, c), col_dx[j]);
+      }
+    }
+  };
+  constexpr int kSlots = 4;
+  std::vector<float> slots(static_cast<size_t>(kSlots) * tw * 3);
+  int slot_row[kSlots] = {-1, -1, -1, -1};
+  auto row_values = [&](int yy) -> const float* {
+    yy = Clamp(yy, 0, ny - 1);
+    for (int s = 0; s < kSlots; ++s) {
+      if (slot_row[s] == yy) return slots.data() + static_cast<size_t>(s) * tw * 3;
+    }
+    // Output rows move down the source: the lowest cached row is no longer needed.
+    int victim = 0;
+    for (int s = 1; s < kSlots; ++s) {
+      if (slot_row[s] < slot_row[victim]) victim = s;
+    }
+    float* out = slots.data() + static_cast<size_t>(victim) * tw * 3;
+    horizontal(yy, out);
+    slot_row[victim] = yy;
+    return out;
   };
   for (int i = 0; i < th; ++i) {
+    const int y = static_cast<int>(sy * i);
+    const float dy = sy * i - y;
+    const float* r[4];
+    for (int k = 0; k < 4; ++k) r[k] = row_values(y - 1 + k);
     for (int j = 0; j < tw; ++j) {
-      const int x = static_cast<int>(sx * j), y = static_cast<int>(sy * i);
-      const float dx = sx * j - x, dy = sy * i - y;
       for (int c = 0; c < 3; ++c) {
-        float col[4];
-        for (int r = 0; r < 4; ++r) {
-          const int yy = y - 1 + r;
-          col[r] = Cubic(at(yy, x - 1, c), at(yy, x, c), at(yy, x + 1, c), at(yy, x + 2, c), dx);
-        }
-        const float v = Cubic(col[0], col[1], col[2], col[3], dy);
+        const int at = 3 * j + c;
+        const float v = Cubic(r[0][at], r[1][at], r[2][at], r[3][at], dy);
         dst.rgb[3 * (static_cast<size_t>(i) * tw + j) + c] =
             static_cast<uint8_t>(std::min(std::max(std::round(v), 0.0f), 255.0f));
       }
