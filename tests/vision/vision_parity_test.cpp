@@ -2,6 +2,8 @@
 // from the fixture PNG through vlmd's preprocessing, within NMSE 1e-5 of the golden embeddings
 // (fixtures/README.md "Tolerances"; llama.cpp's own spread is <= 3.7e-7). Also the chunk
 // structure (tiles, tokens per tile) and statelessness across image sizes.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -137,6 +139,52 @@ void CheckBatching(engine::DType vision_type) {
 TEST(VisionBatchingTest, BatchesAndQueryBlocksMatchSingleTiles) {
   CheckBatching(engine::DType::kF16);
   CheckBatching(engine::DType::kQ8_0);
+}
+
+// The bicubic keeps each source row's horizontal cubics while output rows need them; this
+// per-pixel version (clip.cpp's order: 4 horizontal cubics, then the vertical one, coefficients
+// formed in double) must give the same bytes, upscaling and downscaling, odd sizes and edges.
+float CubicRef(float pm1, float p0, float p1, float p2, float t) {
+  const float d0 = pm1 - p0, d2 = p1 - p0, d3 = p2 - p0;
+  const float a1 = static_cast<float>(-1.0 / 3 * d0 + d2 - 1.0 / 6 * d3);
+  const float a2 = static_cast<float>(1.0 / 2 * d0 + 1.0 / 2 * d2);
+  const float a3 = static_cast<float>(-1.0 / 6 * d0 - 1.0 / 2 * d2 + 1.0 / 6 * d3);
+  return p0 + a1 * t + a2 * t * t + a3 * t * t * t;
+}
+
+TEST(ResizeBicubicTest, EqualsThePerPixelDefinition) {
+  std::mt19937 rng(9);
+  for (auto [w, h, tw, th] : {std::array<int, 4>{37, 23, 100, 61}, {100, 61, 37, 23},
+                              {5, 1, 9, 4}, {64, 48, 64, 40}, {1, 1, 3, 3}}) {
+    SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " -> " + std::to_string(tw) + "x" +
+                 std::to_string(th));
+    engine::models::RgbImage src{w, h, std::vector<uint8_t>(static_cast<size_t>(w * h * 3))};
+    for (auto& b : src.rgb) b = static_cast<uint8_t>(rng() % 256);
+    const auto got = engine::models::Resize(View(src), tw, th, engine::models::ResizeAlgo::kBicubic);
+    const float sx = static_cast<float>(w) / tw, sy = static_cast<float>(h) / th;
+    auto at = [&](int y, int x, int c) {
+      y = std::clamp(y, 0, h - 1);
+      x = std::clamp(x, 0, w - 1);
+      return static_cast<float>(src.rgb[3 * (static_cast<size_t>(y) * w + x) + c]);
+    };
+    for (int i = 0; i < th; ++i) {
+      for (int j = 0; j < tw; ++j) {
+        const int x = static_cast<int>(sx * j), y = static_cast<int>(sy * i);
+        const float dx = sx * j - x, dy = sy * i - y;
+        for (int c = 0; c < 3; ++c) {
+          float col[4];
+          for (int r = 0; r < 4; ++r) {
+            col[r] = CubicRef(at(y - 1 + r, x - 1, c), at(y - 1 + r, x, c), at(y - 1 + r, x + 1, c),
+                              at(y - 1 + r, x + 2, c), dx);
+          }
+          const float v = CubicRef(col[0], col[1], col[2], col[3], dy);
+          const auto want = static_cast<uint8_t>(std::min(std::max(std::round(v), 0.0f), 255.0f));
+          ASSERT_EQ(got.rgb[3 * (static_cast<size_t>(i) * tw + j) + c], want)
+              << "pixel " << j << "," << i << " channel " << c;
+        }
+      }
+    }
+  }
 }
 
 // The corner-aligned bilinear stretch of the idefics3 global image, on hand-computed cases: the
