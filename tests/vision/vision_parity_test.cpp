@@ -154,8 +154,10 @@ float CubicRef(float pm1, float p0, float p1, float p2, float t) {
 
 TEST(ResizeBicubicTest, EqualsThePerPixelDefinition) {
   std::mt19937 rng(9);
-  for (auto [w, h, tw, th] : {std::array<int, 4>{37, 23, 100, 61}, {100, 61, 37, 23},
-                              {5, 1, 9, 4}, {64, 48, 64, 40}, {1, 1, 3, 3}}) {
+  for (const std::array<int, 4>& size : {std::array<int, 4>{37, 23, 100, 61}, {100, 61, 37, 23},
+                                          {5, 1, 9, 4}, {64, 48, 64, 40}, {1, 1, 3, 3}}) {
+    // Plain variables, not a structured binding: clang 14 cannot capture those in a lambda.
+    const int w = size[0], h = size[1], tw = size[2], th = size[3];
     SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + " -> " + std::to_string(tw) + "x" +
                  std::to_string(th));
     engine::models::RgbImage src{w, h, std::vector<uint8_t>(static_cast<size_t>(w * h * 3))};
