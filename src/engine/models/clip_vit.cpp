@@ -241,7 +241,7 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(npos, hd_pad));
     w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
     w.p_bf16.resize(static_cast<size_t>(rows_pad * p_stride));
-    Grow(w.k_head, hd);
+    Grow(w.q_row, hd);
     Grow(w.row_scale, block_rows);
   }
   return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
@@ -263,7 +263,7 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
       std::fill(w.q_bf16.data() + nq * hd_pad, w.q_bf16.data() + nq_pad * hd_pad, uint16_t{0});
       std::fill(w.p_bf16.data() + nq * p_stride, w.p_bf16.data() + nq_pad * p_stride,
                 uint16_t{0});
-      float* q_scaled = w.k_head.data();
+      float* q_scaled = w.q_row.data();
       for (int64_t i = 0; i < nq; ++i) {
         const float* qr = ctx->q.data() + (r0 + q0 + i) * d + h * hd;
         for (int64_t e = 0; e < hd; ++e) q_scaled[e] = qr[e] * scale;
@@ -371,7 +371,9 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
     ops::MatmulEpilogue up_ep = bias(L.b_up);
     if (fast_) {
       up_ep.act = ops::ActivationKernel(kt, c.ffn_act);
-      if (up_ep.act == nullptr) return UnimplementedError("vision encode: no kernel for the FFN activation");
+      if (up_ep.act == nullptr) {
+        return UnimplementedError("vision encode: no kernel for the FFN activation");
+      }
     }
     VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data(), up_ep));  // [n, d_ff]
     if (!fast_) {

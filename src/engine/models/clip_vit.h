@@ -38,7 +38,8 @@ struct VisionContext {
   // Per pool worker: one head's K [n_pos, head_dim], V transposed [head_dim, n_pos] and a block
   // of attention scores [query rows, n_pos].
   struct AttentionWork {
-    std::vector<float> k_head, v_head, v_head_t, scores, row_scale;
+    std::vector<float> k_head, v_head, v_head_t, scores;
+    std::vector<float> q_row, row_scale;  // bf16 tile path: one scaled query row, 1 / row sums
     std::vector<uint16_t> k_bf16, v_bf16;     // bf16 tile path: K and V rows of one head,
     Bf16Buffer q_bf16, k_tiles, v_tiles, p_bf16;  // and the tile operands
   };

@@ -272,11 +272,14 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   const int64_t per_task = n_ranges > 1 ? group : 1;  // query heads per task
   const int64_t head_blocks = a.n_heads / per_task;
   const int64_t n_tasks = a.n_q * head_blocks * n_ranges;
-  // Per task: its heads' states (m, l) and accumulators; per thread: scaled queries.
+  // One allocation: per task its heads' states (m, l) and accumulators, per thread the scaled
+  // queries.
   const int64_t state_size = 2 * per_task, acc_size = per_task * hd;
-  std::vector<float> states(static_cast<size_t>(n_tasks * state_size));
-  std::vector<float> accs(static_cast<size_t>(n_tasks * acc_size));
-  std::vector<float> q_scratch(static_cast<size_t>(n_threads * per_task * hd));
+  std::vector<float> scratch(static_cast<size_t>(n_tasks * (state_size + acc_size) +
+                                                 n_threads * per_task * hd));
+  float* const states = scratch.data();
+  float* const accs = states + n_tasks * state_size;
+  float* const q_scratch = accs + n_tasks * acc_size;
   auto run_task = [&](int64_t t, int thread) {
     const int64_t r = t % n_ranges, hb = (t / n_ranges) % head_blocks;
     const int64_t i = t / (n_ranges * head_blocks);
@@ -286,21 +289,16 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     }
     int64_t j0, j1;
     SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
-    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1,
-                     q_scratch.data() + thread * per_task * hd, states.data() + t * state_size,
-                     accs.data() + t * acc_size);
+    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1, q_scratch + thread * per_task * hd,
+                     states + t * state_size, accs + t * acc_size);
   };
-  if (!parallel) {
-    for (int64_t t = 0; t < n_tasks; ++t) run_task(t, 0);
-  } else {
-    pool->ParallelFor(n_tasks, run_task);
-  }
+  internal::ForTasks(parallel ? pool : nullptr, n_tasks, run_task);
   for (int64_t i = 0; i < a.n_q; ++i) {
     for (int64_t h = 0; h < a.n_heads; ++h) {
       const int64_t hb = h / per_task, hh = h % per_task;
       const int64_t t0 = (i * head_blocks + hb) * n_ranges;  // first range of (i, hb)
-      MergePartials(states.data() + t0 * state_size + 2 * hh, accs.data() + t0 * acc_size + hh * hd,
-                    n_ranges, state_size, acc_size, hd, a.out + i * a.out_row_stride + h * hd);
+      MergePartials(states + t0 * state_size + 2 * hh, accs + t0 * acc_size + hh * hd, n_ranges,
+                    state_size, acc_size, hd, a.out + i * a.out_row_stride + h * hd);
     }
   }
   return Status::Ok();

@@ -81,11 +81,7 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
     kt.packed_matmul(args, m0, std::min(m, m0 + kPackedRowBlock), p0,
                      std::min(panels, p0 + kPackedPanelBlock));
   };
-  if (pool == nullptr || pool->size() == 1 || n_mt * n_pt == 1) {
-    for (int64_t t = 0; t < n_mt * n_pt; ++t) run_tile(t);
-  } else {
-    pool->ParallelFor(n_mt * n_pt, [&](int64_t t, int /*thread*/) { run_tile(t); });
-  }
+  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) { run_tile(t); });
   return Status::Ok();
 }
 
@@ -152,11 +148,7 @@ void RunTiles(const kernels::KernelTable& kt, ThreadPool* pool, const kernels::T
                     std::min(tw.n(), p1 * kernels::kTileCols));
     }
   };
-  if (pool == nullptr || pool->size() == 1 || n_mt * n_pt == 1) {
-    for (int64_t t = 0; t < n_mt * n_pt; ++t) run_tile(t);
-  } else {
-    pool->ParallelFor(n_mt * n_pt, [&](int64_t t, int /*thread*/) { run_tile(t); });
-  }
+  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) { run_tile(t); });
 }
 
 bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
@@ -363,11 +355,7 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     const int64_t m0 = mt * mb, n0 = nt * nb;
     fn(args, m0, std::min(m, m0 + mb), n0, std::min(w.n, n0 + nb));
   };
-  if (pool == nullptr || pool->size() == 1 || n_mt * n_nt == 1) {
-    for (int64_t t = 0; t < n_mt * n_nt; ++t) run_tile(t);
-  } else {
-    pool->ParallelFor(n_mt * n_nt, [&](int64_t t, int /*thread*/) { run_tile(t); });
-  }
+  internal::ForTasks(pool, n_mt * n_nt, [&](int64_t t, int /*worker*/) { run_tile(t); });
   return Status::Ok();
 }
 

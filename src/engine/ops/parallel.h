@@ -36,6 +36,17 @@ void ForRanges(ThreadPool* pool, int64_t n_items, int64_t work_per_item, int64_t
   });
 }
 
+// Calls fn(task, worker) once for each task in [0, n_tasks), worker in [0, pool size): over the
+// pool, or in order on the calling thread without one (or with one task).
+template <typename Fn>
+void ForTasks(ThreadPool* pool, int64_t n_tasks, Fn&& fn) {
+  if (pool == nullptr || pool->size() == 1 || n_tasks <= 1) {
+    for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
+  } else {
+    pool->ParallelFor(n_tasks, fn);
+  }
+}
+
 // Calls fn(job, worker) -> Status once for each job in [0, n_jobs), worker in [0, pool size),
 // over the pool (inline without one). Every job runs even after another failed; returns the
 // first error of the lowest-numbered worker that saw one, OK otherwise.
@@ -48,11 +59,7 @@ Status ForJobs(ThreadPool* pool, int64_t n_jobs, Fn&& fn) {
     Status& first = errors[static_cast<size_t>(worker)];
     if (!s.ok() && first.ok()) first = std::move(s);
   };
-  if (workers == 1 || n_jobs <= 1) {
-    for (int64_t j = 0; j < n_jobs; ++j) run(j, 0);
-  } else {
-    pool->ParallelFor(n_jobs, run);
-  }
+  ForTasks(pool, n_jobs, run);
   for (Status& s : errors) {
     if (!s.ok()) return std::move(s);
   }
