@@ -47,6 +47,27 @@ inline void EmitBlock(const float* block, float* out, int64_t ldo, int rows, int
   }
 }
 
+// Stores one accumulator tile (row tile i of the block at row m, panel p) into the output: a whole
+// 16 x 16 block that overwrites goes straight into the output rows; edges (fewer rows or
+// columns) and accumulation go through a stack buffer. store(dst, stride_bytes) stores the tile
+// (the tile register must be a literal in the intrinsic, hence the callable).
+template <typename Store>
+inline void StoreAccumulator(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p, int i,
+                             Store store) {
+  const int64_t row = m + 16 * i, col0 = p * kTileCols;
+  const int rows = static_cast<int>(std::min<int64_t>(16, m1 - row));
+  const int cols = static_cast<int>(std::min<int64_t>(16, args.n - col0));
+  if (rows <= 0 || cols <= 0) return;
+  float* out = args.out + row * args.ldo + col0;
+  if (!args.accumulate && rows == 16 && cols == 16) {
+    store(out, static_cast<size_t>(args.ldo) * sizeof(float));
+    return;
+  }
+  alignas(64) float buf[256];
+  store(buf, size_t{64});
+  EmitBlock(buf, out, args.ldo, rows, cols, args.accumulate);
+}
+
 // One block of MA x 16 rows by NB x 16 columns, starting at row m and panel p.
 template <int MA, int NB>
 void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
@@ -72,56 +93,15 @@ void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
       if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
-  // A whole 16 x 16 block that overwrites goes straight to the output rows; the rest (edges,
-  // accumulation) through the stack buffer.
-  const size_t out_stride = static_cast<size_t>(args.ldo) * sizeof(float);
-  auto direct = [&](int i, int j) {
-    return !args.accumulate && m + 16 * (i + 1) <= m1 && (p + j + 1) * kTileCols <= args.n;
-  };
-  auto out_at = [&](int i, int j) { return args.out + (m + 16 * i) * args.ldo + (p + j) * 16; };
-  alignas(64) float c_buf[4][256];
-  bool buffered[4] = {false, false, false, false};
-  if (direct(0, 0)) {
-    _tile_stored(0, out_at(0, 0), out_stride);
-  } else {
-    _tile_stored(0, c_buf[0], 64);
-    buffered[0] = true;
-  }
+  StoreAccumulator(args, m, m1, p, 0, [](float* d, size_t s) { _tile_stored(0, d, s); });
   if constexpr (NB == 2) {
-    if (direct(0, 1)) {
-      _tile_stored(1, out_at(0, 1), out_stride);
-    } else {
-      _tile_stored(1, c_buf[1], 64);
-      buffered[1] = true;
-    }
+    StoreAccumulator(args, m, m1, p + 1, 0, [](float* d, size_t s) { _tile_stored(1, d, s); });
   }
   if constexpr (MA == 2) {
-    if (direct(1, 0)) {
-      _tile_stored(2, out_at(1, 0), out_stride);
-    } else {
-      _tile_stored(2, c_buf[2], 64);
-      buffered[2] = true;
-    }
+    StoreAccumulator(args, m, m1, p, 1, [](float* d, size_t s) { _tile_stored(2, d, s); });
   }
   if constexpr (MA == 2 && NB == 2) {
-    if (direct(1, 1)) {
-      _tile_stored(3, out_at(1, 1), out_stride);
-    } else {
-      _tile_stored(3, c_buf[3], 64);
-      buffered[3] = true;
-    }
-  }
-  for (int i = 0; i < MA; ++i) {
-    const int rows = static_cast<int>(std::min<int64_t>(16, m1 - (m + 16 * i)));
-    if (rows <= 0) continue;
-    for (int j = 0; j < NB; ++j) {
-      if (!buffered[i * 2 + j]) continue;
-      const int64_t col0 = (p + j) * kTileCols;
-      const int cols = static_cast<int>(std::min<int64_t>(16, args.n - col0));
-      if (cols <= 0) continue;
-      EmitBlock(c_buf[i * 2 + j], args.out + (m + 16 * i) * args.ldo + col0, args.ldo, rows, cols,
-                args.accumulate);
-    }
+    StoreAccumulator(args, m, m1, p + 1, 1, [](float* d, size_t s) { _tile_stored(3, d, s); });
   }
 }
 
