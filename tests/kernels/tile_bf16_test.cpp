@@ -162,6 +162,78 @@ TEST(TileBf16Kernel, MatchesTheReferenceOnOddShapesAndRanges) {
   }
 }
 
+// The epilogue (scale, row scale, bias, activation; accumulation or bf16 output) equals the
+// reference's on the same operands: the sums differ only in order, so the results agree within
+// that rounding (carried through the activation, slope < 1.2) and, for bf16 outputs, one bf16
+// step of the value.
+TEST(TileBf16Kernel, EpilogueMatchesTheReference) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  struct Shape { int64_t m, n, k; };
+  enum class Mode { kScaleBiasAct, kBiasAccumulate, kBf16Out };
+  for (const Shape s : {Shape{33, 49, 96}, Shape{70, 64, 256}, Shape{5, 16, 32}}) {
+    const int64_t m_pad = (s.m + 15) / 16 * 16;
+    std::vector<float> af = vlmd::testing::RandomNormal(m_pad * s.k, 21);
+    const std::vector<uint16_t> a = ToBf16(af);
+    const std::vector<float> wf = vlmd::testing::RandomNormal(s.n * s.k, 22);
+    auto tm = TileBf16Matrix::Pack(DType::kF32, wf.data(), s.k * 4, s.n, s.k);
+    ASSERT_TRUE(tm.ok());
+    const std::vector<float> bias = vlmd::testing::RandomNormal(s.n, 23);
+    std::vector<float> row_scale = vlmd::testing::RandomNormal(s.m, 24);
+    for (float& r : row_scale) r = 0.25f + std::fabs(r);
+    for (Mode mode : {Mode::kScaleBiasAct, Mode::kBiasAccumulate, Mode::kBf16Out}) {
+      SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                   " mode=" + std::to_string(static_cast<int>(mode)));
+      const int64_t ldo = s.n + 3;  // columns n..ldo-1 must stay untouched
+      std::vector<float> got(static_cast<size_t>(s.m * ldo), 0.5f), want = got;
+      std::vector<uint16_t> got16(static_cast<size_t>(s.m * ldo), 0xFFFF), want16 = got16;
+      TileBf16Args args{a.data(), s.k, (*tm)->data(), s.n, s.k, got.data(), ldo};
+      args.bias = bias.data();
+      if (mode == Mode::kScaleBiasAct) {
+        args.scale = 0.5f;
+        args.row_scale = row_scale.data();
+        args.act = kt->gelu_tanh;
+      } else if (mode == Mode::kBiasAccumulate) {
+        args.accumulate = true;
+      } else {
+        args.act = kt->gelu_tanh;
+        args.out_bf16 = got16.data();
+        args.ldo_bf16 = ldo;
+      }
+      kt->tile_bf16_matmul(args, 0, s.m, 0, (*tm)->panels());
+      args.out = want.data();
+      if (args.out_bf16 != nullptr) args.out_bf16 = want16.data();
+      kernels::TileBf16MatmulRef(args, 0, s.m, 0, (*tm)->panels());
+      for (int64_t r = 0; r < s.m; ++r) {
+        for (int64_t c = 0; c < ldo; ++c) {
+          const size_t i = static_cast<size_t>(r * ldo + c);
+          if (c >= s.n) {
+            ASSERT_EQ(got[i], 0.5f) << "wrote past n at row " << r;
+            ASSERT_EQ(got16[i], 0xFFFF) << "wrote past n at row " << r;
+            continue;
+          }
+          double abs_sum = 0.0;
+          for (int64_t e = 0; e < s.k; ++e) {
+            abs_sum += std::fabs(BF16ToF32(a[r * s.k + e]) *
+                                 BF16ToF32(PackedAt((*tm)->data(), s.k, c, e)));
+          }
+          const double f = mode == Mode::kScaleBiasAct ? 0.5 * row_scale[r] : 1.0;
+          const double tol = 1.2 * (2.0 * (s.k + 2) * vlmd::testing::kU * abs_sum * f +
+                                    4.0 * vlmd::testing::kU * (std::fabs(bias[c]) + 1.0));
+          if (mode == Mode::kBf16Out) {
+            ASSERT_EQ(got[i], 0.5f) << "the f32 output was written in bf16 mode";
+            const double w = BF16ToF32(want16[i]);
+            ASSERT_NEAR(BF16ToF32(got16[i]), w, tol + std::ldexp(std::fabs(w), -7))
+                << "row " << r << " col " << c;
+          } else {
+            ASSERT_NEAR(got[i], want[i], tol) << "row " << r << " col " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(TileBf16Kernel, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
   const kernels::KernelTable* kt = TileTable();
   if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";

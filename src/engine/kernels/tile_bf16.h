@@ -69,11 +69,19 @@ class TileBf16Matrix {
 };
 
 // One tile matmul call: out[m, j] = sum_i a[m, i] * w[j, i] for rows [m0, m1), panels [p0, p1).
-//   a: bf16 activation rows (row m at a + m * lda elements, 64-byte aligned rows), readable up to
-//      row RoundUp(m1, 16) (the caller pads with zeros); k values per row, k a multiple of 32.
+//   a: bf16 activation rows (row m at a + m * lda elements), readable up to row RoundUp(m1, 16)
+//      (rows past m1 only feed output rows that are not written; callers pad with zeros); k values
+//      per row, k a multiple of 32.
 //   w: panels as above (panel p at w + p * k * 16), n valid columns (padding columns are zero).
 //   out: f32, row m at out + m * ldo; only columns < n and rows < m1 are written.
-// `accumulate` adds to out instead of overwriting it.
+// `accumulate` adds to out instead of overwriting it (a residual connection).
+//
+// Epilogue, applied to each sum v of row m, column j while its 16 x 16 block is in L1, before it
+// is written: v = act(v * scale * row_scale[m] + bias[j]); absent parts are skipped. With
+// out_bf16 set, the values are rounded to bf16 into out_bf16 (row m at out_bf16 + m * ldo_bf16)
+// instead of going to out: the next tile product reads them without a conversion pass
+// (accumulate must then be false).
+using TileActFn = void (*)(const float* x, float* y, int64_t n);  // elementwise, x == y allowed
 struct TileBf16Args {
   const uint16_t* a = nullptr;
   int64_t lda = 0;
@@ -83,6 +91,18 @@ struct TileBf16Args {
   float* out = nullptr;
   int64_t ldo = 0;
   bool accumulate = false;
+  float scale = 1.0f;
+  const float* row_scale = nullptr;  // [m1] or nullptr
+  const float* bias = nullptr;       // [n] or nullptr
+  TileActFn act = nullptr;
+  uint16_t* out_bf16 = nullptr;
+  int64_t ldo_bf16 = 0;
+
+  // True when the sums go to `out` unchanged (the kernel may store whole tiles directly).
+  bool PlainStore() const {
+    return !accumulate && out_bf16 == nullptr && bias == nullptr && act == nullptr &&
+           row_scale == nullptr && scale == 1.0f;
+  }
 };
 
 // Scalar reference of the tile matmul: the same bf16 products, f32 accumulation in k order.

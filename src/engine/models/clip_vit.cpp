@@ -115,6 +115,10 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
       m->released_ += ReleasePackedRows(f, *w);  // runs from the packed copy from now on
     }
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {d}));
+    if (m->fast_) {
+      const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      for (float b : L.bq) L.bq_scaled.push_back(b * q_scale);
+    }
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {d}));
     VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {d}));
     VLMD_ASSIGN_OR_RETURN(L.bo, GetOptionalF32(f, p + "attn_out.bias", {d}));
@@ -150,10 +154,6 @@ void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const
 // so memory stays bounded at any tile size; the GEMMs run at the matmul kernels' rate where a
 // per-query dot over f16 rows would be bound by horizontal sums and conversions.
 Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
-  if (fast_ && ctx->kernels->tile_bf16_matmul != nullptr &&
-      ctx->kernels->to_bf16 != nullptr) {
-    return AttendTiles(n_tiles, ctx);
-  }
   constexpr int64_t kQueryBlock = 1024;
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, n = n_tiles * n_positions_, npos = n_positions_;
@@ -211,98 +211,64 @@ Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
   });
 }
 
-// The same attention on the AMX tile unit (fast precision): Q (pre-scaled), K, V and the
-// probabilities are rounded to bf16, products accumulate in f32. One job per (tile, head): K and
-// V are packed once as tile operands (K as the columns of the score product, V^T as those of the
-// output product; head_dim and n_pos padded with zeros to whole 32-value tile steps), then the
-// queries run in blocks of kQueryBlock rows so that the score block stays in L2.
-Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
-  constexpr int64_t kQueryBlock = 128;
+namespace {
+ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
+  return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
+}
+}  // namespace
+
+// The blocks on f32 activations (exact precision, or fast without AMX): biases (and in fast
+// precision the FFN activation) are applied by the matmul's epilogue, block by block while the
+// outputs are in cache, instead of in passes of their own.
+Status ClipVit::RunBlocks(int64_t n_tiles, VisionContext* ctx) const {
   const VisionConfig& c = config_;
-  const int64_t d = c.d_model, npos = n_positions_, hd = c.head_dim, heads = c.n_heads;
-  auto round_up = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
-  const int64_t hd_pad = round_up(hd, kernels::kTileK), npos_pad = round_up(npos, kernels::kTileK);
-  const int64_t block_rows = std::min(kQueryBlock, npos);
-  const int64_t rows_pad = round_up(block_rows, kernels::kTileRows);
-  const int64_t k_panels = (npos + kernels::kTileCols - 1) / kernels::kTileCols;
-  // Row strides one cache line longer than the rows: 1024 scores (4 KiB) or probabilities per row
-  // would put the 16 rows of a tile in the same L1 sets (measured 1.3-1.6x on the score product).
-  const int64_t s_stride = npos + 16, p_stride = npos_pad + 32;
-  const int64_t v_panels = (hd + kernels::kTileCols - 1) / kernels::kTileCols;
+  const int64_t d = c.d_model, ff = c.d_ff, n = n_tiles * n_positions_;
+  Grow(ctx->q, n * d);
+  Grow(ctx->k, n * d);
+  Grow(ctx->v, n * d);
+  Grow(ctx->attn, n * d);
+  Grow(ctx->ff, n * ff);
   const kernels::KernelTable& kt = *ctx->kernels;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
-  ctx->attention_work.resize(static_cast<size_t>(workers));
-  for (auto& w : ctx->attention_work) {
-    Grow(w.scores, block_rows * s_stride);
-    w.q_bf16.resize(static_cast<size_t>(rows_pad * hd_pad));
-    w.k_bf16.resize(static_cast<size_t>(npos * hd));
-    w.v_bf16.resize(static_cast<size_t>(npos * hd));
-    w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(npos, hd_pad));
-    w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
-    w.p_bf16.resize(static_cast<size_t>(rows_pad * p_stride));
-    Grow(w.q_row, hd);
-    Grow(w.row_scale, block_rows);
+  ThreadPool* pool = ctx->pool;
+  auto matmul = [&](const ops::WeightView& w, const float* in, float* o,
+                    const ops::MatmulEpilogue& ep) {
+    return ops::MatMul(kt, pool, w, in, n, w.k, o, w.n, &ctx->matmul_scratch, &ep);
+  };
+  float* x = ctx->x.data();    // [n, d] residual stream
+  float* xn = ctx->xn.data();  // [n, d] block input after LayerNorm
+  for (const Layer& L : layers_) {
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln1_w.data(),
+                                        L.ln1_b.empty() ? nullptr : L.ln1_b.data(), xn, n, d,
+                                        c.eps));
+    const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+    float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};  // [n, d] each
+    const ops::MatmulEpilogue qkv_ep[] = {BiasEpilogue(L.bq), BiasEpilogue(L.bk),
+                                          BiasEpilogue(L.bv)};
+    const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
+    VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
+                                           &ctx->matmul_scratch, qkv_ep_ptr));
+    VLMD_RETURN_IF_ERROR(Attend(n_tiles, ctx));  // attn [n, d]
+    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
+    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln2_w.data(),
+                                        L.ln2_b.empty() ? nullptr : L.ln2_b.data(), xn, n, d,
+                                        c.eps));
+    // Exact follows ggml's 16-bit activation tables (parity); fast computes the function itself.
+    ops::MatmulEpilogue up_ep = BiasEpilogue(L.b_up);
+    if (fast_) {
+      up_ep.act = ops::ActivationKernel(kt, c.ffn_act);
+      if (up_ep.act == nullptr) {
+        return UnimplementedError("vision encode: no kernel for the FFN activation");
+      }
+    }
+    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->ff.data(), up_ep));  // [n, d_ff]
+    if (!fast_) {
+      VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
+    }
+    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->ff.data(), xn, BiasEpilogue(L.b_down)));
+    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
   }
-  return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
-    const int64_t h = job % heads, r0 = (job / heads) * npos;
-    VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
-    const float* k_src = ctx->k.data() + r0 * d + h * hd;
-    const float* v_src = ctx->v.data() + r0 * d + h * hd;
-    for (int64_t j = 0; j < npos; ++j) {
-      kt.to_bf16(k_src + j * d, w.k_bf16.data() + j * hd, hd);
-      kt.to_bf16(v_src + j * d, w.v_bf16.data() + j * hd, hd);
-    }
-    kernels::TileBf16Matrix::PackRows(w.k_bf16.data(), hd, npos, hd, hd_pad, w.k_tiles.data());
-    kernels::TileBf16Matrix::PackColumns(w.v_bf16.data(), hd, hd, npos, npos_pad,
-                                         w.v_tiles.data());
-    for (int64_t q0 = 0; q0 < npos; q0 += kQueryBlock) {
-      const int64_t nq = std::min(kQueryBlock, npos - q0);
-      // Rows up to the next whole tile are read: zero the padding rows and columns.
-      const int64_t nq_pad = round_up(nq, kernels::kTileRows);
-      std::fill(w.q_bf16.data() + nq * hd_pad, w.q_bf16.data() + nq_pad * hd_pad, uint16_t{0});
-      std::fill(w.p_bf16.data() + nq * p_stride, w.p_bf16.data() + nq_pad * p_stride,
-                uint16_t{0});
-      float* q_scaled = w.q_row.data();
-      for (int64_t i = 0; i < nq; ++i) {
-        const float* qr = ctx->q.data() + (r0 + q0 + i) * d + h * hd;
-        for (int64_t e = 0; e < hd; ++e) q_scaled[e] = qr[e] * scale;
-        uint16_t* qb = w.q_bf16.data() + i * hd_pad;
-        kt.to_bf16(q_scaled, qb, hd);
-        std::fill(qb + hd, qb + hd_pad, uint16_t{0});
-      }
-      const kernels::TileBf16Args qk{.a = w.q_bf16.data(), .lda = hd_pad, .w = w.k_tiles.data(),
-                                     .n = npos, .k = hd_pad, .out = w.scores.data(),
-                                     .ldo = s_stride};
-      kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
-      // Unnormalized probabilities (exp(s - max)) in bf16; each output row is divided by its
-      // row's sum after the product.
-      for (int64_t i = 0; i < nq; ++i) {
-        float* row = w.scores.data() + i * s_stride;
-        uint16_t* pb = w.p_bf16.data() + i * p_stride;
-        if (kt.softmax_exp_bf16 != nullptr) {
-          const float sum = kt.softmax_exp_bf16(row, pb, npos);
-          // A NaN sum (NaN scores) stays NaN and is caught by the encoder's final check.
-          w.row_scale[static_cast<size_t>(i)] = sum > 0.0f || std::isnan(sum) ? 1.0f / sum : 0.0f;
-        } else {
-          kt.softmax(row, npos);
-          kt.to_bf16(row, pb, npos);
-          w.row_scale[static_cast<size_t>(i)] = 1.0f;
-        }
-        std::fill(pb + npos, pb + npos_pad, uint16_t{0});
-      }
-      const kernels::TileBf16Args pv{.a = w.p_bf16.data(), .lda = p_stride, .w = w.v_tiles.data(),
-                                     .n = hd, .k = npos_pad,
-                                     .out = ctx->attn.data() + (r0 + q0) * d + h * hd, .ldo = d};
-      kt.tile_bf16_matmul(pv, 0, nq, 0, v_panels);
-      for (int64_t i = 0; i < nq; ++i) {
-        float* o = pv.out + i * d;
-        const float s = w.row_scale[static_cast<size_t>(i)];
-        for (int64_t e = 0; e < hd; ++e) o[e] *= s;
-      }
-    }
-    return Status::Ok();
-  });
+  return Status::Ok();
 }
 
 Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
@@ -312,34 +278,22 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
     return InvalidArgumentError("vision encode: no tiles or null buffers");
   }
   const VisionConfig& c = config_;
-  const int64_t d = c.d_model, ff = c.d_ff, np = c.n_patches(), npos = n_positions_;
+  const int64_t d = c.d_model, np = c.n_patches(), npos = n_positions_;
   const int64_t n = n_tiles * npos;  // rows of the residual stream, tile-major
   Grow(ctx->patches, n_tiles * np * patch_w_.k);
   Grow(ctx->x, n * d);
   Grow(ctx->xn, n * d);
-  Grow(ctx->q, n * d);
-  Grow(ctx->k, n * d);
-  Grow(ctx->v, n * d);
-  Grow(ctx->attn, n * d);
-  Grow(ctx->ff, n * ff);
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
-  // Biases (and in fast precision the FFN activation) are applied by the matmul's epilogue,
-  // block by block while the outputs are in cache, instead of in passes of their own.
-  auto bias = [](const std::vector<float>& b) {
-    return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
-  };
-  auto matmul = [&](const ops::WeightView& w, const float* in, int64_t rows, float* o,
-                    const ops::MatmulEpilogue& ep) {
-    return ops::MatMul(kt, pool, w, in, rows, w.k, o, w.n, &ctx->matmul_scratch, &ep);
-  };
   float* x = ctx->x.data();    // [n, d] residual stream
-  float* xn = ctx->xn.data();  // [n, d] block input after LayerNorm
+  float* xn = ctx->xn.data();  // [n_tiles * np, d] patch embeddings
 
-  // Patch embedding for all tiles at once, into xn [n_tiles * np, d], then scattered into x so
-  // that each tile's rows are its patches followed by the class token.
+  // Patch embedding for all tiles at once, into xn, then scattered into x so that each tile's
+  // rows are its patches followed by the class token.
   Unfold(pixels, n_tiles, ctx->patches.data());
-  VLMD_RETURN_IF_ERROR(matmul(patch_w_, ctx->patches.data(), n_tiles * np, xn, bias(patch_b_)));
+  const ops::MatmulEpilogue patch_ep = BiasEpilogue(patch_b_);
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, patch_w_, ctx->patches.data(), n_tiles * np,
+                                   patch_w_.k, xn, d, &ctx->matmul_scratch, &patch_ep));
   for (int64_t t = 0; t < n_tiles; ++t) {
     float* tile = x + t * npos * d;
     std::copy_n(xn + t * np * d, np * d, tile);
@@ -351,37 +305,8 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
                                         pre_ln_b_.empty() ? nullptr : pre_ln_b_.data(), x, n, d,
                                         c.eps));
   }
-  for (const Layer& L : layers_) {
-    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln1_w.data(),
-                                        L.ln1_b.empty() ? nullptr : L.ln1_b.data(), xn, n, d,
-                                        c.eps));
-    const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
-    float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};  // [n, d] each
-    const ops::MatmulEpilogue qkv_ep[] = {bias(L.bq), bias(L.bk), bias(L.bv)};
-    const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
-    VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
-                                           &ctx->matmul_scratch, qkv_ep_ptr));
-    VLMD_RETURN_IF_ERROR(Attend(n_tiles, ctx));                 // attn [n, d]
-    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), n, xn, bias(L.bo)));
-    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ln2_w.data(),
-                                        L.ln2_b.empty() ? nullptr : L.ln2_b.data(), xn, n, d,
-                                        c.eps));
-    // Exact follows ggml's 16-bit activation tables (parity); fast computes the function itself.
-    ops::MatmulEpilogue up_ep = bias(L.b_up);
-    if (fast_) {
-      up_ep.act = ops::ActivationKernel(kt, c.ffn_act);
-      if (up_ep.act == nullptr) {
-        return UnimplementedError("vision encode: no kernel for the FFN activation");
-      }
-    }
-    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, n, ctx->ff.data(), up_ep));  // [n, d_ff]
-    if (!fast_) {
-      VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, ctx->ff.data(), n * ff));
-    }
-    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->ff.data(), n, xn, bias(L.b_down)));  // [n, d]
-    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-  }
+  VLMD_RETURN_IF_ERROR(UsesTileBlocks(kt) ? RunTileBlocks(n_tiles, ctx)
+                                          : RunBlocks(n_tiles, ctx));
   if (!post_ln_w_.empty()) {
     VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, post_ln_w_.data(),
                                         post_ln_b_.empty() ? nullptr : post_ln_b_.data(), x, n, d,

@@ -35,13 +35,15 @@ struct VisionContext {
   ThreadPool* pool = nullptr;  // may be nullptr (single thread)
   ops::MatmulScratch matmul_scratch;
   std::vector<float> patches, x, xn, q, k, v, attn, ff, proj_in, proj_mid;
-  // Per pool worker: one head's K [n_pos, head_dim], V transposed [head_dim, n_pos] and a block
-  // of attention scores [query rows, n_pos].
+  // The blocks on tiles (fast precision on AMX): bf16 activation rows between the products.
+  Bf16Buffer xn16, q16, k16, v16, attn16, ff16;
+  // Per pool worker, f32 attention: one head's K [n_pos, head_dim], V transposed
+  // [head_dim, n_pos] and a block of attention scores [query rows, n_pos]; on tiles: the scores,
+  // 1 / row sums, and the tile operands (queries when copied, K, V^T, probabilities).
   struct AttentionWork {
     std::vector<float> k_head, v_head, v_head_t, scores;
-    std::vector<float> q_row, row_scale;  // bf16 tile path: one scaled query row, 1 / row sums
-    std::vector<uint16_t> k_bf16, v_bf16;     // bf16 tile path: K and V rows of one head,
-    Bf16Buffer q_bf16, k_tiles, v_tiles, p_bf16;  // and the tile operands
+    std::vector<float> row_scale;
+    Bf16Buffer q_bf16, k_tiles, v_tiles, p_bf16;
   };
   std::vector<AttentionWork> attention_work;
 };
@@ -73,12 +75,18 @@ class ClipVit {
     std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;
     ops::WeightView wq, wk, wv, wo, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, b_up, b_down;
+    std::vector<float> bq_scaled;  // bq / sqrt(head_dim), for the tile blocks
   };
 
   ClipVit() = default;
   void Unfold(const float* pixels, int64_t n_tiles, float* patches) const;
   Status Attend(int64_t n_tiles, VisionContext* ctx) const;
-  Status AttendTiles(int64_t n_tiles, VisionContext* ctx) const;  // fast precision on AMX
+  Status RunBlocks(int64_t n_tiles, VisionContext* ctx) const;  // f32 activations
+  // The blocks in fast precision on AMX (clip_vit_tiles.cpp): whether every weight has tiles
+  // and the table the kernels, and the blocks (ctx->x in place) with their attention.
+  bool UsesTileBlocks(const kernels::KernelTable& kt) const;
+  Status RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const;
+  Status AttendTiles(int64_t n_tiles, VisionContext* ctx) const;
 
   VisionConfig config_;
   int64_t n_positions_ = 0;

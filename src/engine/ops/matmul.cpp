@@ -123,32 +123,36 @@ void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0
   }
 }
 
-// The tile products of bf16 rows `a16` (ConvertForTiles) with one tile matrix, over threads;
-// the epilogue runs on each task's block right after its product.
+// The tile products of one tile matrix over threads, in tasks of kTileRowBlock rows x
+// kTilePanelBlock panels. `args` has everything but the weight (taken from tw).
 void RunTiles(const kernels::KernelTable& kt, ThreadPool* pool, const kernels::TileBf16Matrix& tw,
-              const uint16_t* a16, int64_t m, float* out, int64_t ldo,
-              const MatmulEpilogue* epilogue) {
-  kernels::TileBf16Args args;
-  args.a = a16;
-  args.lda = TileRowStride(tw.k());
+              kernels::TileBf16Args args, int64_t m) {
   args.w = tw.data();
   args.n = tw.n();
   args.k = tw.k();
-  args.out = out;
-  args.ldo = ldo;
   const int64_t panels = tw.panels();
   const int64_t n_mt = (m + kTileRowBlock - 1) / kTileRowBlock;
   const int64_t n_pt = (panels + kTilePanelBlock - 1) / kTilePanelBlock;
-  auto run_tile = [&](int64_t t) {
+  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) {
     const int64_t m0 = (t % n_mt) * kTileRowBlock, p0 = (t / n_mt) * kTilePanelBlock;
     const int64_t m1 = std::min(m, m0 + kTileRowBlock), p1 = std::min(panels, p0 + kTilePanelBlock);
     kt.tile_bf16_matmul(args, m0, m1, p0, p1);
-    if (epilogue != nullptr) {
-      ApplyEpilogue(*epilogue, out, ldo, m0, m1, p0 * kernels::kTileCols,
-                    std::min(tw.n(), p1 * kernels::kTileCols));
-    }
-  };
-  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) { run_tile(t); });
+  });
+}
+
+// Tile arguments for bf16 rows `a16` (ConvertForTiles) and an f32 output with the epilogue.
+kernels::TileBf16Args TileArgs(const uint16_t* a16, int64_t k, float* out, int64_t ldo,
+                               const MatmulEpilogue* epilogue) {
+  kernels::TileBf16Args args;
+  args.a = a16;
+  args.lda = TileRowStride(k);
+  args.out = out;
+  args.ldo = ldo;
+  if (epilogue != nullptr) {
+    args.bias = epilogue->bias;
+    args.act = epilogue->act;
+  }
+  return args;
 }
 
 bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
@@ -276,8 +280,8 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     if (scratch == nullptr) {
       return InvalidArgumentError("MatMul: a scratch buffer is required for bf16 tile weights");
     }
-    RunTiles(kt, pool, *w.tiles, ConvertForTiles(kt, pool, a, m, lda, w.k, scratch), m, out, ldo,
-             epilogue);
+    const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, w.k, scratch);
+    RunTiles(kt, pool, *w.tiles, TileArgs(a16, w.k, out, ldo, epilogue), m);
     *epilogue_done = true;
     return Status::Ok();
   }
@@ -400,8 +404,26 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
   }
   const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, ws[0]->k, scratch);
   for (size_t i = 0; i < ws.size(); ++i) {
-    RunTiles(kt, pool, *ws[i]->tiles, a16, m, outs[i], ws[i]->n, epilogue(i));
+    RunTiles(kt, pool, *ws[i]->tiles, TileArgs(a16, ws[i]->k, outs[i], ws[i]->n, epilogue(i)), m);
   }
+  return Status::Ok();
+}
+
+Status TileMatMul(const kernels::KernelTable& kt, ThreadPool* pool,
+                  const kernels::TileBf16Matrix& w, const kernels::TileBf16Args& args, int64_t m) {
+  if (kt.tile_bf16_matmul == nullptr) return UnimplementedError("TileMatMul: no AMX tile kernel");
+  if (m < 0) return InvalidArgumentError("TileMatMul: m < 0");
+  if (m == 0) return Status::Ok();
+  if (args.a == nullptr || (args.out == nullptr && args.out_bf16 == nullptr)) {
+    return InvalidArgumentError("TileMatMul: null activation or output");
+  }
+  if (args.lda < w.k() || (args.out_bf16 != nullptr ? args.ldo_bf16 : args.ldo) < w.n()) {
+    return InvalidArgumentError("TileMatMul: a row stride is smaller than its row");
+  }
+  if (args.out_bf16 != nullptr && args.accumulate) {
+    return InvalidArgumentError("TileMatMul: a bf16 output cannot be accumulated into");
+  }
+  RunTiles(kt, pool, w, args, m);
   return Status::Ok();
 }
 

@@ -128,4 +128,13 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
                     std::span<float* const> outs, MatmulScratch* scratch,
                     std::span<const MatmulEpilogue* const> epilogues = {});
 
+// The tile product for callers that keep their activations as bf16 rows between products (the
+// vision encoder in fast precision on AMX): rows [0, m) of args.a (stride args.lda >= w.k(),
+// readable up to row m rounded up to 16) times `w`, with the outputs and epilogue set in `args`
+// (tile_bf16.h: f32 out, accumulated or not, or bf16 out_bf16); args.w, n and k are taken from w.
+// Split over the pool in blocks of rows x panels. INVALID_ARGUMENT for null operands, m < 0,
+// strides too small or accumulation into a bf16 output; UNIMPLEMENTED without the tile kernel.
+Status TileMatMul(const kernels::KernelTable& kt, ThreadPool* pool,
+                  const kernels::TileBf16Matrix& w, const kernels::TileBf16Args& args, int64_t m);
+
 }  // namespace vlmd::engine::ops

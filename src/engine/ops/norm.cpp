@@ -2,13 +2,14 @@
 #include "engine/ops/norm.h"
 
 #include <string>
+#include <vector>
 
 #include "engine/ops/parallel.h"
 
 namespace vlmd::engine::ops {
 namespace {
 
-Status ValidateNorm(const char* op, const float* x, float* y, int64_t n_rows, int64_t n,
+Status ValidateNorm(const char* op, const float* x, const void* y, int64_t n_rows, int64_t n,
                     float eps) {
   if (x == nullptr || y == nullptr) return InvalidArgumentError(std::string(op) + ": null x or y");
   if (n < 1 || n_rows < 0) {
@@ -35,6 +36,22 @@ Status LayerNorm(const kernels::KernelTable& kt, ThreadPool* pool, const float* 
   VLMD_RETURN_IF_ERROR(ValidateNorm("LayerNorm", x, y, n_rows, n, eps));
   internal::ForRanges(pool, n_rows, n, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) kt.layer_norm(x + r * n, w, b, y + r * n, n, eps);
+  });
+  return Status::Ok();
+}
+
+Status LayerNormToBf16(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
+                       const float* w, const float* b, uint16_t* y16, int64_t ldy, int64_t n_rows,
+                       int64_t n, float eps) {
+  VLMD_RETURN_IF_ERROR(ValidateNorm("LayerNormToBf16", x, y16, n_rows, n, eps));
+  if (ldy < n) return InvalidArgumentError("LayerNormToBf16: ldy < n");
+  if (kt.to_bf16 == nullptr) return UnimplementedError("LayerNormToBf16: no bf16 conversion");
+  internal::ForRanges(pool, n_rows, n, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t r = r0; r < r1; ++r) {
+      kt.layer_norm(x + r * n, w, b, row.data(), n, eps);
+      kt.to_bf16(row.data(), y16 + r * ldy, n);
+    }
   });
   return Status::Ok();
 }

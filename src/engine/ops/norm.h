@@ -22,4 +22,11 @@ Status RmsNorm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
 Status LayerNorm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x, const float* w,
                  const float* b, float* y, int64_t n_rows, int64_t n, float eps);
 
+// LayerNorm with bf16 output (round to nearest even) for the tile matmul's activation rows: row r
+// at y16 + r * ldy (ldy >= n). Each row is normalized in f32 and converted while it is in L1.
+// Same contract as LayerNorm; UNIMPLEMENTED when the table has no to_bf16.
+Status LayerNormToBf16(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
+                       const float* w, const float* b, uint16_t* y16, int64_t ldy, int64_t n_rows,
+                       int64_t n, float eps);
+
 }  // namespace vlmd::engine::ops

@@ -3,8 +3,8 @@
 // Register blocking: 2 A tiles (32 activation rows) x 2 B tiles (32 output columns) feed 4 f32
 // accumulator tiles, which is all 8 tile registers. Per 32-value k step that is 4 tile loads for
 // 4 `tdpbf16ps` (each 16 x 16 x 32 multiply-adds). A whole 16 x 16 accumulator is stored straight
-// into the output; edges (fewer rows or columns) and accumulation go through a 4 KB stack buffer,
-// so they need no special tile shapes.
+// into the output; edges (fewer rows or columns) and epilogues (bias, activation, accumulation,
+// bf16 output) go through a 1 KB stack buffer per tile, so they need no special tile shapes.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,42 +35,75 @@ void ConfigureTiles() {
   _tile_loadconfig(&cfg);
 }
 
-// Writes (or adds) the valid rows x cols of one 16 x 16 f32 block.
-inline void EmitBlock(const float* block, float* out, int64_t ldo, int rows, int cols,
-                      bool accumulate) {
+// Where one accumulator tile's values go: row `row`, column col0 of the output, rows x cols valid.
+struct BlockPlace {
+  int64_t row = 0, col0 = 0;
+  int rows = 0, cols = 0;
+};
+
+// The epilogue (tile_bf16.h) on one buffered 16 x 16 block, then its valid values written (or
+// added) to their place in the output.
+void FinishBlock(const TileBf16Args& args, float* block, const BlockPlace& place) {
+  const int64_t row = place.row, col0 = place.col0;
+  const int rows = place.rows, cols = place.cols;
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+  const bool scaled = args.row_scale != nullptr || args.scale != 1.0f;
+  if (scaled || args.bias != nullptr) {
+    const __m512 bias = args.bias != nullptr ? _mm512_maskz_loadu_ps(mask, args.bias + col0)
+                                             : _mm512_setzero_ps();
+    for (int r = 0; r < rows; ++r) {
+      __m512 v = _mm512_load_ps(block + r * 16);
+      if (scaled) {
+        const float f = args.scale * (args.row_scale != nullptr ? args.row_scale[row + r] : 1.0f);
+        v = _mm512_mul_ps(v, _mm512_set1_ps(f));
+      }
+      _mm512_store_ps(block + r * 16, _mm512_add_ps(v, bias));
+    }
+  }
+  // Whole rows of the block at once (the columns past `cols` hold products with zero padding).
+  if (args.act != nullptr) args.act(block, block, 16 * rows);
+  if (args.out_bf16 != nullptr) {
+    for (int r = 0; r < rows; ++r) {
+      const __m256bh b = _mm512_cvtneps_pbh(_mm512_load_ps(block + r * 16));
+      _mm256_mask_storeu_epi16(args.out_bf16 + (row + r) * args.ldo_bf16 + col0, mask,
+                               reinterpret_cast<const __m256i&>(b));
+    }
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     __m512 v = _mm512_load_ps(block + r * 16);
-    float* o = out + r * ldo;
-    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o));
+    float* o = args.out + (row + r) * args.ldo + col0;
+    if (args.accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o));
     _mm512_mask_storeu_ps(o, mask, v);
   }
 }
 
-// Stores one accumulator tile (row tile i of the block at row m, panel p) into the output: a whole
-// 16 x 16 block that overwrites goes straight into the output rows; edges (fewer rows or
-// columns) and accumulation go through a stack buffer. store(dst, stride_bytes) stores the tile
-// (the tile register must be a literal in the intrinsic, hence the callable).
+// Stores one accumulator tile (row tile i of the block at row m, panel p): a whole 16 x 16 block
+// without an epilogue goes straight into the output rows and false is returned; edges (fewer rows
+// or columns) and epilogues go to `buf` (then true: FinishBlock must follow, once every tile of
+// the block is stored, because the epilogue's activation is a call that may clobber tile
+// registers). store(dst, stride_bytes) stores the tile (the tile register must be a literal in
+// the intrinsic, hence the callable).
 template <typename Store>
-inline void StoreAccumulator(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p, int i,
-                             Store store) {
-  const int64_t row = m + 16 * i, col0 = p * kTileCols;
-  const int rows = static_cast<int>(std::min<int64_t>(16, m1 - row));
-  const int cols = static_cast<int>(std::min<int64_t>(16, args.n - col0));
-  if (rows <= 0 || cols <= 0) return;
-  float* out = args.out + row * args.ldo + col0;
-  if (!args.accumulate && rows == 16 && cols == 16) {
-    store(out, static_cast<size_t>(args.ldo) * sizeof(float));
-    return;
+inline bool StoreAccumulator(const TileBf16Args& args, bool plain, int64_t m, int64_t m1,
+                             int64_t p, int i, float* buf, BlockPlace* place, Store store) {
+  place->row = m + 16 * i;
+  place->col0 = p * kTileCols;
+  place->rows = static_cast<int>(std::min<int64_t>(16, m1 - place->row));
+  place->cols = static_cast<int>(std::min<int64_t>(16, args.n - place->col0));
+  if (place->rows <= 0 || place->cols <= 0) return false;
+  if (plain && place->rows == 16 && place->cols == 16) {
+    store(args.out + place->row * args.ldo + place->col0,
+          static_cast<size_t>(args.ldo) * sizeof(float));
+    return false;
   }
-  alignas(64) float buf[256];
   store(buf, size_t{64});
-  EmitBlock(buf, out, args.ldo, rows, cols, args.accumulate);
+  return true;
 }
 
 // One block of MA x 16 rows by NB x 16 columns, starting at row m and panel p.
 template <int MA, int NB>
-void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
+void TileBlock(const TileBf16Args& args, bool plain, int64_t m, int64_t m1, int64_t p) {
   const int64_t steps = args.k / kTileK;
   const size_t a_stride = static_cast<size_t>(args.lda) * sizeof(uint16_t);
   const uint16_t* a0 = args.a + m * args.lda;
@@ -93,15 +126,25 @@ void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
       if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
-  StoreAccumulator(args, m, m1, p, 0, [](float* d, size_t s) { _tile_stored(0, d, s); });
+  alignas(64) float buf[4][256];
+  BlockPlace place[4];
+  bool pending[4] = {};
+  pending[0] = StoreAccumulator(args, plain, m, m1, p, 0, buf[0], &place[0],
+                                [](float* d, size_t s) { _tile_stored(0, d, s); });
   if constexpr (NB == 2) {
-    StoreAccumulator(args, m, m1, p + 1, 0, [](float* d, size_t s) { _tile_stored(1, d, s); });
+    pending[1] = StoreAccumulator(args, plain, m, m1, p + 1, 0, buf[1], &place[1],
+                                  [](float* d, size_t s) { _tile_stored(1, d, s); });
   }
   if constexpr (MA == 2) {
-    StoreAccumulator(args, m, m1, p, 1, [](float* d, size_t s) { _tile_stored(2, d, s); });
+    pending[2] = StoreAccumulator(args, plain, m, m1, p, 1, buf[2], &place[2],
+                                  [](float* d, size_t s) { _tile_stored(2, d, s); });
   }
   if constexpr (MA == 2 && NB == 2) {
-    StoreAccumulator(args, m, m1, p + 1, 1, [](float* d, size_t s) { _tile_stored(3, d, s); });
+    pending[3] = StoreAccumulator(args, plain, m, m1, p + 1, 1, buf[3], &place[3],
+                                  [](float* d, size_t s) { _tile_stored(3, d, s); });
+  }
+  for (int t = 0; t < 4; ++t) {
+    if (pending[t]) FinishBlock(args, buf[t], place[t]);
   }
 }
 
@@ -109,18 +152,19 @@ void TileBlock(const TileBf16Args& args, int64_t m, int64_t m1, int64_t p) {
 // panels stays in L1/L2 while the activation rows stream past it. m0 must be a multiple of 16.
 void TileBf16MatmulAmx(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   ConfigureTiles();
+  const bool plain = args.PlainStore();
   for (int64_t p = p0; p < p1; p += 2) {
     const bool two_panels = p + 1 < p1;
     for (int64_t m = m0; m < m1; m += 32) {
       const bool two_rows = m1 - m > 16;
       if (two_rows && two_panels) {
-        TileBlock<2, 2>(args, m, m1, p);
+        TileBlock<2, 2>(args, plain, m, m1, p);
       } else if (two_rows) {
-        TileBlock<2, 1>(args, m, m1, p);
+        TileBlock<2, 1>(args, plain, m, m1, p);
       } else if (two_panels) {
-        TileBlock<1, 2>(args, m, m1, p);
+        TileBlock<1, 2>(args, plain, m, m1, p);
       } else {
-        TileBlock<1, 1>(args, m, m1, p);
+        TileBlock<1, 1>(args, plain, m, m1, p);
       }
     }
   }
