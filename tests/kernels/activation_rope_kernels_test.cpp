@@ -38,7 +38,9 @@ std::vector<float> ActivationInputs(int64_t n, uint32_t seed) {
 
 // Tolerance of x * sigmoid(k x) evaluated as x / (1 + exp(t)), t = -k x, when t carries a
 // relative error of t_rel_u units of u: exp then errs by (t_rel_u |t| + 2) u (Exp is 1 ulp) and
-// the quotient depends on it with weight e / (1 + e); 1 +, / and the ref's rounding add 3u.
+// the quotient depends on it with weight e / (1 + e). The SIMD kernels form it as x * num / (1 + z)
+// with z = exp(-|t|) (the same weight) and a Newton-refined reciprocal: 1 +, the reciprocal (1u
+// plus its estimate's < 2^-28), two products and the ref's rounding add 5u.
 // Past t = ln(FLT_MAX) exp(t) overflows to inf in f32 and the result flushes to zero, an error
 // of at most |want| < |x| / FLT_MAX (below 1e-35 for the inputs used).
 double XSigmoidTol(double x, double k, double t_rel_u, double want) {
@@ -46,7 +48,7 @@ double XSigmoidTol(double x, double k, double t_rel_u, double want) {
   const double e = std::exp(t);
   const double w = std::isinf(e) ? 1.0 : e / (1.0 + e);
   const double overflow = t > std::log(3.4028234663852886e38) * (1 - 8 * kU) ? std::fabs(want) : 0;
-  return ((t_rel_u * std::fabs(t) + 2) * w + 3) * kU * std::fabs(want) + overflow + kTiny;
+  return ((t_rel_u * std::fabs(t) + 2) * w + 5) * kU * std::fabs(want) + overflow + kTiny;
 }
 
 struct ActivationCase {

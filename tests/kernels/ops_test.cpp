@@ -15,6 +15,7 @@
 #include "engine/ops/numerics.h"
 #include "engine/ops/rope.h"
 #include "engine/ops/softmax.h"
+#include "engine/tensor/fp16.h"
 #include "kernels/op_test_util.h"
 
 namespace vlmd::testing {
@@ -48,6 +49,24 @@ TEST(Ops, RowOpsSplitOverThreadsExactly) {
         ops::LayerNorm(kt, &pool, x.data(), w.data(), b.data(), got.data(), n_rows, n, 1e-5f)
             .ok());
     EXPECT_EQ(got, want);
+    if (kt.to_bf16 != nullptr) {
+      // bf16 rows with a stride: each the kernel's row rounded to nearest even, the padding
+      // between rows untouched.
+      const int64_t ldy = n + 24;
+      std::vector<uint16_t> got16(static_cast<size_t>(n_rows * ldy), 0xABCD);
+      ASSERT_TRUE(ops::LayerNormToBf16(kt, &pool, x.data(), w.data(), b.data(), got16.data(), ldy,
+                                       n_rows, n, 1e-5f)
+                      .ok());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        for (int64_t c = 0; c < ldy; ++c) {
+          const uint16_t g = got16[static_cast<size_t>(r * ldy + c)];
+          ASSERT_EQ(g, c < n ? engine::F32ToBF16(want[r * n + c]) : 0xABCD) << r << "," << c;
+        }
+      }
+      EXPECT_FALSE(ops::LayerNormToBf16(kt, &pool, x.data(), w.data(), b.data(), got16.data(),
+                                        n - 1, n_rows, n, 1e-5f)
+                       .ok());
+    }
 
     want = x;
     for (int64_t r = 0; r < n_rows; ++r) kt.softmax(&want[r * n], n);

@@ -5,6 +5,7 @@
 // (no table holds the kernel); packing and the reference still run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -94,6 +95,35 @@ TEST(TileBf16Pack, PackRowsAndColumnsZeroExtendK) {
       const uint16_t want = e < width && r < rows ? m[r * stride + e] : 0;
       ASSERT_EQ(PackedAt(dst_t.data(), 32, e, r), want) << "col " << e << " k " << r;
     }
+  }
+}
+
+// The ISA's packing kernels write exactly what the reference packing writes, on odd sizes,
+// odd k_valid and a row stride longer than the rows.
+TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  ASSERT_NE(kt->tile_pack_rows, nullptr);
+  ASSERT_NE(kt->tile_pack_columns, nullptr);
+  struct Shape { int64_t n, k_valid, k; };
+  for (const Shape s : {Shape{1, 1, 32}, Shape{16, 64, 64}, Shape{17, 63, 64}, Shape{40, 72, 96},
+                        Shape{1024, 64, 64}, Shape{33, 577, 608}}) {
+    SCOPED_TRACE("n=" + std::to_string(s.n) + " k_valid=" + std::to_string(s.k_valid));
+    // PackRows reads n rows of k_valid values; PackColumns k_valid rows of n values.
+    const int64_t stride = std::max(s.n, s.k_valid) + 7;
+    const int64_t rows = std::max(s.n, s.k_valid);
+    const std::vector<uint16_t> src =
+        ToBf16(vlmd::testing::RandomNormal(static_cast<size_t>(rows * stride), 31));
+    const size_t size = TileBf16Matrix::PanelElements(s.n, s.k);
+    std::vector<uint16_t> want(size, 0xABCD), got(size, 0x1234);
+    TileBf16Matrix::PackRows(src.data(), stride, s.n, s.k_valid, s.k, want.data());
+    kt->tile_pack_rows(src.data(), stride, s.n, s.k_valid, s.k, got.data());
+    EXPECT_EQ(got, want) << "rows";
+    std::fill(want.begin(), want.end(), 0xABCD);
+    std::fill(got.begin(), got.end(), 0x1234);
+    TileBf16Matrix::PackColumns(src.data(), stride, s.n, s.k_valid, s.k, want.data());
+    kt->tile_pack_columns(src.data(), stride, s.n, s.k_valid, s.k, got.data());
+    EXPECT_EQ(got, want) << "columns";
   }
 }
 
@@ -387,14 +417,18 @@ TEST(TileBf16Kernel, SoftmaxExpToBf16IsTheRoundedNumerators) {
       }
     }
   }
-  // Non-finite rows: a NaN or +inf anywhere gives NaN (never finite garbage), only -inf zeros.
+  // Non-finite rows: a NaN or +inf anywhere gives a NaN sum (never finite garbage), also among
+  // -inf values; only -inf gives zeros.
   for (int64_t n : {7, 40}) {
     for (float bad : {NAN, INFINITY}) {
-      std::vector<float> x = vlmd::testing::RandomNormal(static_cast<size_t>(n), 3);
-      x[n - 2] = bad;
-      std::vector<uint16_t> y(static_cast<size_t>(n));
-      EXPECT_TRUE(std::isnan(kt->softmax_exp_bf16(x.data(), y.data(), n))) << bad;
-      for (uint16_t v : y) EXPECT_TRUE(std::isnan(BF16ToF32(v))) << bad;
+      for (float rest : {0.0f, -INFINITY}) {
+        std::vector<float> x = vlmd::testing::RandomNormal(static_cast<size_t>(n), 3);
+        if (rest == -INFINITY) std::fill(x.begin(), x.end(), rest);
+        x[n - 2] = bad;
+        std::vector<uint16_t> y(static_cast<size_t>(n));
+        EXPECT_TRUE(std::isnan(kt->softmax_exp_bf16(x.data(), y.data(), n))) << bad << rest;
+        EXPECT_TRUE(std::isnan(BF16ToF32(y[n - 2]))) << bad << rest;
+      }
     }
     std::vector<float> masked(static_cast<size_t>(n), -INFINITY);
     std::vector<uint16_t> y(static_cast<size_t>(n), 0xABCD);

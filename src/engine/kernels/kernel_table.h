@@ -55,8 +55,11 @@ using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
 // The numerators of a softmax in bf16: y[i] = bf16(exp(x[i] - max x)) for n >= 1 values; returns
 // their f32 sum (before rounding), by which the caller divides what it computes from y. The
 // exponential may be approximate to 1e-5 relative (y is rounded to bf16 anyway). A NaN or +inf
-// in x gives NaN y and sum; a row of only -inf gives zeros and 0.
+// in x gives a NaN sum; a row of only -inf gives zeros and 0.
 using ExpBf16Fn = float (*)(const float* x, uint16_t* y, int64_t n);
+// Tile operand packing of bf16 rows, TileBf16Matrix::PackRows / PackColumns (same contract).
+using TilePackFn = void (*)(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                            int64_t k, uint16_t* dst);
 using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                                 int64_t p1);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
@@ -111,6 +114,8 @@ struct KernelTable {
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
   ExpBf16Fn softmax_exp_bf16 = nullptr;  // attention probabilities for the tile product
+  TilePackFn tile_pack_rows = nullptr;     // K as the columns of Q K^T
+  TilePackFn tile_pack_columns = nullptr;  // V^T as the columns of P V
 
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;

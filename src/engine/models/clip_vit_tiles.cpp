@@ -69,6 +69,12 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
   // multiple of 32) each block is copied with zero padding, since the next head's values follow.
   const bool q_in_place = hd == hd_pad;
   const kernels::KernelTable& kt = *ctx->kernels;
+  const kernels::TilePackFn pack_rows = kt.tile_pack_rows != nullptr
+                                            ? kt.tile_pack_rows
+                                            : &kernels::TileBf16Matrix::PackRows;
+  const kernels::TilePackFn pack_columns = kt.tile_pack_columns != nullptr
+                                               ? kt.tile_pack_columns
+                                               : &kernels::TileBf16Matrix::PackColumns;
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
   ctx->attention_work.resize(static_cast<size_t>(workers));
   for (auto& w : ctx->attention_work) {
@@ -87,10 +93,8 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     const int64_t h = job % heads, r0 = (job / heads) * npos;
     VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
     const int64_t head_offset = r0 * ld + h * hd;
-    kernels::TileBf16Matrix::PackRows(ctx->k16.data() + head_offset, ld, npos, hd, hd_pad,
-                                      w.k_tiles.data());
-    kernels::TileBf16Matrix::PackColumns(ctx->v16.data() + head_offset, ld, hd, npos, npos_pad,
-                                         w.v_tiles.data());
+    pack_rows(ctx->k16.data() + head_offset, ld, npos, hd, hd_pad, w.k_tiles.data());
+    pack_columns(ctx->v16.data() + head_offset, ld, hd, npos, npos_pad, w.v_tiles.data());
     for (int64_t q0 = 0; q0 < npos; q0 += kQueryBlock) {
       const int64_t nq = std::min(kQueryBlock, npos - q0);
       const int64_t nq_pad = RoundUp(nq, kernels::kTileRows);

@@ -186,66 +186,112 @@ void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
-// e^x for x <= 0 (x - max of a softmax row): 2^(x log2 e) split as 2^k * 2^f, |f| <= 1/2, with
-// 2^f from its degree-5 Taylor series in f ln 2 (relative error < 3e-6), scaled by vscalefps.
-// x is clamped at -87 (e^-87 ~ 1.6e-38: negligible against the row's maximum term, 1); a NaN
-// passes through (vmaxps returns its second operand when either is NaN).
-inline __m512 ExpNonPositive(__m512 x) {
-  const __m512 t = _mm512_mul_ps(_mm512_max_ps(_mm512_set1_ps(-87.0f), x),
-                                 _mm512_set1_ps(1.44269504f));
+// 2^t for t <= 0, t = (x - max) log2 e of a softmax row: 2^k * 2^f with k = round(t),
+// |f| <= 1/2, 2^f from its degree-5 Taylor series (relative error < 3e-6), scaled by vscalefps.
+// t is clamped at -126 (2^-126: negligible against the row's maximum term, 1); a NaN passes
+// through (vmaxps returns its second operand when either is NaN).
+inline __m512 Exp2NonPositive(__m512 t) {
+  t = _mm512_max_ps(_mm512_set1_ps(-126.0f), t);
   const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 g = _mm512_mul_ps(_mm512_sub_ps(t, k), _mm512_set1_ps(0.69314718f));
-  __m512 p = _mm512_set1_ps(1.0f / 120.0f);
-  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(1.0f));
+  const __m512 f = _mm512_sub_ps(t, k);
+  // (ln 2)^i / i!
+  __m512 p = _mm512_set1_ps(1.3333558e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, k);
 }
 
 // Two passes over the (L1-resident) row: the max, then exponentials converted to bf16 as they
-// are summed (the caller normalizes its result rows instead of every probability).
-// A row with a NaN or +inf gives NaN numerators and a NaN sum (never finite garbage); a row of
-// only -inf gives zeros and a zero sum.
+// are summed (the caller normalizes its result rows instead of every probability). The exponent
+// (x - max) log2 e is one FMA. A NaN or +inf in the row makes the sum NaN (NaN - max or
+// inf - inf); a row of only -inf gives zeros and a zero sum.
 float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   const int64_t full = n / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
   __m512 vmax = _mm512_set1_ps(-INFINITY);
-  __mmask16 nan = 0;
-  for (int64_t i = 0; i < full; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    vmax = _mm512_max_ps(vmax, v);
-  }
-  if (tail) {
-    const __m512 v = _mm512_maskz_loadu_ps(tail, x + full);
-    nan |= _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q);
-    vmax = _mm512_mask_max_ps(vmax, tail, vmax, v);
-  }
+  for (int64_t i = 0; i < full; i += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(x + i), vmax);
+  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_loadu_ps(tail, x + full), vmax);
   const float row_max = _mm512_reduce_max_ps(vmax);
-  if (nan != 0 || row_max == INFINITY || row_max == -INFINITY) {
-    const bool zeros = nan == 0 && row_max == -INFINITY;
-    std::fill(y, y + n, zeros ? uint16_t{0} : uint16_t{0x7FC0});  // 0 or a quiet NaN
-    return zeros ? 0.0f : NAN;
+  if (row_max == -INFINITY) {  // every value -inf, or NaN (which vmaxps skipped)
+    const bool nan = std::any_of(x, x + n, [](float v) { return std::isnan(v); });
+    std::fill(y, y + n, nan ? uint16_t{0x7FC0} : uint16_t{0});  // a quiet NaN or 0
+    return nan ? NAN : 0.0f;
   }
-  const __m512 mx = _mm512_set1_ps(row_max);
+  const __m512 log2e = _mm512_set1_ps(1.44269504f);
+  const __m512 offset = _mm512_set1_ps(row_max * 1.44269504f);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
-    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
+    const __m512 e = Exp2NonPositive(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), log2e, offset));
     vsum = _mm512_add_ps(vsum, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
     std::memcpy(y + i, &b, sizeof(b));
   }
   if (tail) {
-    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx));
+    const __m512 t = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(tail, x + full), log2e, offset);
+    const __m512 e = Exp2NonPositive(t);
     vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
-    uint16_t tmp[16];
-    std::memcpy(tmp, &b, sizeof(b));
-    std::memcpy(y + full, tmp, static_cast<size_t>(n - full) * sizeof(uint16_t));
+    _mm256_mask_storeu_epi16(y + full, tail, reinterpret_cast<const __m256i&>(b));
   }
   return _mm512_reduce_add_ps(vsum);
+}
+
+// TileBf16Matrix::PackRows with AVX-512: each row of a panel's B tile (16 columns x one pair of
+// k values, 32-bit words) is one gather of the same word from the panel's 16 source rows.
+void PackRowsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                    int64_t k, uint16_t* dst) {
+  const int64_t panels = (n + kTileCols - 1) / kTileCols;
+  const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // Byte offsets of the 16 source rows (row_stride values of 2 bytes each).
+  const __m512i offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(
+                                                        static_cast<int32_t>(row_stride * 2)));
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* panel = dst + p * k * kTileCols;
+    const int64_t cols = std::min<int64_t>(kTileCols, n - p * kTileCols);
+    const __mmask16 valid = static_cast<__mmask16>((1u << cols) - 1u);
+    const uint16_t* base = rows + p * kTileCols * row_stride;
+    for (int64_t w = 0; w < k / 2; ++w) {
+      __m512i v = _mm512_setzero_si512();
+      if (2 * w + 1 < k_valid) {
+        v = _mm512_mask_i32gather_epi32(v, valid, offsets, base + 2 * w, 1);
+      } else if (2 * w < k_valid) {  // odd k_valid: the last value, its pair partner zero
+        alignas(64) uint32_t words[16] = {};
+        for (int64_t j = 0; j < cols; ++j) words[j] = base[j * row_stride + 2 * w];
+        v = _mm512_load_si512(words);
+      }
+      _mm512_storeu_si512(panel + w * 2 * kTileCols, v);
+    }
+  }
+}
+
+// TileBf16Matrix::PackColumns with AVX-512: a B tile row interleaves 16 values of two
+// consecutive rows (k values 2w and 2w + 1 of the panel's 16 columns).
+void PackColumnsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                       int64_t k, uint16_t* dst) {
+  const int64_t panels = (n + kTileCols - 1) / kTileCols;
+  alignas(64) uint16_t interleave[32];
+  for (int j = 0; j < 16; ++j) {
+    interleave[2 * j] = static_cast<uint16_t>(j);
+    interleave[2 * j + 1] = static_cast<uint16_t>(32 + j);
+  }
+  const __m512i idx = _mm512_load_si512(interleave);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* panel = dst + p * k * kTileCols;
+    const int64_t cols = std::min<int64_t>(kTileCols, n - p * kTileCols);
+    const __mmask32 valid = static_cast<__mmask32>((1u << cols) - 1u);
+    const uint16_t* col = rows + p * kTileCols;
+    for (int64_t i = 0; i < k; i += 2) {
+      const __m512i r0 = i < k_valid ? _mm512_maskz_loadu_epi16(valid, col + i * row_stride)
+                                     : _mm512_setzero_si512();
+      const __m512i r1 = i + 1 < k_valid
+                             ? _mm512_maskz_loadu_epi16(valid, col + (i + 1) * row_stride)
+                             : _mm512_setzero_si512();
+      _mm512_storeu_si512(panel + i * kTileCols, _mm512_permutex2var_epi16(r0, idx, r1));
+    }
+  }
 }
 
 }  // namespace
@@ -254,6 +300,8 @@ void FillAmxKernels(KernelTable* t) {
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->to_bf16 = ToBf16Avx512;
   t->softmax_exp_bf16 = SoftmaxExpBf16Avx512;
+  t->tile_pack_rows = PackRowsAvx512;
+  t->tile_pack_columns = PackColumnsAvx512;
 }
 
 }  // namespace vlmd::engine::kernels
