@@ -127,6 +127,29 @@ TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
   }
 }
 
+// The epilogue's GELU for bf16 outputs: within 1e-4 of the tanh-form GELU (double) on a wide
+// range, including the far negative tail where it underflows to zero.
+TEST(TileBf16Kernel, GeluForBf16IsWithin1e4) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  ASSERT_NE(kt->gelu_tanh_for_bf16, nullptr);
+  std::vector<float> x = vlmd::testing::RandomNormal(1000, 41, 3.0f);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 5.0f, -5.0f, 12.0f, -12.0f, 100.0f, -100.0f,
+                  1e20f, -1e20f}) {
+    x.push_back(v);
+  }
+  x.push_back(0.5f);  // 1013 values: a masked tail
+  std::vector<float> y(x.size());
+  kt->gelu_tanh_for_bf16(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    // x sigmoid(2u): no cancellation in the negative tail (exp overflows to inf: -0).
+    const double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    const double want = v / (1.0 + std::exp(-2.0 * u));
+    ASSERT_NEAR(y[i], want, 1e-4 * std::fabs(want) + 1e-30) << "x " << v;
+  }
+}
+
 TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
   const kernels::KernelTable* kt = TileTable();
   if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";

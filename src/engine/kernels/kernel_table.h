@@ -114,6 +114,8 @@ struct KernelTable {
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
   ExpBf16Fn softmax_exp_bf16 = nullptr;  // attention probabilities for the tile product
+  // GELU (tanh form) to 1e-4 relative, for values rounded to bf16 next (the tile epilogue).
+  UnaryFn gelu_tanh_for_bf16 = nullptr;
   TilePackFn tile_pack_rows = nullptr;     // K as the columns of Q K^T
   TilePackFn tile_pack_columns = nullptr;  // V^T as the columns of P V
 

@@ -186,22 +186,43 @@ void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
-// 2^t for t <= 0, t = (x - max) log2 e of a softmax row: 2^k * 2^f with k = round(t),
-// |f| <= 1/2, 2^f from its degree-5 Taylor series (relative error < 3e-6), scaled by vscalefps.
-// t is clamped at -126 (2^-126: negligible against the row's maximum term, 1); a NaN passes
-// through (vmaxps returns its second operand when either is NaN).
-inline __m512 Exp2NonPositive(__m512 t) {
-  t = _mm512_max_ps(_mm512_set1_ps(-126.0f), t);
-  const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, k);
-  // (ln 2)^i / i!
-  __m512 p = _mm512_set1_ps(1.3333558e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, k);
+// 2^t = 2^f * 2^floor(t), f = t - floor(t) in [0, 1) (vreduceps), 2^f from a degree-4 minimax
+// polynomial (relative error < 2.6e-6), 2^floor(t) applied by vscalefps (which floors t itself).
+// t <= 0 is clamped at `lowest` (-inf would make f NaN; callers pick a value below which 2^t is
+// negligible for them); a NaN passes through (vmaxps returns its second operand when either is
+// NaN).
+inline __m512 Exp2NonPositive(__m512 t, float lowest) {
+  t = _mm512_max_ps(_mm512_set1_ps(lowest), t);
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
+  __m512 p = _mm512_set1_ps(0.0135341605f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0520114748f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.241442748f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693003836f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.00000259f));
+  return _mm512_scalef_ps(p, t);
+}
+
+// GELU (tanh form) for values rounded to bf16 afterwards, relative error < 1e-4:
+// x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
+// z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
+// is the 14-bit reciprocal estimate. x = -inf gives NaN (the encoder's final check reports it).
+void GeluTanhForBf16Avx512(const float* x, float* y, int64_t n) {
+  const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
+  const __m512 k3 = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? __mmask16{0xFFFF}
+                                       : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + i);
+    const __m512 a = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), k3, k));
+    // 2^-|a|, which is 0 for |a| >= 200 (x below about -12), so that the result is then -0 for any x.
+    const __m512 z = Exp2NonPositive(_mm512_or_ps(a, sign), -200.0f);
+    const __m512 r = _mm512_rcp14_ps(_mm512_add_ps(one, z));
+    const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                            z, one);
+    _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(_mm512_mul_ps(v, num), r));
+  }
 }
 
 // Two passes over the (L1-resident) row: the max, then exponentials converted to bf16 as they
@@ -220,18 +241,20 @@ float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
     std::fill(y, y + n, nan ? uint16_t{0x7FC0} : uint16_t{0});  // a quiet NaN or 0
     return nan ? NAN : 0.0f;
   }
+  constexpr float kLowest = -126.0f;  // 2^-126: negligible against the largest term, 1
   const __m512 log2e = _mm512_set1_ps(1.44269504f);
   const __m512 offset = _mm512_set1_ps(row_max * 1.44269504f);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
-    const __m512 e = Exp2NonPositive(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), log2e, offset));
+    const __m512 t = _mm512_fmsub_ps(_mm512_loadu_ps(x + i), log2e, offset);
+    const __m512 e = Exp2NonPositive(t, kLowest);
     vsum = _mm512_add_ps(vsum, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
     std::memcpy(y + i, &b, sizeof(b));
   }
   if (tail) {
     const __m512 t = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(tail, x + full), log2e, offset);
-    const __m512 e = Exp2NonPositive(t);
+    const __m512 e = Exp2NonPositive(t, kLowest);
     vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
     _mm256_mask_storeu_epi16(y + full, tail, reinterpret_cast<const __m256i&>(b));
@@ -300,6 +323,7 @@ void FillAmxKernels(KernelTable* t) {
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->to_bf16 = ToBf16Avx512;
   t->softmax_exp_bf16 = SoftmaxExpBf16Avx512;
+  t->gelu_tanh_for_bf16 = GeluTanhForBf16Avx512;
   t->tile_pack_rows = PackRowsAvx512;
   t->tile_pack_columns = PackColumnsAvx512;
 }
