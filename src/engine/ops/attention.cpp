@@ -25,7 +25,7 @@ namespace {
 // Cache rows per block: 1 KiB of scores, and K/V blocks of 128 rows x head_dim stay in L2.
 constexpr int64_t kBlock = 128;
 // Below this many multiply-adds the op stays on the calling thread.
-constexpr int64_t kMinParallelWork = 1 << 16;
+constexpr int64_t kMinParallelWork = 1 << 12;
 // The blocked (GEMM) path: from this many query rows, in blocks of kQueryBlock rows per job.
 constexpr int64_t kBlockedMinQueries = 16;
 constexpr int64_t kQueryBlock = 64;

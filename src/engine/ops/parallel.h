@@ -26,12 +26,20 @@ void ForRanges(ThreadPool* pool, int64_t n_items, int64_t work_per_item, int64_t
     fn(int64_t{0}, n_items);
     return;
   }
-  // A few ranges per thread: tasks are handed out dynamically, so a thread that was preempted
-  // (the pool may share cores with other work) does not hold up the whole op.
+  // A few ranges per thread, handed out dynamically so that a thread that was preempted (the
+  // pool may share cores with other work) does not hold up the whole op, and shrinking (range i
+  // weighs parts - i) so that the thread that takes the last one waits little for the others:
+  // with equal ranges an op ended on average half a range (1/16 of it) after its first thread
+  // ran out of work, which short decode steps paid hundreds of times per token.
   const int64_t parts = std::min<int64_t>(n_units, 4 * static_cast<int64_t>(pool->size()));
+  const int64_t total_weight = parts * (parts + 1) / 2;
   pool->ParallelFor(parts, [&](int64_t part, int /*thread*/) {
-    int64_t begin, end;
-    SplitRange(n_items, parts, part, align, &begin, &end);
+    // Ranges [b, e) in units: cumulative weights (parts, parts - 1, ...) scaled to n_units.
+    auto edge = [&](int64_t i) {
+      const int64_t cum = i * parts - i * (i - 1) / 2;  // sum of the first i weights
+      return std::min(n_items, n_units * cum / total_weight * align);
+    };
+    const int64_t begin = edge(part), end = edge(part + 1);
     if (begin < end) fn(begin, end);
   });
 }
