@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "engine/kernels/kernel_table.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/norm.h"
+#include "engine/ops/parallel.h"
 #include "engine/ops/numerics.h"
 #include "engine/ops/rope.h"
 #include "engine/ops/softmax.h"
@@ -75,6 +77,38 @@ TEST(Ops, RowOpsSplitOverThreadsExactly) {
     std::vector<float> inplace = x;  // y == x
     ASSERT_TRUE(ops::Softmax(kt, &pool, inplace.data(), inplace.data(), n_rows, n).ok());
     EXPECT_EQ(inplace, want);
+  }
+}
+
+// ForRanges' shrinking ranges cover every item exactly once, start on the alignment, and shrink.
+TEST(Ops, ForRangesCoversEachItemOnceInShrinkingAlignedRanges) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 15, 36, 37, 1000, 100003}) {
+      for (int64_t align : {1, 16}) {
+        std::vector<int> seen(static_cast<size_t>(n), 0);
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        std::mutex mu;
+        ops::internal::ForRanges(&pool, n, 1 << 15, align, [&](int64_t b, int64_t e) {
+          std::lock_guard<std::mutex> lock(mu);
+          ranges.emplace_back(b, e);
+          for (int64_t i = b; i < e; ++i) ++seen[static_cast<size_t>(i)];
+        });
+        SCOPED_TRACE("threads " + std::to_string(threads) + " n " + std::to_string(n) +
+                     " align " + std::to_string(align));
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "item " << i;
+        std::sort(ranges.begin(), ranges.end());
+        for (size_t r = 0; r < ranges.size(); ++r) {
+          EXPECT_EQ(ranges[r].first % align, 0);
+          // Ranges shrink (up to one unit of rounding); the last may be cut short by n.
+          if (r + 2 < ranges.size()) {
+            EXPECT_GE(ranges[r].second - ranges[r].first + align,
+                      ranges[r + 1].second - ranges[r + 1].first);
+          }
+        }
+        if (n >= 1000) EXPECT_GT(ranges.size(), static_cast<size_t>(threads));
+      }
+    }
   }
 }
 
