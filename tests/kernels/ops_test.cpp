@@ -106,7 +106,11 @@ TEST(Ops, ForRangesCoversEachItemOnceInShrinkingAlignedRanges) {
                       ranges[r + 1].second - ranges[r + 1].first);
           }
         }
-        if (n >= 1000) EXPECT_GT(ranges.size(), static_cast<size_t>(threads));
+        if (n >= 1000) {
+          ASSERT_GT(ranges.size(), static_cast<size_t>(threads));
+          const auto size = [&](size_t r) { return ranges[r].second - ranges[r].first; };
+          EXPECT_GE(size(0), 3 * size(ranges.size() - 2)) << "the ranges do not shrink";
+        }
       }
     }
   }
