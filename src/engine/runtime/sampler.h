@@ -54,7 +54,8 @@ class Sampler {
   std::vector<int32_t> ids_;
 };
 
-// Log-probability and entropy of the distribution softmax(logits) for `token`.
+// Log-probability and entropy of the distribution softmax(logits) for `token` (f32 SIMD
+// exponentials and sums: relative error ~1e-6 for a 50k vocabulary).
 TokenStats ComputeTokenStats(std::span<const float> logits, int32_t token);
 // The `n` most likely tokens of softmax(logits) with their log-probabilities, best first (ties:
 // lower id first). `log_norm` is log(sum exp(logits)), i.e. logits[t] - logprob(t) for any t.
