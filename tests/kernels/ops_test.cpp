@@ -51,7 +51,8 @@ TEST(Ops, RowOpsSplitOverThreadsExactly) {
         ops::LayerNorm(kt, &pool, x.data(), w.data(), b.data(), got.data(), n_rows, n, 1e-5f)
             .ok());
     EXPECT_EQ(got, want);
-    if (kt.to_bf16 != nullptr) {
+    ASSERT_NE(kt.to_bf16, nullptr) << "every table converts to bf16";
+    {
       // bf16 rows with a stride: each the kernel's row rounded to nearest even, the padding
       // between rows untouched.
       const int64_t ldy = n + 24;

@@ -46,32 +46,40 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
 }
 
 TEST(TileBf16Pack, EveryWeightLandsAtItsPlaceAndPaddingIsZero) {
-  const int64_t n = 37, k = 96;
-  const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 3);
-  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
-    SCOPED_TRACE(std::string(DTypeName(type)));
-    const size_t rb = *RowBytes(type, k);
-    std::vector<uint8_t> rows(rb * n);
-    for (int64_t r = 0; r < n; ++r) {
-      ASSERT_TRUE(QuantizeRow(type, w.data() + r * k, rows.data() + r * rb, k).ok());
-    }
-    auto tm = TileBf16Matrix::Pack(type, rows.data(), rb, n, k);
-    ASSERT_TRUE(tm.ok()) << tm.status().ToString();
-    ASSERT_EQ((*tm)->panels(), 3);
-    std::vector<float> deq(static_cast<size_t>(k));
-    for (int64_t col = 0; col < 48; ++col) {
-      if (col < n) {
-        ASSERT_TRUE(DequantizeRow(type, rows.data() + col * rb, deq.data(), k).ok());
+  const int64_t n = 37;
+  // k = 40 is not a whole tile step: the panels hold 64 values per column, the last 24 zero.
+  for (int64_t k : {96, 40}) {
+    const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 3);
+    for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+      if (k % 32 != 0 && type == DType::kQ8_0) continue;  // Q8_0 rows are whole blocks of 32
+      SCOPED_TRACE(std::string(DTypeName(type)) + " k=" + std::to_string(k));
+      const size_t rb = *RowBytes(type, k);
+      std::vector<uint8_t> rows(rb * n);
+      for (int64_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(QuantizeRow(type, w.data() + r * k, rows.data() + r * rb, k).ok());
       }
-      for (int64_t i = 0; i < k; ++i) {
-        const uint16_t want = col < n ? F32ToBF16(deq[i]) : 0;
-        ASSERT_EQ(PackedAt((*tm)->data(), k, col, i), want) << "col " << col << " i " << i;
+      auto tm = TileBf16Matrix::Pack(type, rows.data(), rb, n, k);
+      ASSERT_TRUE(tm.ok()) << tm.status().ToString();
+      ASSERT_EQ((*tm)->panels(), 3);
+      ASSERT_EQ((*tm)->k(), k);
+      const int64_t kp = (*tm)->k_padded();
+      ASSERT_EQ(kp, (k + 31) / 32 * 32);
+      std::vector<float> deq(static_cast<size_t>(k));
+      for (int64_t col = 0; col < 48; ++col) {
+        if (col < n) {
+          ASSERT_TRUE(DequantizeRow(type, rows.data() + col * rb, deq.data(), k).ok());
+        }
+        for (int64_t i = 0; i < kp; ++i) {
+          const uint16_t want = col < n && i < k ? F32ToBF16(deq[i]) : 0;
+          ASSERT_EQ(PackedAt((*tm)->data(), kp, col, i), want) << "col " << col << " i " << i;
+        }
       }
     }
   }
+  const std::vector<float> w = vlmd::testing::RandomNormal(n * 256, 3);
   EXPECT_FALSE(TileBf16Matrix::Pack(DType::kQ4_K, w.data(), 1024, n, 256).ok());
-  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), k * 4, n, 48).ok());  // k % 32
-  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), 8, n, k).ok());       // row_bytes
+  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), 8, n, 96).ok());  // row_bytes
+  EXPECT_FALSE(TileBf16Matrix::Pack(DType::kF32, w.data(), 4, n, 0).ok());   // k
 }
 
 TEST(TileBf16Pack, PackRowsAndColumnsZeroExtendK) {
@@ -125,6 +133,58 @@ TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
     kt->tile_pack_columns(src.data(), stride, s.n, s.k_valid, s.k, got.data());
     EXPECT_EQ(got, want) << "columns";
   }
+}
+
+// TileMatMul refuses what the kernel cannot do safely, and runs the rest like the kernel.
+TEST(TileBf16Kernel, TileMatMulValidatesItsArguments) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  const int64_t m = 20, n = 24, k = 40;  // k padded to 64
+  const std::vector<float> wf = vlmd::testing::RandomNormal(n * k, 51);
+  auto tm = TileBf16Matrix::Pack(DType::kF32, wf.data(), k * 4, n, k);
+  ASSERT_TRUE(tm.ok());
+  const int64_t lda = 64;
+  std::vector<float> af = vlmd::testing::RandomNormal(32 * lda, 52);
+  for (int64_t r = 0; r < 32; ++r) {
+    for (int64_t c = k; c < lda; ++c) af[r * lda + c] = 0.0f;  // the padding columns are zero
+  }
+  const std::vector<uint16_t> a = ToBf16(af);
+  std::vector<float> out(static_cast<size_t>(m * n)), want(out.size());
+  std::vector<uint16_t> out16(static_cast<size_t>(m * n));
+  ThreadPool pool(2);
+  auto invalid = [](const Status& s) { return s.code() == StatusCode::kInvalidArgument; };
+  TileBf16Args args{.a = a.data(), .lda = lda, .out = out.data(), .ldo = n};
+  ASSERT_TRUE(ops::TileMatMul(*kt, &pool, **tm, args, m).ok());
+  TileBf16Args ref = args;
+  ref.w = (*tm)->data();
+  ref.n = n;
+  ref.k = (*tm)->k_padded();
+  ref.out = want.data();
+  kernels::TileBf16MatmulRef(ref, 0, m, 0, (*tm)->panels());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-3) << i;
+  EXPECT_TRUE(ops::TileMatMul(*kt, &pool, **tm, args, 0).ok());  // nothing to do
+  EXPECT_TRUE(invalid(ops::TileMatMul(*kt, &pool, **tm, args, -1)));
+  TileBf16Args bad = args;
+  bad.lda = k;  // shorter than the padded rows the kernel reads
+  EXPECT_TRUE(invalid(ops::TileMatMul(*kt, &pool, **tm, bad, m)));
+  bad = args;
+  bad.ldo = n - 1;
+  EXPECT_TRUE(invalid(ops::TileMatMul(*kt, &pool, **tm, bad, m)));
+  bad = args;
+  bad.out = nullptr;
+  EXPECT_TRUE(invalid(ops::TileMatMul(*kt, &pool, **tm, bad, m)));
+  bad = args;
+  bad.out_bf16 = out16.data();
+  bad.ldo_bf16 = n;
+  bad.accumulate = true;
+  EXPECT_TRUE(invalid(ops::TileMatMul(*kt, &pool, **tm, bad, m)));
+  bad.accumulate = false;
+  EXPECT_TRUE(ops::TileMatMul(*kt, &pool, **tm, bad, m).ok());
+  for (size_t i = 0; i < out16.size(); ++i) {
+    ASSERT_NEAR(BF16ToF32(out16[i]), want[i], std::fabs(want[i]) * 0x1p-8 + 1e-3) << i;
+  }
+  const kernels::KernelTable& ref_table = kernels::GetKernelTable(kernels::Isa::kRef);
+  EXPECT_EQ(ops::TileMatMul(ref_table, &pool, **tm, args, m).code(), StatusCode::kUnimplemented);
 }
 
 // The epilogue's GELU for bf16 outputs: within 1e-4 of the tanh-form GELU (double) on a wide
@@ -287,10 +347,14 @@ TEST(TileBf16Kernel, EpilogueMatchesTheReference) {
   }
 }
 
-TEST(TileBf16Kernel, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
+// k = 72 is not a whole tile step: weights and activations are padded with zeros.
+class TileMatMulTest : public ::testing::TestWithParam<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(K, TileMatMulTest, ::testing::Values(160, 72));
+
+TEST_P(TileMatMulTest, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
   const kernels::KernelTable* kt = TileTable();
   if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
-  const int64_t m = 45, n = 70, k = 160;
+  const int64_t m = 45, n = 70, k = GetParam();
   const std::vector<float> a = vlmd::testing::RandomNormal(m * k, 21);
   const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 22);
   std::vector<uint16_t> w16(static_cast<size_t>(n * k));
@@ -300,7 +364,7 @@ TEST(TileBf16Kernel, MatMulOnTileWeightsStaysWithinBf16RoundingOfF32) {
   ops::WeightPacking exact{kt, ops::Precision::kExact, true};
   ASSERT_TRUE(ops::PackWeight(exact, &view, &store).ok());
   EXPECT_EQ(view.tiles, nullptr) << "exact precision must not round weights to bf16";
-  {  // Q8_0 in exact precision keeps its exact int8 repack, never bf16 tiles.
+  if (k % 32 == 0) {  // Q8_0 in exact precision keeps its exact int8 repack, never bf16 tiles.
     std::vector<uint8_t> q8(*RowBytes(DType::kQ8_0, k) * n);
     for (int64_t r = 0; r < n; ++r) {
       ASSERT_TRUE(QuantizeRow(DType::kQ8_0, w.data() + r * k,

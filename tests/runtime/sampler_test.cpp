@@ -101,6 +101,28 @@ TEST(SamplerTest, StatsOfUniformAndPeakedDistributions) {
   EXPECT_NEAR(pk.logprob, 0.0f, 1e-3);
 }
 
+// Greedy picks the first maximum (ties: lowest id) on the vectorized scan, at every position of
+// the 8-lane loop and in its tail; NaN logits still give a valid index.
+TEST(SamplerTest, GreedyIsTheFirstMaximumAndAlwaysAnIndex) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  Sampler s(p);
+  for (size_t n : {1u, 7u, 8u, 9u, 100u, 1003u}) {
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      std::vector<float> logits(n, -1.0f);
+      logits[at] = 5.0f;
+      if (at + 3 < n) logits[at + 3] = 5.0f;  // a later tie loses
+      EXPECT_EQ(s.Sample(logits, {}), static_cast<int32_t>(at)) << n << " " << at;
+    }
+  }
+  std::vector<float> nan_first(20, 1.0f);
+  nan_first[0] = std::nanf("");
+  nan_first[12] = 3.0f;
+  const int32_t t = s.Sample(nan_first, {});
+  EXPECT_GE(t, 0);
+  EXPECT_LT(t, 20);
+}
+
 TEST(SamplerTest, ValidationNamesTheField) {
   SamplingParams p;
   p.top_p = 0.0f;

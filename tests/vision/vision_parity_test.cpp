@@ -101,10 +101,16 @@ std::vector<float> RandomPixels(size_t n) {
 // positions, head_dim 64): the encoder's row-sized batches (5 tiles of 196 rows) and the fast
 // attention's query blocks (128 + a partial 68) are exercised. Encoding 7 tiles at once equals
 // encoding them one by one, bit for bit, in both precisions; fast stays within NMSE 1e-3 of exact.
-void CheckBatching(engine::DType vision_type) {
-  SCOPED_TRACE(std::string(engine::DTypeName(vision_type)));
-  const auto preset = engine::synth::FindPreset("demo");
+void CheckBatching(engine::DType vision_type, bool odd_shape = false) {
+  SCOPED_TRACE(std::string(engine::DTypeName(vision_type)) + (odd_shape ? " odd shape" : ""));
+  auto preset = engine::synth::FindPreset("demo");
   ASSERT_TRUE(preset.has_value());
+  if (odd_shape) {
+    // head_dim 48 (queries copied into whole tile steps) and d_ff 744 (the FFN's down
+    // projection padded to k = 768), as SigLIP-so400m's head_dim 72 and d_ff 4304 need.
+    preset->vision.n_heads = 4;
+    preset->vision.d_ff = 744;
+  }
   const std::string path = ::testing::TempDir() + "/vlmd_vision_batching_mmproj.gguf";
   engine::synth::SynthOptions synth;
   synth.vision_type = vision_type;
@@ -117,6 +123,11 @@ void CheckBatching(engine::DType vision_type) {
     std::string error;
     auto le = LoadEncoderFile(path, &error, precision);
     ASSERT_NE(le->encoder, nullptr) << error;
+    if (precision == engine::ops::Precision::kFast &&
+        le->ctx.kernels->tile_bf16_matmul != nullptr) {
+      EXPECT_TRUE(le->encoder->vit().UsesTileBlocks(*le->ctx.kernels))
+          << "fast precision on AMX must run the blocks on tiles";
+    }
     auto all = le->encoder->Encode(pixels.data(), n_tiles, &le->ctx);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
     const int64_t per_tile = le->encoder->tokens_per_tile() * le->encoder->n_embd();
@@ -129,7 +140,8 @@ void CheckBatching(engine::DType vision_type) {
     batched.push_back(std::move(*all));
   }
   const double nmse = Nmse(batched[1], batched[0]);
-  std::printf("[ fast   ] demo shape, %s, 7 tiles: NMSE vs exact %.3g\n",
+  std::printf("[ fast   ] demo shape%s, %s, 7 tiles: NMSE vs exact %.3g\n",
+              odd_shape ? " (head_dim 48, d_ff 744)" : "",
               std::string(engine::DTypeName(vision_type)).c_str(), nmse);
   EXPECT_LE(nmse, 1e-3);
   std::remove(path.c_str());
@@ -139,6 +151,7 @@ void CheckBatching(engine::DType vision_type) {
 TEST(VisionBatchingTest, BatchesAndQueryBlocksMatchSingleTiles) {
   CheckBatching(engine::DType::kF16);
   CheckBatching(engine::DType::kQ8_0);
+  CheckBatching(engine::DType::kF16, /*odd_shape=*/true);
 }
 
 // The bicubic keeps each source row's horizontal cubics while output rows need them; this

@@ -109,8 +109,9 @@ struct KernelTable {
   // layout (the engine then does not pack).
   PackedMatmulFn packed_matmul = nullptr;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
-  // conversion it needs. nullptr without AMX: the engine then never packs bf16 tiles (the scalar
-  // reference TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
+  // conversion it needs (every table has one; the AMX table's is AVX512-BF16). The tile matmul
+  // is nullptr without AMX: the engine then never packs bf16 tiles (the scalar reference
+  // TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
   ExpBf16Fn softmax_exp_bf16 = nullptr;  // attention probabilities for the tile product

@@ -31,7 +31,7 @@ Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const 
     return InvalidArgumentError("bf16 tile packing: unsupported weight type " +
                                 std::string(DTypeName(dtype)));
   }
-  if (n < 1 || k < kTileK || k % kTileK != 0 || data == nullptr) {
+  if (n < 1 || k < 1 || data == nullptr) {
     return InvalidArgumentError("bf16 tile packing: bad shape n=" + std::to_string(n) +
                                 " k=" + std::to_string(k));
   }
@@ -42,7 +42,9 @@ Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const 
   std::unique_ptr<TileBf16Matrix> m(new TileBf16Matrix());
   m->n_ = n;
   m->k_ = k;
-  const size_t bytes = (PanelElements(n, k) * sizeof(uint16_t) + kAlign - 1) / kAlign * kAlign;
+  const int64_t k_padded = PaddedK(k);
+  const size_t bytes =
+      (PanelElements(n, k_padded) * sizeof(uint16_t) + kAlign - 1) / kAlign * kAlign;
   m->data_.reset(static_cast<uint16_t*>(std::aligned_alloc(kAlign, bytes)));
   if (!m->data_) {
     return ResourceExhaustedError("bf16 tile packing: cannot allocate " + std::to_string(bytes) +
@@ -53,7 +55,8 @@ Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const 
   const auto* src = static_cast<const uint8_t*>(data);
   for (int64_t col = 0; col < n; ++col) {
     VLMD_RETURN_IF_ERROR(DequantizeRow(dtype, src + col * row_bytes, row.data(), k));
-    uint16_t* panel = m->data_.get() + static_cast<size_t>(col / kTileCols) * k * kTileCols;
+    uint16_t* panel =
+        m->data_.get() + static_cast<size_t>(col / kTileCols) * k_padded * kTileCols;
     const int64_t j = col % kTileCols;
     for (int64_t i = 0; i < k; ++i) panel[PanelIndex(j, i)] = F32ToBF16(row[i]);
   }

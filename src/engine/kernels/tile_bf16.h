@@ -28,8 +28,9 @@ inline constexpr int kTileRows = 16;   // activation rows per A tile
 class TileBf16Matrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of F32, F16, BF16 or Q8_0 (each
-  // value rounded to bf16).
-  // INVALID_ARGUMENT for other types, k not a multiple of 32, n < 1 or row_bytes too small;
+  // value rounded to bf16). k need not be a multiple of 32: the panels hold k_padded() values
+  // per column, the ones past k zero (the activations' padding columns must then be zero too).
+  // INVALID_ARGUMENT for other types, n < 1, k < 1 or row_bytes too small;
   // RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<TileBf16Matrix>> Pack(DType dtype, const void* data,
                                                       size_t row_bytes, int64_t n, int64_t k);
@@ -53,10 +54,12 @@ class TileBf16Matrix {
   }
 
   int64_t n() const { return n_; }
-  int64_t k() const { return k_; }
+  int64_t k() const { return k_; }  // the weight's row length
+  int64_t k_padded() const { return PaddedK(k_); }  // values per column in the panels
+  static int64_t PaddedK(int64_t k) { return (k + kTileK - 1) / kTileK * kTileK; }
   int64_t panels() const { return (n_ + kTileCols - 1) / kTileCols; }
   const uint16_t* data() const { return data_.get(); }
-  size_t bytes() const { return PanelElements(n_, k_) * sizeof(uint16_t); }
+  size_t bytes() const { return PanelElements(n_, k_padded()) * sizeof(uint16_t); }
 
  private:
   struct AlignedFree {

@@ -69,6 +69,9 @@ class ClipVit {
   // out: [n_tiles * n_positions, d_model] f32 (caller-owned). INVALID_ARGUMENT for n_tiles < 1
   // or null buffers; INTERNAL when a NaN/Inf appears in the output.
   Status Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx, float* out) const;
+  // Whether Encode runs the blocks on bf16 tiles with `kt` (fast precision, every block weight
+  // packed as tiles, the table with the tile kernels); else on f32 activations.
+  bool UsesTileBlocks(const kernels::KernelTable& kt) const;
 
  private:
   struct Layer {
@@ -82,9 +85,8 @@ class ClipVit {
   void Unfold(const float* pixels, int64_t n_tiles, float* patches) const;
   Status Attend(int64_t n_tiles, VisionContext* ctx) const;
   Status RunBlocks(int64_t n_tiles, VisionContext* ctx) const;  // f32 activations
-  // The blocks in fast precision on AMX (clip_vit_tiles.cpp): whether every weight has tiles
-  // and the table the kernels, and the blocks (ctx->x in place) with their attention.
-  bool UsesTileBlocks(const kernels::KernelTable& kt) const;
+  // The blocks in fast precision on AMX (clip_vit_tiles.cpp), ctx->x in place, with their
+  // attention.
   Status RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const;
   Status AttendTiles(int64_t n_tiles, VisionContext* ctx) const;
 

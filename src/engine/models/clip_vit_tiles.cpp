@@ -29,6 +29,17 @@ uint16_t* Bf16Rows(Bf16Buffer* buf, int64_t rows, int64_t valid, int64_t stride)
   return buf->data();
 }
 
+// Zeroes columns [width, width rounded up to 32) of rows [0, rows): the tile products read whole
+// 32-value steps, and the weights' padding is zero only where the activations' is too (a NaN
+// left there by an earlier call would still poison the sums).
+void ZeroPadColumns(uint16_t* buf, int64_t rows, int64_t stride, int64_t width) {
+  const int64_t padded = kernels::TileBf16Matrix::PaddedK(width);
+  if (padded == width) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(buf + r * stride + width, buf + r * stride + padded, uint16_t{0});
+  }
+}
+
 const float* OrNull(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
 // The FFN activation of the tile blocks: its output is rounded to bf16, so a cheaper form
@@ -154,6 +165,11 @@ Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
   uint16_t* v16 = Bf16Rows(&ctx->v16, rows, n, ld);
   uint16_t* attn16 = Bf16Rows(&ctx->attn16, rows, n, ld);
   uint16_t* ff16 = Bf16Rows(&ctx->ff16, rows, n, ld_ff);  // FFN hidden after the activation
+  // The products' inputs of widths that are not whole tile steps (e.g. SigLIP-so400m's
+  // d_ff = 4304): nothing writes their padding columns, so zero them once per call.
+  ZeroPadColumns(xn16, n, ld, d);
+  ZeroPadColumns(attn16, n, ld, d);
+  ZeroPadColumns(ff16, n, ld_ff, ff);
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
   float* x = ctx->x.data();

@@ -26,6 +26,7 @@ class VisionEncoder {
   const VisionConfig& config() const { return config_; }
   int64_t tokens_per_tile() const { return tokens_per_tile_; }
   int64_t n_embd() const { return config_.projection_dim; }  // = text model d_model
+  const ClipVit& vit() const { return *vit_; }
   // Memory the weights hold: the mapped GGUF file plus the packed copies.
   uint64_t memory_bytes() const;
 

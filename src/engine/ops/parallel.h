@@ -15,6 +15,20 @@ namespace vlmd::engine::ops::internal {
 // Below this many elements of work an op stays on the calling thread (~10 us of elementwise work).
 inline constexpr int64_t kMinParallelElements = 1 << 15;
 
+// Range `part` of `parts` as [*begin, *end) of [0, n_items): cumulative weights (parts,
+// parts - 1, ..., 1) scaled to whole units of `align` items, so the ranges shrink.
+inline void ShrinkingRange(int64_t n_items, int64_t parts, int64_t part, int64_t align,
+                           int64_t* begin, int64_t* end) {
+  const int64_t n_units = (n_items + align - 1) / align;
+  const int64_t total_weight = parts * (parts + 1) / 2;
+  auto edge = [&](int64_t i) {
+    const int64_t cum = i * parts - i * (i - 1) / 2;  // sum of the first i weights
+    return std::min(n_items, n_units * cum / total_weight * align);
+  };
+  *begin = edge(part);
+  *end = edge(part + 1);
+}
+
 // Calls fn(begin, end) over contiguous ranges covering [0, n_items) exactly once each, aligned to
 // `align`. `work_per_item` (elements) decides whether threading pays. pool may be nullptr.
 template <typename Fn>
@@ -32,14 +46,9 @@ void ForRanges(ThreadPool* pool, int64_t n_items, int64_t work_per_item, int64_t
   // with equal ranges an op ended on average half a range (1/16 of it) after its first thread
   // ran out of work, which short decode steps paid hundreds of times per token.
   const int64_t parts = std::min<int64_t>(n_units, 4 * static_cast<int64_t>(pool->size()));
-  const int64_t total_weight = parts * (parts + 1) / 2;
   pool->ParallelFor(parts, [&](int64_t part, int /*thread*/) {
-    // Ranges [b, e) in units: cumulative weights (parts, parts - 1, ...) scaled to n_units.
-    auto edge = [&](int64_t i) {
-      const int64_t cum = i * parts - i * (i - 1) / 2;  // sum of the first i weights
-      return std::min(n_items, n_units * cum / total_weight * align);
-    };
-    const int64_t begin = edge(part), end = edge(part + 1);
+    int64_t begin, end;
+    ShrinkingRange(n_items, parts, part, align, &begin, &end);
     if (begin < end) fn(begin, end);
   });
 }

@@ -55,10 +55,14 @@ float MaxLogit(std::span<const float> x) {
   return m;
 }
 
-// First index of the maximum: ties go to the lowest id, as the reference implementation.
+// First index of the maximum: ties go to the lowest id, as the reference implementation. Logits
+// with NaN (the engine stops on those before sampling) fall back to std::max_element's answer,
+// so the result is always a valid index; an empty span gives 0.
 int32_t ArgMax(std::span<const float> x) {
-  const float m = MaxLogit(x);
-  return static_cast<int32_t>(std::find(x.begin(), x.end(), m) - x.begin());
+  if (x.empty()) return 0;
+  const auto at = std::find(x.begin(), x.end(), MaxLogit(x));
+  return static_cast<int32_t>((at != x.end() ? at : std::max_element(x.begin(), x.end())) -
+                              x.begin());
 }
 
 }  // namespace

@@ -205,7 +205,9 @@ inline __m512 Exp2NonPositive(__m512 t, float lowest) {
 // GELU (tanh form) for values rounded to bf16 afterwards, relative error < 1e-4:
 // x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
 // z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
-// is the 14-bit reciprocal estimate. x = -inf gives NaN (the encoder's final check reports it).
+// is the 14-bit reciprocal estimate. The relative bound holds down to x ~ -8.7; below, where
+// the true value is under 2^-126 |x|, the result may be a denormal or 0 (vcvtneps2bf16 makes
+// denormals 0 anyway). x = -inf gives NaN (the encoder's final check reports it).
 void GeluTanhForBf16Avx512(const float* x, float* y, int64_t n) {
   const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
   const __m512 k3 = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
@@ -241,19 +243,27 @@ float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
     std::fill(y, y + n, nan ? uint16_t{0x7FC0} : uint16_t{0});  // a quiet NaN or 0
     return nan ? NAN : 0.0f;
   }
-  constexpr float kLowest = -126.0f;  // 2^-126: negligible against the largest term, 1
+  // Below 2^-150 the terms are 0 (negligible against the largest, 1; -inf gives 0 too).
+  constexpr float kLowest = -150.0f;
   const __m512 log2e = _mm512_set1_ps(1.44269504f);
+  const __m512 vmax_all = _mm512_set1_ps(row_max);
   const __m512 offset = _mm512_set1_ps(row_max * 1.44269504f);
+  // max * log2 e overflows for |max| > 2.3e38: then subtract first (a row of such scores is an
+  // overflow upstream, and must not turn into a uniform distribution).
+  const bool subtract_first = !(std::fabs(row_max) < 1e38f);
+  auto exponent = [&](__m512 v) {
+    return subtract_first ? _mm512_mul_ps(_mm512_sub_ps(v, vmax_all), log2e)
+                          : _mm512_fmsub_ps(v, log2e, offset);
+  };
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
-    const __m512 t = _mm512_fmsub_ps(_mm512_loadu_ps(x + i), log2e, offset);
-    const __m512 e = Exp2NonPositive(t, kLowest);
+    const __m512 e = Exp2NonPositive(exponent(_mm512_loadu_ps(x + i)), kLowest);
     vsum = _mm512_add_ps(vsum, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
     std::memcpy(y + i, &b, sizeof(b));
   }
   if (tail) {
-    const __m512 t = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(tail, x + full), log2e, offset);
+    const __m512 t = exponent(_mm512_maskz_loadu_ps(tail, x + full));
     const __m512 e = Exp2NonPositive(t, kLowest);
     vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
@@ -266,6 +276,10 @@ float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
 // k values, 32-bit words) is one gather of the same word from the panel's 16 source rows.
 void PackRowsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
                     int64_t k, uint16_t* dst) {
+  if (row_stride > (int64_t{1} << 26)) {  // gather offsets (15 rows apart) must fit in int32
+    TileBf16Matrix::PackRows(rows, row_stride, n, k_valid, k, dst);
+    return;
+  }
   const int64_t panels = (n + kTileCols - 1) / kTileCols;
   const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   // Byte offsets of the 16 source rows (row_stride values of 2 bytes each).
