@@ -147,14 +147,50 @@ void MergePartials(const float* states, const float* accs, int64_t n_parts, int6
   for (int64_t d = 0; d < hd; ++d) out[d] *= inv_l;
 }
 
-// Scratch of one worker of the blocked path.
-struct BlockedWork {
-  std::vector<float> k, vt, scores;  // [n_vis, hd], [hd, n_vis], [kQueryBlock, n_vis]
+// K and V^T of every kv head in f32, shared by all query blocks of the blocked path:
+// k [n_kv_heads][n_kv, hd], vt [n_kv_heads][hd, n_kv].
+struct BlockedKv {
+  const float* k = nullptr;
+  const float* vt = nullptr;
 };
 
+// Converts cache rows [j0, j1) of kv head g into `kv` (as laid out above), V transposed in
+// 16-row blocks so that each block's reads stay in a few cache lines per row.
+void ConvertKvRows(const Plan& p, int64_t g, int64_t j0, int64_t j1, float* k, float* vt) {
+  const AttentionArgs& a = *p.a;
+  const int64_t hd = a.head_dim, n_kv = a.n_kv;
+  const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
+  const auto* k_base = static_cast<const uint8_t*>(a.k) + head_offset;
+  const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
+  float* k_g = k + g * n_kv * hd;
+  float* vt_g = vt + g * hd * n_kv;
+  std::vector<float> v_block(static_cast<size_t>(16 * hd));
+  float* v_rows = v_block.data();
+  for (int64_t b0 = j0; b0 < j1; b0 += 16) {
+    const int64_t b1 = std::min(j1, b0 + 16);
+    for (int64_t j = b0; j < b1; ++j) {
+      const uint8_t* kr = k_base + j * p.kv_row_bytes;
+      const uint8_t* vr = v_base + j * p.kv_row_bytes;
+      float* v_row = v_rows + (j - b0) * hd;
+      if (a.kv_type == DType::kF16) {
+        F16ToF32Row(reinterpret_cast<const uint16_t*>(kr), k_g + j * hd, hd);
+        F16ToF32Row(reinterpret_cast<const uint16_t*>(vr), v_row, hd);
+      } else {
+        std::copy_n(reinterpret_cast<const float*>(kr), hd, k_g + j * hd);
+        std::copy_n(reinterpret_cast<const float*>(vr), hd, v_row);
+      }
+    }
+    for (int64_t e = 0; e < hd; ++e) {
+      float* dst = vt_g + e * n_kv;
+      for (int64_t j = b0; j < b1; ++j) dst[j] = v_rows[(j - b0) * hd + e];
+    }
+  }
+}
+
 // One job of the blocked path: kv head g, query rows [i0, i1), every query head of g's group.
-Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, int64_t g, int64_t i0,
-                   int64_t i1, BlockedWork* w) {
+// `scores` holds kQueryBlock rows of n_kv.
+Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, const BlockedKv& kv, int64_t g,
+                   int64_t i0, int64_t i1, float* scores) {
   const AttentionArgs& a = *p.a;
   const int64_t hd = a.head_dim, nq = i1 - i0;
   // Cache rows visible to the block's last query (kv positions sorted: a prefix).
@@ -172,40 +208,15 @@ Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, int64_t g, int
     }
     return Status::Ok();
   }
-  // f32 copies of this head's K rows and of V transposed (V^T is the weight of the P V product).
-  w->k.resize(static_cast<size_t>(n_vis * hd));
-  w->vt.resize(static_cast<size_t>(hd * n_vis));
-  w->scores.resize(static_cast<size_t>(kQueryBlock * n_vis));
-  const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
-  const auto* k_base = static_cast<const uint8_t*>(a.k) + head_offset;
-  const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
-  for (int64_t j = 0; j < n_vis; ++j) {
-    const uint8_t* kr = k_base + j * p.kv_row_bytes;
-    const uint8_t* vr = v_base + j * p.kv_row_bytes;
-    float* kd = w->k.data() + j * hd;
-    if (a.kv_type == DType::kF16) {
-      const auto* k16 = reinterpret_cast<const uint16_t*>(kr);
-      const auto* v16 = reinterpret_cast<const uint16_t*>(vr);
-      for (int64_t e = 0; e < hd; ++e) {
-        kd[e] = F16ToF32(k16[e]);
-        w->vt[e * n_vis + j] = F16ToF32(v16[e]);
-      }
-    } else {
-      const auto* k32 = reinterpret_cast<const float*>(kr);
-      const auto* v32 = reinterpret_cast<const float*>(vr);
-      for (int64_t e = 0; e < hd; ++e) {
-        kd[e] = k32[e];
-        w->vt[e * n_vis + j] = v32[e];
-      }
-    }
-  }
-  const WeightView k_view{DType::kF32, n_vis, hd, w->k.data(), 0};
-  const WeightView v_view{DType::kF32, hd, n_vis, w->vt.data(), 0};
+  // K's first n_vis rows; V^T's rows are n_kv apart, of which the first n_vis values are used.
+  const WeightView k_view{DType::kF32, n_vis, hd, kv.k + g * a.n_kv * hd, 0};
+  const WeightView v_view{DType::kF32, hd, n_vis, kv.vt + g * hd * a.n_kv,
+                          static_cast<size_t>(a.n_kv) * sizeof(float)};
   for (int64_t h = g * p.group; h < (g + 1) * p.group; ++h) {
     VLMD_RETURN_IF_ERROR(MatMul(kt, nullptr, k_view, a.q + i0 * a.q_row_stride + h * hd, nq,
-                                a.q_row_stride, w->scores.data(), n_vis, nullptr));
+                                a.q_row_stride, scores, n_vis, nullptr));
     for (int64_t i = 0; i < nq; ++i) {
-      float* row = w->scores.data() + i * n_vis;
+      float* row = scores + i * n_vis;
       int64_t vis = n_vis;
       if (a.causal) {
         vis = std::upper_bound(a.kv_pos, a.kv_pos + n_vis, a.q_pos[i0 + i]) - a.kv_pos;
@@ -214,21 +225,44 @@ Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, int64_t g, int
       if (vis > 0) kt.softmax(row, vis);
       std::fill(row + vis, row + n_vis, 0.0f);  // masked: probability 0
     }
-    VLMD_RETURN_IF_ERROR(MatMul(kt, nullptr, v_view, w->scores.data(), nq, n_vis,
+    VLMD_RETURN_IF_ERROR(MatMul(kt, nullptr, v_view, scores, nq, n_vis,
                                 a.out + i0 * a.out_row_stride + h * hd, a.out_row_stride, nullptr));
   }
   return Status::Ok();
 }
 
+// The blocked path: K and V^T converted to f32 once per kv head (in 64-row jobs over the pool),
+// then one job per (kv head, block of kQueryBlock queries) of two f32 GEMMs. Converting per job
+// instead repeated the whole conversion for every query block (a 1152-token prompt: 18 times).
 Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
   const AttentionArgs& a = *p.a;
+  const int64_t hd = a.head_dim, n_kv = a.n_kv;
+  // Reused by later calls from the same thread (a prefill runs one per layer).
+  thread_local std::vector<float> k_buf, vt_buf;
+  const size_t kv_size = static_cast<size_t>(a.n_kv_heads * n_kv * hd);
+  if (k_buf.size() < kv_size) {
+    k_buf.resize(kv_size);
+    vt_buf.resize(kv_size);
+  }
+  // Plain pointers for the jobs: inside them, running on pool threads, the thread_local names
+  // would mean those threads' own (empty) buffers.
+  float* const k = k_buf.data();
+  float* const vt = vt_buf.data();
+  constexpr int64_t kConvertRows = 64;
+  const int64_t row_jobs = (n_kv + kConvertRows - 1) / kConvertRows;
+  internal::ForTasks(pool, a.n_kv_heads * row_jobs, [&](int64_t job, int /*worker*/) {
+    const int64_t g = job / row_jobs, j0 = (job % row_jobs) * kConvertRows;
+    ConvertKvRows(p, g, j0, std::min(n_kv, j0 + kConvertRows), k, vt);
+  });
+  const BlockedKv kv{k, vt};
   const int64_t q_blocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
   const int64_t jobs = a.n_kv_heads * q_blocks;
-  std::vector<BlockedWork> work(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
+  std::vector<std::vector<float>> scores(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   return internal::ForJobs(pool, jobs, [&](int64_t job, int worker) {
     const int64_t g = job % a.n_kv_heads, i0 = (job / a.n_kv_heads) * kQueryBlock;
-    return AttendBlock(kt, p, g, i0, std::min(a.n_q, i0 + kQueryBlock),
-                       &work[static_cast<size_t>(worker)]);
+    std::vector<float>& s = scores[static_cast<size_t>(worker)];
+    s.resize(static_cast<size_t>(kQueryBlock * n_kv));
+    return AttendBlock(kt, p, kv, g, i0, std::min(a.n_q, i0 + kQueryBlock), s.data());
   });
 }
 
