@@ -160,6 +160,7 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
     a.causal = true;
     a.q_pos = b.pos + r0;
     a.kv_pos = ctx->kv_pos.data();
+    a.kv_scratch = &ctx->attention_kv;
     VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
     r0 = r1;
   }

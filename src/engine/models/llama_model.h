@@ -43,6 +43,7 @@ struct ForwardContext {
   ThreadPool* pool = nullptr;
   ops::MatmulScratch matmul_scratch;
   std::vector<float> x, xn, q, k, v, qkv, attn, gate, up, rope_table, logit_in;
+  std::vector<float> attention_kv;  // prefill attention's f32 K / V^T (ops::AttentionArgs)
   std::vector<int32_t> kv_pos;
 };
 

@@ -237,17 +237,12 @@ Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, const BlockedK
 Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
   const AttentionArgs& a = *p.a;
   const int64_t hd = a.head_dim, n_kv = a.n_kv;
-  // Reused by later calls from the same thread (a prefill runs one per layer).
-  thread_local std::vector<float> k_buf, vt_buf;
   const size_t kv_size = static_cast<size_t>(a.n_kv_heads * n_kv * hd);
-  if (k_buf.size() < kv_size) {
-    k_buf.resize(kv_size);
-    vt_buf.resize(kv_size);
-  }
-  // Plain pointers for the jobs: inside them, running on pool threads, the thread_local names
-  // would mean those threads' own (empty) buffers.
-  float* const k = k_buf.data();
-  float* const vt = vt_buf.data();
+  std::vector<float> local;
+  std::vector<float>& buf = a.kv_scratch != nullptr ? *a.kv_scratch : local;
+  if (buf.size() < 2 * kv_size) buf.resize(2 * kv_size);
+  float* const k = buf.data();
+  float* const vt = k + kv_size;
   constexpr int64_t kConvertRows = 64;
   const int64_t row_jobs = (n_kv + kConvertRows - 1) / kConvertRows;
   internal::ForTasks(pool, a.n_kv_heads * row_jobs, [&](int64_t job, int /*worker*/) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -45,13 +46,18 @@ struct AttentionArgs {
   bool causal = false;
   const int32_t* q_pos = nullptr;   // [n_q]
   const int32_t* kv_pos = nullptr;  // [n_kv]
+
+  // Optional caller-owned scratch for the blocked (many-query) path's f32 copies of K and V^T
+  // (2 * n_kv_heads * n_kv * head_dim floats): grown as needed and reused, so a prefill's layers
+  // do not allocate; nullptr allocates per call.
+  std::vector<float>* kv_scratch = nullptr;
 };
 
 // out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that
 // sees no kv row (all masked, or n_kv == 0) gets a zero output. NaN/Inf in q, K or V propagate to
 // the output (CheckFinite reports them). Parallel over (query, head) pairs; pool may be nullptr.
-// Allocates O(threads * head_dim) scratch per call, O(threads * n_kv * (2 head_dim + 64)) on
-// the blocked path. INVALID_ARGUMENT on inconsistent shapes,
+// Allocates O(threads * head_dim) scratch per call; on the blocked path O(threads * 64 * n_kv)
+// for scores and, without kv_scratch, 2 * n_kv_heads * n_kv * head_dim floats. INVALID_ARGUMENT on inconsistent shapes,
 // strides, null buffers, a missing position array or a kv_type other than F16/F32.
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args);
 
