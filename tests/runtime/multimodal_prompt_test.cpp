@@ -121,8 +121,11 @@ TEST(MultimodalPromptErrors, MarkerCountMustMatchImages) {
   auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), o);
   ASSERT_TRUE(e.ok());
   const auto bytes = vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath("tiny-llava/images/img-32x32.png"));
+  const uint64_t before = (*e)->activation_bytes();
   auto enc = (*e)->EncodeImage(bytes, nullptr);
   ASSERT_TRUE(enc.ok());
+  // The encoder's scratch counts as activations (memory accounting).
+  EXPECT_GT((*e)->activation_bytes(), before);
   std::vector<EncodedImage> one = {*enc};
   auto two_markers = (*e)->BuildPrompt("<__media__><__media__>hi", one, true);
   ASSERT_FALSE(two_markers.ok());

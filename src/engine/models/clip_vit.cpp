@@ -45,6 +45,22 @@ Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& f, int64_t p, int64
 
 }  // namespace
 
+uint64_t VisionContext::bytes() const {
+  auto floats = [](const std::vector<float>& v) { return v.capacity() * sizeof(float); };
+  uint64_t b = matmul_scratch.capacity();
+  for (const std::vector<float>* v : {&patches, &x, &xn, &q, &k, &v, &attn, &ff, &proj_in,
+                                      &proj_mid}) {
+    b += floats(*v);
+  }
+  for (const Bf16Buffer* buf : {&xn16, &q16, &k16, &v16, &attn16, &ff16}) b += buf->bytes();
+  for (const AttentionWork& w : attention_work) {
+    b += floats(w.k_head) + floats(w.v_head) + floats(w.v_head_t) + floats(w.scores) +
+         floats(w.row_scale) + w.q_bf16.bytes() + w.k_tiles.bytes() + w.v_tiles.bytes() +
+         w.p_bf16.bytes();
+  }
+  return b;
+}
+
 Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, ops::Activation act,
                         float* x, int64_t n) {
   // Chunks small enough for a stack copy of their inputs, spread over the pool.

@@ -22,6 +22,7 @@ class Bf16Buffer {
  public:
   void resize(size_t n) { data_ = reinterpret_cast<uint16_t*>(mem_.Reserve(n * sizeof(uint16_t))); }
   uint16_t* data() { return data_; }
+  size_t bytes() const { return mem_.capacity(); }
 
  private:
   ops::MatmulScratch mem_;
@@ -46,6 +47,9 @@ struct VisionContext {
     Bf16Buffer q_bf16, k_tiles, v_tiles, p_bf16;
   };
   std::vector<AttentionWork> attention_work;
+
+  // Bytes held by all of the above (memory accounting of the activations).
+  uint64_t bytes() const;
 };
 
 class ClipVit {

@@ -316,9 +316,11 @@ Status TextEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {
 }
 
 uint64_t TextEngine::activation_bytes() const {
-  uint64_t b = ctx_.matmul_scratch.capacity() + step_logits_.capacity() * sizeof(float);
-  for (const std::vector<float>* v : {&ctx_.x, &ctx_.xn, &ctx_.q, &ctx_.k, &ctx_.v, &ctx_.attn,
-                                      &ctx_.gate, &ctx_.up, &ctx_.rope_table, &ctx_.logit_in}) {
+  uint64_t b = ctx_.matmul_scratch.capacity() + step_logits_.capacity() * sizeof(float) +
+               vision_ctx_.bytes();
+  for (const std::vector<float>* v :
+       {&ctx_.x, &ctx_.xn, &ctx_.q, &ctx_.k, &ctx_.v, &ctx_.qkv, &ctx_.attn, &ctx_.gate, &ctx_.up,
+        &ctx_.rope_table, &ctx_.logit_in, &ctx_.attention_kv}) {
     b += v->capacity() * sizeof(float);
   }
   return b;

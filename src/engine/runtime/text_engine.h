@@ -150,7 +150,8 @@ class TextEngine {
   Status PrefillChunk(Sequence* seq, int64_t max_rows);
   Status DecodeStep(std::span<Sequence* const> seqs);
   const EngineOptions& options() const { return opts_; }
-  // Bytes held by the forward scratch buffers (activations), as of the last call. Owner thread.
+  // Bytes held by the forward and vision-encoder scratch buffers (activations), as of the last
+  // call. Owner thread.
   uint64_t activation_bytes() const;
 
  private:
