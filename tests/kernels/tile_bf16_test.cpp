@@ -478,49 +478,84 @@ TEST(MatmulEpilogue, EqualsBiasThenActivationAfterTheProduct) {
   }
 }
 
-// softmax_exp_bf16 against double precision: each y is exp(x - max) within bf16 rounding
-// (2^-9 relative) plus the approximate exponential (3e-6), the returned sum within 1e-5, on odd
-// lengths, wide ranges and -inf entries (masked keys).
-TEST(TileBf16Kernel, SoftmaxExpToBf16IsTheRoundedNumerators) {
+// The fused attention kernel against attention in double over the same bf16 Q, K and V (scores
+// in log2 units): within the bf16 rounding of the probabilities and of the output, on odd sizes
+// (partial query blocks and key chunks, head_dim 48 / 64 / 72: an odd number of output panels,
+// resident and reloaded queries); a row with a NaN query gives NaN, and nothing is written past
+// head_dim.
+TEST(TileBf16Kernel, TileAttentionMatchesDoubleReference) {
   const kernels::KernelTable* kt = TileTable();
   if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
-  for (int64_t n : {1, 5, 16, 17, 1024, 1031}) {
-    for (float spread : {1.0f, 30.0f}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " spread=" + std::to_string(spread));
-      std::vector<float> x = vlmd::testing::RandomNormal(static_cast<size_t>(n), 61, spread);
-      if (n > 4) x[3] = -INFINITY;
-      double mx = -INFINITY, sum = 0.0;
-      for (float v : x) mx = std::max(mx, static_cast<double>(v));
-      for (float v : x) sum += std::exp(static_cast<double>(v) - mx);
-      const std::vector<float> copy = x;
-      std::vector<uint16_t> y(static_cast<size_t>(n) + 1, 0xABCD);
-      const float got_sum = kt->softmax_exp_bf16(x.data(), y.data(), n);
-      EXPECT_EQ(x, copy) << "the input must not change";
-      EXPECT_EQ(y[n], 0xABCD) << "wrote past n";
-      EXPECT_NEAR(got_sum, sum, 1e-5 * sum);
-      for (int64_t i = 0; i < n; ++i) {
-        const double want = std::exp(static_cast<double>(x[i]) - mx);
-        ASSERT_NEAR(BF16ToF32(y[i]), want, want * 0x1p-8 + 1e-37) << "i " << i;
+  ASSERT_NE(kt->tile_attention, nullptr);
+  // rising: later keys are longer, so later chunks raise the running max past its reference
+  // (the rescale of the partial outputs runs).
+  struct Shape { int64_t n_q, n_kv, hd; bool rising; };
+  for (const Shape s : {Shape{40, 200, 64, false}, Shape{33, 129, 48, false},
+                        Shape{64, 256, 72, false}, Shape{5, 17, 64, false},
+                        Shape{100, 300, 64, false}, Shape{40, 640, 64, true}}) {
+    SCOPED_TRACE("n_q=" + std::to_string(s.n_q) + " n_kv=" + std::to_string(s.n_kv) +
+                 " hd=" + std::to_string(s.hd) + (s.rising ? " rising" : ""));
+    const int64_t hd_pad = (s.hd + 31) / 32 * 32, v_k = (s.n_kv + 31) / 32 * 32;
+    const int64_t q_rows = (s.n_q + 31) / 32 * 32;
+    std::vector<float> qf = vlmd::testing::RandomNormal(q_rows * hd_pad, 71, 0.6f);
+    for (int64_t i = 0; i < q_rows; ++i) {
+      for (int64_t e = 0; e < hd_pad; ++e) {
+        if (i >= s.n_q || e >= s.hd) qf[i * hd_pad + e] = 0.0f;
       }
     }
-  }
-  // Non-finite rows: a NaN or +inf anywhere gives a NaN sum (never finite garbage), also among
-  // -inf values; only -inf gives zeros.
-  for (int64_t n : {7, 40}) {
-    for (float bad : {NAN, INFINITY}) {
-      for (float rest : {0.0f, -INFINITY}) {
-        std::vector<float> x = vlmd::testing::RandomNormal(static_cast<size_t>(n), 3);
-        if (rest == -INFINITY) std::fill(x.begin(), x.end(), rest);
-        x[n - 2] = bad;
-        std::vector<uint16_t> y(static_cast<size_t>(n));
-        EXPECT_TRUE(std::isnan(kt->softmax_exp_bf16(x.data(), y.data(), n))) << bad << rest;
-        EXPECT_TRUE(std::isnan(BF16ToF32(y[n - 2]))) << bad << rest;
+    if (s.n_q > 3) qf[3 * hd_pad + 1] = NAN;
+    const std::vector<uint16_t> q = ToBf16(qf);
+    std::vector<float> kf = vlmd::testing::RandomNormal(s.n_kv * s.hd, 72);
+    if (s.rising) {
+      for (int64_t j = 0; j < s.n_kv; ++j) {
+        for (int64_t e = 0; e < s.hd; ++e) kf[j * s.hd + e] *= 1.0f + 6.0f * j / s.n_kv;
       }
     }
-    std::vector<float> masked(static_cast<size_t>(n), -INFINITY);
-    std::vector<uint16_t> y(static_cast<size_t>(n), 0xABCD);
-    EXPECT_EQ(kt->softmax_exp_bf16(masked.data(), y.data(), n), 0.0f);
-    for (uint16_t v : y) EXPECT_EQ(v, 0);
+    const std::vector<uint16_t> k = ToBf16(kf);
+    const std::vector<uint16_t> v = ToBf16(vlmd::testing::RandomNormal(s.n_kv * s.hd, 73));
+    std::vector<uint16_t> k_tiles(TileBf16Matrix::PanelElements(s.n_kv, hd_pad));
+    std::vector<uint16_t> v_tiles(TileBf16Matrix::PanelElements(s.hd, v_k));
+    TileBf16Matrix::PackRows(k.data(), s.hd, s.n_kv, s.hd, hd_pad, k_tiles.data());
+    TileBf16Matrix::PackColumns(v.data(), s.hd, s.hd, s.n_kv, v_k, v_tiles.data());
+    ops::MatmulScratch o_block;
+    const int64_t ldo = s.hd + 5;
+    std::vector<uint16_t> out(static_cast<size_t>(s.n_q * ldo), 0xABCD);
+    const kernels::TileAttentionArgs args{
+        .q = q.data(), .ldq = hd_pad, .k_tiles = k_tiles.data(), .v_tiles = v_tiles.data(),
+        .v_k = v_k, .n_q = s.n_q, .n_kv = s.n_kv, .hd = s.hd, .hd_pad = hd_pad,
+        .out = out.data(), .ldo = ldo,
+        .o_scratch = reinterpret_cast<float*>(
+            o_block.Reserve(static_cast<size_t>(32 * (hd_pad + 16)) * sizeof(float)))};
+    kt->tile_attention(args);
+    double v_max = 0.0;
+    for (uint16_t x : v) v_max = std::max(v_max, std::fabs(static_cast<double>(BF16ToF32(x))));
+    std::vector<double> p(static_cast<size_t>(s.n_kv));
+    for (int64_t i = 0; i < s.n_q; ++i) {
+      for (int64_t c = s.hd; c < ldo; ++c) ASSERT_EQ(out[i * ldo + c], 0xABCD) << "row " << i;
+      if (i == 3) {
+        for (int64_t e = 0; e < s.hd; ++e) EXPECT_TRUE(std::isnan(BF16ToF32(out[i * ldo + e])));
+        continue;
+      }
+      double m = -INFINITY, sum = 0.0;
+      for (int64_t j = 0; j < s.n_kv; ++j) {
+        double dot = 0.0;
+        for (int64_t e = 0; e < s.hd; ++e) {
+          dot += static_cast<double>(BF16ToF32(q[i * hd_pad + e])) * BF16ToF32(k[j * s.hd + e]);
+        }
+        p[j] = dot;
+        m = std::max(m, dot);
+      }
+      for (int64_t j = 0; j < s.n_kv; ++j) sum += p[j] = std::exp2(p[j] - m);
+      for (int64_t e = 0; e < s.hd; ++e) {
+        double want = 0.0;
+        for (int64_t j = 0; j < s.n_kv; ++j) want += p[j] * BF16ToF32(v[j * s.hd + e]);
+        want /= sum;
+        // Probabilities rounded to bf16 (2^-9 relative each, so at most 2^-9 max|v| in the
+        // weighted mean) and the output rounded to bf16 (2^-9 of |want|), with margin.
+        ASSERT_NEAR(BF16ToF32(out[i * ldo + e]), want, 0x1p-7 * v_max + 0x1p-8 * std::fabs(want))
+            << "row " << i << " col " << e;
+      }
+    }
   }
 }
 

@@ -52,11 +52,9 @@ using TileBf16MatmulFn = void (*)(const TileBf16Args& args, int64_t m0, int64_t 
                                   int64_t p1);
 // f32 -> bf16 (round to nearest even) for n values.
 using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
-// The numerators of a softmax in bf16: y[i] = bf16(exp(x[i] - max x)) for n >= 1 values; returns
-// their f32 sum (before rounding), by which the caller divides what it computes from y. The
-// exponential may be approximate to 1e-5 relative (y is rounded to bf16 anyway). A NaN or +inf
-// in x gives a NaN sum; a row of only -inf gives zeros and 0.
-using ExpBf16Fn = float (*)(const float* x, uint16_t* y, int64_t n);
+// One head's attention on the tile unit (tile_bf16.h: TileAttentionArgs).
+struct TileAttentionArgs;
+using TileAttentionFn = void (*)(const TileAttentionArgs& args);
 // Tile operand packing of bf16 rows, TileBf16Matrix::PackRows / PackColumns (same contract).
 using TilePackFn = void (*)(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
                             int64_t k, uint16_t* dst);
@@ -114,9 +112,9 @@ struct KernelTable {
   // TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
-  ExpBf16Fn softmax_exp_bf16 = nullptr;  // attention probabilities for the tile product
   // GELU (tanh form) to 1e-4 relative, for values rounded to bf16 next (the tile epilogue).
   UnaryFn gelu_tanh_for_bf16 = nullptr;
+  TileAttentionFn tile_attention = nullptr;  // the vision encoder's attention on AMX
   TilePackFn tile_pack_rows = nullptr;     // K as the columns of Q K^T
   TilePackFn tile_pack_columns = nullptr;  // V^T as the columns of P V
 

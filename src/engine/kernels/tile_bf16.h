@@ -108,6 +108,30 @@ struct TileBf16Args {
   }
 };
 
+// Non-causal attention of one head on the tile unit, flash-style: for each query row i < n_q,
+//   out[i, e] = bf16( sum_j 2^(s_ij - m_i) v_je / sum_j 2^(s_ij - m_i) ),  e < hd,
+// with s_ij = q_i . k_j in log2 units (the caller folds log2 e into q's scale) and m_i the row's
+// running max. Keys go in chunks of 128 whose scores and probabilities stay in L1: the
+// probabilities are rounded to bf16 for the P V product, their sums stay f32.
+//   q: bf16 rows of hd_pad values (zero past hd), row i at q + i * ldq, readable up to row
+//      n_q rounded up to 32 (rows past n_q only feed outputs that are not written).
+//   k_tiles: TileBf16Matrix::PackRows of K (n_kv columns of hd_pad values);
+//   v_tiles: TileBf16Matrix::PackColumns of V (hd columns of v_k >= n_kv rounded up to 32 keys).
+//   out: bf16, row i at out + i * ldo, hd values; o_scratch: 32 * (hd_pad + 16) floats,
+//   64-byte aligned.
+// hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN.
+struct TileAttentionArgs {
+  const uint16_t* q = nullptr;
+  int64_t ldq = 0;
+  const uint16_t* k_tiles = nullptr;
+  const uint16_t* v_tiles = nullptr;
+  int64_t v_k = 0;
+  int64_t n_q = 0, n_kv = 0, hd = 0, hd_pad = 0;
+  uint16_t* out = nullptr;
+  int64_t ldo = 0;
+  float* o_scratch = nullptr;
+};
+
 // Scalar reference of the tile matmul: the same bf16 products, f32 accumulation in k order.
 void TileBf16MatmulRef(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 void ToBf16Ref(const float* x, uint16_t* y, int64_t n);

@@ -55,8 +55,7 @@ uint64_t VisionContext::bytes() const {
   for (const Bf16Buffer* buf : {&xn16, &q16, &k16, &v16, &attn16, &ff16}) b += buf->bytes();
   for (const AttentionWork& w : attention_work) {
     b += floats(w.k_head) + floats(w.v_head) + floats(w.v_head_t) + floats(w.scores) +
-         floats(w.row_scale) + w.q_bf16.bytes() + w.k_tiles.bytes() + w.v_tiles.bytes() +
-         w.p_bf16.bytes();
+         w.q_bf16.bytes() + w.k_tiles.bytes() + w.v_tiles.bytes() + w.o_block.capacity();
   }
   return b;
 }
@@ -132,7 +131,7 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
     }
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {d}));
     if (m->fast_) {
-      const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      const float q_scale = TileQueryScale(c.head_dim);
       for (float b : L.bq) L.bq_scaled.push_back(b * q_scale);
     }
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {d}));

@@ -39,12 +39,12 @@ struct VisionContext {
   // The blocks on tiles (fast precision on AMX): bf16 activation rows between the products.
   Bf16Buffer xn16, q16, k16, v16, attn16, ff16;
   // Per pool worker, f32 attention: one head's K [n_pos, head_dim], V transposed
-  // [head_dim, n_pos] and a block of attention scores [query rows, n_pos]; on tiles: the scores,
-  // 1 / row sums, and the tile operands (queries when copied, K, V^T, probabilities).
+  // [head_dim, n_pos] and a block of attention scores [query rows, n_pos]; on tiles: the tile
+  // operands (queries when copied, K, V^T) and the fused kernel's output block.
   struct AttentionWork {
     std::vector<float> k_head, v_head, v_head_t, scores;
-    std::vector<float> row_scale;
-    Bf16Buffer q_bf16, k_tiles, v_tiles, p_bf16;
+    Bf16Buffer q_bf16, k_tiles, v_tiles;
+    ops::MatmulScratch o_block;
   };
   std::vector<AttentionWork> attention_work;
 
@@ -82,7 +82,7 @@ class ClipVit {
     std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;
     ops::WeightView wq, wk, wv, wo, w_up, w_down;
     std::vector<float> bq, bk, bv, bo, b_up, b_down;
-    std::vector<float> bq_scaled;  // bq / sqrt(head_dim), for the tile blocks
+    std::vector<float> bq_scaled;  // bq * TileQueryScale(head_dim), for the tile blocks
   };
 
   ClipVit() = default;
@@ -93,6 +93,9 @@ class ClipVit {
   // attention.
   Status RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const;
   Status AttendTiles(int64_t n_tiles, VisionContext* ctx) const;
+  // The tile blocks' query scale: 1 / sqrt(head_dim), times log2(e) for the base-2 softmax of
+  // the fused attention kernel.
+  static float TileQueryScale(int64_t head_dim);
 
   VisionConfig config_;
   int64_t n_positions_ = 0;

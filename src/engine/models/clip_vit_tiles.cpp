@@ -53,9 +53,13 @@ kernels::UnaryFn TileBlockActivation(const kernels::KernelTable& kt, ops::Activa
 
 }  // namespace
 
+float ClipVit::TileQueryScale(int64_t head_dim) {
+  return 1.44269504f / std::sqrt(static_cast<float>(head_dim));  // log2(e) / sqrt(head_dim)
+}
+
 bool ClipVit::UsesTileBlocks(const kernels::KernelTable& kt) const {
   if (!fast_ || kt.tile_bf16_matmul == nullptr || kt.to_bf16 == nullptr ||
-      kt.softmax_exp_bf16 == nullptr || TileBlockActivation(kt, config_.ffn_act) == nullptr) {
+      kt.tile_attention == nullptr || TileBlockActivation(kt, config_.ffn_act) == nullptr) {
     return false;
   }
   for (const Layer& L : layers_) {
@@ -66,28 +70,20 @@ bool ClipVit::UsesTileBlocks(const kernels::KernelTable& kt) const {
   return true;
 }
 
-// Attention from bf16 Q (pre-scaled by 1/sqrt(head_dim)), K and V rows [n, ld] to bf16 output
-// rows: one job per (tile, head). K and V of the head are packed once as tile operands (K as the
-// columns of the score product, V^T as those of the output product; head_dim and n_pos padded
-// with zeros to whole 32-value tile steps), then the queries run in blocks of kQueryBlock rows so
-// that the score block stays in L2. Probabilities are exp(s - max) rounded to bf16; each output
-// row is divided by its row's sum in the product's epilogue.
+// Attention from bf16 Q (pre-scaled by log2(e) / sqrt(head_dim)), K and V rows [n, ld] to bf16
+// output rows: one job per (tile, head). K and V of the head are packed once as tile operands (K
+// as the columns of the score product, V^T as those of the output product; head_dim and n_pos
+// padded with zeros to whole 32-value tile steps), then the fused kernel runs every query
+// (kernels::TileAttentionArgs: scores and probabilities of 32 queries x 128 keys at a time, in L1).
 Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
-  constexpr int64_t kQueryBlock = 128;
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, npos = n_positions_, hd = c.head_dim, heads = c.n_heads;
   const int64_t ld = Bf16Stride(d);
   const int64_t hd_pad = RoundUp(hd, kernels::kTileK), npos_pad = RoundUp(npos, kernels::kTileK);
-  const int64_t block_rows = std::min(kQueryBlock, npos);
-  const int64_t rows_pad = RoundUp(block_rows, kernels::kTileRows);
-  const int64_t k_panels = (npos + kernels::kTileCols - 1) / kernels::kTileCols;
-  const int64_t v_panels = (hd + kernels::kTileCols - 1) / kernels::kTileCols;
-  // Row strides one cache line longer than the rows: 1024 scores (4 KiB) or probabilities per row
-  // would put the 16 rows of a tile in the same L1 sets (measured 1.3-1.6x on the score product).
-  const int64_t s_stride = npos + 16, p_stride = npos_pad + 32;
   // A head's queries are read in place when they fill whole tile steps; otherwise (head_dim not a
-  // multiple of 32) each block is copied with zero padding, since the next head's values follow.
+  // multiple of 32) they are copied with zero padding, since the next head's values follow.
   const bool q_in_place = hd == hd_pad;
+  const int64_t q_rows = RoundUp(npos, 32);  // the kernel reads whole 32-row blocks
   const kernels::KernelTable& kt = *ctx->kernels;
   const kernels::TilePackFn pack_rows = kt.tile_pack_rows != nullptr
                                             ? kt.tile_pack_rows
@@ -95,19 +91,17 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
   const kernels::TilePackFn pack_columns = kt.tile_pack_columns != nullptr
                                                ? kt.tile_pack_columns
                                                : &kernels::TileBf16Matrix::PackColumns;
+  const size_t o_block_bytes = static_cast<size_t>(32 * (hd_pad + 16)) * sizeof(float);
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
   ctx->attention_work.resize(static_cast<size_t>(workers));
   for (auto& w : ctx->attention_work) {
-    if (static_cast<int64_t>(w.scores.size()) < block_rows * s_stride) {
-      w.scores.resize(static_cast<size_t>(block_rows * s_stride));
+    if (!q_in_place) {
+      w.q_bf16.resize(static_cast<size_t>(q_rows * hd_pad));
+      std::fill(w.q_bf16.data(), w.q_bf16.data() + q_rows * hd_pad, uint16_t{0});
     }
-    if (static_cast<int64_t>(w.row_scale.size()) < block_rows) {
-      w.row_scale.resize(static_cast<size_t>(block_rows));
-    }
-    if (!q_in_place) w.q_bf16.resize(static_cast<size_t>(rows_pad * hd_pad));
     w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(npos, hd_pad));
     w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
-    w.p_bf16.resize(static_cast<size_t>(rows_pad * p_stride));
+    w.o_block.Reserve(o_block_bytes);
   }
   return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
     const int64_t h = job % heads, r0 = (job / heads) * npos;
@@ -115,39 +109,21 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
     const int64_t head_offset = r0 * ld + h * hd;
     pack_rows(ctx->k16.data() + head_offset, ld, npos, hd, hd_pad, w.k_tiles.data());
     pack_columns(ctx->v16.data() + head_offset, ld, hd, npos, npos_pad, w.v_tiles.data());
-    for (int64_t q0 = 0; q0 < npos; q0 += kQueryBlock) {
-      const int64_t nq = std::min(kQueryBlock, npos - q0);
-      const int64_t nq_pad = RoundUp(nq, kernels::kTileRows);
-      const uint16_t* q = ctx->q16.data() + head_offset + q0 * ld;
-      kernels::TileBf16Args qk{.a = q, .lda = ld, .w = w.k_tiles.data(), .n = npos, .k = hd_pad,
-                               .out = w.scores.data(), .ldo = s_stride};
-      if (!q_in_place) {
-        std::fill(w.q_bf16.data(), w.q_bf16.data() + nq_pad * hd_pad, uint16_t{0});
-        for (int64_t i = 0; i < nq; ++i) {
-          std::copy_n(q + i * ld, hd, w.q_bf16.data() + i * hd_pad);
-        }
-        qk.a = w.q_bf16.data();
-        qk.lda = hd_pad;
+    kernels::TileAttentionArgs args{.q = ctx->q16.data() + head_offset, .ldq = ld,
+                                    .k_tiles = w.k_tiles.data(), .v_tiles = w.v_tiles.data(),
+                                    .v_k = npos_pad, .n_q = npos, .n_kv = npos, .hd = hd,
+                                    .hd_pad = hd_pad, .out = ctx->attn16.data() + head_offset,
+                                    .ldo = ld,
+                                    .o_scratch = reinterpret_cast<float*>(
+                                        w.o_block.Reserve(o_block_bytes))};
+    if (!q_in_place) {  // rows past npos stay zero from the resize above
+      for (int64_t i = 0; i < npos; ++i) {
+        std::copy_n(args.q + i * ld, hd, w.q_bf16.data() + i * hd_pad);
       }
-      kt.tile_bf16_matmul(qk, 0, nq, 0, k_panels);
-      // Rows up to the next whole tile are read by the output product: zero the padding rows,
-      // and the padding columns of each row.
-      std::fill(w.p_bf16.data() + nq * p_stride, w.p_bf16.data() + nq_pad * p_stride,
-                uint16_t{0});
-      for (int64_t i = 0; i < nq; ++i) {
-        uint16_t* pb = w.p_bf16.data() + i * p_stride;
-        const float sum = kt.softmax_exp_bf16(w.scores.data() + i * s_stride, pb, npos);
-        // A NaN sum (NaN scores) stays NaN and is caught by the encoder's final check.
-        w.row_scale[static_cast<size_t>(i)] = sum > 0.0f || std::isnan(sum) ? 1.0f / sum : 0.0f;
-        std::fill(pb + npos, pb + npos_pad, uint16_t{0});
-      }
-      const kernels::TileBf16Args pv{.a = w.p_bf16.data(), .lda = p_stride,
-                                     .w = w.v_tiles.data(), .n = hd, .k = npos_pad,
-                                     .row_scale = w.row_scale.data(),
-                                     .out_bf16 = ctx->attn16.data() + head_offset + q0 * ld,
-                                     .ldo_bf16 = ld};
-      kt.tile_bf16_matmul(pv, 0, nq, 0, v_panels);
+      args.q = w.q_bf16.data();
+      args.ldq = hd_pad;
     }
+    kt.tile_attention(args);
     return Status::Ok();
   });
 }
@@ -156,9 +132,9 @@ Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, ff = c.d_ff, n = n_tiles * n_positions_;
   const int64_t ld = Bf16Stride(d), ld_ff = Bf16Stride(ff);
-  // Whole tiles of rows, plus one more for the attention's in-place query reads, which start at
-  // any row of a tile.
-  const int64_t rows = RoundUp(n, kernels::kTileRows) + kernels::kTileRows;
+  // Whole tiles of rows, plus 32 for the attention's in-place query reads, which start at any
+  // row and read whole blocks of 32.
+  const int64_t rows = RoundUp(n, kernels::kTileRows) + 32;
   uint16_t* xn16 = Bf16Rows(&ctx->xn16, rows, n, ld);     // LayerNorm output
   uint16_t* q16 = Bf16Rows(&ctx->q16, rows, n, ld);
   uint16_t* k16 = Bf16Rows(&ctx->k16, rows, n, ld);
@@ -173,7 +149,7 @@ Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
   float* x = ctx->x.data();
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float q_scale = TileQueryScale(c.head_dim);
   auto product = [&](const ops::WeightView& w, kernels::TileBf16Args args) {
     return ops::TileMatMul(kt, pool, *w.tiles, args, n);
   };
@@ -188,7 +164,7 @@ Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
     VLMD_RETURN_IF_ERROR(ops::LayerNormToBf16(kt, pool, x, L.ln1_w.data(), OrNull(L.ln1_b),
                                               xn16, ld, n, d, c.eps));
     kernels::TileBf16Args q_args = to_bf16(xn16, ld, q16, ld, OrNull(L.bq_scaled));
-    q_args.scale = q_scale;  // (x Wq^T + bq) / sqrt(head_dim), with bq_scaled = bq / sqrt(...)
+    q_args.scale = q_scale;  // (x Wq^T + bq) log2(e) / sqrt(head_dim): bq_scaled = bq * q_scale
     VLMD_RETURN_IF_ERROR(product(L.wq, q_args));
     VLMD_RETURN_IF_ERROR(product(L.wk, to_bf16(xn16, ld, k16, ld, OrNull(L.bk))));
     VLMD_RETURN_IF_ERROR(product(L.wv, to_bf16(xn16, ld, v16, ld, OrNull(L.bv))));

@@ -12,28 +12,14 @@
 #include <cstring>
 
 #include "engine/kernels/tile_bf16.h"
+#include "engine/kernels/x86/amx/amx_common.h"
 #include "engine/kernels/x86/x86_fill.h"
 
 namespace vlmd::engine::kernels {
 namespace {
 
-// The 64-byte tile configuration (palette 1): every tile used is 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void ConfigureTiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
+using amx::ConfigureTiles;
+using amx::Exp2NonPositive;
 
 // Where one accumulator tile's values go: row `row`, column col0 of the output, rows x cols valid.
 struct BlockPlace {
@@ -186,22 +172,6 @@ void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
-// 2^t = 2^f * 2^floor(t), f = t - floor(t) in [0, 1) (vreduceps), 2^f from a degree-4 minimax
-// polynomial (relative error < 2.6e-6), 2^floor(t) applied by vscalefps (which floors t itself).
-// t <= 0 is clamped at `lowest` (-inf would make f NaN; callers pick a value below which 2^t is
-// negligible for them); a NaN passes through (vmaxps returns its second operand when either is
-// NaN).
-inline __m512 Exp2NonPositive(__m512 t, float lowest) {
-  t = _mm512_max_ps(_mm512_set1_ps(lowest), t);
-  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
-  __m512 p = _mm512_set1_ps(0.0135341605f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0520114748f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.241442748f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693003836f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.00000259f));
-  return _mm512_scalef_ps(p, t);
-}
-
 // GELU (tanh form) for values rounded to bf16 afterwards, relative error < 1e-4:
 // x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
 // z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
@@ -225,51 +195,6 @@ void GeluTanhForBf16Avx512(const float* x, float* y, int64_t n) {
                                             z, one);
     _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(_mm512_mul_ps(v, num), r));
   }
-}
-
-// Two passes over the (L1-resident) row: the max, then exponentials converted to bf16 as they
-// are summed (the caller normalizes its result rows instead of every probability). The exponent
-// (x - max) log2 e is one FMA. A NaN or +inf in the row makes the sum NaN (NaN - max or
-// inf - inf); a row of only -inf gives zeros and a zero sum.
-float SoftmaxExpBf16Avx512(const float* x, uint16_t* y, int64_t n) {
-  const int64_t full = n / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < full; i += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(x + i), vmax);
-  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_loadu_ps(tail, x + full), vmax);
-  const float row_max = _mm512_reduce_max_ps(vmax);
-  if (row_max == -INFINITY) {  // every value -inf, or NaN (which vmaxps skipped)
-    const bool nan = std::any_of(x, x + n, [](float v) { return std::isnan(v); });
-    std::fill(y, y + n, nan ? uint16_t{0x7FC0} : uint16_t{0});  // a quiet NaN or 0
-    return nan ? NAN : 0.0f;
-  }
-  // Below 2^-150 the terms are 0 (negligible against the largest, 1; -inf gives 0 too).
-  constexpr float kLowest = -150.0f;
-  const __m512 log2e = _mm512_set1_ps(1.44269504f);
-  const __m512 vmax_all = _mm512_set1_ps(row_max);
-  const __m512 offset = _mm512_set1_ps(row_max * 1.44269504f);
-  // max * log2 e overflows for |max| > 2.3e38: then subtract first (a row of such scores is an
-  // overflow upstream, and must not turn into a uniform distribution).
-  const bool subtract_first = !(std::fabs(row_max) < 1e38f);
-  auto exponent = [&](__m512 v) {
-    return subtract_first ? _mm512_mul_ps(_mm512_sub_ps(v, vmax_all), log2e)
-                          : _mm512_fmsub_ps(v, log2e, offset);
-  };
-  __m512 vsum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < full; i += 16) {
-    const __m512 e = Exp2NonPositive(exponent(_mm512_loadu_ps(x + i)), kLowest);
-    vsum = _mm512_add_ps(vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(e);
-    std::memcpy(y + i, &b, sizeof(b));
-  }
-  if (tail) {
-    const __m512 t = exponent(_mm512_maskz_loadu_ps(tail, x + full));
-    const __m512 e = Exp2NonPositive(t, kLowest);
-    vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(e);
-    _mm256_mask_storeu_epi16(y + full, tail, reinterpret_cast<const __m256i&>(b));
-  }
-  return _mm512_reduce_add_ps(vsum);
 }
 
 // TileBf16Matrix::PackRows with AVX-512: each row of a panel's B tile (16 columns x one pair of
@@ -336,7 +261,7 @@ void PackColumnsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int6
 void FillAmxKernels(KernelTable* t) {
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->to_bf16 = ToBf16Avx512;
-  t->softmax_exp_bf16 = SoftmaxExpBf16Avx512;
+  t->tile_attention = amx::TileAttentionAmx;
   t->gelu_tanh_for_bf16 = GeluTanhForBf16Avx512;
   t->tile_pack_rows = PackRowsAvx512;
   t->tile_pack_columns = PackColumnsAvx512;
