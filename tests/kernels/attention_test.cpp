@@ -386,49 +386,71 @@ TEST(Attention, RejectsInconsistentArguments) {
   EXPECT_TRUE(engine::ops::Attention(kt, nullptr, p.args).ok());
 }
 
-// The row kernels on their own, every ISA against ref, lengths across the SIMD tails.
+// The row kernels on their own, every ISA against ref, lengths across the SIMD tails, groups of
+// 1 to 6 query heads (the kernels take up to 4 at a time) and row counts that are not a
+// multiple of the dot kernel's 4-row reduction.
 TEST(AttentionKernels, DotAndAxpyRowsMatchRef) {
   const KernelTable& ref = GetKernelTable(Isa::kRef);
   for (Isa isa : AvailableIsas()) {
     const KernelTable& t = GetKernelTable(isa);
     for (int64_t n : {1, 7, 33, 64, 80, 1000}) {
-      const int64_t n_rows = 37, stride = n + 3;  // padded rows
-      const auto q = RandomNormal(n, 300 + n);
-      const auto w = RandomUniform(n_rows, 301 + n, 0.0f, 1.0f);
-      auto rows32 = RandomNormal(n_rows * stride, 302 + n);
-      std::vector<uint16_t> rows16(rows32.size());
-      for (size_t e = 0; e < rows32.size(); ++e) {
-        rows16[e] = FloatToHalf(rows32[e]);
-        rows32[e] = HalfToFloat(rows16[e]);  // identical values in both caches
-      }
-      for (bool f16 : {false, true}) {
-        const void* rows = f16 ? static_cast<const void*>(rows16.data()) : rows32.data();
-        const size_t bytes = static_cast<size_t>(stride) * (f16 ? 2 : 4);
-        const auto dot = f16 ? t.dot_rows_f16 : t.dot_rows_f32;
-        const auto dot_ref = f16 ? ref.dot_rows_f16 : ref.dot_rows_f32;
-        const auto axpy = f16 ? t.axpy_rows_f16 : t.axpy_rows_f32;
-        const auto axpy_ref = f16 ? ref.axpy_rows_f16 : ref.axpy_rows_f32;
-        const std::string vars = std::string(IsaName(isa)) + (f16 ? " f16" : " f32") +
-                                 " n=" + std::to_string(n);
-        std::vector<float> got(n_rows), want(n_rows);
-        dot(q.data(), rows, bytes, n_rows, n, got.data());
-        dot_ref(q.data(), rows, bytes, n_rows, n, want.data());
-        for (int64_t j = 0; j < n_rows; ++j) {
-          double mag = 0;
-          for (int64_t d = 0; d < n; ++d) mag += std::fabs(double(q[d]) * rows32[j * stride + d]);
-          ASSERT_NEAR(got[j], want[j], (SumSteps(n, Lanes(isa)) + 1) * kU * mag + kTiny)
-              << "dot_rows " << vars << " j=" << j;
+      for (int64_t g : {1, 3, 6}) {
+        const int64_t n_rows = 37, stride = n + 3;  // padded rows
+        const int64_t out_stride = n_rows + 5, w_stride = n_rows + 2;
+        const auto q = RandomNormal(g * n, 300 + n);
+        const auto w = RandomUniform(g * w_stride, 301 + n, 0.0f, 1.0f);
+        auto rows32 = RandomNormal(n_rows * stride, 302 + n);
+        std::vector<uint16_t> rows16(rows32.size());
+        for (size_t e = 0; e < rows32.size(); ++e) {
+          rows16[e] = FloatToHalf(rows32[e]);
+          rows32[e] = HalfToFloat(rows16[e]);  // identical values in both caches
         }
-        auto acc = RandomNormal(n, 303 + n);
-        std::vector<float> acc_got = acc, acc_want = acc;
-        axpy(w.data(), rows, bytes, n_rows, n, acc_got.data());
-        axpy_ref(w.data(), rows, bytes, n_rows, n, acc_want.data());
-        for (int64_t d = 0; d < n; ++d) {
-          double mag = std::fabs(acc[d]);
-          for (int64_t j = 0; j < n_rows; ++j) mag += std::fabs(w[j] * rows32[j * stride + d]);
-          // Sequential over rows: n_rows fma roundings, plus the ref's one.
-          ASSERT_NEAR(acc_got[d], acc_want[d], (n_rows + 2) * kU * mag + kTiny)
-              << "axpy_rows " << vars << " d=" << d;
+        for (bool f16 : {false, true}) {
+          const void* rows = f16 ? static_cast<const void*>(rows16.data()) : rows32.data();
+          const size_t bytes = static_cast<size_t>(stride) * (f16 ? 2 : 4);
+          const auto dot = f16 ? t.dot_rows_f16 : t.dot_rows_f32;
+          const auto dot_ref = f16 ? ref.dot_rows_f16 : ref.dot_rows_f32;
+          const auto axpy = f16 ? t.axpy_rows_f16 : t.axpy_rows_f32;
+          const auto axpy_ref = f16 ? ref.axpy_rows_f16 : ref.axpy_rows_f32;
+          const std::string vars = std::string(IsaName(isa)) + (f16 ? " f16" : " f32") +
+                                   " n=" + std::to_string(n) + " g=" + std::to_string(g);
+          std::vector<float> got(static_cast<size_t>(g * out_stride), 7.0f), want = got;
+          dot(q.data(), g, rows, bytes, n_rows, n, got.data(), out_stride);
+          dot_ref(q.data(), g, rows, bytes, n_rows, n, want.data(), out_stride);
+          for (int64_t h = 0; h < g; ++h) {
+            for (int64_t j = 0; j < out_stride; ++j) {
+              const size_t at = static_cast<size_t>(h * out_stride + j);
+              if (j >= n_rows) {
+                ASSERT_EQ(got[at], 7.0f) << "dot_rows wrote past n_rows " << vars;
+                continue;
+              }
+              double mag = 0;
+              for (int64_t d = 0; d < n; ++d) {
+                mag += std::fabs(double(q[h * n + d]) * rows32[j * stride + d]);
+              }
+              // One accumulator per (row, head): ceil(n / lanes) roundings in a chain, then
+              // the lane tree (log2 lanes), plus the ref's one and a spare.
+              const double steps = std::ceil(static_cast<double>(n) / Lanes(isa)) + 2.0 +
+                                   std::log2(static_cast<double>(Lanes(isa)));
+              ASSERT_NEAR(got[at], want[at], (steps + 1) * kU * mag + kTiny)
+                  << "dot_rows " << vars << " h=" << h << " j=" << j;
+            }
+          }
+          auto acc = RandomNormal(g * n, 303 + n);
+          std::vector<float> acc_got = acc, acc_want = acc;
+          axpy(w.data(), w_stride, g, rows, bytes, n_rows, n, acc_got.data());
+          axpy_ref(w.data(), w_stride, g, rows, bytes, n_rows, n, acc_want.data());
+          for (int64_t h = 0; h < g; ++h) {
+            for (int64_t d = 0; d < n; ++d) {
+              double mag = std::fabs(acc[h * n + d]);
+              for (int64_t j = 0; j < n_rows; ++j) {
+                mag += std::fabs(w[h * w_stride + j] * rows32[j * stride + d]);
+              }
+              // Sequential over rows: n_rows fma roundings, plus the ref's one.
+              ASSERT_NEAR(acc_got[h * n + d], acc_want[h * n + d], (n_rows + 2) * kU * mag + kTiny)
+                  << "axpy_rows " << vars << " h=" << h << " d=" << d;
+            }
+          }
         }
       }
     }

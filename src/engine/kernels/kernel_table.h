@@ -85,13 +85,16 @@ using RopeFn = void (*)(float* x, int64_t n_heads, int64_t head_stride, const fl
 // y[i] = exp(x[i] - max) for i < n; returns the f32 sum of the y. x and y may alias. x[i] = -inf
 // gives 0. Used by softmax and by the streaming softmax of attention.
 using ExpSubSumFn = float (*)(const float* x, float max, float* y, int64_t n);
-// Attention inner products against n_rows cache rows of n elements (F32 or F16 per the slot), row j
-// at rows + j * row_stride_bytes:  out[j] = dot(q, row_j).
-using DotRowsFn = void (*)(const float* q, const void* rows, size_t row_stride_bytes,
-                           int64_t n_rows, int64_t n, float* out);
-// acc[i] += sum_j w[j] * row_j[i] for i < n (rows laid out as for DotRowsFn).
-using AxpyRowsFn = void (*)(const float* w, const void* rows, size_t row_stride_bytes,
-                            int64_t n_rows, int64_t n, float* acc);
+// Attention inner products of g >= 1 query vectors (the query heads of one kv head under GQA;
+// q_h at q + h * n) against n_rows cache rows of n elements (F32 or F16 per the slot), row j at
+// rows + j * row_stride_bytes:  out[h * out_stride + j] = dot(q_h, row_j). Each row is loaded
+// (and converted) once for the whole group.
+using DotRowsFn = void (*)(const float* q, int64_t g, const void* rows, size_t row_stride_bytes,
+                           int64_t n_rows, int64_t n, float* out, int64_t out_stride);
+// acc[h * n + i] += sum_j w[h * w_stride + j] * row_j[i] for h < g, i < n (rows laid out as for
+// DotRowsFn, each loaded once for the group).
+using AxpyRowsFn = void (*)(const float* w, int64_t w_stride, int64_t g, const void* rows,
+                            size_t row_stride_bytes, int64_t n_rows, int64_t n, float* acc);
 
 inline constexpr int kMaxDType = 32;
 

@@ -76,14 +76,13 @@ Status Validate(const AttentionArgs& a) {
 }
 
 // Streaming (online-softmax) attention of query row i against cache rows [j0, j1) for the
-// query heads [h0, h0 + n_h), which share one kv head. Each K / V block is read once for all of
-// them: after the first head it sits in L1, so GQA models can stream their cache once per kv
-// head instead of once per query head. Per head hh (0 .. n_h): state[2 hh] = running max m,
-// state[2 hh + 1] = running sum l of exp(score - m), acc[hh * head_dim ..] = the running sum of
-// exp(score - m) * v. The ranges of one (i, head) are merged by MergePartials. q_s: n_h *
-// head_dim floats of scratch.
+// query heads [h0, h0 + n_h), which share one kv head. Each K / V block is loaded (and
+// converted from f16) once for all of them by the group kernels. Per head hh (0 .. n_h):
+// state[2 hh] = running max m, state[2 hh + 1] = running sum l of exp(score - m),
+// acc[hh * head_dim ..] = the running sum of exp(score - m) * v. The ranges of one (i, head) are
+// merged by MergePartials. q_s: n_h * head_dim floats of scratch, s: n_h * kBlock.
 void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t j0, int64_t j1,
-                      float* q_s, float* state, float* acc) {
+                      float* q_s, float* s, float* state, float* acc) {
   const AttentionArgs& a = *p.a;
   const int64_t hd = a.head_dim, group = n_h, g = h0 / p.group;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -98,19 +97,22 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
   const auto* k_base = static_cast<const uint8_t*>(a.k) + head_offset;
   const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
   const bool mask_each = a.causal && !p.sorted_kv_pos;
-  float s[kBlock];
   for (int64_t b0 = j0; b0 < j1; b0 += kBlock) {
     const int64_t nb = std::min(kBlock, j1 - b0);
+    p.dot(q_s, group, k_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, s, kBlock);
     for (int64_t hh = 0; hh < group; ++hh) {
-      p.dot(q_s + hh * hd, k_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, s);
+      float* s_h = s + hh * kBlock;
       if (mask_each) {
         for (int64_t j = 0; j < nb; ++j) {
-          if (a.kv_pos[b0 + j] > a.q_pos[i]) s[j] = kNegInf;
+          if (a.kv_pos[b0 + j] > a.q_pos[i]) s_h[j] = kNegInf;
         }
       }
       float block_max = kNegInf;
-      for (int64_t j = 0; j < nb; ++j) block_max = s[j] > block_max ? s[j] : block_max;
-      if (block_max == kNegInf) continue;  // the whole block is masked for this query
+      for (int64_t j = 0; j < nb; ++j) block_max = s_h[j] > block_max ? s_h[j] : block_max;
+      if (block_max == kNegInf) {  // the whole block is masked for this query: weights 0
+        std::fill(s_h, s_h + nb, 0.0f);
+        continue;
+      }
       float& m = state[2 * hh];
       float& l = state[2 * hh + 1];
       float* acc_h = acc + hh * hd;
@@ -120,9 +122,9 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
         for (int64_t d = 0; d < hd; ++d) acc_h[d] *= c;
         m = block_max;
       }
-      l += p.exp_sub_sum(s, m, s, nb);
-      p.axpy(s, v_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, acc_h);
+      l += p.exp_sub_sum(s_h, m, s_h, nb);
     }
+    p.axpy(s, kBlock, group, v_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, acc);
   }
 }
 
@@ -302,13 +304,14 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   const int64_t head_blocks = a.n_heads / per_task;
   const int64_t n_tasks = a.n_q * head_blocks * n_ranges;
   // One allocation: per task its heads' states (m, l) and accumulators, per thread the scaled
-  // queries.
+  // queries and a block of scores per head.
   const int64_t state_size = 2 * per_task, acc_size = per_task * hd;
+  const int64_t thread_size = per_task * (hd + kBlock);
   std::vector<float> scratch(static_cast<size_t>(n_tasks * (state_size + acc_size) +
-                                                 n_threads * per_task * hd));
+                                                 n_threads * thread_size));
   float* const states = scratch.data();
   float* const accs = states + n_tasks * state_size;
-  float* const q_scratch = accs + n_tasks * acc_size;
+  float* const thread_scratch = accs + n_tasks * acc_size;
   auto run_task = [&](int64_t t, int thread) {
     const int64_t r = t % n_ranges, hb = (t / n_ranges) % head_blocks;
     const int64_t i = t / (n_ranges * head_blocks);
@@ -318,7 +321,8 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     }
     int64_t j0, j1;
     SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
-    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1, q_scratch + thread * per_task * hd,
+    float* const mine = thread_scratch + thread * thread_size;
+    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1, mine, mine + per_task * hd,
                      states + t * state_size, accs + t * acc_size);
   };
   internal::ForTasks(parallel ? pool : nullptr, n_tasks, run_task);

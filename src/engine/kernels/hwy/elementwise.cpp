@@ -399,102 +399,147 @@ HWY_INLINE void SumsOf4(DF d, VF a, VF b, VF c, VF e, float* out) {
 #endif
 }
 
-// q . row over n values, two accumulators (their sum is returned as a vector).
-template <class Rows>
-HWY_INLINE VF DotRow(DF d, const float* q, const void* row, int64_t n) {
+// G query vectors (q_h at q + h * n) against rows [j0, j0 + R) (R <= 4): acc[r][h] holds the
+// lane-wise products of q_h and row j0 + r, each row loaded (and converted) once for the group.
+template <class Rows, int G, int R>
+HWY_INLINE void DotGroupRows(DF d, const float* q, const uint8_t* row0, size_t stride, int64_t n,
+                             VF (&acc)[4][G]) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  VF acc0 = hn::Zero(d), acc1 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    acc0 = hn::MulAdd(hn::LoadU(d, q + i), Rows::Load(d, row, i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, q + i + lanes), Rows::Load(d, row, i + lanes), acc1);
+  for (int r = 0; r < R; ++r) {
+    for (int h = 0; h < G; ++h) acc[r][h] = hn::Zero(d);
   }
-  for (; i < n; i += lanes) {
+  for (int64_t i = 0; i < n; i += lanes) {
     const int64_t rem = n - i;
-    if (rem >= lanes) {
-      acc0 = hn::MulAdd(hn::LoadU(d, q + i), Rows::Load(d, row, i), acc0);
-    } else {
-      acc0 = hn::MulAdd(LoadTail(d, q + i, rem), Rows::LoadTail(d, row, i, rem), acc0);
+    const bool full = rem >= lanes;
+    VF qv[G];
+    for (int h = 0; h < G; ++h) {
+      qv[h] = full ? hn::LoadU(d, q + h * n + i) : LoadTail(d, q + h * n + i, rem);
+    }
+    for (int r = 0; r < R; ++r) {
+      const void* row = row0 + r * stride;
+      const VF v = full ? Rows::Load(d, row, i) : Rows::LoadTail(d, row, i, rem);
+      for (int h = 0; h < G; ++h) acc[r][h] = hn::MulAdd(qv[h], v, acc[r][h]);
     }
   }
-  return hn::Add(acc0, acc1);
 }
 
-// Rows in groups of four sharing one reduction; the last few one by one.
-template <class Rows>
-void DotRows(const float* q, const void* rows, size_t row_stride_bytes, int64_t n_rows, int64_t n,
-             float* out) {
+// DotRowsFn for a group of G <= 4 heads: rows in fours sharing one reduction per head.
+template <class Rows, int G>
+void DotRowsGroup(const float* q, const void* rows, size_t stride, int64_t n_rows, int64_t n,
+                  float* out, int64_t out_stride) {
   const DF d;
   const auto* base = static_cast<const uint8_t*>(rows);
+  VF acc[4][G];
   int64_t j = 0;
   for (; j + 4 <= n_rows; j += 4) {
-    const uint8_t* row = base + j * row_stride_bytes;
-    SumsOf4(d, DotRow<Rows>(d, q, row, n), DotRow<Rows>(d, q, row + row_stride_bytes, n),
-            DotRow<Rows>(d, q, row + 2 * row_stride_bytes, n),
-            DotRow<Rows>(d, q, row + 3 * row_stride_bytes, n), out + j);
+    DotGroupRows<Rows, G, 4>(d, q, base + j * stride, stride, n, acc);
+    for (int h = 0; h < G; ++h) {
+      SumsOf4(d, acc[0][h], acc[1][h], acc[2][h], acc[3][h], out + h * out_stride + j);
+    }
   }
   for (; j < n_rows; ++j) {
-    out[j] = hn::GetLane(hn::SumOfLanes(d, DotRow<Rows>(d, q, base + j * row_stride_bytes, n)));
+    DotGroupRows<Rows, G, 1>(d, q, base + j * stride, stride, n, acc);
+    for (int h = 0; h < G; ++h) {
+      out[h * out_stride + j] = hn::GetLane(hn::SumOfLanes(d, acc[0][h]));
+    }
   }
 }
 
-// Column blocks of up to 4 vectors stay in registers while all rows stream past, so each
-// accumulator is loaded and stored once per call rather than once per row.
+// Heads in groups of up to four (registers: 4 rows x 4 heads of accumulators).
 template <class Rows>
-void AxpyRows(const float* w, const void* rows, size_t row_stride_bytes, int64_t n_rows,
-              int64_t n, float* acc) {
+void DotRows(const float* q, int64_t g, const void* rows, size_t stride, int64_t n_rows,
+             int64_t n, float* out, int64_t out_stride) {
+  for (int64_t h0 = 0; h0 < g; h0 += 4) {
+    const float* qh = q + h0 * n;
+    float* o = out + h0 * out_stride;
+    switch (std::min<int64_t>(4, g - h0)) {
+      case 1: DotRowsGroup<Rows, 1>(qh, rows, stride, n_rows, n, o, out_stride); break;
+      case 2: DotRowsGroup<Rows, 2>(qh, rows, stride, n_rows, n, o, out_stride); break;
+      case 3: DotRowsGroup<Rows, 3>(qh, rows, stride, n_rows, n, o, out_stride); break;
+      default: DotRowsGroup<Rows, 4>(qh, rows, stride, n_rows, n, o, out_stride); break;
+    }
+  }
+}
+
+// AxpyRowsFn for a group of G <= 4 heads: column blocks of up to 4 vectors per head stay in
+// registers while all rows stream past, each row loaded (and converted) once for the group.
+template <class Rows, int G>
+void AxpyRowsGroup(const float* w, int64_t w_stride, const void* rows, size_t stride,
+                   int64_t n_rows, int64_t n, float* acc) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto* base = static_cast<const uint8_t*>(rows);
   int64_t i = 0;
   for (; i + 4 * lanes <= n; i += 4 * lanes) {
-    VF a0 = hn::LoadU(d, acc + i), a1 = hn::LoadU(d, acc + i + lanes);
-    VF a2 = hn::LoadU(d, acc + i + 2 * lanes), a3 = hn::LoadU(d, acc + i + 3 * lanes);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const void* row = base + j * row_stride_bytes;
-      const VF wj = hn::Set(d, w[j]);
-      a0 = hn::MulAdd(wj, Rows::Load(d, row, i), a0);
-      a1 = hn::MulAdd(wj, Rows::Load(d, row, i + lanes), a1);
-      a2 = hn::MulAdd(wj, Rows::Load(d, row, i + 2 * lanes), a2);
-      a3 = hn::MulAdd(wj, Rows::Load(d, row, i + 3 * lanes), a3);
+    VF a[G][4];
+    for (int h = 0; h < G; ++h) {
+      for (int c = 0; c < 4; ++c) a[h][c] = hn::LoadU(d, acc + h * n + i + c * lanes);
     }
-    hn::StoreU(a0, d, acc + i);
-    hn::StoreU(a1, d, acc + i + lanes);
-    hn::StoreU(a2, d, acc + i + 2 * lanes);
-    hn::StoreU(a3, d, acc + i + 3 * lanes);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const void* row = base + j * stride;
+      VF r[4];
+      for (int c = 0; c < 4; ++c) r[c] = Rows::Load(d, row, i + c * lanes);
+      for (int h = 0; h < G; ++h) {
+        const VF wj = hn::Set(d, w[h * w_stride + j]);
+        for (int c = 0; c < 4; ++c) a[h][c] = hn::MulAdd(wj, r[c], a[h][c]);
+      }
+    }
+    for (int h = 0; h < G; ++h) {
+      for (int c = 0; c < 4; ++c) hn::StoreU(a[h][c], d, acc + h * n + i + c * lanes);
+    }
   }
   for (; i < n; i += lanes) {
     const int64_t rem = n - i;
     const bool full = rem >= lanes;
-    VF a = full ? hn::LoadU(d, acc + i) : LoadTail(d, acc + i, rem);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const void* row = base + j * row_stride_bytes;
-      const VF r = full ? Rows::Load(d, row, i) : Rows::LoadTail(d, row, i, rem);
-      a = hn::MulAdd(hn::Set(d, w[j]), r, a);
+    VF a[G];
+    for (int h = 0; h < G; ++h) {
+      a[h] = full ? hn::LoadU(d, acc + h * n + i) : LoadTail(d, acc + h * n + i, rem);
     }
-    if (full) {
-      hn::StoreU(a, d, acc + i);
-    } else {
-      StoreTail(a, d, acc + i, rem);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const void* row = base + j * stride;
+      const VF r = full ? Rows::Load(d, row, i) : Rows::LoadTail(d, row, i, rem);
+      for (int h = 0; h < G; ++h) a[h] = hn::MulAdd(hn::Set(d, w[h * w_stride + j]), r, a[h]);
+    }
+    for (int h = 0; h < G; ++h) {
+      if (full) {
+        hn::StoreU(a[h], d, acc + h * n + i);
+      } else {
+        StoreTail(a[h], d, acc + h * n + i, rem);
+      }
     }
   }
 }
 
-void DotRowsF32(const float* q, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                float* out) {
-  DotRows<F32Rows>(q, rows, stride, n_rows, n, out);
+template <class Rows>
+void AxpyRows(const float* w, int64_t w_stride, int64_t g, const void* rows, size_t stride,
+              int64_t n_rows, int64_t n, float* acc) {
+  for (int64_t h0 = 0; h0 < g; h0 += 4) {
+    const float* wh = w + h0 * w_stride;
+    float* ah = acc + h0 * n;
+    switch (std::min<int64_t>(4, g - h0)) {
+      case 1: AxpyRowsGroup<Rows, 1>(wh, w_stride, rows, stride, n_rows, n, ah); break;
+      case 2: AxpyRowsGroup<Rows, 2>(wh, w_stride, rows, stride, n_rows, n, ah); break;
+      case 3: AxpyRowsGroup<Rows, 3>(wh, w_stride, rows, stride, n_rows, n, ah); break;
+      default: AxpyRowsGroup<Rows, 4>(wh, w_stride, rows, stride, n_rows, n, ah); break;
+    }
+  }
 }
-void DotRowsF16(const float* q, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                float* out) {
-  DotRows<F16Rows>(q, rows, stride, n_rows, n, out);
+
+void DotRowsF32(const float* q, int64_t g, const void* rows, size_t stride, int64_t n_rows,
+                int64_t n, float* out, int64_t out_stride) {
+  DotRows<F32Rows>(q, g, rows, stride, n_rows, n, out, out_stride);
 }
-void AxpyRowsF32(const float* w, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                 float* acc) {
-  AxpyRows<F32Rows>(w, rows, stride, n_rows, n, acc);
+void DotRowsF16(const float* q, int64_t g, const void* rows, size_t stride, int64_t n_rows,
+                int64_t n, float* out, int64_t out_stride) {
+  DotRows<F16Rows>(q, g, rows, stride, n_rows, n, out, out_stride);
 }
-void AxpyRowsF16(const float* w, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                 float* acc) {
-  AxpyRows<F16Rows>(w, rows, stride, n_rows, n, acc);
+void AxpyRowsF32(const float* w, int64_t w_stride, int64_t g, const void* rows, size_t stride,
+                 int64_t n_rows, int64_t n, float* acc) {
+  AxpyRows<F32Rows>(w, w_stride, g, rows, stride, n_rows, n, acc);
+}
+void AxpyRowsF16(const float* w, int64_t w_stride, int64_t g, const void* rows, size_t stride,
+                 int64_t n_rows, int64_t n, float* acc) {
+  AxpyRows<F16Rows>(w, w_stride, g, rows, stride, n_rows, n, acc);
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3

@@ -150,27 +150,31 @@ void RopeRef(float* x, int64_t n_heads, int64_t head_stride, const float* cos_si
 }
 
 template <typename Load>
-void DotRowsImpl(const float* q, const void* rows, size_t row_stride_bytes, int64_t n_rows,
-                 int64_t n, float* out, Load load) {
+void DotRowsImpl(const float* q, int64_t g, const void* rows, size_t row_stride_bytes,
+                 int64_t n_rows, int64_t n, float* out, int64_t out_stride, Load load) {
   const auto* base = static_cast<const uint8_t*>(rows);
-  for (int64_t j = 0; j < n_rows; ++j) {
-    const uint8_t* row = base + j * row_stride_bytes;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(q[i]) * load(row, i);
-    out[j] = static_cast<float>(sum);
+  for (int64_t h = 0; h < g; ++h) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const uint8_t* row = base + j * row_stride_bytes;
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(q[h * n + i]) * load(row, i);
+      out[h * out_stride + j] = static_cast<float>(sum);
+    }
   }
 }
 
 template <typename Load>
-void AxpyRowsImpl(const float* w, const void* rows, size_t row_stride_bytes, int64_t n_rows,
-                  int64_t n, float* acc, Load load) {
+void AxpyRowsImpl(const float* w, int64_t w_stride, int64_t g, const void* rows,
+                  size_t row_stride_bytes, int64_t n_rows, int64_t n, float* acc, Load load) {
   const auto* base = static_cast<const uint8_t*>(rows);
-  for (int64_t i = 0; i < n; ++i) {
-    double sum = acc[i];
-    for (int64_t j = 0; j < n_rows; ++j) {
-      sum += static_cast<double>(w[j]) * load(base + j * row_stride_bytes, i);
+  for (int64_t h = 0; h < g; ++h) {
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = acc[h * n + i];
+      for (int64_t j = 0; j < n_rows; ++j) {
+        sum += static_cast<double>(w[h * w_stride + j]) * load(base + j * row_stride_bytes, i);
+      }
+      acc[h * n + i] = static_cast<float>(sum);
     }
-    acc[i] = static_cast<float>(sum);
   }
 }
 
@@ -186,21 +190,21 @@ float LoadF16(const uint8_t* row, int64_t i) {
   return HalfToFloat(h);
 }
 
-void DotRowsF32Ref(const float* q, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                   float* out) {
-  DotRowsImpl(q, rows, stride, n_rows, n, out, LoadF32);
+void DotRowsF32Ref(const float* q, int64_t g, const void* rows, size_t stride, int64_t n_rows,
+                   int64_t n, float* out, int64_t out_stride) {
+  DotRowsImpl(q, g, rows, stride, n_rows, n, out, out_stride, LoadF32);
 }
-void DotRowsF16Ref(const float* q, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                   float* out) {
-  DotRowsImpl(q, rows, stride, n_rows, n, out, LoadF16);
+void DotRowsF16Ref(const float* q, int64_t g, const void* rows, size_t stride, int64_t n_rows,
+                   int64_t n, float* out, int64_t out_stride) {
+  DotRowsImpl(q, g, rows, stride, n_rows, n, out, out_stride, LoadF16);
 }
-void AxpyRowsF32Ref(const float* w, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                    float* acc) {
-  AxpyRowsImpl(w, rows, stride, n_rows, n, acc, LoadF32);
+void AxpyRowsF32Ref(const float* w, int64_t w_stride, int64_t g, const void* rows, size_t stride,
+                    int64_t n_rows, int64_t n, float* acc) {
+  AxpyRowsImpl(w, w_stride, g, rows, stride, n_rows, n, acc, LoadF32);
 }
-void AxpyRowsF16Ref(const float* w, const void* rows, size_t stride, int64_t n_rows, int64_t n,
-                    float* acc) {
-  AxpyRowsImpl(w, rows, stride, n_rows, n, acc, LoadF16);
+void AxpyRowsF16Ref(const float* w, int64_t w_stride, int64_t g, const void* rows, size_t stride,
+                    int64_t n_rows, int64_t n, float* acc) {
+  AxpyRowsImpl(w, w_stride, g, rows, stride, n_rows, n, acc, LoadF16);
 }
 
 void RoundF16Ref(const float* x, float* y, int64_t n) {
