@@ -31,7 +31,7 @@ struct Case {
   int32_t first_q_pos = 0;       // q_pos[i] = first_q_pos + i; kv_pos[j] = j (before shuffling)
   bool head_major = false;       // cache [n_kv_heads, n_ctx, head_dim] with n_ctx > n_kv
   bool fused_q = false;          // q rows inside a wider [n_q, (n_heads + 2 n_kv_heads) hd] buffer
-  bool shuffle_kv = false;       // cache rows in a random order (positions follow them)
+  bool shuffle_kv = false;       // cache rows reversed (positions follow them): unsorted
   float scale_mult = 1.0f;       // multiplies 1/sqrt(head_dim): larger -> peakier softmax
   bool growing_keys = false;     // later keys larger: the running max rises block after block
 
@@ -255,6 +255,17 @@ TEST(Attention, HeadMajorCacheAndFusedQkv) {
 
 TEST(Attention, UnsortedKvPositions) {
   Case c{"unsorted", 21, 260, 4, 2, 32, true, 239};
+  c.shuffle_kv = true;
+  CheckCase(c);
+}
+
+// A reversed cache puts future positions first: whole 128-row blocks are masked for every query
+// head of a group (their weights must be zero, their V rows unread), in the grouped streaming
+// path. With 600 rows (three ranges of whole 128-row blocks) and queries at positions 50-52, the
+// last range starts with a fully masked block and ends with a partly visible one, so whatever
+// the masked block left in the accumulators would show (checked by breaking the code).
+TEST(Attention, FullyMaskedBlocksOfAnUnsortedCache) {
+  Case c{"masked-blocks", 3, 600, 4, 2, 32, true, 50};
   c.shuffle_kv = true;
   CheckCase(c);
 }

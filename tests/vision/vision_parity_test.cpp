@@ -98,9 +98,10 @@ std::vector<float> RandomPixels(size_t n) {
 }
 
 // A SigLIP-like shape larger than the fixtures' (the demo preset: 224 px, patch 16 = 196
-// positions, head_dim 64): the encoder's row-sized batches (5 tiles of 196 rows) and the fast
-// attention's query blocks (128 + a partial 68) are exercised. Encoding 7 tiles at once equals
-// encoding them one by one, bit for bit, in both precisions; fast stays within NMSE 1e-3 of exact.
+// positions, head_dim 64): the encoder's row-sized batches (5 tiles of 196 rows) and the fused
+// attention's partial blocks (196 = 6 x 32 + 4 queries, 128 + 68 keys) are exercised. Encoding
+// 7 tiles at once equals encoding them one by one, bit for bit, in both precisions; fast stays
+// within NMSE 1e-3 of exact.
 void CheckBatching(engine::DType vision_type, bool odd_shape = false) {
   SCOPED_TRACE(std::string(engine::DTypeName(vision_type)) + (odd_shape ? " odd shape" : ""));
   auto preset = engine::synth::FindPreset("demo");

@@ -119,7 +119,8 @@ struct TileBf16Args {
 //   v_tiles: TileBf16Matrix::PackColumns of V (hd columns of v_k >= n_kv rounded up to 32 keys).
 //   out: bf16, row i at out + i * ldo, hd values; o_scratch: 32 * (hd_pad + 16) floats,
 //   64-byte aligned.
-// hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN.
+// hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN; a row of only -inf
+// scores gives zeros.
 struct TileAttentionArgs {
   const uint16_t* q = nullptr;
   int64_t ldq = 0;

@@ -100,6 +100,7 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
   for (int64_t b0 = j0; b0 < j1; b0 += kBlock) {
     const int64_t nb = std::min(kBlock, j1 - b0);
     p.dot(q_s, group, k_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, s, kBlock);
+    int64_t masked_heads = 0;
     for (int64_t hh = 0; hh < group; ++hh) {
       float* s_h = s + hh * kBlock;
       if (mask_each) {
@@ -111,6 +112,7 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
       for (int64_t j = 0; j < nb; ++j) block_max = s_h[j] > block_max ? s_h[j] : block_max;
       if (block_max == kNegInf) {  // the whole block is masked for this query: weights 0
         std::fill(s_h, s_h + nb, 0.0f);
+        ++masked_heads;
         continue;
       }
       float& m = state[2 * hh];
@@ -124,6 +126,9 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
       }
       l += p.exp_sub_sum(s_h, m, s_h, nb);
     }
+    // The mask depends on positions only, so a masked block is masked for every head: its V
+    // rows (future positions, possibly never written) are not read at all.
+    if (masked_heads == group) continue;
     p.axpy(s, kBlock, group, v_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, acc);
   }
 }
@@ -166,8 +171,9 @@ void ConvertKvRows(const Plan& p, int64_t g, int64_t j0, int64_t j1, float* k, f
   const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
   float* k_g = k + g * n_kv * hd;
   float* vt_g = vt + g * hd * n_kv;
-  std::vector<float> v_block(static_cast<size_t>(16 * hd));
-  float* v_rows = v_block.data();
+  float v_stack[16 * 256];  // the usual head_dim; larger ones take the heap
+  std::vector<float> v_heap(hd > 256 ? static_cast<size_t>(16 * hd) : 0);
+  float* v_rows = hd > 256 ? v_heap.data() : v_stack;
   for (int64_t b0 = j0; b0 < j1; b0 += 16) {
     const int64_t b1 = std::min(j1, b0 + 16);
     for (int64_t j = b0; j < b1; ++j) {

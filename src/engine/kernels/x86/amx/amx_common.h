@@ -35,9 +35,10 @@ inline void ConfigureTiles() {
 
 // 2^t = 2^f * 2^floor(t), f = t - floor(t) in [0, 1) (vreduceps), 2^f from a degree-4 minimax
 // polynomial (relative error < 2.6e-6), 2^floor(t) applied by vscalefps (which floors t itself).
-// t <= 0 is clamped at `lowest` (-inf would make f NaN; callers pick a value below which 2^t is
-// negligible for them); a NaN passes through (vmaxps returns its second operand when either is
-// NaN).
+// Meant for t <= 0 (softmax terms; the fused attention also passes t up to 8, which is as exact).
+// t is clamped at `lowest` (-inf would make f NaN; callers pick a value below which 2^t, then 0
+// or a denormal, is negligible for them); a NaN passes through (vmaxps returns its second operand
+// when either is NaN).
 inline __m512 Exp2NonPositive(__m512 t, float lowest) {
   t = _mm512_max_ps(_mm512_set1_ps(lowest), t);
   const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);

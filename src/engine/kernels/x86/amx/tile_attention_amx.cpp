@@ -26,7 +26,7 @@ namespace {
 constexpr int64_t kChunk = 128;                   // keys per chunk: 8 panels
 constexpr int64_t kSStride = kChunk + 16;         // f32 score rows: off the 4 KiB set stride
 constexpr int64_t kPStride = kChunk + 32;         // bf16 probability rows
-constexpr float kLowest = -150.0f;                // 2^-150: 0 against the row's largest term
+constexpr float kLowest = -150.0f;                // 2^-150: 0 (or a denormal) against the max
 constexpr float kSlack = 8.0f;                    // probabilities up to 2^8 before a rescale
 
 // S block = Q rows [q0, q0 + 32) x keys of panels [p0, p0 + panels), per panel two 16 x 16
