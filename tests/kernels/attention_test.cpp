@@ -314,6 +314,33 @@ TEST(Attention, LongCacheDecodeRangesMatchAcrossThreads) {
   CheckCase(rising, &pool);
 }
 
+// A NaN in a query row makes that head's output NaN (never finite garbage), on the streaming
+// path with one range and with several (merged), and leaves the other heads as they were.
+TEST(Attention, NanQueryGivesNanForItsHeadOnly) {
+  for (int64_t n_kv : {100, 700}) {
+    Problem p = Make({"nan", 1, n_kv, 4, 2, 16, true, static_cast<int32_t>(n_kv - 1)},
+                     DType::kF32, 9);
+    std::vector<float> clean(4 * 16), out(4 * 16);
+    p.args.out = clean.data();
+    ASSERT_TRUE(engine::ops::Attention(GetKernelTable(Isa::kRef), nullptr, p.args).ok());
+    p.q_buf[1 * 16 + 3] = NAN;  // head 1
+    p.args.q = p.q_buf.data();
+    for (Isa isa : AvailableIsas()) {
+      p.args.out = out.data();
+      ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), nullptr, p.args).ok());
+      for (int64_t h = 0; h < 4; ++h) {
+        for (int64_t e = 0; e < 16; ++e) {
+          if (h == 1) {
+            EXPECT_TRUE(std::isnan(out[h * 16 + e])) << IsaName(isa) << " n_kv=" << n_kv;
+          } else {
+            EXPECT_NEAR(out[h * 16 + e], clean[h * 16 + e], 1e-5) << IsaName(isa) << " h=" << h;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, NothingVisibleGivesZeros) {
   Problem p = Make({"empty", 2, 10, 2, 1, 8, true, 0}, DType::kF32, 5);
   p.q_pos = {-1, 0};  // row 0 sees nothing, row 1 sees kv 0 only

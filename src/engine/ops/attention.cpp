@@ -109,15 +109,27 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
         }
       }
       float block_max = kNegInf;
-      for (int64_t j = 0; j < nb; ++j) block_max = s_h[j] > block_max ? s_h[j] : block_max;
-      if (block_max == kNegInf) {  // the whole block is masked for this query: weights 0
-        std::fill(s_h, s_h + nb, 0.0f);
-        ++masked_heads;
-        continue;
+      bool nan = false;
+      for (int64_t j = 0; j < nb; ++j) {
+        nan |= std::isnan(s_h[j]);
+        block_max = s_h[j] > block_max ? s_h[j] : block_max;
       }
       float& m = state[2 * hh];
       float& l = state[2 * hh + 1];
       float* acc_h = acc + hh * hd;
+      if (block_max == kNegInf) {
+        std::fill(s_h, s_h + nb, 0.0f);  // weights 0
+        if (!nan) {                        // the whole block is masked for this query
+          ++masked_heads;
+          continue;
+        }
+        // Only NaN (and masked) scores: poison the head's partial result, as a NaN among finite
+        // scores does through the sums. m = +inf makes MergePartials weigh it with NaN.
+        m = std::numeric_limits<float>::infinity();
+        l = std::numeric_limits<float>::quiet_NaN();
+        std::fill(acc_h, acc_h + hd, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
       if (block_max > m) {
         const float c = std::exp(m - block_max);  // m = -inf on the first block: c = 0
         l *= c;
