@@ -112,7 +112,7 @@ void TileBf16MatmulRef(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t
         for (int64_t i = 0; i < args.k; ++i) {
           acc += BF16ToF32(a[i]) * BF16ToF32(panel[PanelIndex(j, i)]);
         }
-        float v = acc * (args.scale * (args.row_scale != nullptr ? args.row_scale[m] : 1.0f));
+        float v = acc * args.scale;
         if (args.bias != nullptr) v += args.bias[col];
         if (args.act != nullptr) args.act(&v, &v, 1);
         if (args.out_bf16 != nullptr) {

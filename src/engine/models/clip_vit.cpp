@@ -171,12 +171,11 @@ void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const
 Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
   constexpr int64_t kQueryBlock = 1024;
   const VisionConfig& c = config_;
-  const int64_t d = c.d_model, n = n_tiles * n_positions_, npos = n_positions_;
+  const int64_t d = c.d_model, npos = n_positions_;
   const int64_t hd = c.head_dim, heads = c.n_heads;
   // llama.cpp's encoder runs flash attention: K and V are cast to F16, Q is rounded to F16 for
   // the K.Q products (F32 accumulation). The f16 values are exact in f32, so the GEMMs below
   // multiply exactly those numbers. Each job rounds its own Q slice and its copies of K and V.
-  (void)n;
   const kernels::KernelTable& kt = *ctx->kernels;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;

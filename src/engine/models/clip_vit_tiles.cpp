@@ -17,10 +17,6 @@ namespace {
 
 int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-// Row stride of bf16 activation rows: one cache line longer than the row, so that the 16 rows of
-// an A tile do not map to the same L1 sets when a row is a multiple of 4 KiB.
-int64_t Bf16Stride(int64_t width) { return width + 32; }
-
 // A bf16 buffer of `rows` rows of `stride` values whose rows [valid, rows) are zero (tile loads
 // read whole 16-row tiles; the padding rows only feed outputs that are never written).
 uint16_t* Bf16Rows(Bf16Buffer* buf, int64_t rows, int64_t valid, int64_t stride) {
@@ -78,8 +74,9 @@ bool ClipVit::UsesTileBlocks(const kernels::KernelTable& kt) const {
 Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, npos = n_positions_, hd = c.head_dim, heads = c.n_heads;
-  const int64_t ld = Bf16Stride(d);
-  const int64_t hd_pad = RoundUp(hd, kernels::kTileK), npos_pad = RoundUp(npos, kernels::kTileK);
+  const int64_t ld = kernels::TileRowStride(d);
+  const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
+  const int64_t npos_pad = kernels::TileBf16Matrix::PaddedK(npos);
   // A head's queries are read in place when they fill whole tile steps; otherwise (head_dim not a
   // multiple of 32) they are copied with zero padding, since the next head's values follow.
   const bool q_in_place = hd == hd_pad;
@@ -131,7 +128,7 @@ Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
 Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
   const VisionConfig& c = config_;
   const int64_t d = c.d_model, ff = c.d_ff, n = n_tiles * n_positions_;
-  const int64_t ld = Bf16Stride(d), ld_ff = Bf16Stride(ff);
+  const int64_t ld = kernels::TileRowStride(d), ld_ff = kernels::TileRowStride(ff);
   // Whole tiles of rows, plus 32 for the attention's in-place query reads, which start at any
   // row and read whole blocks of 32.
   const int64_t rows = RoundUp(n, kernels::kTileRows) + 32;

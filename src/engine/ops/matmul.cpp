@@ -91,20 +91,15 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
 constexpr int64_t kTileRowBlock = 128;
 constexpr int64_t kTilePanelBlock = 8;
 
-// Row stride of the converted bf16 activations: k plus one cache line, so that the 16 rows of an
-// A tile do not all map to the same L1 sets when 2k bytes is a multiple of 4 KiB (k = 2048,
-// 3072: measured 7% faster at k = 3072).
-int64_t TileRowStride(int64_t k) { return k + 32; }
-
 // Activations (k values per row) to bf16 rows padded with zeros to whole tiles: k_padded
 // columns (TileBf16Matrix::PaddedK) and a multiple of 16 rows, for the tile path. Returns the
-// rows (stride TileRowStride(k_padded)).
+// rows (stride kernels::TileRowStride(k_padded)).
 uint16_t* ConvertForTiles(const kernels::KernelTable& kt, ThreadPool* pool, const float* a,
                           int64_t m, int64_t lda, int64_t k, MatmulScratch* scratch) {
   const int64_t padded_rows = (m + kernels::kTileRows - 1) / kernels::kTileRows *
                               kernels::kTileRows;
   const int64_t k_padded = kernels::TileBf16Matrix::PaddedK(k);
-  const int64_t stride = TileRowStride(k_padded);
+  const int64_t stride = kernels::TileRowStride(k_padded);
   auto* buf = reinterpret_cast<uint16_t*>(
       scratch->Reserve(static_cast<size_t>(padded_rows * stride) * sizeof(uint16_t)));
   internal::ForRanges(pool, m, k, 1, [&](int64_t begin, int64_t end) {
@@ -152,7 +147,7 @@ kernels::TileBf16Args TileArgs(const uint16_t* a16, int64_t k, float* out, int64
                                const MatmulEpilogue* epilogue) {
   kernels::TileBf16Args args;
   args.a = a16;
-  args.lda = TileRowStride(kernels::TileBf16Matrix::PaddedK(k));
+  args.lda = kernels::TileRowStride(kernels::TileBf16Matrix::PaddedK(k));
   args.out = out;
   args.ldo = ldo;
   if (epilogue != nullptr) {

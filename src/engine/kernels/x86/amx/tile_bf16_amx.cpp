@@ -33,16 +33,13 @@ void FinishBlock(const TileBf16Args& args, float* block, const BlockPlace& place
   const int64_t row = place.row, col0 = place.col0;
   const int rows = place.rows, cols = place.cols;
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
-  const bool scaled = args.row_scale != nullptr || args.scale != 1.0f;
+  const bool scaled = args.scale != 1.0f;
   if (scaled || args.bias != nullptr) {
     const __m512 bias = args.bias != nullptr ? _mm512_maskz_loadu_ps(mask, args.bias + col0)
                                              : _mm512_setzero_ps();
     for (int r = 0; r < rows; ++r) {
       __m512 v = _mm512_load_ps(block + r * 16);
-      if (scaled) {
-        const float f = args.scale * (args.row_scale != nullptr ? args.row_scale[row + r] : 1.0f);
-        v = _mm512_mul_ps(v, _mm512_set1_ps(f));
-      }
+      if (scaled) v = _mm512_mul_ps(v, _mm512_set1_ps(args.scale));
       _mm512_store_ps(block + r * 16, _mm512_add_ps(v, bias));
     }
   }
