@@ -109,15 +109,12 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
         }
       }
       float block_max = kNegInf;
-      bool nan = false;
-      for (int64_t j = 0; j < nb; ++j) {
-        nan |= std::isnan(s_h[j]);
-        block_max = s_h[j] > block_max ? s_h[j] : block_max;
-      }
+      for (int64_t j = 0; j < nb; ++j) block_max = s_h[j] > block_max ? s_h[j] : block_max;
       float& m = state[2 * hh];
       float& l = state[2 * hh + 1];
       float* acc_h = acc + hh * hd;
-      if (block_max == kNegInf) {
+      if (block_max == kNegInf) {  // masked or NaN (the max skips NaN): look only here
+        const bool nan = std::any_of(s_h, s_h + nb, [](float v) { return std::isnan(v); });
         std::fill(s_h, s_h + nb, 0.0f);  // weights 0
         if (!nan) {                        // the whole block is masked for this query
           ++masked_heads;

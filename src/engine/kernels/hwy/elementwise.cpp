@@ -68,7 +68,7 @@ HWY_INLINE VF DivOnePlusExp(DF d, VF x, VF arg) {
   const VF den = hn::Add(hn::Set(d, 1.0f), z);
   VF r = hn::ApproximateReciprocal(den);  // AVX-512: 14 bits; AVX2: 12 bits
   r = hn::Mul(r, hn::NegMulAdd(den, r, hn::Set(d, 2.0f)));
-#if HWY_TARGET > HWY_AVX3  // a weaker target: a 12-bit estimate needs a second step
+#if HWY_TARGET == HWY_AVX2  // a 12-bit estimate needs a second step
   r = hn::Mul(r, hn::NegMulAdd(den, r, hn::Set(d, 2.0f)));
 #endif
   const VF num = hn::IfThenElse(hn::Lt(arg, hn::Zero(d)), hn::Set(d, 1.0f), z);
@@ -373,13 +373,8 @@ struct F16Rows {
 // decode attention step's time at long contexts (~11 cycles per row and head); here pairwise
 // interleaves leave, in every 128-bit block, that block's partial sums of the four vectors,
 // and the blocks are added: about a quarter of the shuffles per row.
+// (This file compiles for AVX2 and AVX-512 only: every vector has whole 128-bit blocks.)
 HWY_INLINE void SumsOf4(DF d, VF a, VF b, VF c, VF e, float* out) {
-#if HWY_TARGET == HWY_SCALAR
-  out[0] = hn::GetLane(a);
-  out[1] = hn::GetLane(b);
-  out[2] = hn::GetLane(c);
-  out[3] = hn::GetLane(e);
-#else
   // Per block: [a0 + a2, b0 + b2, a1 + a3, b1 + b3], and the same for c, e.
   const VF ab = hn::Add(hn::InterleaveLower(d, a, b), hn::InterleaveUpper(d, a, b));
   const VF ce = hn::Add(hn::InterleaveLower(d, c, e), hn::InterleaveUpper(d, c, e));
@@ -396,7 +391,6 @@ HWY_INLINE void SumsOf4(DF d, VF a, VF b, VF c, VF e, float* out) {
     total = hn::Add(total, hn::Load(d4, buf + 4 * block));
   }
   hn::StoreU(total, d4, out);
-#endif
 }
 
 // G query vectors (q_h at q + h * n) against rows [j0, j0 + R) (R <= 4): acc[r][h] holds the
