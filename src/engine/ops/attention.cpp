@@ -254,12 +254,17 @@ Status AttendBlock(const kernels::KernelTable& kt, const Plan& p, const BlockedK
 Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
   const AttentionArgs& a = *p.a;
   const int64_t hd = a.head_dim, n_kv = a.n_kv;
+  // One buffer: K, V^T, then a block of scores per worker.
+  const int workers = pool != nullptr ? pool->size() : 1;
   const size_t kv_size = static_cast<size_t>(a.n_kv_heads * n_kv * hd);
+  const size_t scores_size = static_cast<size_t>(kQueryBlock * n_kv);
   std::vector<float> local;
   std::vector<float>& buf = a.kv_scratch != nullptr ? *a.kv_scratch : local;
-  if (buf.size() < 2 * kv_size) buf.resize(2 * kv_size);
+  const size_t needed = 2 * kv_size + static_cast<size_t>(workers) * scores_size;
+  if (buf.size() < needed) buf.resize(needed);
   float* const k = buf.data();
   float* const vt = k + kv_size;
+  float* const scores = vt + kv_size;
   constexpr int64_t kConvertRows = 64;
   const int64_t row_jobs = (n_kv + kConvertRows - 1) / kConvertRows;
   internal::ForTasks(pool, a.n_kv_heads * row_jobs, [&](int64_t job, int /*worker*/) {
@@ -269,12 +274,10 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
   const BlockedKv kv{k, vt};
   const int64_t q_blocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
   const int64_t jobs = a.n_kv_heads * q_blocks;
-  std::vector<std::vector<float>> scores(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   return internal::ForJobs(pool, jobs, [&](int64_t job, int worker) {
     const int64_t g = job % a.n_kv_heads, i0 = (job / a.n_kv_heads) * kQueryBlock;
-    std::vector<float>& s = scores[static_cast<size_t>(worker)];
-    s.resize(static_cast<size_t>(kQueryBlock * n_kv));
-    return AttendBlock(kt, p, kv, g, i0, std::min(a.n_q, i0 + kQueryBlock), s.data());
+    return AttendBlock(kt, p, kv, g, i0, std::min(a.n_q, i0 + kQueryBlock),
+                       scores + static_cast<size_t>(worker) * scores_size);
   });
 }
 
