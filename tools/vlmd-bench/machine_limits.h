@@ -10,6 +10,7 @@ namespace vlmd::bench {
 
 // Sustained read bandwidth in GB/s (1e9 bytes/s) for a buffer of `bytes` read repeatedly by all
 // threads of `pool` (each thread its own slice), as a matmul over weights of that size reads them.
+// 0 when the buffer cannot be allocated.
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes);
 
 // Peak f32 FMA throughput in GFLOP/s with all threads of `pool` (independent accumulator chains

@@ -15,12 +15,9 @@
 namespace vlmd::engine::kernels {
 namespace {
 
-constexpr size_t kAlign = 64;
-
 template <typename T>
 T* AlignedArray(size_t count) {
-  const size_t bytes = (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
-  return static_cast<T*>(std::aligned_alloc(kAlign, bytes == 0 ? kAlign : bytes));
+  return static_cast<T*>(AllocateLarge(count * sizeof(T)));  // 64-byte aligned
 }
 
 // Element e (0..31) of a Q4_0 block: its nibble 0..15 (low nibbles hold 0..15, high 16..31).
@@ -29,8 +26,6 @@ inline uint8_t Q4Nibble(const BlockQ4_0& b, int e) {
 }
 
 }  // namespace
-
-void PackedMatrix::AlignedFree::operator()(void* p) const { std::free(p); }
 
 bool PackedMatrix::CanPack(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||

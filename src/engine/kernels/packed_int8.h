@@ -28,6 +28,7 @@
 #include <memory>
 #include <span>
 
+#include "core/large_alloc.h"
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
 
@@ -92,9 +93,6 @@ class PackedMatrix {
   size_t bytes() const;  // memory held
 
  private:
-  struct AlignedFree {
-    void operator()(void* p) const;
-  };
   PackedMatrix() = default;
   // Weight row `col` (one output column) into its panel slot: Q4_0 nibbles / Q8_0 bytes + scales.
   void PackColumnQ4(int64_t col, const BlockQ4_0* row);
@@ -105,9 +103,10 @@ class PackedMatrix {
 
   PackedFormat format_ = PackedFormat::kQ8;
   int64_t n_ = 0, k_ = 0, panels_ = 0;
-  std::unique_ptr<uint8_t, AlignedFree> qs_;
-  std::unique_ptr<uint16_t, AlignedFree> scales_;
-  std::unique_ptr<uint16_t, AlignedFree> mins_;
+  // In huge-page-backed memory (core/large_alloc.h): decode streams all of it once per token.
+  LargeArray<uint8_t> qs_;
+  LargeArray<uint16_t> scales_;
+  LargeArray<uint16_t> mins_;
 };
 
 // Activation rows for the packed matmul: Q8_0 blocks (as the plain Q4_0/Q8_0 kernels use) plus,

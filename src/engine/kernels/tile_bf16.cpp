@@ -22,8 +22,6 @@ inline size_t PanelIndex(int64_t j, int64_t i) {
 
 }  // namespace
 
-void TileBf16Matrix::AlignedFree::operator()(void* p) const { std::free(p); }
-
 Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const void* data,
                                                              size_t row_bytes, int64_t n,
                                                              int64_t k) {
@@ -45,7 +43,7 @@ Result<std::unique_ptr<TileBf16Matrix>> TileBf16Matrix::Pack(DType dtype, const 
   const int64_t k_padded = PaddedK(k);
   const size_t bytes =
       (PanelElements(n, k_padded) * sizeof(uint16_t) + kAlign - 1) / kAlign * kAlign;
-  m->data_.reset(static_cast<uint16_t*>(std::aligned_alloc(kAlign, bytes)));
+  m->data_.reset(static_cast<uint16_t*>(AllocateLarge(bytes)));
   if (!m->data_) {
     return ResourceExhaustedError("bf16 tile packing: cannot allocate " + std::to_string(bytes) +
                                   " bytes");

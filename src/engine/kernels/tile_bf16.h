@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/large_alloc.h"
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
 
@@ -67,13 +68,10 @@ class TileBf16Matrix {
   size_t bytes() const { return PanelElements(n_, k_padded()) * sizeof(uint16_t); }
 
  private:
-  struct AlignedFree {
-    void operator()(void* p) const;
-  };
   TileBf16Matrix() = default;
 
   int64_t n_ = 0, k_ = 0;
-  std::unique_ptr<uint16_t, AlignedFree> data_;
+  LargeArray<uint16_t> data_;  // huge-page-backed (core/large_alloc.h)
 };
 
 // One tile matmul call: out[m, j] = sum_i a[m, i] * w[j, i] for rows [m0, m1), panels [p0, p1).

@@ -1,0 +1,133 @@
+// Chunked allocator of large_alloc.h. Buffers of at least kDedicatedBytes get a mapping of their
+// own; smaller ones are bump-allocated from the current shared chunk. Each chunk counts its live
+// buffers and is unmapped when the count drops to zero (the current chunk is then rewound and
+// kept for reuse instead). Freed space inside a chunk with live buffers is not reused: the
+// buffers are long-lived weights, allocated at load and freed together with their model.
+#include "core/large_alloc.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+namespace vlmd {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kChunkBytes = size_t{32} << 20;
+constexpr size_t kDedicatedBytes = kChunkBytes / 2;
+constexpr size_t kAlign = 64;
+
+size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+struct Chunk {
+  size_t size = 0;  // mapped bytes, from the (2 MiB-aligned) base
+  size_t used = 0;  // bump offset
+  size_t live = 0;  // buffers not yet freed
+  void* mapping = nullptr;  // what munmap needs (the base is aligned inside it)
+  size_t mapping_size = 0;
+};
+
+struct State {
+  std::mutex mu;
+  std::map<uintptr_t, Chunk> chunks;  // by base address
+  uintptr_t current = 0;              // shared chunk being filled (0: none)
+  size_t mapped = 0;
+};
+
+State& GlobalState() {
+  static State* s = new State();  // never destroyed: buffers may outlive static destructors
+  return *s;
+}
+
+// Maps `size` bytes (a multiple of 2 MiB) at a 2 MiB-aligned address and asks for huge pages.
+bool MapChunk(size_t size, Chunk* c, uintptr_t* base) {
+  const size_t span = size + kHugePage;  // room to align the start
+  void* m = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return false;
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(m);
+  *base = RoundUp(raw, kHugePage);
+  // Advice only: without THP the memory is ordinary pages, which is still correct.
+  (void)::madvise(reinterpret_cast<void*>(*base), size, MADV_HUGEPAGE);
+  c->size = size;
+  c->mapping = m;
+  c->mapping_size = span;
+  return true;
+}
+
+}  // namespace
+
+void* AllocateLarge(size_t bytes) {
+  const size_t need = RoundUp(bytes == 0 ? 1 : bytes, kAlign);
+  if (need < bytes) return nullptr;  // overflow
+  State& s = GlobalState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (need >= kDedicatedBytes) {
+    if (need > SIZE_MAX - 2 * kHugePage) return nullptr;
+    Chunk c;
+    uintptr_t base = 0;
+    if (!MapChunk(RoundUp(need, kHugePage), &c, &base)) return nullptr;
+    c.used = need;
+    c.live = 1;
+    s.mapped += c.mapping_size;
+    s.chunks.emplace(base, c);
+    return reinterpret_cast<void*>(base);
+  }
+  if (s.current != 0) {
+    Chunk& c = s.chunks.at(s.current);
+    if (c.size - c.used >= need) {
+      void* p = reinterpret_cast<void*>(s.current + c.used);
+      c.used += need;
+      ++c.live;
+      return p;
+    }
+    // The current chunk is full: it is freed with its last buffer; unmap it now if it is empty.
+    if (c.live == 0) {
+      ::munmap(c.mapping, c.mapping_size);
+      s.mapped -= c.mapping_size;
+      s.chunks.erase(s.current);
+    }
+    s.current = 0;
+  }
+  Chunk c;
+  uintptr_t base = 0;
+  if (!MapChunk(kChunkBytes, &c, &base)) return nullptr;
+  c.used = need;
+  c.live = 1;
+  s.mapped += c.mapping_size;
+  s.chunks.emplace(base, c);
+  s.current = base;
+  return reinterpret_cast<void*>(base);
+}
+
+void FreeLarge(void* p) {
+  if (p == nullptr) return;
+  State& s = GlobalState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  auto it = s.chunks.upper_bound(addr);
+  if (it == s.chunks.begin()) return;  // not ours (a caller bug); nothing sane to do
+  it = std::prev(it);
+  Chunk& c = it->second;
+  if (addr >= it->first + c.size || c.live == 0) return;
+  if (--c.live > 0) return;
+  if (it->first == s.current) {
+    // Keep the current chunk, rewound, but hand its pages back (they refault as zeros).
+    c.used = 0;
+    (void)::madvise(reinterpret_cast<void*>(it->first), c.size, MADV_DONTNEED);
+    return;
+  }
+  ::munmap(c.mapping, c.mapping_size);
+  s.mapped -= c.mapping_size;
+  s.chunks.erase(it);
+}
+
+size_t LargeAllocMappedBytes() {
+  State& s = GlobalState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.mapped;
+}
+
+}  // namespace vlmd

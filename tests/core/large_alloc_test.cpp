@@ -1,0 +1,61 @@
+#include "core/large_alloc.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace vlmd {
+namespace {
+
+TEST(LargeAlloc, AlignedWritableAndDistinct) {
+  std::vector<void*> ps;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{100000},
+                       size_t{3} << 20}) {
+    void* p = AllocateLarge(bytes);
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+    std::memset(p, 0xAB, bytes);
+    ps.push_back(p);
+  }
+  // No two buffers overlap: each still holds its own fill after all were written.
+  for (size_t i = 0; i < ps.size(); ++i) std::memset(ps[i], static_cast<int>(i), 1);
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(*static_cast<uint8_t*>(ps[i]), i);
+  for (void* p : ps) FreeLarge(p);
+  FreeLarge(nullptr);
+}
+
+TEST(LargeAlloc, DedicatedBuffersAreUnmappedWhenFreed) {
+  const size_t before = LargeAllocMappedBytes();
+  void* p = AllocateLarge(size_t{40} << 20);
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(LargeAllocMappedBytes(), before + (size_t{40} << 20));
+  static_cast<uint8_t*>(p)[(size_t{40} << 20) - 1] = 1;  // the whole size is usable
+  FreeLarge(p);
+  EXPECT_EQ(LargeAllocMappedBytes(), before);
+}
+
+TEST(LargeAlloc, FullChunksAreUnmappedWithTheirLastBuffer) {
+  const size_t before = LargeAllocMappedBytes();
+  // ~100 MB in 1 MB buffers: several shared chunks.
+  std::vector<void*> ps;
+  for (int i = 0; i < 100; ++i) {
+    ps.push_back(AllocateLarge(size_t{1} << 20));
+    ASSERT_NE(ps.back(), nullptr);
+    static_cast<uint8_t*>(ps.back())[0] = static_cast<uint8_t>(i);
+  }
+  EXPECT_GE(LargeAllocMappedBytes(), before + (size_t{100} << 20));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(static_cast<uint8_t*>(ps[i])[0], i);
+  for (void* p : ps) FreeLarge(p);
+  // At most the current (rewound) chunk stays mapped.
+  EXPECT_LE(LargeAllocMappedBytes(), before + (size_t{36} << 20));
+}
+
+TEST(LargeAlloc, ImpossibleSizeFails) {
+  EXPECT_EQ(AllocateLarge(SIZE_MAX - 10), nullptr);
+  EXPECT_EQ(AllocateLarge(SIZE_MAX / 2), nullptr);  // mmap refuses
+}
+
+}  // namespace
+}  // namespace vlmd
