@@ -24,8 +24,10 @@ namespace {
 
 // Cache rows per block: 1 KiB of scores, and K/V blocks of 128 rows x head_dim stay in L2.
 constexpr int64_t kBlock = 128;
-// Below this many multiply-adds the op stays on the calling thread.
-constexpr int64_t kMinParallelWork = 1 << 12;
+// Below this many multiply-adds the op stays on the calling thread: a decode step's cache of up
+// to ~200 rows (9 heads x 64) took longer handed to two threads than on one (2 threads, q4_0
+// SmolLM2-135M: 551-553 vs 516-543 tok/s decoding after 1 and 300 prompt tokens).
+constexpr int64_t kMinParallelWork = 1 << 17;
 // The blocked (GEMM) path: from this many query rows, in blocks of kQueryBlock rows per job.
 constexpr int64_t kBlockedMinQueries = 16;
 constexpr int64_t kQueryBlock = 64;
@@ -75,6 +77,20 @@ Status Validate(const AttentionArgs& a) {
   return Status::Ok();
 }
 
+// The largest of x[0, n) that is not NaN; -inf when there is none. Eight independent maxima:
+// one chain of compares (4-cycle latency each) was ~30% of a short decode attention step.
+float MaxSkippingNan(const float* x, int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float m[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int u = 0; u < 8; ++u) m[u] = x[j + u] > m[u] ? x[j + u] : m[u];
+  }
+  for (; j < n; ++j) m[0] = x[j] > m[0] ? x[j] : m[0];
+  for (int u = 1; u < 8; ++u) m[0] = m[u] > m[0] ? m[u] : m[0];
+  return m[0];
+}
+
 // Streaming (online-softmax) attention of query row i against cache rows [j0, j1) for the
 // query heads [h0, h0 + n_h), which share one kv head. Each K / V block is loaded (and
 // converted from f16) once for all of them by the group kernels. Per head hh (0 .. n_h):
@@ -108,8 +124,7 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
           if (a.kv_pos[b0 + j] > a.q_pos[i]) s_h[j] = kNegInf;
         }
       }
-      float block_max = kNegInf;
-      for (int64_t j = 0; j < nb; ++j) block_max = s_h[j] > block_max ? s_h[j] : block_max;
+      const float block_max = MaxSkippingNan(s_h, nb);
       float& m = state[2 * hh];
       float& l = state[2 * hh + 1];
       float* acc_h = acc + hh * hd;
@@ -306,33 +321,35 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     return AttentionBlocked(kt, pool, p);
   }
 
-  // Streaming path (decode, short prompts): tasks of (query, heads, range of cache rows). Long
-  // caches are cut into ranges of about kRangeRows so that the threads have enough tasks even
-  // when a decode step has one query and few kv heads (flash-decoding), and a task takes every
-  // query head of its kv head (the cache block is read once for them); a short cache is one
-  // range, and then a task is one query head, for balance. The ranges are merged afterwards. The
-  // cut depends on the shapes only, so results do not depend on the thread count.
+  // Streaming path (decode, short prompts): tasks of (query, kv head, range of cache rows), each
+  // over every query head of its kv head (the group kernels read a K/V row once for all of
+  // them; one head per task loaded each row group-size times). Long caches are cut into ranges
+  // of about kRangeRows so that the threads have enough tasks even when a decode step has one
+  // query and few kv heads (flash-decoding); the ranges are merged afterwards. The cut depends
+  // on the shapes only, so results do not depend on the thread count.
   const int n_threads = pool ? pool->size() : 1;
   const int64_t hd = a.head_dim, group = p.group;
   const int64_t work = a.n_q * a.n_heads * std::max<int64_t>(a.n_kv, 1) * hd;
   const bool parallel = pool != nullptr && n_threads > 1 && work >= kMinParallelWork;
   const int64_t n_ranges = std::clamp<int64_t>((a.n_kv + kRangeRows - 1) / kRangeRows, 1,
                                                kMaxRanges);
-  const int64_t per_task = n_ranges > 1 ? group : 1;  // query heads per task
-  const int64_t head_blocks = a.n_heads / per_task;
-  const int64_t n_tasks = a.n_q * head_blocks * n_ranges;
-  // One allocation: per task its heads' states (m, l) and accumulators, per thread the scaled
-  // queries and a block of scores per head.
-  const int64_t state_size = 2 * per_task, acc_size = per_task * hd;
-  const int64_t thread_size = per_task * (hd + kBlock);
-  std::vector<float> scratch(static_cast<size_t>(n_tasks * (state_size + acc_size) +
-                                                 n_threads * thread_size));
+  const int64_t n_tasks = a.n_q * a.n_kv_heads * n_ranges;
+  // Per task its heads' states (m, l) and accumulators, per thread the scaled queries and a
+  // block of scores per head: in the caller's scratch when given (a decode step runs this once
+  // per layer; allocating and zeroing it each time was measurable).
+  const int64_t state_size = 2 * group, acc_size = group * hd;
+  const int64_t thread_size = group * (hd + kBlock);
+  const size_t scratch_size =
+      static_cast<size_t>(n_tasks * (state_size + acc_size) + n_threads * thread_size);
+  std::vector<float> local;
+  std::vector<float>& scratch = a.kv_scratch != nullptr ? *a.kv_scratch : local;
+  if (scratch.size() < scratch_size) scratch.resize(scratch_size);
   float* const states = scratch.data();
   float* const accs = states + n_tasks * state_size;
   float* const thread_scratch = accs + n_tasks * acc_size;
   auto run_task = [&](int64_t t, int thread) {
-    const int64_t r = t % n_ranges, hb = (t / n_ranges) % head_blocks;
-    const int64_t i = t / (n_ranges * head_blocks);
+    const int64_t r = t % n_ranges, g = (t / n_ranges) % a.n_kv_heads;
+    const int64_t i = t / (n_ranges * a.n_kv_heads);
     int64_t n_visible = a.n_kv;
     if (a.causal && p.sorted_kv_pos) {
       n_visible = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[i]) - a.kv_pos;
@@ -340,14 +357,14 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     int64_t j0, j1;
     SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
     float* const mine = thread_scratch + thread * thread_size;
-    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1, mine, mine + per_task * hd,
+    AttendHeadsRange(p, i, g * group, group, j0, j1, mine, mine + group * hd,
                      states + t * state_size, accs + t * acc_size);
   };
   internal::ForTasks(parallel ? pool : nullptr, n_tasks, run_task);
   for (int64_t i = 0; i < a.n_q; ++i) {
     for (int64_t h = 0; h < a.n_heads; ++h) {
-      const int64_t hb = h / per_task, hh = h % per_task;
-      const int64_t t0 = (i * head_blocks + hb) * n_ranges;  // first range of (i, hb)
+      const int64_t g = h / group, hh = h % group;
+      const int64_t t0 = (i * a.n_kv_heads + g) * n_ranges;  // first range of (i, g)
       MergePartials(states + t0 * state_size + 2 * hh, accs + t0 * acc_size + hh * hd, n_ranges,
                     state_size, acc_size, hd, a.out + i * a.out_row_stride + h * hd);
     }
