@@ -47,17 +47,18 @@ struct AttentionArgs {
   const int32_t* q_pos = nullptr;   // [n_q]
   const int32_t* kv_pos = nullptr;  // [n_kv]
 
-  // Optional caller-owned scratch for the blocked (many-query) path: its f32 copies of K and V^T
-  // (2 * n_kv_heads * n_kv * head_dim floats) and per thread a block of scores (64 * n_kv):
-  // grown as needed and reused, so a prefill's layers do not allocate; nullptr allocates per call.
+  // Optional caller-owned scratch, grown as needed and reused so that the layers of a prefill
+  // or decode step do not allocate; nullptr allocates per call. The blocked (many-query) path
+  // keeps its f32 copies of K and V^T there (2 * n_kv_heads * n_kv * head_dim floats) and per
+  // thread a block of scores (64 * n_kv); the streaming path its partial results per task.
   std::vector<float>* kv_scratch = nullptr;
 };
 
 // out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that
 // sees no kv row (all masked, or n_kv == 0) gets a zero output. NaN/Inf in q, K or V propagate to
 // the output (CheckFinite reports them). Parallel over (query, head) pairs; pool may be nullptr.
-// Allocates O(threads * head_dim) scratch per call; on the blocked path, without kv_scratch,
-// 2 * n_kv_heads * n_kv * head_dim + threads * 64 * n_kv floats. INVALID_ARGUMENT on inconsistent shapes,
+// Without kv_scratch it allocates O(tasks * head_dim) floats per call on the streaming path,
+// 2 * n_kv_heads * n_kv * head_dim + threads * 64 * n_kv on the blocked path. INVALID_ARGUMENT on inconsistent shapes,
 // strides, null buffers, a missing position array or a kv_type other than F16/F32.
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args);
 
