@@ -138,8 +138,14 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
     // Append this group's K/V rows at their positions (F16, as llama.cpp's cache).
     uint16_t* kc = cache.k(layer);
     uint16_t* vc = cache.v(layer);
+    const kernels::ConvertRowFn to_f16 = ctx->kernels->convert_act[static_cast<int>(DType::kF16)];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t p = b.pos[r];
+      if (to_f16 != nullptr) {  // SIMD; round to nearest even as F32ToF16
+        to_f16(ctx->k.data() + r * kv_dim, kc + p * kv_dim, kv_dim);
+        to_f16(ctx->v.data() + r * kv_dim, vc + p * kv_dim, kv_dim);
+        continue;
+      }
       for (int64_t i = 0; i < kv_dim; ++i) {
         kc[p * kv_dim + i] = F32ToF16(ctx->k[r * kv_dim + i]);
         vc[p * kv_dim + i] = F32ToF16(ctx->v[r * kv_dim + i]);
