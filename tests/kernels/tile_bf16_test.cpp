@@ -475,6 +475,56 @@ TEST(MatmulEpilogue, EqualsBiasThenActivationAfterTheProduct) {
   }
 }
 
+// The residual part of the epilogue (a residual stream x + W a written to a second buffer) on
+// every path: plain rows, packed int8 panels (added per range while the outputs are in cache)
+// and bf16 tiles; one row (GEMV) and many (GEMM), over a pool. Equal to the product plus bias,
+// activation and residual applied afterwards; a residual stride below n is refused.
+TEST(MatmulEpilogue, ResidualIsAddedOnEveryPath) {
+  const kernels::KernelTable& best = kernels::GetKernelTable(kernels::BestAvailableIsa());
+  const int64_t n = 150, k = 64, ld_res = 160;
+  const std::vector<float> w = vlmd::testing::RandomNormal(n * k, 62);
+  const std::vector<float> bias = vlmd::testing::RandomNormal(n, 63);
+  enum class Path { kRows, kPacked, kTiles };
+  for (Path path : {Path::kRows, Path::kPacked, Path::kTiles}) {
+    const kernels::KernelTable* kt = path == Path::kTiles ? TileTable() : &best;
+    if (kt == nullptr) continue;  // no AMX
+    if (path == Path::kPacked && kt->packed_matmul == nullptr) continue;
+    for (int64_t m : {int64_t{1}, int64_t{45}}) {
+      SCOPED_TRACE(std::string(path == Path::kRows ? "rows" : path == Path::kPacked ? "packed" : "tiles") +
+                   " m=" + std::to_string(m));
+      const std::vector<float> a = vlmd::testing::RandomNormal(m * k, 60 + m);
+      const std::vector<float> res = vlmd::testing::RandomNormal(m * ld_res, 61);
+      ops::WeightView view{DType::kF32, n, k, w.data(), 0};
+      ops::PackedStore store;
+      if (path != Path::kRows) {
+        ASSERT_TRUE(ops::PackWeight({kt, ops::Precision::kFast, path == Path::kTiles}, &view,
+                                    &store).ok());
+        ASSERT_TRUE(path == Path::kTiles ? view.tiles != nullptr : view.packed != nullptr);
+      }
+      ops::MatmulScratch scratch;
+      std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+      ASSERT_TRUE(ops::MatMul(*kt, nullptr, view, a.data(), m, k, want.data(), n, &scratch).ok());
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) want[r * n + c] += bias[c];
+        kt->silu(want.data() + r * n, want.data() + r * n, n);
+        for (int64_t c = 0; c < n; ++c) want[r * n + c] += res[r * ld_res + c];
+      }
+      ops::MatmulEpilogue ep{bias.data(), kt->silu};
+      ep.residual = res.data();
+      ep.ld_residual = ld_res;
+      ThreadPool pool(2);
+      ASSERT_TRUE(
+          ops::MatMul(*kt, &pool, view, a.data(), m, k, got.data(), n, &scratch, &ep).ok());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "element " << i;
+      }
+      ep.ld_residual = n - 1;
+      EXPECT_FALSE(
+          ops::MatMul(*kt, &pool, view, a.data(), m, k, got.data(), n, &scratch, &ep).ok());
+    }
+  }
+}
+
 // The fused attention kernel against attention in double over the same bf16 Q, K and V (scores
 // in log2 units): within the bf16 rounding of the probabilities and of the output, on odd sizes
 // (partial query blocks and key chunks, head_dim 48 / 64 / 72: an odd number of output panels,

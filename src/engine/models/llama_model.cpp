@@ -228,8 +228,10 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
   }
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
-  float* x = ctx->x.data();   // [n, d_model] residual stream
-  float* xn = ctx->xn.data(); // [n, d_model] normalized input of a block
+  // [n, d_model] each: the residual stream and a block's normalized input. The two buffers swap
+  // roles at each residual add (matmul_add_to_x).
+  float* x = ctx->x.data();
+  float* xn = ctx->xn.data();
 
   for (int64_t r = 0; r < n; ++r) {
     if (b.tokens[r] >= 0) {
@@ -244,6 +246,17 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
 
   auto matmul = [&](const ops::WeightView& w, const float* in, float* out) {
     return ops::MatMul(kt, pool, w, in, n, w.k, out, w.n, &ctx->matmul_scratch);
+  };
+  // x += in W^T: the product plus x goes to xn (added by each thread to its own columns while
+  // they are in cache, not in a serial pass afterwards), and then xn is the residual stream.
+  auto matmul_add_to_x = [&](const ops::WeightView& w, const float* in) {
+    ops::MatmulEpilogue add_x;
+    add_x.residual = x;
+    add_x.ld_residual = d;
+    VLMD_RETURN_IF_ERROR(
+        ops::MatMul(kt, pool, w, in, n, w.k, xn, d, &ctx->matmul_scratch, &add_x));
+    std::swap(x, xn);
+    return Status::Ok();
   };
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
@@ -265,8 +278,7 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
                                             0, ctx->rope_table.data(), c.n_rot, c.rope_neox));
     kt.round_f16(ctx->q.data(), ctx->q.data(), n * qd);  // SIMD, bit-exact with F32ToF16
     VLMD_RETURN_IF_ERROR(Attend(b, caches, l, ctx));                 // attn [n, q_dim]
-    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn));        // xn = attn Wo^T
-    AddInPlace(x, xn, n * d);
+    VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.wo, ctx->attn.data()));   // x += attn Wo^T
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
     if (L.w_gate_up.packed && kt.packed_matmul) {
       VLMD_RETURN_IF_ERROR(matmul(L.w_gate_up, xn, ctx->up.data()));  // [n, 2 d_ff]
@@ -277,8 +289,7 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
       VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
                                        ctx->gate.data(), n * ff));
     }
-    VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));   // [n, d_model]
-    AddInPlace(x, xn, n * d);
+    VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
   }
   // Each sequence now holds exactly the positions up to its last row (rows that restarted
   // below n_filled replaced the old suffix).

@@ -38,10 +38,14 @@ size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr int64_t kPackedRowBlock = 64;
 constexpr int64_t kPackedPanelBlock = 6;  // two tiles of 3 panels: no narrow edge tile
 
-// The packed int8 path: activations to Q8_0 blocks plus per-block sums, then panels over threads.
+void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0, int64_t r1,
+                   int64_t c0, int64_t c1);
+
+// The packed int8 path: activations to Q8_0 blocks plus per-block sums, then panels over threads,
+// each range or tile followed by the epilogue on its outputs.
 Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
                     const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
-                    MatmulScratch* scratch) {
+                    MatmulScratch* scratch, const MatmulEpilogue* epilogue) {
   if (scratch == nullptr) {
     return InvalidArgumentError("MatMul: a scratch buffer is required for packed weights");
   }
@@ -72,15 +76,25 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
     // panels, which costs less than the imbalance of whole-tile ranges. (Quantizing the row on
     // each thread instead of once before the split measured slower: 489-505 vs 502-513 tok/s.)
     internal::ForRanges(pool, panels, m * w.k * kernels::kPanelCols, 1,
-                        [&](int64_t begin, int64_t end) { kt.packed_matmul(args, 0, m, begin, end); });
+                        [&](int64_t begin, int64_t end) {
+                          kt.packed_matmul(args, 0, m, begin, end);
+                          if (epilogue != nullptr) {
+                            ApplyEpilogue(*epilogue, out, ldo, 0, m, begin * kernels::kPanelCols,
+                                          std::min(w.n, end * kernels::kPanelCols));
+                          }
+                        });
     return Status::Ok();
   }
   const int64_t n_mt = (m + kPackedRowBlock - 1) / kPackedRowBlock;
   const int64_t n_pt = (panels + kPackedPanelBlock - 1) / kPackedPanelBlock;
   auto run_tile = [&](int64_t t) {
     const int64_t m0 = (t % n_mt) * kPackedRowBlock, p0 = (t / n_mt) * kPackedPanelBlock;
-    kt.packed_matmul(args, m0, std::min(m, m0 + kPackedRowBlock), p0,
-                     std::min(panels, p0 + kPackedPanelBlock));
+    const int64_t m1 = std::min(m, m0 + kPackedRowBlock), p1 = std::min(panels, p0 + kPackedPanelBlock);
+    kt.packed_matmul(args, m0, m1, p0, p1);
+    if (epilogue != nullptr) {
+      ApplyEpilogue(*epilogue, out, ldo, m0, m1, p0 * kernels::kPanelCols,
+                    std::min(w.n, p1 * kernels::kPanelCols));
+    }
   };
   internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) { run_tile(t); });
   return Status::Ok();
@@ -121,7 +135,22 @@ void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0
       for (int64_t c = c0; c < c1; ++c) row[c] += ep.bias[c];
     }
     if (ep.act != nullptr) ep.act(row + c0, row + c0, c1 - c0);
+    if (ep.residual != nullptr) {
+      const float* res = ep.residual + r * ep.ld_residual;
+      for (int64_t c = c0; c < c1; ++c) row[c] += res[c];
+    }
   }
+}
+
+// The residual part of `ep` alone (for the tile path, whose kernel epilogue has no residual).
+void ApplyResidual(ThreadPool* pool, const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t m,
+                   int64_t n) {
+  MatmulEpilogue residual_only;
+  residual_only.residual = ep.residual;
+  residual_only.ld_residual = ep.ld_residual;
+  internal::ForRanges(pool, m, n, 1, [&](int64_t r0, int64_t r1) {
+    ApplyEpilogue(residual_only, out, ldo, r0, r1, 0, n);
+  });
 }
 
 // The tile products of one tile matrix over threads, in tasks of kTileRowBlock rows x
@@ -278,6 +307,10 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     return InvalidArgumentError("MatMul: lda " + std::to_string(lda) + " < k or ldo " +
                                 std::to_string(ldo) + " < n");
   }
+  if (epilogue != nullptr && epilogue->residual != nullptr && epilogue->ld_residual < w.n) {
+    return InvalidArgumentError("MatMul: residual stride " + std::to_string(epilogue->ld_residual) +
+                                " < n");
+  }
   if (UsesTiles(kt, w)) {
     if (w.tiles->n() != w.n || w.tiles->k() != w.k) {
       return InvalidArgumentError("MatMul: the bf16 tile weight's shape differs from the view's");
@@ -287,6 +320,9 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     }
     const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, w.k, scratch);
     RunTiles(kt, pool, *w.tiles, TileArgs(a16, w.k, out, ldo, epilogue), m);
+    if (epilogue != nullptr && epilogue->residual != nullptr) {
+      ApplyResidual(pool, *epilogue, out, ldo, m, w.n);
+    }
     *epilogue_done = true;
     return Status::Ok();
   }
@@ -294,7 +330,8 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     if (w.packed->n() != w.n || w.packed->k() != w.k) {
       return InvalidArgumentError("MatMul: the packed weight's shape differs from the view's");
     }
-    return PackedMatMul(kt, pool, w, a, m, lda, out, ldo, scratch);
+    *epilogue_done = true;  // per range, while the outputs are in cache
+    return PackedMatMul(kt, pool, w, a, m, lda, out, ldo, scratch, epilogue);
   }
   if (w.data == nullptr) {
     return UnimplementedError("MatMul: a fused packed weight needs the packed int8 kernel");
@@ -410,6 +447,12 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
   const uint16_t* a16 = ConvertForTiles(kt, pool, a, m, lda, ws[0]->k, scratch);
   for (size_t i = 0; i < ws.size(); ++i) {
     RunTiles(kt, pool, *ws[i]->tiles, TileArgs(a16, ws[i]->k, outs[i], ws[i]->n, epilogue(i)), m);
+    if (epilogue(i) != nullptr && epilogue(i)->residual != nullptr) {
+      if (epilogue(i)->ld_residual < ws[i]->n) {
+        return InvalidArgumentError("MatMulShared: residual stride smaller than n");
+      }
+      ApplyResidual(pool, *epilogue(i), outs[i], ws[i]->n, m, ws[i]->n);
+    }
   }
   return Status::Ok();
 }

@@ -99,10 +99,14 @@ class MatmulScratch {
 };
 
 // Applied to every output after the product, while the output block is still in cache:
-// out[i, j] = act(out[i, j] + bias[j]). Either part may be absent.
+// out[i, j] = act(out[i, j] + bias[j]) + residual[i, j]. Any part may be absent.
 struct MatmulEpilogue {
   const float* bias = nullptr;     // [w.n] or nullptr
   kernels::UnaryFn act = nullptr;  // e.g. ActivationKernel(kt, ...); nullptr: none
+  // [m, w.n], row i at residual + i * ld_residual (ld_residual >= w.n); must not overlap out.
+  // A residual stream x += W a is out = W a + x into a second buffer, then the buffers swap.
+  const float* residual = nullptr;
+  int64_t ld_residual = 0;
 };
 
 // out[i, j] = sum_k W[j, k] * a[i, k] for i < m, j < w.n (then the epilogue, if given).
