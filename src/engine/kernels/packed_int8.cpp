@@ -40,7 +40,7 @@ PackedFormat PackedFormatOf(DType dtype) {
 }
 
 size_t PackedMatrix::bytes() const {
-  const size_t units = static_cast<size_t>(panels_ * blocks());
+  const size_t units = Units();
   const size_t per_scale_set = kPanelCols * sizeof(uint16_t);
   return units * (qs_bytes_per_block() + per_scale_set * (mins_ ? 2 : 1));
 }
@@ -48,7 +48,7 @@ size_t PackedMatrix::bytes() const {
 void PackedMatrix::PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles) {
   const int64_t p = col / kPanelCols;
   const int j = static_cast<int>(col % kPanelCols);
-  uint8_t* qs = qs_.get() + (p * blocks() + block) * 256;
+  uint8_t* qs = qs_.get() + Unit(p, block) * 256;
   for (int c = 0; c < 4; ++c) {
     for (int e = 0; e < 4; ++e) {
       qs[c * 64 + j * 4 + e] =
@@ -64,7 +64,7 @@ void PackedMatrix::PackColumnQ4(int64_t col, const BlockQ4_0* row) {
   for (int64_t b = 0; b < nb; ++b) {
     for (int e = 0; e < 32; ++e) nib[e] = Q4Nibble(row[b], e);
     PackNibbles(col, b, nib);
-    scales_.get()[(p * nb + b) * kPanelCols + j] = row[b].d;
+    scales_.get()[Unit(p, b) * kPanelCols + j] = row[b].d;
   }
 }
 
@@ -81,7 +81,7 @@ void PackedMatrix::PackColumnQ4K(int64_t col, const BlockQ4_K* row) {
     PackNibbles(col, b, nib);
     uint8_t sc, m;
     quant::UnpackScaleMinK4(sub, sb.scales, &sc, &m);
-    const size_t at = static_cast<size_t>((p * nb + b) * kPanelCols + j);
+    const size_t at = Unit(p, b) * kPanelCols + j;
     scales_.get()[at] = F32ToF16(F16ToF32(sb.d) * static_cast<float>(sc));
     mins_.get()[at] = F32ToF16(F16ToF32(sb.dmin) * static_cast<float>(m));
   }
@@ -91,13 +91,13 @@ void PackedMatrix::PackColumnQ8(int64_t col, const BlockQ8_0* row) {
   const int64_t p = col / kPanelCols, nb = blocks();
   const int j = static_cast<int>(col % kPanelCols);
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* qs = qs_.get() + (p * nb + b) * 512;
+    uint8_t* qs = qs_.get() + Unit(p, b) * 512;
     for (int q = 0; q < 8; ++q) {
       for (int e = 0; e < 4; ++e) {
         qs[q * 64 + j * 4 + e] = static_cast<uint8_t>(row[b].qs[4 * q + e] + 128);
       }
     }
-    scales_.get()[(p * nb + b) * kPanelCols + j] = row[b].d;
+    scales_.get()[Unit(p, b) * kPanelCols + j] = row[b].d;
   }
 }
 
@@ -138,7 +138,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   pm->k_ = k;
   pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
   const int64_t nb = k / kPackBlock;
-  const size_t units = static_cast<size_t>(pm->panels_ * nb);
+  const size_t units = pm->Units();
   pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
   pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
   if (format == PackedFormat::kQ4K) {

@@ -29,11 +29,11 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// GEMV tiles prefetch each panel's weights this far ahead. The NV panels of a tile are NV
-// separate streams, and a decode step's matrices are short (0.2-1 MB at SmolLM2-135M's width),
-// so the hardware prefetchers were still ramping up when a range ended: q4_0 decode went from
-// ~500 to ~545 tok/s with it (2 threads; 256 and 768 bytes were in between).
-constexpr int kPrefetchBytes = 512;
+// GEMV tiles prefetch each panel's weights this many blocks ahead: a decode step's matrices are
+// short (0.2-1 MB at SmolLM2-135M's width), and the hardware prefetchers were still ramping up
+// when a range ended (q4_0 decode ~500 -> ~545 tok/s on 2 threads). 4 KB ahead in a kQ4 group's
+// stream and one block (512 bytes) ahead in a kQ8 panel measured best (2 threads, SmolLM2-135M).
+constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2).
 template <int kFmt, int MR, int NV>
@@ -43,6 +43,9 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
   const size_t qstep = w.qs_bytes_per_block();
+  const size_t qstride = w.qs_block_stride();
+  const int64_t sstride = w.scale_block_stride();
+  constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   for (int i = 0; i < MR; ++i) {
@@ -69,11 +72,11 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     }
     if constexpr (MR <= 2) {  // GEMV: memory-bound
       for (int v = 0; v < NV; ++v) {
-        const char* q = reinterpret_cast<const char*>(wq[v]) + kPrefetchBytes;
+        const char* q = reinterpret_cast<const char*>(wq[v] + kAhead * qstride);
         for (size_t c = 0; c < qstep; c += 64) _mm_prefetch(q + c, _MM_HINT_T0);
-        if ((b & 1) == 0) {  // 32 bytes of scales (and mins) per block: a line per two blocks
-          _mm_prefetch(reinterpret_cast<const char*>(ws[v]) + 64, _MM_HINT_T0);
-          if constexpr (kMins) _mm_prefetch(reinterpret_cast<const char*>(wm[v]) + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(ws[v] + kAhead * sstride), _MM_HINT_T0);
+        if constexpr (kMins) {
+          _mm_prefetch(reinterpret_cast<const char*>(wm[v] + kAhead * sstride), _MM_HINT_T0);
         }
       }
     }
@@ -106,11 +109,11 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     __m512 dw[NV], mw[NV];
     for (int v = 0; v < NV; ++v) {
       dw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ws[v])));
-      wq[v] += qstep;
-      ws[v] += kPanelCols;
+      wq[v] += qstride;
+      ws[v] += sstride;
       if constexpr (kMins) {
         mw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wm[v])));
-        wm[v] += kPanelCols;
+        wm[v] += sstride;
       }
     }
     for (int i = 0; i < MR; ++i) {
