@@ -90,7 +90,17 @@ struct Row {
   double ms;
   double value;      // GB/s (gemv) or GFLOP/s (gemm)
   double bound;      // bandwidth (GB/s) or peak (GFLOP/s) measured in this run
+  // GEMV on int8 dot products: the GB/s at which the measured int8 MAC peak would read these
+  // weights (peak x bytes per weight), 0 otherwise. Below `bound` the GEMV cannot reach the
+  // bandwidth even if it did nothing but multiply.
+  double mac_bound = 0;
 };
+
+// The GEMV kernels of these variants multiply int8 activations by int8/int4 weights.
+bool UsesInt8Dots(const Variant& v) {
+  return !v.tiles && (v.packed || v.type == DType::kQ4_0 || v.type == DType::kQ8_0 ||
+                      v.type == DType::kQ4_K);
+}
 
 }  // namespace
 
@@ -121,12 +131,13 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   const int reps = opts.quick ? 5 : 15;
 
   std::vector<Row> rows;
-  std::map<int, double> peaks;
+  std::map<int, double> peaks, int8_peaks;
   std::map<std::pair<int, uint64_t>, double> bandwidth;  // (threads, bytes) -> GB/s
   engine::ops::MatmulScratch scratch;
   for (int threads : opts.threads) {
     ThreadPool pool(threads);
     peaks[threads] = MeasureFmaPeak(pool);
+    int8_peaks[threads] = MeasureInt8DotPeak(pool);
     for (auto [k, n] : gemv_shapes) {
       const std::vector<float> a = RandomActivations(1, k);
       std::vector<float> out(static_cast<size_t>(n));
@@ -151,7 +162,11 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
           std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
           return 1;
         }
-        rows.push_back({"gemv", type.name(), 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw});
+        const double bytes_per_weight = static_cast<double>(bytes) / static_cast<double>(n * k);
+        const double mac_bound =
+            UsesInt8Dots(type) ? int8_peaks[threads] * bytes_per_weight : 0.0;
+        rows.push_back({"gemv", type.name(), 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw,
+                        mac_bound});
       }
     }
     for (int64_t m : gemm_m) {
@@ -182,28 +197,37 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   std::printf("vlmd-bench kernels | cpu: %s | kernels: %s | fma peak probe: %s\n",
               cpu.brand.c_str(), std::string(engine::kernels::IsaName(*isa)).c_str(), FmaPeakIsa());
   for (auto [t, p] : peaks) std::printf("measured f32 FMA peak, %d thread(s): %.1f GFLOP/s\n", t, p);
+  for (auto [t, p] : int8_peaks) {
+    if (p > 0) std::printf("measured int8 MAC peak (vpdpbusd), %d thread(s): %.1f G/s\n", t, p);
+  }
   std::printf("(type/pk: the packed int8 layout of that type; f16->i8: F16 weights quantized to\n"
               " int8 blocks at load, the fast precision; f16->bf: F16 weights as bf16 tiles on AMX, the fast\n"
-              " precision of the vision encoder. GEMV bytes are those of the layout read.)\n");
-  std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s\n", "path", "type", "M", "N", "K",
-              "thr", "ms", "achieved", "bound", "ratio");
+              " precision of the vision encoder. GEMV bytes are those of the layout read. mac-bound:\n"
+              " the GB/s at which the int8 MAC peak reads the weights; where it is below the\n"
+              " bandwidth, a GEMV that only multiplied could not reach the bandwidth either.)\n");
+  std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s %10s\n", "path", "type", "M", "N",
+              "K", "thr", "ms", "achieved", "bound", "ratio", "mac-bound");
   nlohmann::json j;
   j["cpu"] = cpu.brand;
   j["cpu_features"] = cpu.ToString();
   j["kernel_isa"] = std::string(engine::kernels::IsaName(*isa));
   for (auto [t, p] : peaks) j["fma_peak_gflops"][std::to_string(t)] = p;
+  for (auto [t, p] : int8_peaks) j["int8_mac_peak_g_s"][std::to_string(t)] = p;
   for (const Row& r : rows) {
     const bool gemv = r.kind == "gemv";
-    std::printf("%-5s %-7s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f\n",
+    char mac[32] = "";
+    if (r.mac_bound > 0) std::snprintf(mac, sizeof(mac), "%5.1f GB/s", r.mac_bound);
+    std::printf("%-5s %-7s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f %10s\n",
                 r.kind.c_str(), r.type.c_str(),
                 static_cast<long long>(r.m), static_cast<long long>(r.n),
                 static_cast<long long>(r.k), r.threads, r.ms, r.value, gemv ? "GB/s" : "GF/s",
-                r.bound, gemv ? "GB/s" : "GF/s", r.value / r.bound);
+                r.bound, gemv ? "GB/s" : "GF/s", r.value / r.bound, mac);
     j["results"].push_back({{"path", r.kind}, {"type", r.type},
                             {"m", r.m}, {"n", r.n}, {"k", r.k}, {"threads", r.threads},
                             {"ms", r.ms}, {gemv ? "gb_s" : "gflop_s", r.value},
                             {gemv ? "bandwidth_gb_s" : "peak_gflop_s", r.bound},
                             {"ratio", r.value / r.bound}});
+    if (r.mac_bound > 0) j["results"].back()["int8_mac_bound_gb_s"] = r.mac_bound;
   }
   if (opts.json_path == "-") {
     std::cout << j.dump(2) << "\n";

@@ -20,6 +20,12 @@ double MeasureFmaPeak(ThreadPool& pool);
 // Name of the vector unit MeasureFmaPeak used ("avx512", "avx2", "sse").
 const char* FmaPeakIsa();
 
+// Peak int8 multiply-add rate (u8 x s8 products summed into int32, 1e9/s) with all threads of
+// `pool`: independent vpdpbusd zmm chains, the instruction the int8 GEMV kernels are built on.
+// The ceiling of a GEMV whose weights are cheap to read (a working set in L2): no kernel can
+// multiply faster than this. 0 without AVX512-VNNI.
+double MeasureInt8DotPeak(ThreadPool& pool);
+
 // Median of `reps` timings (seconds) of fn(), after one warm-up call.
 template <typename Fn>
 double MedianSeconds(int reps, Fn&& fn);
