@@ -253,6 +253,17 @@ TEST(Attention, HeadMajorCacheAndFusedQkv) {
   CheckCase(c);
 }
 
+// The blocked (many-query) path reads its K / V^T copies through the same strides: a head-major
+// cache with fused Q rows, 40 queries (blocked from 16), alone and over a pool.
+TEST(Attention, BlockedPathHeadMajorCacheAndFusedQkv) {
+  Case c{"blocked-strided", 40, 230, 6, 3, 48, true, 200};
+  c.head_major = true;
+  c.fused_q = true;
+  CheckCase(c);
+  ThreadPool pool(2);
+  CheckCase(c, &pool);
+}
+
 TEST(Attention, UnsortedKvPositions) {
   Case c{"unsorted", 21, 260, 4, 2, 32, true, 239};
   c.shuffle_kv = true;
