@@ -2,13 +2,15 @@
 // claims tasks itself, so when the workers are slow to wake (an oversubscribed host) it simply
 // runs the job alone and never waits on a thread that has not been scheduled yet.
 //
-// Protocol: the owner writes job g's fn, ctx and n_tasks into job_, then publishes claim =
-// (g << 32) | 0 and bumps generation (the futex), all in one cache line. Anyone claims task i by
-// CAS (g, i) -> (g, i + 1) and may only run it if the CAS succeeded, which proves job g is still
-// current: the owner rewrites fn/ctx/n_tasks only for job g + 1, after every task of g finished,
-// and publishes g + 1's claim word after them, so a worker that read g + 1's fields while
-// expecting g fails its CAS. Each thread adds the number of tasks it ran to done_ when it finds
-// none left; the owner returns when done_ == n_tasks.
+// Protocol: the owner writes job g into slots[g & 1], then publishes claim = (g << 32) | 0 and
+// bumps generation (the futex), all in one cache line. Anyone claims task i by CAS (g, i) ->
+// (g, i + 1) and may only run it if the CAS succeeded, which proves job g is still current (its
+// tasks are not all done, so the owner has not started writing slot (g + 2) & 1; slot (g + 1) & 1
+// is the other one). With a single slot, a worker that read claim (g, n_g) - every task taken -
+// could read job g + 1's larger n_tasks before the owner stored g + 1's claim word, and its CAS
+// (g, n_g) -> (g, n_g + 1) would succeed on a task that does not exist. Each thread adds the
+// number of tasks it ran to done_ when it finds none left (job g cannot complete before that
+// count arrives, so it always counts job g); the owner returns when done_ == n_tasks.
 #include "core/thread_pool.h"
 
 #include "core/check.h"
@@ -38,13 +40,17 @@ ThreadPool::~ThreadPool() {
 
 int64_t ThreadPool::RunTasks(uint32_t gen, int thread) {
   int64_t ran = 0;
+  const JobSlot& slot = job_.slots[gen & 1];
   uint64_t word = job_.claim.load(std::memory_order_acquire);
   for (;;) {
     if (GenOf(word) != gen) return ran;
     // Read the job before claiming; a successful CAS below proves what we read was job `gen`.
-    const TaskFn fn = job_.fn.load(std::memory_order_relaxed);
-    void* ctx = job_.ctx.load(std::memory_order_relaxed);
-    const int64_t n_tasks = job_.n_tasks.load(std::memory_order_relaxed);
+    const TaskFn fn = slot.fn.load(std::memory_order_relaxed);
+    void* ctx = slot.ctx.load(std::memory_order_relaxed);
+    const int64_t n_tasks = slot.n_tasks.load(std::memory_order_relaxed);
+    // Pairs with the owner's release fence before it rewrites a slot: if we read a newer job
+    // than `gen`, the claim word had moved on before, and the CAS below fails.
+    std::atomic_thread_fence(std::memory_order_acquire);
     if (static_cast<int64_t>(IndexOf(word)) >= n_tasks) return ran;
     if (!job_.claim.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
@@ -74,7 +80,7 @@ void ThreadPool::WorkerLoop(int thread) {
     // Tasks we ran belong to job `gen`, which cannot complete (nor be replaced) before this
     // count arrives, so done_ still counts that job.
     if (ran > 0) {
-      const int64_t n_tasks = job_.n_tasks.load(std::memory_order_relaxed);
+      const int64_t n_tasks = job_.slots[gen & 1].n_tasks.load(std::memory_order_relaxed);
       if (done_.fetch_add(ran, std::memory_order_acq_rel) + ran == n_tasks) done_.notify_one();
     }
   }
@@ -88,10 +94,14 @@ void ThreadPool::Run(int64_t n_tasks, TaskFn fn, void* ctx) {
     return;
   }
   const uint32_t gen = job_.generation.load(std::memory_order_relaxed) + 1;
+  JobSlot& slot = job_.slots[gen & 1];
+  // The claim word of the jobs before (g - 1's in particular) happens-before any read of what we
+  // write next (see RunTasks).
+  std::atomic_thread_fence(std::memory_order_release);
   done_.store(0, std::memory_order_relaxed);
-  job_.fn.store(fn, std::memory_order_relaxed);
-  job_.ctx.store(ctx, std::memory_order_relaxed);
-  job_.n_tasks.store(n_tasks, std::memory_order_relaxed);
+  slot.fn.store(fn, std::memory_order_relaxed);
+  slot.ctx.store(ctx, std::memory_order_relaxed);
+  slot.n_tasks.store(n_tasks, std::memory_order_relaxed);
   job_.claim.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
   job_.generation.store(gen, std::memory_order_release);
   job_.generation.notify_all();

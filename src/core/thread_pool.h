@@ -41,20 +41,26 @@ class ThreadPool {
 
   const int n_threads_;
   std::vector<std::thread> workers_;
-  // The published job, in one cache line: a worker that sees a new generation gets the job and
-  // the claim word in the same transfer (~100 ns between the cores of the 2-vCPU VM; with four
-  // lines a worker joined a job ~0.5 us late). The owner writes fn, ctx and n_tasks, then the
-  // claim word, then the generation (release); see thread_pool.cpp for why one slot suffices.
-  struct alignas(64) JobLine {
-    // Claim word: (generation << 32) | next task index. A task is claimed by a CAS that also
-    // checks the generation, so a worker can never run a task of a job other than the one whose
-    // fn and ctx it read.
-    std::atomic<uint64_t> claim{0};
+  // A published job. Two slots alternate by generation so that a worker which read the claim
+  // word of job g late can still read g's slot without racing the owner writing job g + 1
+  // (see thread_pool.cpp).
+  struct JobSlot {
     std::atomic<TaskFn> fn{nullptr};
     std::atomic<void*> ctx{nullptr};
     std::atomic<int64_t> n_tasks{0};
-    std::atomic<uint32_t> generation{0};  // futex the sleeping workers wait on
   };
+  // Everything a worker needs to join a job, in one cache line: it gets the generation, the
+  // claim word and the job in one transfer (~100 ns between the cores of the 2-vCPU VM; with
+  // four lines a worker joined a job ~0.5 us late).
+  struct alignas(64) JobLine {
+    // Claim word: (generation << 32) | next task index. A task is claimed by a CAS that also
+    // checks the generation, so a worker can never run a task of a job other than the one whose
+    // slot it read.
+    std::atomic<uint64_t> claim{0};
+    std::atomic<uint32_t> generation{0};  // futex the sleeping workers wait on
+    JobSlot slots[2];
+  };
+  static_assert(sizeof(JobLine) == 64, "the job must fit one cache line");
   JobLine job_;
   // Tasks of the current job finished; each thread adds its count once, when it finds no task
   // left to claim (not after every task: that moved this line between the cores per task).

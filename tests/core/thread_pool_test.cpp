@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace vlmd {
@@ -61,6 +65,46 @@ TEST(ThreadPoolTest, SplitRangeCoversAllAligned) {
 
 namespace vlmd {
 namespace {
+
+// Jobs of alternating sizes on more threads than cores (workers are preempted mid-claim): every
+// task of every job runs exactly once and no index outside a job is ever run. A worker that
+// read job g's claim word late must not claim a task of job g + 1 (or one that does not exist)
+// through g's claim word. A watchdog fails the test instead of hanging when the owner would wait
+// forever for a miscounted job.
+TEST(ThreadPoolTest, AlternatingJobSizesUnderPreemption) {
+  ThreadPool pool(6);
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1200 && !finished.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!finished.load()) {
+      std::fprintf(stderr, "AlternatingJobSizesUnderPreemption: the owner hung\n");
+      std::abort();
+    }
+  });
+  std::vector<std::atomic<int>> hits(64);
+  std::atomic<int> out_of_range{0};
+  int64_t bad_jobs = 0;
+  for (int job = 0; job < 20000 && bad_jobs == 0; ++job) {
+    const int64_t n = job % 2 == 0 ? 2 : 64;
+    for (int64_t t = 0; t < n; ++t) hits[t].store(0, std::memory_order_relaxed);
+    pool.ParallelFor(n, [&](int64_t task, int) {
+      if (task < 0 || task >= n) {
+        out_of_range.fetch_add(1);
+        return;
+      }
+      hits[task].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int64_t t = 0; t < n; ++t) {
+      if (hits[t].load() != 1) ++bad_jobs;
+    }
+  }
+  finished.store(true);
+  watchdog.join();
+  EXPECT_EQ(bad_jobs, 0);
+  EXPECT_EQ(out_of_range.load(), 0);
+}
 
 // A pool whose workers are busy elsewhere (or never scheduled) must not stall the owner: it runs
 // every task itself. Simulated by a job whose tasks all finish before workers could join.
