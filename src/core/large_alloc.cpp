@@ -26,8 +26,6 @@ struct Chunk {
   size_t size = 0;  // mapped bytes, from the (2 MiB-aligned) base
   size_t used = 0;  // bump offset
   size_t live = 0;  // buffers not yet freed
-  void* mapping = nullptr;  // what munmap needs (the base is aligned inside it)
-  size_t mapping_size = 0;
 };
 
 struct State {
@@ -49,11 +47,14 @@ bool MapChunk(size_t size, Chunk* c, uintptr_t* base) {
   if (m == MAP_FAILED) return false;
   const uintptr_t raw = reinterpret_cast<uintptr_t>(m);
   *base = RoundUp(raw, kHugePage);
+  // Give back the slack before and after the aligned range.
+  if (*base > raw) ::munmap(m, *base - raw);
+  if (raw + span > *base + size) {
+    ::munmap(reinterpret_cast<void*>(*base + size), raw + span - (*base + size));
+  }
   // Advice only: without THP the memory is ordinary pages, which is still correct.
   (void)::madvise(reinterpret_cast<void*>(*base), size, MADV_HUGEPAGE);
   c->size = size;
-  c->mapping = m;
-  c->mapping_size = span;
   return true;
 }
 
@@ -71,7 +72,7 @@ void* AllocateLarge(size_t bytes) {
     if (!MapChunk(RoundUp(need, kHugePage), &c, &base)) return nullptr;
     c.used = need;
     c.live = 1;
-    s.mapped += c.mapping_size;
+    s.mapped += c.size;
     s.chunks.emplace(base, c);
     return reinterpret_cast<void*>(base);
   }
@@ -85,8 +86,8 @@ void* AllocateLarge(size_t bytes) {
     }
     // The current chunk is full: it is freed with its last buffer; unmap it now if it is empty.
     if (c.live == 0) {
-      ::munmap(c.mapping, c.mapping_size);
-      s.mapped -= c.mapping_size;
+      ::munmap(reinterpret_cast<void*>(s.current), c.size);
+      s.mapped -= c.size;
       s.chunks.erase(s.current);
     }
     s.current = 0;
@@ -96,7 +97,7 @@ void* AllocateLarge(size_t bytes) {
   if (!MapChunk(kChunkBytes, &c, &base)) return nullptr;
   c.used = need;
   c.live = 1;
-  s.mapped += c.mapping_size;
+  s.mapped += c.size;
   s.chunks.emplace(base, c);
   s.current = base;
   return reinterpret_cast<void*>(base);
@@ -119,8 +120,8 @@ void FreeLarge(void* p) {
     (void)::madvise(reinterpret_cast<void*>(it->first), c.size, MADV_DONTNEED);
     return;
   }
-  ::munmap(c.mapping, c.mapping_size);
-  s.mapped -= c.mapping_size;
+  ::munmap(reinterpret_cast<void*>(it->first), c.size);
+  s.mapped -= c.size;
   s.chunks.erase(it);
 }
 

@@ -426,6 +426,34 @@ TEST(PackFusedWeightsTest, DoesNotFuseWhatItCannot) {
                            y.data(), 16, &scratch).ok());
 }
 
+// The residual epilogue on a 4-bit packed matrix (groups of 4 panels), one row split into many
+// ranges over two threads: each range adds the residual to its own columns, so the result is
+// the product plus the residual everywhere. A residual overlapping the output is refused.
+TEST(PackedMatmulTest, ResidualEpilogueAcrossGemvRanges) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const KernelTable& kt = kernels::GetKernelTable(isas.back());
+  const int64_t n = 2000, k = 128;  // 125 panels: ranges of whole groups and a partial one
+  const std::vector<uint8_t> rows = Rows(DType::kQ4_0, RandomFloats(n * k, 51), n, k);
+  ops::WeightView w{DType::kQ4_0, n, k, rows.data(), 0};
+  ops::PackedStore store;
+  ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kExact}, &w, &store).ok());
+  ASSERT_NE(w.packed, nullptr);
+  ASSERT_EQ(w.packed->group_panels(), kernels::kPanelGroup);
+  const std::vector<float> a = RandomFloats(k, 52), res = RandomFloats(n, 53);
+  ThreadPool pool(2);
+  ops::MatmulScratch scratch;
+  std::vector<float> want(n), got(n);
+  ASSERT_TRUE(ops::MatMul(kt, &pool, w, a.data(), 1, k, want.data(), n, &scratch).ok());
+  ops::MatmulEpilogue ep;
+  ep.residual = res.data();
+  ep.ld_residual = n;
+  ASSERT_TRUE(ops::MatMul(kt, &pool, w, a.data(), 1, k, got.data(), n, &scratch, &ep).ok());
+  for (int64_t c = 0; c < n; ++c) ASSERT_EQ(got[c], want[c] + res[c]) << c;
+  ep.residual = got.data() + 7;  // overlaps the output
+  EXPECT_FALSE(ops::MatMul(kt, &pool, w, a.data(), 1, k, got.data(), n, &scratch, &ep).ok());
+}
+
 }  // namespace
 }  // namespace vlmd::engine
 

@@ -150,6 +150,10 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
         const uint64_t bytes = w.bytes_read();
         auto& bw = bandwidth[{threads, bytes}];
         if (bw == 0) bw = MeasureReadBandwidth(pool, bytes);
+        if (bw <= 0) {
+          std::fprintf(stderr, "vlmd-bench: cannot allocate the bandwidth probe's buffer\n");
+          return 1;
+        }
         // Several calls per timing so that one sample is >= ~1 ms.
         const int calls = std::max<int>(1, static_cast<int>((8u << 20) / bytes));
         Status st;

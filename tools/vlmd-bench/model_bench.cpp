@@ -117,6 +117,10 @@ int RunModelBench(const ModelBenchOptions& opts) {
       decode.push_back((opts.gen_tokens - 1) / (gen->decode_ms / 1e3));
     }
     const double bw = MeasureReadBandwidth(e.pool(), e.model().weight_bytes());
+    if (bw <= 0) {
+      std::fprintf(stderr, "vlmd-bench: cannot allocate the bandwidth probe's buffer\n");
+      return 1;
+    }
     const double bound = bw * 1e9 / static_cast<double>(e.model().weight_bytes());
     const double pp = Median(prefill), tg = Median(decode);
     nlohmann::json j = {{"model", opts.model_path},

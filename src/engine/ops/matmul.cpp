@@ -2,6 +2,7 @@
 #include "engine/ops/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <span>
@@ -142,6 +143,25 @@ void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0
       for (int64_t c = c0; c < c1; ++c) row[c] += res[c];
     }
   }
+}
+
+// An epilogue's residual must have a wide enough stride and must not overlap the output (the
+// product would be written over it before it is added).
+Status CheckResidual(const MatmulEpilogue* ep, const float* out, int64_t ldo, int64_t m,
+                     int64_t n, const char* op) {
+  if (ep == nullptr || ep->residual == nullptr || m == 0) return Status::Ok();
+  if (ep->ld_residual < n) {
+    return InvalidArgumentError(std::string(op) + ": residual stride " +
+                                std::to_string(ep->ld_residual) + " < n");
+  }
+  const auto lo = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  const auto hi = [](const float* p, int64_t ld, int64_t rows, int64_t cols) {
+    return reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>((rows - 1) * ld + cols) * 4;
+  };
+  if (lo(ep->residual) < hi(out, ldo, m, n) && lo(out) < hi(ep->residual, ep->ld_residual, m, n)) {
+    return InvalidArgumentError(std::string(op) + ": the residual overlaps the output");
+  }
+  return Status::Ok();
 }
 
 // The residual part of `ep` alone (for the tile path, whose kernel epilogue has no residual).
@@ -309,10 +329,7 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     return InvalidArgumentError("MatMul: lda " + std::to_string(lda) + " < k or ldo " +
                                 std::to_string(ldo) + " < n");
   }
-  if (epilogue != nullptr && epilogue->residual != nullptr && epilogue->ld_residual < w.n) {
-    return InvalidArgumentError("MatMul: residual stride " + std::to_string(epilogue->ld_residual) +
-                                " < n");
-  }
+  VLMD_RETURN_IF_ERROR(CheckResidual(epilogue, out, ldo, m, w.n, "MatMul"));
   if (UsesTiles(kt, w)) {
     if (w.tiles->n() != w.n || w.tiles->k() != w.k) {
       return InvalidArgumentError("MatMul: the bf16 tile weight's shape differs from the view's");
@@ -431,8 +448,11 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
     return InvalidArgumentError("MatMulShared: weights, outputs and epilogues differ in number");
   }
   auto epilogue = [&](size_t i) { return epilogues.empty() ? nullptr : epilogues[i]; };
-  for (float* out : outs) {
-    if (out == nullptr) return InvalidArgumentError("MatMulShared: null output");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i] == nullptr) return InvalidArgumentError("MatMulShared: null output");
+    // Every residual before any product is written (the per-weight MatMul checks again).
+    VLMD_RETURN_IF_ERROR(CheckResidual(epilogue(i), outs[i], ws[i]->n, m, ws[i]->n,
+                                       "MatMulShared"));
   }
   bool all_tiles = true;
   for (const WeightView* w : ws) {
@@ -450,9 +470,6 @@ Status MatMulShared(const kernels::KernelTable& kt, ThreadPool* pool,
   for (size_t i = 0; i < ws.size(); ++i) {
     RunTiles(kt, pool, *ws[i]->tiles, TileArgs(a16, ws[i]->k, outs[i], ws[i]->n, epilogue(i)), m);
     if (epilogue(i) != nullptr && epilogue(i)->residual != nullptr) {
-      if (epilogue(i)->ld_residual < ws[i]->n) {
-        return InvalidArgumentError("MatMulShared: residual stride smaller than n");
-      }
       ApplyResidual(pool, *epilogue(i), outs[i], ws[i]->n, m, ws[i]->n);
     }
   }

@@ -71,12 +71,18 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       for (int v = 0; v < NV; ++v) acc[i][v] = bias;
     }
     if constexpr (MR <= 2) {  // GEMV: memory-bound
+      // Addresses as integers: the last blocks prefetch past the arrays (harmless for a
+      // prefetch, but not a pointer C++ lets us form).
+      const uintptr_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
       for (int v = 0; v < NV; ++v) {
-        const char* q = reinterpret_cast<const char*>(wq[v] + kAhead * qstride);
-        for (size_t c = 0; c < qstep; c += 64) _mm_prefetch(q + c, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(ws[v] + kAhead * sstride), _MM_HINT_T0);
+        const uintptr_t q = reinterpret_cast<uintptr_t>(wq[v]) + kAhead * qstride;
+        for (size_t c = 0; c < qstep; c += 64) _mm_prefetch(reinterpret_cast<const char*>(q + c), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(ws[v]) + scale_ahead),
+                     _MM_HINT_T0);
         if constexpr (kMins) {
-          _mm_prefetch(reinterpret_cast<const char*>(wm[v] + kAhead * sstride), _MM_HINT_T0);
+          _mm_prefetch(
+              reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(wm[v]) + scale_ahead),
+              _MM_HINT_T0);
         }
       }
     }
