@@ -313,6 +313,15 @@ TEST(Attention, ThreadedMatchesSingleThreadBitwise) {
   CheckCase({"threaded", 40, 90, 4, 2, 48, true, 50}, &pool);
 }
 
+// Multi-query decode over a short cache (one kv head, one range): the heads are spread over the
+// pool one per task; the result is the same as alone.
+TEST(Attention, MultiQueryDecodeOverAPool) {
+  Case c{"mqa-decode", 1, 200, 16, 1, 64, true, 199};
+  ThreadPool pool(2);
+  CheckCase(c, &pool);
+  ExpectThreadedEqualsSingle(c, 93, &pool);
+}
+
 // A decode step over a long GQA cache runs as (kv head, range of rows) tasks merged afterwards:
 // the same numbers with and without threads, and the reference's within tolerance.
 TEST(Attention, LongCacheDecodeRangesMatchAcrossThreads) {

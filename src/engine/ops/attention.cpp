@@ -333,12 +333,16 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   const bool parallel = pool != nullptr && n_threads > 1 && work >= kMinParallelWork;
   const int64_t n_ranges = std::clamp<int64_t>((a.n_kv + kRangeRows - 1) / kRangeRows, 1,
                                                kMaxRanges);
-  const int64_t n_tasks = a.n_q * a.n_kv_heads * n_ranges;
+  // A single task (one query, one kv head, one range: multi-query attention over a short cache)
+  // would leave the other threads idle; then each task takes one query head.
+  const int64_t per_task = a.n_q * a.n_kv_heads * n_ranges == 1 ? 1 : group;
+  const int64_t head_blocks = a.n_heads / per_task;
+  const int64_t n_tasks = a.n_q * head_blocks * n_ranges;
   // Per task its heads' states (m, l) and accumulators, per thread the scaled queries and a
   // block of scores per head: in the caller's scratch when given (a decode step runs this once
   // per layer; allocating and zeroing it each time was measurable).
-  const int64_t state_size = 2 * group, acc_size = group * hd;
-  const int64_t thread_size = group * (hd + kBlock);
+  const int64_t state_size = 2 * per_task, acc_size = per_task * hd;
+  const int64_t thread_size = per_task * (hd + kBlock);
   const size_t scratch_size =
       static_cast<size_t>(n_tasks * (state_size + acc_size) + n_threads * thread_size);
   std::vector<float> local;
@@ -348,8 +352,8 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   float* const accs = states + n_tasks * state_size;
   float* const thread_scratch = accs + n_tasks * acc_size;
   auto run_task = [&](int64_t t, int thread) {
-    const int64_t r = t % n_ranges, g = (t / n_ranges) % a.n_kv_heads;
-    const int64_t i = t / (n_ranges * a.n_kv_heads);
+    const int64_t r = t % n_ranges, hb = (t / n_ranges) % head_blocks;
+    const int64_t i = t / (n_ranges * head_blocks);
     int64_t n_visible = a.n_kv;
     if (a.causal && p.sorted_kv_pos) {
       n_visible = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[i]) - a.kv_pos;
@@ -357,14 +361,14 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     int64_t j0, j1;
     SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
     float* const mine = thread_scratch + thread * thread_size;
-    AttendHeadsRange(p, i, g * group, group, j0, j1, mine, mine + group * hd,
+    AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1, mine, mine + per_task * hd,
                      states + t * state_size, accs + t * acc_size);
   };
   internal::ForTasks(parallel ? pool : nullptr, n_tasks, run_task);
   for (int64_t i = 0; i < a.n_q; ++i) {
     for (int64_t h = 0; h < a.n_heads; ++h) {
-      const int64_t g = h / group, hh = h % group;
-      const int64_t t0 = (i * a.n_kv_heads + g) * n_ranges;  // first range of (i, g)
+      const int64_t hb = h / per_task, hh = h % per_task;
+      const int64_t t0 = (i * head_blocks + hb) * n_ranges;  // first range of (i, hb)
       MergePartials(states + t0 * state_size + 2 * hh, accs + t0 * acc_size + hh * hd, n_ranges,
                     state_size, acc_size, hd, a.out + i * a.out_row_stride + h * hd);
     }
