@@ -141,3 +141,33 @@ TEST(MultimodalPromptErrors, MarkerCountMustMatchImages) {
 
 }  // namespace
 }  // namespace vlmd::engine::runtime
+
+namespace vlmd::engine::runtime {
+namespace {
+
+// A prompt long enough for the blocked prefill attention grows its K/V scratch; with
+// max_idle_scratch_bytes 0 the engine frees it when the prompt is complete (memory accounting
+// shows the difference), and the logits do not change.
+TEST(TextEngineMemory, LargePrefillScratchIsFreedAfterThePrompt) {
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + 7 * i % 50);
+  EngineOptions keep;
+  keep.threads = 1;
+  EngineOptions release = keep;
+  release.max_idle_scratch_bytes = 0;
+  auto a = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), keep);
+  auto b = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), release);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto la = (*a)->PromptLogits(prompt);
+  auto lb = (*b)->PromptLogits(prompt);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_EQ(*la, *lb);
+  EXPECT_LT((*b)->activation_bytes(), (*a)->activation_bytes());
+  // And the next prompt grows it again without harm.
+  auto again = (*b)->PromptLogits(prompt);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *lb);
+}
+
+}  // namespace
+}  // namespace vlmd::engine::runtime

@@ -98,6 +98,9 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
                            pos.data(), seq.data(), last ? &logit_row : nullptr, last ? 1 : 0};
     VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, logits));
   }
+  if (end == n && ctx_.attention_kv.capacity() * sizeof(float) > opts_.max_idle_scratch_bytes) {
+    std::vector<float>().swap(ctx_.attention_kv);  // a decode step needs a few KB of it
+  }
   return Status::Ok();
 }
 

@@ -31,6 +31,10 @@ struct EngineOptions {
   // kExact: the parity reference (the library default); kFast: float weights on the packed int8
   // matmul too (the tools' default). See ops::Precision.
   ops::Precision precision = ops::Precision::kExact;
+  // The prefill attention's scratch (f32 K and V^T of every kv head: ~270 MB at 32k positions
+  // with 8 kv heads of 128) is freed when a prompt is complete if it holds more than this, so
+  // that one long prompt does not keep it for the engine's lifetime; smaller ones are reused.
+  uint64_t max_idle_scratch_bytes = uint64_t{64} << 20;
 };
 
 struct GenerateResult {
