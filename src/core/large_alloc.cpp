@@ -84,12 +84,8 @@ void* AllocateLarge(size_t bytes) {
       ++c.live;
       return p;
     }
-    // The current chunk is full: it is freed with its last buffer; unmap it now if it is empty.
-    if (c.live == 0) {
-      ::munmap(reinterpret_cast<void*>(s.current), c.size);
-      s.mapped -= c.size;
-      s.chunks.erase(s.current);
-    }
+    // Full (an empty current chunk is rewound, and every shared buffer fits an empty chunk):
+    // it is unmapped with its last buffer.
     s.current = 0;
   }
   Chunk c;

@@ -39,8 +39,21 @@ size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr int64_t kPackedRowBlock = 64;
 constexpr int64_t kPackedPanelBlock = 6;  // two tiles of 3 panels: no narrow edge tile
 
+// The epilogue over output rows [r0, r1) x columns [c0, c1).
 void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0, int64_t r1,
-                   int64_t c0, int64_t c1);
+                   int64_t c0, int64_t c1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = out + r * ldo;
+    if (ep.bias != nullptr) {
+      for (int64_t c = c0; c < c1; ++c) row[c] += ep.bias[c];
+    }
+    if (ep.act != nullptr) ep.act(row + c0, row + c0, c1 - c0);
+    if (ep.residual != nullptr) {
+      const float* res = ep.residual + r * ep.ld_residual;
+      for (int64_t c = c0; c < c1; ++c) row[c] += res[c];
+    }
+  }
+}
 
 // The packed int8 path: activations to Q8_0 blocks plus per-block sums, then panels over threads,
 // each range or tile followed by the epilogue on its outputs.
@@ -72,6 +85,14 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   args.out = out;
   args.out_stride = ldo;
   const int64_t panels = pw.panels();
+  // Rows [m0, m1) x panels [p0, p1), then the epilogue on them while they are in cache.
+  auto run = [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+    kt.packed_matmul(args, m0, m1, p0, p1);
+    if (epilogue != nullptr) {
+      ApplyEpilogue(*epilogue, out, ldo, m0, m1, p0 * kernels::kPanelCols,
+                    std::min(w.n, p1 * kernels::kPanelCols));
+    }
+  };
   if (m <= kGemvMaxRows) {
     // Panel ranges split in shrinking parts, aligned to the layout's panel groups (a range of
     // whole groups reads whole contiguous streams; single panels measured slower for kQ4). With
@@ -79,27 +100,15 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
     // than the imbalance of whole-tile ranges. (Quantizing the row on each thread instead of
     // once before the split measured slower: 489-505 vs 502-513 tok/s.)
     internal::ForRanges(pool, panels, m * w.k * kernels::kPanelCols, pw.group_panels(),
-                        [&](int64_t begin, int64_t end) {
-                          kt.packed_matmul(args, 0, m, begin, end);
-                          if (epilogue != nullptr) {
-                            ApplyEpilogue(*epilogue, out, ldo, 0, m, begin * kernels::kPanelCols,
-                                          std::min(w.n, end * kernels::kPanelCols));
-                          }
-                        });
+                        [&](int64_t begin, int64_t end) { run(0, m, begin, end); });
     return Status::Ok();
   }
   const int64_t n_mt = (m + kPackedRowBlock - 1) / kPackedRowBlock;
   const int64_t n_pt = (panels + kPackedPanelBlock - 1) / kPackedPanelBlock;
-  auto run_tile = [&](int64_t t) {
+  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) {
     const int64_t m0 = (t % n_mt) * kPackedRowBlock, p0 = (t / n_mt) * kPackedPanelBlock;
-    const int64_t m1 = std::min(m, m0 + kPackedRowBlock), p1 = std::min(panels, p0 + kPackedPanelBlock);
-    kt.packed_matmul(args, m0, m1, p0, p1);
-    if (epilogue != nullptr) {
-      ApplyEpilogue(*epilogue, out, ldo, m0, m1, p0 * kernels::kPanelCols,
-                    std::min(w.n, p1 * kernels::kPanelCols));
-    }
-  };
-  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int /*worker*/) { run_tile(t); });
+    run(m0, std::min(m, m0 + kPackedRowBlock), p0, std::min(panels, p0 + kPackedPanelBlock));
+  });
   return Status::Ok();
 }
 
@@ -127,22 +136,6 @@ uint16_t* ConvertForTiles(const kernels::KernelTable& kt, ThreadPool* pool, cons
   });
   std::fill(buf + m * stride, buf + padded_rows * stride, uint16_t{0});
   return buf;
-}
-
-// The epilogue over output rows [r0, r1) x columns [c0, c1).
-void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0, int64_t r1,
-                   int64_t c0, int64_t c1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    float* row = out + r * ldo;
-    if (ep.bias != nullptr) {
-      for (int64_t c = c0; c < c1; ++c) row[c] += ep.bias[c];
-    }
-    if (ep.act != nullptr) ep.act(row + c0, row + c0, c1 - c0);
-    if (ep.residual != nullptr) {
-      const float* res = ep.residual + r * ep.ld_residual;
-      for (int64_t c = c0; c < c1; ++c) row[c] += res[c];
-    }
-  }
 }
 
 // An epilogue's residual must have a wide enough stride and must not overlap the output (the

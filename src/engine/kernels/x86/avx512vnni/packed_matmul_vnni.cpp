@@ -35,6 +35,12 @@ inline __m512i Broadcast4(const int8_t* p) {
 // stream and one block (512 bytes) ahead in a kQ8 panel measured best (2 threads, SmolLM2-135M).
 constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
 
+// Prefetches the line `ahead` bytes past p. The address is formed as an integer: the last blocks
+// prefetch past the arrays, harmless for a prefetch but not a pointer C++ lets us form.
+inline void PrefetchAhead(const void* p, size_t ahead) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
+}
+
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2).
 template <int kFmt, int MR, int NV>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
@@ -71,19 +77,11 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       for (int v = 0; v < NV; ++v) acc[i][v] = bias;
     }
     if constexpr (MR <= 2) {  // GEMV: memory-bound
-      // Addresses as integers: the last blocks prefetch past the arrays (harmless for a
-      // prefetch, but not a pointer C++ lets us form).
-      const uintptr_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
+      const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
       for (int v = 0; v < NV; ++v) {
-        const uintptr_t q = reinterpret_cast<uintptr_t>(wq[v]) + kAhead * qstride;
-        for (size_t c = 0; c < qstep; c += 64) _mm_prefetch(reinterpret_cast<const char*>(q + c), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(ws[v]) + scale_ahead),
-                     _MM_HINT_T0);
-        if constexpr (kMins) {
-          _mm_prefetch(
-              reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(wm[v]) + scale_ahead),
-              _MM_HINT_T0);
-        }
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], kAhead * qstride + c);
+        PrefetchAhead(ws[v], scale_ahead);
+        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }
     }
     if constexpr (kQ4) {
