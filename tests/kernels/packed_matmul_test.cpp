@@ -152,10 +152,12 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   ThreadPool pool2(2);
   ops::MatmulScratch scratch;
   uint32_t seed = 11;
-  const std::vector<Case> cases = {Case{1, 1, 32},  Case{1, 17, 96}, Case{2, 50, 256},
-                                   Case{3, 16, 64},  Case{4, 71, 128}, Case{5, 33, 96},
-                                   Case{9, 64, 32},  Case{70, 40, 160}};
-  const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{3, 50, 512}, Case{70, 33, 256}};
+  // One row over 7 panels: GEMV tiles of 4 panels and a narrower last one.
+  const std::vector<Case> cases = {Case{1, 1, 32},  Case{1, 17, 96},  Case{1, 100, 64},
+                                   Case{2, 50, 256}, Case{3, 16, 64},  Case{4, 71, 128},
+                                   Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160}};
+  const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{1, 100, 256}, Case{3, 50, 512},
+                                     Case{70, 33, 256}};
   for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kQ4_K}) {
     for (const Case& c : type == DType::kQ4_K ? k_cases : cases) {
       std::vector<float> wf = RandomFloats(c.n * c.k, seed++);

@@ -51,6 +51,9 @@ inline constexpr int kPackBlock = 32;
 inline constexpr int kPanelGroup = 4;  // kQ4/kQ4K panels interleaved block by block (layout)
 
 enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1, kQ4K = 2 };
+// Layout constants of a format (the kernels take them at compile time).
+constexpr size_t QsBytesPerBlock(PackedFormat f) { return f == PackedFormat::kQ8 ? 512 : 256; }
+constexpr int64_t GroupPanels(PackedFormat f) { return f == PackedFormat::kQ8 ? 1 : kPanelGroup; }
 // The packed format a weight type becomes (kQ8 for Q8_0 and the float types).
 PackedFormat PackedFormatOf(DType dtype);
 
@@ -86,8 +89,8 @@ class PackedMatrix {
   int offset() const {
     return format_ == PackedFormat::kQ8 ? 128 : format_ == PackedFormat::kQ4 ? 8 : 0;
   }
-  size_t qs_bytes_per_block() const { return format_ == PackedFormat::kQ8 ? 512 : 256; }
-  int64_t group_panels() const { return format_ == PackedFormat::kQ8 ? 1 : kPanelGroup; }
+  size_t qs_bytes_per_block() const { return QsBytesPerBlock(format_); }
+  int64_t group_panels() const { return GroupPanels(format_); }
   // From one block of a panel to its next block: in bytes for qs, in f16 values for scales/mins.
   size_t qs_block_stride() const { return group_panels() * qs_bytes_per_block(); }
   int64_t scale_block_stride() const { return group_panels() * kPanelCols; }

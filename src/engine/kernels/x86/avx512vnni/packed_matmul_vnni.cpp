@@ -45,12 +45,21 @@ inline void PrefetchAhead(const void* p, size_t ahead) {
 template <int kFmt, int MR, int NV>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+  constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
+  // A panel's block and the step to its next block (see the layout in packed_int8.h).
+  constexpr size_t qstep = QsBytesPerBlock(kFormat);
+  constexpr size_t qstride = GroupPanels(kFormat) * qstep;
+  constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
+  // One activation row of 4-bit weights: the low and high nibbles go to separate accumulators,
+  // the high ones masked in place (16 x the nibble) and shifted back once per block. One AND per
+  // nibble instead of a shift and an AND for the high one, and two dependency chains of 4
+  // vpdpbusd per panel instead of one of 8. q4_0 GEMV 1024 x 2048 from L2 on one thread:
+  // 55 -> 82 GB/s; SmolLM2-135M q4_0 decode on 2 threads +3.5%. With two rows the shifted high
+  // nibbles serve both, and the chains are already twice as many.
+  constexpr bool kSplitNibbles = kQ4 && MR == 1;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
-  const size_t qstep = w.qs_bytes_per_block();
-  const size_t qstride = w.qs_block_stride();
-  const int64_t sstride = w.scale_block_stride();
   constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
@@ -84,7 +93,25 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }
     }
-    if constexpr (kQ4) {
+    if constexpr (kSplitNibbles) {
+      const __m512i low4 = _mm512_set1_epi8(0x0F);
+      const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+      __m512i acc_hi[NV];
+      for (int v = 0; v < NV; ++v) acc_hi[v] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i al = Broadcast4(a[0][b].qs + 8 * c);
+        const __m512i ah = Broadcast4(a[0][b].qs + 8 * c + 4);
+        for (int v = 0; v < NV; ++v) {
+          const __m512i raw = _mm512_load_si512(wq[v] + c * 64);
+          acc[0][v] = _mm512_dpbusd_epi32(acc[0][v], _mm512_and_si512(raw, low4), al);
+          acc_hi[v] = _mm512_dpbusd_epi32(acc_hi[v], _mm512_and_si512(raw, high4), ah);
+        }
+      }
+      // acc_hi is 16 x the high nibbles' dot: the shift is exact.
+      for (int v = 0; v < NV; ++v) {
+        acc[0][v] = _mm512_add_epi32(acc[0][v], _mm512_srai_epi32(acc_hi[v], 4));
+      }
+    } else if constexpr (kQ4) {
       const __m512i low4 = _mm512_set1_epi8(0x0F);
       for (int c = 0; c < 4; ++c) {
         __m512i al[MR], ah[MR];
