@@ -456,6 +456,49 @@ TEST(PackedMatmulTest, ResidualEpilogueAcrossGemvRanges) {
   EXPECT_FALSE(ops::MatMul(kt, &pool, w, a.data(), 1, k, got.data(), n, &scratch, &ep).ok());
 }
 
+// Packed panels as bf16 tile panels (fast-precision GEMMs on the tile unit): the reference holds
+// each packed weight (PackedWeight above: d (u - offset), d u - mn) rounded to bf16 at its tile
+// position, zeros in padding columns; every ISA's version matches the reference bit for bit,
+// for every format and for panel ranges that start inside a group of 4-bit panels.
+TEST(PackedMatrixTest, PanelsToBf16TilesMatchTheReference) {
+  const int64_t n = 45, k = 256;  // 3 panels, the last one 13 columns wide
+  const std::vector<float> wf = RandomFloats(n * k, 61);
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    SCOPED_TRACE(std::string(DTypeName(type)));
+    const std::vector<uint8_t> rows = Rows(type, wf, n, k);
+    auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, k), n, k);
+    ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+    const PackedMatrix& w = **pm;
+    std::vector<uint16_t> ref(w.panels() * k * kernels::kPanelCols, 0xFFFF);
+    kernels::PackedToTilesRef(w, 0, w.panels(), ref.data());
+    for (int64_t col = 0; col < w.panels() * kernels::kPanelCols; ++col) {
+      const int64_t p = col / kernels::kPanelCols, j = col % kernels::kPanelCols;
+      for (int64_t e = 0; e < k; ++e) {
+        const uint16_t got =
+            ref[(p * k + (e / 2) * 2) * kernels::kPanelCols + j * 2 + e % 2];
+        // + 0.0f: a zero weight is +0 in the tiles whatever the sign of its scale.
+        const uint16_t want =
+            col < n ? F32ToBF16(PackedWeight(w, col, e) + 0.0f) : uint16_t{0};
+        ASSERT_EQ(got, want) << "col " << col << " e " << e;
+      }
+    }
+    for (int i = 0; i < kernels::kNumIsas; ++i) {
+      const Isa isa = static_cast<Isa>(i);
+      if (!kernels::IsaAvailable(isa)) continue;
+      const kernels::PackedToTilesFn fn = kernels::GetKernelTable(isa).packed_to_tiles;
+      if (fn == nullptr) continue;
+      SCOPED_TRACE(std::string(kernels::IsaName(isa)));
+      for (int64_t p0 : {int64_t{0}, int64_t{1}}) {
+        const size_t panel_elems = static_cast<size_t>(k * kernels::kPanelCols);
+        std::vector<uint16_t> got((w.panels() - p0) * panel_elems, 0xFFFF);
+        fn(w, p0, w.panels(), got.data());
+        ASSERT_EQ(0, std::memcmp(got.data(), ref.data() + p0 * panel_elems,
+                                 got.size() * sizeof(uint16_t)))
+            << "panels from " << p0;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vlmd::engine
-

@@ -525,6 +525,73 @@ TEST(MatmulEpilogue, ResidualIsAddedOnEveryPath) {
   }
 }
 
+// Packed int8 weights in fast precision on the tile unit (ops::MatMul from 64 rows): equal to the
+// tile reference over the same operands - the activations rounded to bf16 and the packed
+// weights' bf16 tiles (PackedToTilesRef) - within the f32 summation order, for every packed
+// format, one and two row blocks (512 rows each), an odd number of panels (a last task of one
+// panel, 10 columns wide), one thread and two; and the epilogue (bias, SiLU, residual) is applied
+// to exactly that product.
+TEST(TileBf16Kernel, PackedWeightsOnTilesEqualTheTileReference) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr || kt->packed_to_tiles == nullptr) GTEST_SKIP() << "no AMX tile kernel";
+  const int64_t n = 170, k = 256;
+  const std::vector<float> wf = vlmd::testing::RandomNormal(n * k, 71);
+  const std::vector<float> bias = vlmd::testing::RandomNormal(n, 72);
+  ThreadPool pool(2);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16}) {
+    const size_t rb = *RowBytes(type, k);
+    std::vector<uint8_t> rows(rb * n);
+    ASSERT_TRUE(QuantizeTensor(type, wf.data(), n, k, rows.data()).ok());
+    ops::WeightView view{type, n, k, rows.data(), 0};
+    ops::PackedStore store;
+    ASSERT_TRUE(ops::PackWeight({kt, ops::Precision::kFast}, &view, &store).ok());
+    ASSERT_NE(view.packed, nullptr);
+    ASSERT_TRUE(view.packed_gemm_on_tiles);
+    const int64_t panels = view.packed->panels();
+    std::vector<uint16_t> w16(static_cast<size_t>(panels * k * kernels::kPanelCols));
+    kernels::PackedToTilesRef(*view.packed, 0, panels, w16.data());
+    for (int64_t m : {int64_t{64}, int64_t{600}}) {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        SCOPED_TRACE(std::string(DTypeName(type)) + " m=" + std::to_string(m) +
+                     (p ? " 2 threads" : " 1 thread"));
+        const std::vector<float> af = vlmd::testing::RandomNormal(m * k, 73 + m);
+        const std::vector<uint16_t> a16 = ToBf16(af);
+        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+        TileBf16Args args{a16.data(), k, w16.data(), n, k, want.data(), n};
+        kernels::TileBf16MatmulRef(args, 0, m, 0, panels);
+        ops::MatmulScratch scratch;
+        ASSERT_TRUE(ops::MatMul(*kt, p, view, af.data(), m, k, got.data(), n, &scratch).ok());
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < n; ++c) {
+            double abs_sum = 0;
+            for (int64_t e = 0; e < k; ++e) {
+              abs_sum += std::fabs(BF16ToF32(a16[r * k + e]) * BF16ToF32(PackedAt(w16.data(), k, c, e)));
+            }
+            const double tol = 2.0 * (k + 2) * vlmd::testing::kU * abs_sum + 1e-30;
+            ASSERT_NEAR(got[r * n + c], want[r * n + c], tol) << "row " << r << " col " << c;
+          }
+        }
+        const std::vector<float> res = vlmd::testing::RandomNormal(m * n, 74);
+        ops::MatmulEpilogue ep{bias.data(), kt->silu};
+        ep.residual = res.data();
+        ep.ld_residual = n;
+        std::vector<float> with_ep(got.size());
+        ASSERT_TRUE(
+            ops::MatMul(*kt, p, view, af.data(), m, k, with_ep.data(), n, &scratch, &ep).ok());
+        for (int64_t r = 0; r < m; ++r) {
+          float* row = got.data() + r * n;
+          for (int64_t c = 0; c < n; ++c) row[c] += bias[c];
+          kt->silu(row, row, n);
+          for (int64_t c = 0; c < n; ++c) row[c] += res[r * n + c];
+        }
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(with_ep[i], got[i], 1e-5f * (1.0f + std::fabs(got[i]))) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
 // The fused attention kernel against attention in double over the same bf16 Q, K and V (scores
 // in log2 units): within the bf16 rounding of the probabilities and of the output, on odd sizes
 // (partial query blocks and key chunks, head_dim 48 / 64 / 72: an odd number of output panels,

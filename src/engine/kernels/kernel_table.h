@@ -60,6 +60,9 @@ using TilePackFn = void (*)(const uint16_t* rows, int64_t row_stride, int64_t n,
                             int64_t k, uint16_t* dst);
 using PackedMatmulFn = void (*)(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                                 int64_t p1);
+// Panels [p0, p1) of a packed int8 matrix as bf16 tile panels (PackedToTilesRef's contract).
+class PackedMatrix;
+using PackedToTilesFn = void (*)(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
 using ConvertRowFn = void (*)(const float* x, void* y, int64_t k);
 
@@ -115,6 +118,9 @@ struct KernelTable {
   // TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
+  // Packed int8 panels to bf16 tile panels, so that fast-precision GEMMs over packed weights can
+  // run on the tile unit (nullptr where tile_bf16_matmul is).
+  PackedToTilesFn packed_to_tiles = nullptr;
   // GELU (tanh form) to 1e-4 relative, for values rounded to bf16 next (the tile epilogue).
   UnaryFn gelu_tanh_for_bf16 = nullptr;
   TileAttentionFn tile_attention = nullptr;  // the vision encoder's attention on AMX

@@ -198,6 +198,38 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   return pm;
 }
 
+void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst) {
+  const int64_t k = w.k();
+  const bool q4 = w.format() != PackedFormat::kQ8;
+  for (int64_t p = p0; p < p1; ++p) {
+    uint16_t* panel = dst + (p - p0) * k * kPanelCols;
+    for (int64_t b = 0; b < w.blocks(); ++b) {
+      const uint8_t* qs = w.qs(p, b);
+      const uint16_t* scales = w.scales(p, b);
+      const uint16_t* mins = w.mins(p, b);
+      for (int j = 0; j < kPanelCols; ++j) {
+        const float d = F16ToF32(scales[j]);
+        for (int i = 0; i < kPackBlock; ++i) {
+          int u;  // the stored value of column j, element 32 b + i (layout: packed_int8.h)
+          if (q4) {
+            const uint8_t byte = qs[(i / 8) * 64 + j * 4 + i % 4];
+            u = (i % 8) < 4 ? (byte & 0x0F) : (byte >> 4);
+          } else {
+            u = qs[(i / 4) * 64 + j * 4 + i % 4];
+          }
+          // d (u - offset) is exact in f32; as an fma a zero comes out +0 for either sign of d.
+          const float bias = mins != nullptr ? -F16ToF32(mins[j])
+                                             : -static_cast<float>(w.offset()) * d;
+          const float v = std::fma(static_cast<float>(u), d, bias);
+          const int64_t e = b * kPackBlock + i;
+          // Tile row e / 2 holds the pairs (e, e + 1) of the 16 columns.
+          panel[(e / 2) * 2 * kPanelCols + j * 2 + e % 2] = F32ToBF16(v);
+        }
+      }
+    }
+  }
+}
+
 void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums) {
   const auto* blocks = static_cast<const BlockQ8_0*>(row);
   for (int64_t b = 0; b < k / kPackBlock; ++b) {

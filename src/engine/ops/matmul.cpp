@@ -117,24 +117,35 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
 constexpr int64_t kTileRowBlock = 128;
 constexpr int64_t kTilePanelBlock = 8;
 
-// Activations (k values per row) to bf16 rows padded with zeros to whole tiles: k_padded
-// columns (TileBf16Matrix::PaddedK) and a multiple of 16 rows, for the tile path. Returns the
-// rows (stride kernels::TileRowStride(k_padded)).
-uint16_t* ConvertForTiles(const kernels::KernelTable& kt, ThreadPool* pool, const float* a,
-                          int64_t m, int64_t lda, int64_t k, MatmulScratch* scratch) {
-  const int64_t padded_rows = (m + kernels::kTileRows - 1) / kernels::kTileRows *
-                              kernels::kTileRows;
+// bf16 activation rows for the tile path: k values padded with zeros to whole tile steps
+// (TileBf16Matrix::PaddedK), rows padded with zeros to a multiple of 16, row stride
+// kernels::TileRowStride(k_padded).
+size_t TileActivationElems(int64_t m, int64_t k) {
+  const int64_t padded_rows = (m + kernels::kTileRows - 1) / kernels::kTileRows * kernels::kTileRows;
+  return static_cast<size_t>(padded_rows *
+                             kernels::TileRowStride(kernels::TileBf16Matrix::PaddedK(k)));
+}
+
+// Activations (k values per row) into `buf` (TileActivationElems(m, k) values) as above.
+void ConvertRowsForTiles(const kernels::KernelTable& kt, ThreadPool* pool, const float* a,
+                         int64_t m, int64_t lda, int64_t k, uint16_t* buf) {
   const int64_t k_padded = kernels::TileBf16Matrix::PaddedK(k);
   const int64_t stride = kernels::TileRowStride(k_padded);
-  auto* buf = reinterpret_cast<uint16_t*>(
-      scratch->Reserve(static_cast<size_t>(padded_rows * stride) * sizeof(uint16_t)));
   internal::ForRanges(pool, m, k, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       kt.to_bf16(a + r * lda, buf + r * stride, k);
       std::fill(buf + r * stride + k, buf + r * stride + k_padded, uint16_t{0});
     }
   });
-  std::fill(buf + m * stride, buf + padded_rows * stride, uint16_t{0});
+  std::fill(buf + m * stride, buf + TileActivationElems(m, k), uint16_t{0});
+}
+
+// The converted activations in the scratch buffer.
+uint16_t* ConvertForTiles(const kernels::KernelTable& kt, ThreadPool* pool, const float* a,
+                          int64_t m, int64_t lda, int64_t k, MatmulScratch* scratch) {
+  auto* buf = reinterpret_cast<uint16_t*>(
+      scratch->Reserve(TileActivationElems(m, k) * sizeof(uint16_t)));
+  ConvertRowsForTiles(kt, pool, a, m, lda, k, buf);
   return buf;
 }
 
@@ -205,6 +216,65 @@ bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
   return w.tiles != nullptr && kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr;
 }
 
+// Packed weights on the tile unit (WeightView::packed_gemm_on_tiles): from this many rows, in
+// tasks of up to kTiledRowBlock rows x kTiledPanels panels, each converting its panels to bf16
+// tiles in a per-worker buffer first (skipped when the worker's previous task had the same
+// panels). A conversion costs ~0.3 vector instructions per weight, ~5% of a task of 512 rows;
+// below ~64 rows the int8 kernel, which needs none, is as fast.
+constexpr int64_t kTiledMinRows = 64;
+constexpr int64_t kTiledRowBlock = 512;
+constexpr int64_t kTiledPanels = 2;
+
+bool UsesTilesForPacked(const kernels::KernelTable& kt, const WeightView& w, int64_t m) {
+  return w.packed_gemm_on_tiles && m >= kTiledMinRows && kt.packed_to_tiles != nullptr &&
+         kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr;
+}
+
+Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
+                           const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
+                           MatmulScratch* scratch, const MatmulEpilogue* epilogue) {
+  if (scratch == nullptr) {
+    return InvalidArgumentError("MatMul: a scratch buffer is required for packed weights");
+  }
+  const kernels::PackedMatrix& pw = *w.packed;
+  const int64_t k = w.k;  // a multiple of 32: no padding columns
+  const int workers = pool != nullptr ? pool->size() : 1;
+  const size_t a_bytes = RoundUp(TileActivationElems(m, k) * sizeof(uint16_t), kScratchAlign);
+  const size_t tile_bytes = static_cast<size_t>(kTiledPanels * k * kernels::kPanelCols) *
+                            sizeof(uint16_t);
+  uint8_t* buf = scratch->Reserve(a_bytes + static_cast<size_t>(workers) * tile_bytes);
+  const auto* a16 = reinterpret_cast<const uint16_t*>(buf);
+  ConvertRowsForTiles(kt, pool, a, m, lda, k, reinterpret_cast<uint16_t*>(buf));
+  const int64_t panels = pw.panels();
+  const int64_t n_mt = (m + kTiledRowBlock - 1) / kTiledRowBlock;
+  const int64_t n_pt = (panels + kTiledPanels - 1) / kTiledPanels;
+  std::vector<int64_t> converted(static_cast<size_t>(workers), -1);  // panel block per worker
+  MatmulEpilogue residual_only;
+  if (epilogue != nullptr) {
+    residual_only.residual = epilogue->residual;
+    residual_only.ld_residual = epilogue->ld_residual;
+  }
+  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int worker) {
+    const int64_t pt = t / n_mt, m0 = (t % n_mt) * kTiledRowBlock;
+    const int64_t p0 = pt * kTiledPanels, p1 = std::min(panels, p0 + kTiledPanels);
+    const int64_t c0 = p0 * kernels::kPanelCols, c1 = std::min(w.n, p1 * kernels::kPanelCols);
+    auto* tiles = reinterpret_cast<uint16_t*>(buf + a_bytes + static_cast<size_t>(worker) * tile_bytes);
+    if (converted[static_cast<size_t>(worker)] != pt) {
+      kt.packed_to_tiles(pw, p0, p1, tiles);
+      converted[static_cast<size_t>(worker)] = pt;
+    }
+    kernels::TileBf16Args args = TileArgs(a16, k, out + c0, ldo, epilogue);
+    if (args.bias != nullptr) args.bias += c0;
+    args.w = tiles;
+    args.n = c1 - c0;
+    args.k = k;
+    const int64_t m1 = std::min(m, m0 + kTiledRowBlock);
+    kt.tile_bf16_matmul(args, m0, m1, 0, p1 - p0);
+    if (residual_only.residual != nullptr) ApplyEpilogue(residual_only, out, ldo, m0, m1, c0, c1);
+  });
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view PrecisionName(Precision p) { return p == Precision::kFast ? "fast" : "exact"; }
@@ -234,6 +304,12 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
   if (!row_bytes) return std::nullopt;
   return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n};
 }
+
+// WeightView::packed_gemm_on_tiles for a matrix packed under `packing`.
+bool GemmOnTilesAllowed(const WeightPacking& packing) {
+  return packing.precision == Precision::kFast && packing.kt != nullptr &&
+         packing.kt->packed_to_tiles != nullptr && packing.kt->tile_bf16_matmul != nullptr;
+}
 }  // namespace
 
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store) {
@@ -256,6 +332,7 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
                         kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k));
   w->packed = pm.get();
+  w->packed_gemm_on_tiles = GemmOnTilesAllowed(packing);
   store->int8.push_back(std::move(pm));
   return Status::Ok();
 }
@@ -279,6 +356,7 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   fused.dtype = parts[0]->dtype;
   fused.k = parts[0]->k;
   fused.packed = pm.get();
+  fused.packed_gemm_on_tiles = GemmOnTilesAllowed(packing);
   store->int8.push_back(std::move(pm));
   return fused;
 }
@@ -342,7 +420,10 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
     if (w.packed->n() != w.n || w.packed->k() != w.k) {
       return InvalidArgumentError("MatMul: the packed weight's shape differs from the view's");
     }
-    *epilogue_done = true;  // per range, while the outputs are in cache
+    *epilogue_done = true;  // per range or task, while the outputs are in cache
+    if (UsesTilesForPacked(kt, w, m)) {
+      return PackedMatMulOnTiles(kt, pool, w, a, m, lda, out, ldo, scratch, epilogue);
+    }
     return PackedMatMul(kt, pool, w, a, m, lda, out, ldo, scratch, epilogue);
   }
   if (w.data == nullptr) {

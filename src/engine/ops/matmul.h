@@ -35,6 +35,10 @@ struct WeightView {
   size_t row_bytes = 0;
   const kernels::PackedMatrix* packed = nullptr;
   const kernels::TileBf16Matrix* tiles = nullptr;
+  // Set by PackWeight / PackFusedWeights in fast precision where the CPU has the tile unit:
+  // products of many rows (prefill) may then round `packed`'s weights and the activations to
+  // bf16, a few panels per task, and run on AMX tiles (several times the int8 kernel's rate).
+  bool packed_gemm_on_tiles = false;
 };
 
 // How far the engine may round beyond the GGUF weights and the reference implementation.

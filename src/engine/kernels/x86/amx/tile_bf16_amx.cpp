@@ -262,6 +262,7 @@ void FillAmxKernels(KernelTable* t) {
   t->gelu_tanh_for_bf16 = GeluTanhForBf16Avx512;
   t->tile_pack_rows = PackRowsAvx512;
   t->tile_pack_columns = PackColumnsAvx512;
+  FillAmxPackedToTiles(t);
 }
 
 }  // namespace vlmd::engine::kernels
