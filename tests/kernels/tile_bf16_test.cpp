@@ -528,9 +528,9 @@ TEST(MatmulEpilogue, ResidualIsAddedOnEveryPath) {
 // Packed int8 weights in fast precision on the tile unit (ops::MatMul from 64 rows): equal to the
 // tile reference over the same operands - the activations rounded to bf16 and the packed
 // weights' bf16 tiles (PackedToTilesRef) - within the f32 summation order, for every packed
-// format, one and two row blocks (512 rows each), an odd number of panels (a last task of one
-// panel, 10 columns wide), one thread and two; and the epilogue (bias, SiLU, residual) is applied
-// to exactly that product.
+// format, 64 rows (tasks of one panel) and 600 rows (10 row blocks, the last one partial, of all
+// 11 panels), a last panel 10 columns wide, one thread and two; and the epilogue (bias, SiLU,
+// residual) is applied to exactly that product.
 TEST(TileBf16Kernel, PackedWeightsOnTilesEqualTheTileReference) {
   const kernels::KernelTable* kt = TileTable();
   if (kt == nullptr || kt->packed_to_tiles == nullptr) GTEST_SKIP() << "no AMX tile kernel";
