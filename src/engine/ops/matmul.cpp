@@ -217,24 +217,27 @@ bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
 }
 
 // Packed weights on the tile unit (WeightView::packed_gemm_on_tiles): from kTiledMinRows rows
-// (below, the int8 kernel, which needs no conversion, is as fast), in tasks of kTiledRowBlock
-// rows x a block of panels. A task converts its panels to bf16 tiles in a per-worker buffer
-// (~0.3 vector instructions per weight; skipped when the worker's previous task had the same
-// panels), which then stays in L2 while the activation rows stream past. Measured on q4_0
-// SmolLM2-135M prefill pp512, 2 threads: 2 panels x 512 rows 2.3k tok/s, 8 x 128 2.9-3.0k,
-// 16-24 x 32-64 3.1-3.35k; 28 panels is ~512 KB of tiles at k = 576.
+// (below, the int8 kernel, which needs no conversion, is as fast). A task converts a block of
+// panels to bf16 tiles (~0.3 vector instructions per weight) into a per-worker buffer, which
+// then stays in L2 while activation rows pass in blocks of kTiledRowBlock: all rows of the
+// product, or from kTiledSplitRows rows one row block per task (a worker skips the conversion
+// when its previous task had the same panels). Measured on SmolLM2-135M q4_0 prefill, 2 threads:
+// tasks of 2 panels x 512 rows 2.3k tok/s at pp512, 8 x 128 2.9-3.0k, 16-28 x 64 3.1-3.4k; for
+// a 128-row product (the last chunk of a longer prompt) the per-row-block tasks converted most
+// panels on both workers; one task per panel block: pp128 3.05-3.2k -> 3.27-3.43k tok/s.
 constexpr int64_t kTiledMinRows = 64;
 constexpr int64_t kTiledRowBlock = 64;
+constexpr int64_t kTiledSplitRows = 256;
 constexpr size_t kTiledBlockBytes = 512 << 10;
 
-// Panels per task: about kTiledBlockBytes of bf16 tiles, at most 32, fewer when that would leave
-// the threads fewer than 4 tasks each.
-int64_t TiledPanelsPerTask(int64_t k, int64_t panels, int64_t m, int workers) {
+// Panels per task: about kTiledBlockBytes of bf16 tiles (at most 32 panels), fewer when that
+// would leave the threads fewer than 4 tasks each (`row_tasks` tasks per panel block).
+int64_t TiledPanelsPerTask(int64_t k, int64_t panels, int64_t row_tasks, int workers) {
   const int64_t panel_bytes = k * kernels::kPanelCols * static_cast<int64_t>(sizeof(uint16_t));
-  int64_t per_task = std::clamp<int64_t>(static_cast<int64_t>(kTiledBlockBytes) / panel_bytes, 1, 32);
-  const int64_t row_blocks = (m + kTiledRowBlock - 1) / kTiledRowBlock;
-  while (per_task > 1 && row_blocks * ((panels + per_task - 1) / per_task) < 4 * workers) {
-    per_task /= 2;
+  int64_t per_task =
+      std::clamp<int64_t>(static_cast<int64_t>(kTiledBlockBytes) / panel_bytes, 1, 32);
+  while (per_task > 1 && row_tasks * ((panels + per_task - 1) / per_task) < 4 * workers) {
+    per_task = (per_task + 1) / 2;
   }
   return per_task;
 }
@@ -254,23 +257,26 @@ Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, con
   const int64_t k = w.k;  // a multiple of 32: no padding columns
   const int workers = pool != nullptr ? pool->size() : 1;
   const int64_t panels = pw.panels();
-  const int64_t per_task = TiledPanelsPerTask(k, panels, m, workers);
+  const int64_t row_block_count = (m + kTiledRowBlock - 1) / kTiledRowBlock;
+  const int64_t row_tasks = m >= kTiledSplitRows ? row_block_count : 1;
+  const int64_t per_task = TiledPanelsPerTask(k, panels, row_tasks, workers);
   const size_t a_bytes = RoundUp(TileActivationElems(m, k) * sizeof(uint16_t), kScratchAlign);
   const size_t tile_bytes = static_cast<size_t>(per_task * k * kernels::kPanelCols) *
                             sizeof(uint16_t);
   uint8_t* buf = scratch->Reserve(a_bytes + static_cast<size_t>(workers) * tile_bytes);
   const auto* a16 = reinterpret_cast<const uint16_t*>(buf);
   ConvertRowsForTiles(kt, pool, a, m, lda, k, reinterpret_cast<uint16_t*>(buf));
-  const int64_t n_mt = (m + kTiledRowBlock - 1) / kTiledRowBlock;
-  const int64_t n_pt = (panels + per_task - 1) / per_task;
-  std::vector<int64_t> converted(static_cast<size_t>(workers), -1);  // panel block per worker
   MatmulEpilogue residual_only;
   if (epilogue != nullptr) {
     residual_only.residual = epilogue->residual;
     residual_only.ld_residual = epilogue->ld_residual;
   }
-  internal::ForTasks(pool, n_mt * n_pt, [&](int64_t t, int worker) {
-    const int64_t pt = t / n_mt, m0 = (t % n_mt) * kTiledRowBlock;
+  const int64_t rows_per_task = (row_block_count / row_tasks) * kTiledRowBlock;
+  const int64_t panel_tasks = (panels + per_task - 1) / per_task;
+  std::vector<int64_t> converted(static_cast<size_t>(workers), -1);  // panel block per worker
+  internal::ForTasks(pool, panel_tasks * row_tasks, [&](int64_t t, int worker) {
+    const int64_t pt = t / row_tasks, r0 = (t % row_tasks) * rows_per_task;
+    const int64_t r1 = std::min(m, r0 + rows_per_task);
     const int64_t p0 = pt * per_task, p1 = std::min(panels, p0 + per_task);
     const int64_t c0 = p0 * kernels::kPanelCols, c1 = std::min(w.n, p1 * kernels::kPanelCols);
     auto* tiles = reinterpret_cast<uint16_t*>(buf + a_bytes + static_cast<size_t>(worker) * tile_bytes);
@@ -283,9 +289,11 @@ Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, con
     args.w = tiles;
     args.n = c1 - c0;
     args.k = k;
-    const int64_t m1 = std::min(m, m0 + kTiledRowBlock);
-    kt.tile_bf16_matmul(args, m0, m1, 0, p1 - p0);
-    if (residual_only.residual != nullptr) ApplyEpilogue(residual_only, out, ldo, m0, m1, c0, c1);
+    for (int64_t m0 = r0; m0 < r1; m0 += kTiledRowBlock) {
+      const int64_t m1 = std::min(r1, m0 + kTiledRowBlock);
+      kt.tile_bf16_matmul(args, m0, m1, 0, p1 - p0);
+      if (residual_only.residual != nullptr) ApplyEpilogue(residual_only, out, ldo, m0, m1, c0, c1);
+    }
   });
   return Status::Ok();
 }
