@@ -525,7 +525,7 @@ TEST(MatmulEpilogue, ResidualIsAddedOnEveryPath) {
   }
 }
 
-// Packed int8 weights in fast precision on the tile unit (ops::MatMul from 64 rows): equal to the
+// Packed int8 weights in fast precision on the tile unit (ops::MatMul from 32 rows): equal to the
 // tile reference over the same operands - the activations rounded to bf16 and the packed
 // weights' bf16 tiles (PackedToTilesRef) - within the f32 summation order, for every packed
 // format, 64 rows (tasks of one panel) and 600 rows (10 row blocks, the last one partial, of all
