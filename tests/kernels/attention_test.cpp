@@ -411,6 +411,71 @@ TEST(Attention, BlockedPathMasksPerRowLikeTheStreamingPath) {
   }
 }
 
+// The fast precision's tile path (allow_bf16_tiles, many queries, on AMX) against attention in
+// double over the op's own f32 / f16 values: within the bf16 roundings it adds. With u = 2^-9
+// (bf16), q and k rounded make each score err by <= 2u sum_d |scale q_d k_jd| (S), weights by
+// twice that, the weighted mean by <= 4u S * 2 max|v|; v, the probabilities and the output
+// rounded add u (sum p |v| + |o|) each; doubled for margin. Causal GQA after a history (two
+// query blocks, a head-major cache) and unmasked with an odd head_dim.
+TEST(Attention, TilePathStaysWithinBf16Rounding) {
+  const KernelTable* kt = nullptr;
+  for (Isa isa : AvailableIsas()) {
+    if (GetKernelTable(isa).tile_attention != nullptr) kt = &GetKernelTable(isa);
+  }
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  ThreadPool pool(2);
+  const Case cases[] = {{"tiles causal", 150, 190, 9, 3, 64, true, 40, /*head_major=*/true},
+                        {"tiles unmasked", 40, 70, 4, 2, 48, false}};
+  for (const Case& c : cases) {
+    for (DType kv : {DType::kF16, DType::kF32}) {
+      Problem p = Make(c, kv, 77);
+      AttentionArgs a = p.args;
+      a.allow_bf16_tiles = true;
+      std::vector<float> out(static_cast<size_t>(c.n_q * c.n_heads * c.head_dim), -7.0f);
+      a.out = out.data();
+      ASSERT_TRUE(engine::ops::Attention(*kt, &pool, a).ok());
+      const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+      constexpr double u = 0x1p-9;
+      for (int64_t i = 0; i < c.n_q; ++i) {
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+          const float* q = p.q_buf.data() + (i * c.n_heads + h) * hd;
+          std::vector<double> s;
+          std::vector<int64_t> rows;
+          double big_s = 0;
+          for (int64_t j = 0; j < c.n_kv; ++j) {
+            if (c.causal && p.kv_pos[j] > p.q_pos[i]) continue;
+            const float* k = p.k_vals.data() + (j * c.n_kv_heads + h / group) * hd;
+            double dot = 0, mag = 0;
+            for (int64_t d = 0; d < hd; ++d) {
+              dot += static_cast<double>(a.scale) * q[d] * k[d];
+              mag += std::fabs(static_cast<double>(a.scale) * q[d] * k[d]);
+            }
+            s.push_back(dot);
+            rows.push_back(j);
+            big_s = std::max(big_s, mag);
+          }
+          const double m = *std::max_element(s.begin(), s.end());
+          double z = 0;
+          for (double x : s) z += std::exp(x - m);
+          for (int64_t d = 0; d < hd; ++d) {
+            double o = 0, abs_pv = 0, v_max = 0;
+            for (size_t r = 0; r < rows.size(); ++r) {
+              const double v = p.v_vals[(rows[r] * c.n_kv_heads + h / group) * hd + d];
+              o += std::exp(s[r] - m) / z * v;
+              abs_pv += std::exp(s[r] - m) / z * std::fabs(v);
+              v_max = std::max(v_max, std::fabs(v));
+            }
+            const double tol = 2 * (4 * u * big_s * 2 * v_max + 3 * u * (abs_pv + std::fabs(o)));
+            const float got = out[(i * c.n_heads + h) * hd + d];
+            ASSERT_NEAR(got, o, tol) << c.name << " kv=" << engine::DTypeName(kv) << " i=" << i
+                                     << " h=" << h << " d=" << d;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, RejectsInconsistentArguments) {
   Problem p = Make({"bad", 2, 10, 4, 2, 8, true, 9}, DType::kF16, 6);
   std::vector<float> out(2 * 4 * 8);

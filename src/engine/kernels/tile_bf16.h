@@ -123,6 +123,9 @@ struct TileBf16Args {
 //   64-byte aligned.
 // hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN; a row of only -inf
 // scores gives zeros.
+// Causal mask (q_pos and kv_pos both set, kv_pos ascending): query i sees key j iff
+// kv_pos[j] <= q_pos[i]; keys past every query's position are not read at all, and a query that
+// sees no key gets zeros.
 struct TileAttentionArgs {
   const uint16_t* q = nullptr;
   int64_t ldq = 0;
@@ -133,6 +136,8 @@ struct TileAttentionArgs {
   uint16_t* out = nullptr;
   int64_t ldo = 0;
   float* o_scratch = nullptr;
+  const int32_t* q_pos = nullptr;   // [n_q]
+  const int32_t* kv_pos = nullptr;  // [n_kv]
 };
 
 // Scalar reference of the tile matmul: the same bf16 products, f32 accumulation in k order.

@@ -50,6 +50,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
                                                      const ops::WeightPacking& packing) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->file_ = std::move(file);
+  m->bf16_attention_ = packing.precision == ops::Precision::kFast;
   const gguf::GgufFile& f = *m->file_;
   VLMD_ASSIGN_OR_RETURN(m->config_, ReadTextConfig(f));
   const TextConfig& c = m->config_;
@@ -167,6 +168,7 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
     a.q_pos = b.pos + r0;
     a.kv_pos = ctx->kv_pos.data();
     a.kv_scratch = &ctx->attention_kv;
+    a.allow_bf16_tiles = bf16_attention_;
     VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
     r0 = r1;
   }

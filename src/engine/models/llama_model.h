@@ -105,6 +105,9 @@ class LlamaModel {
   uint64_t weight_bytes_ = 0;
   uint64_t released_bytes_ = 0;  // mapped pages dropped after packing (GgufFile::ReleasePages)
   ops::PackedStore packed_;  // owns what the views' `packed` point at
+  // Fast precision: the prompt's attention may run in bf16 on the tile unit
+  // (ops::AttentionArgs::allow_bf16_tiles).
+  bool bf16_attention_ = false;
 };
 
 }  // namespace vlmd::engine::models

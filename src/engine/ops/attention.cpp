@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/tile_bf16.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/parallel.h"
 #include "engine/tensor/fp16.h"
@@ -296,6 +297,119 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
   });
 }
 
+// The tile path (AttentionArgs::allow_bf16_tiles): K of each kv head as the columns of Q K^T and
+// V^T as those of P V, in bf16 tiles, then one job per (query head, block of kTileQueryBlock
+// queries) of the fused kernel (scores and probabilities of 32 queries x 128 keys in L1), which
+// applies the causal mask itself and reads no key past its block's last position. Q is scaled
+// by scale * log2(e) (the kernel works in base 2) before its rounding to bf16.
+constexpr int64_t kTileQueryBlock = 128;
+
+bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p) {
+  const AttentionArgs& a = *p.a;
+  return a.allow_bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr &&
+         a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos);
+}
+
+Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
+  const AttentionArgs& a = *p.a;
+  const int64_t hd = a.head_dim, n_kv = a.n_kv, n_q = a.n_q;
+  const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
+  const int64_t kv_pad = kernels::TileBf16Matrix::PaddedK(n_kv);
+  const kernels::TilePackFn pack_rows =
+      kt.tile_pack_rows != nullptr ? kt.tile_pack_rows : &kernels::TileBf16Matrix::PackRows;
+  const kernels::TilePackFn pack_columns = kt.tile_pack_columns != nullptr
+                                               ? kt.tile_pack_columns
+                                               : &kernels::TileBf16Matrix::PackColumns;
+  // bf16 storage, in elements: K and V rows of one kv head at a time per worker while packing,
+  // the packed K and V^T of every kv head, and per worker a query block, its output and the
+  // kernel's f32 accumulator block.
+  const int workers = pool != nullptr ? pool->size() : 1;
+  const size_t rows_elems = static_cast<size_t>(2 * n_kv * hd_pad);
+  const size_t k_tiles_elems = kernels::TileBf16Matrix::PanelElements(n_kv, hd_pad);
+  const size_t v_tiles_elems = kernels::TileBf16Matrix::PanelElements(hd, kv_pad);
+  const size_t q_elems = static_cast<size_t>(kTileQueryBlock * hd_pad);
+  const size_t o_block_floats = static_cast<size_t>(32 * (hd_pad + 16));
+  auto round16 = [](size_t elems) { return (elems + 31) / 32 * 32; };  // 64-byte multiples
+  const size_t per_head = round16(k_tiles_elems) + round16(v_tiles_elems);
+  const size_t per_worker =
+      round16(rows_elems) + 2 * round16(q_elems) + 2 * round16(o_block_floats);
+  const size_t total_elems = per_head * static_cast<size_t>(a.n_kv_heads) +
+                             per_worker * static_cast<size_t>(workers) + 32;
+  std::vector<float> local;
+  std::vector<float>& scratch = a.kv_scratch != nullptr ? *a.kv_scratch : local;
+  if (scratch.size() * 2 < total_elems) scratch.resize((total_elems + 1) / 2);
+  // 64-byte aligned base (the f32 accumulator block is read with aligned loads).
+  auto* base = reinterpret_cast<uint16_t*>(
+      (reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+  uint16_t* const heads = base;
+  uint16_t* const worker_area = base + per_head * static_cast<size_t>(a.n_kv_heads);
+  auto k_tiles = [&](int64_t g) { return heads + per_head * static_cast<size_t>(g); };
+  auto v_tiles = [&](int64_t g) { return k_tiles(g) + round16(k_tiles_elems); };
+  auto mine = [&](int worker) { return worker_area + per_worker * static_cast<size_t>(worker); };
+
+  // 1. K and V of each kv head to bf16 rows, then to tiles.
+  internal::ForTasks(pool, a.n_kv_heads, [&](int64_t g, int worker) {
+    uint16_t* k16 = mine(worker);
+    uint16_t* v16 = k16 + n_kv * hd_pad;
+    const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
+    float row[512];  // one head's row in f32 (head_dim <= 512, checked by the caller)
+    for (int64_t j = 0; j < n_kv; ++j) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const auto* src = static_cast<const uint8_t*>(kv == 0 ? a.k : a.v) + head_offset +
+                          static_cast<size_t>(j) * p.kv_row_bytes;
+        const float* f = row;
+        if (a.kv_type == DType::kF16) {
+          F16ToF32Row(reinterpret_cast<const uint16_t*>(src), row, hd);
+        } else {
+          f = reinterpret_cast<const float*>(src);
+        }
+        uint16_t* dst = (kv == 0 ? k16 : v16) + j * hd_pad;
+        kt.to_bf16(f, dst, hd);
+        std::fill(dst + hd, dst + hd_pad, uint16_t{0});
+      }
+    }
+    pack_rows(k16, hd_pad, n_kv, hd, hd_pad, k_tiles(g));
+    pack_columns(v16, hd_pad, hd, n_kv, kv_pad, v_tiles(g));
+  });
+
+  // 2. One job per (query head, block of queries).
+  const float q_scale = a.scale * 1.44269504088896341f;  // log2(e): scores in base 2
+  const int64_t q_blocks = (n_q + kTileQueryBlock - 1) / kTileQueryBlock;
+  internal::ForTasks(pool, a.n_heads * q_blocks, [&](int64_t job, int worker) {
+    const int64_t h = job % a.n_heads, i0 = (job / a.n_heads) * kTileQueryBlock;
+    const int64_t rows = std::min(kTileQueryBlock, n_q - i0);
+    uint16_t* q16 = mine(worker) + round16(rows_elems);
+    uint16_t* o16 = q16 + round16(q_elems);
+    auto* o_block = reinterpret_cast<float*>(o16 + round16(q_elems));
+    float row[512];
+    for (int64_t i = 0; i < kTileQueryBlock; ++i) {
+      uint16_t* dst = q16 + i * hd_pad;
+      if (i < rows) {
+        const float* q = a.q + (i0 + i) * a.q_row_stride + h * hd;
+        for (int64_t e = 0; e < hd; ++e) row[e] = q[e] * q_scale;
+        kt.to_bf16(row, dst, hd);
+        std::fill(dst + hd, dst + hd_pad, uint16_t{0});
+      } else {
+        std::fill(dst, dst + hd_pad, uint16_t{0});  // the kernel reads whole 32-row blocks
+      }
+    }
+    const int64_t g = h / p.group;
+    kernels::TileAttentionArgs t{.q = q16, .ldq = hd_pad, .k_tiles = k_tiles(g),
+                                 .v_tiles = v_tiles(g), .v_k = kv_pad, .n_q = rows,
+                                 .n_kv = n_kv, .hd = hd, .hd_pad = hd_pad, .out = o16,
+                                 .ldo = hd_pad, .o_scratch = o_block};
+    if (a.causal) {
+      t.q_pos = a.q_pos + i0;
+      t.kv_pos = a.kv_pos;
+    }
+    kt.tile_attention(t);
+    for (int64_t i = 0; i < rows; ++i) {
+      BF16ToF32Row(o16 + i * hd_pad, a.out + (i0 + i) * a.out_row_stride + h * hd, hd);
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args) {
@@ -317,6 +431,7 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
+  if (UsesTileAttention(kt, p) && a.head_dim <= 512) return AttentionTiles(kt, pool, p);
   if (a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos)) {
     return AttentionBlocked(kt, pool, p);
   }

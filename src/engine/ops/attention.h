@@ -1,7 +1,8 @@
 // Scaled dot-product attention over a KV cache (F16 or F32), with grouped-query heads and an
 // optional causal mask by positions. A few query rows (decode) stream over the cache with an
 // online softmax in O(head_dim) memory per thread; many rows (prefill) run as two f32 GEMMs per
-// (kv head, 64-row query block), with one [64, n_kv] score block per thread.
+// (kv head, 64-row query block), with one [64, n_kv] score block per thread, or in the fast
+// precision on AMX (allow_bf16_tiles) as the fused bf16 tile kernel per (head, 128 queries).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +53,11 @@ struct AttentionArgs {
   // keeps its f32 copies of K and V^T there (2 * n_kv_heads * n_kv * head_dim floats) and per
   // thread a block of scores (64 * n_kv); the streaming path its partial results per task.
   std::vector<float>* kv_scratch = nullptr;
+
+  // The engine's fast precision: many query rows (prefill) may round Q, K and V to bf16 and run
+  // on the AMX tile unit (kernels::TileAttentionArgs) where the kernel table has it; products
+  // and sums stay f32. Off: the f32 paths above.
+  bool allow_bf16_tiles = false;
 };
 
 // out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that
