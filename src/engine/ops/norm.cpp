@@ -47,10 +47,15 @@ Status LayerNormToBf16(const kernels::KernelTable& kt, ThreadPool* pool, const f
   if (ldy < n) return InvalidArgumentError("LayerNormToBf16: ldy < n");
   if (kt.to_bf16 == nullptr) return UnimplementedError("LayerNormToBf16: no bf16 conversion");
   internal::ForRanges(pool, n_rows, n, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(static_cast<size_t>(n));
+    // One f32 row between the norm and the rounding: on the stack for the usual widths (an
+    // encoder tile ran ~200 ranges, each allocating one).
+    constexpr int64_t kStackFloats = 4096;
+    float stack_row[kStackFloats];
+    std::vector<float> heap_row(n > kStackFloats ? static_cast<size_t>(n) : 0);
+    float* row = n > kStackFloats ? heap_row.data() : stack_row;
     for (int64_t r = r0; r < r1; ++r) {
-      kt.layer_norm(x + r * n, w, b, row.data(), n, eps);
-      kt.to_bf16(row.data(), y16 + r * ldy, n);
+      kt.layer_norm(x + r * n, w, b, row, n, eps);
+      kt.to_bf16(row, y16 + r * ldy, n);
     }
   });
   return Status::Ok();
