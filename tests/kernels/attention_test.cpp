@@ -411,12 +411,13 @@ TEST(Attention, BlockedPathMasksPerRowLikeTheStreamingPath) {
   }
 }
 
-// The fast precision's tile path (allow_bf16_tiles, many queries, on AMX) against attention in
-// double over the op's own f32 / f16 values: within the bf16 roundings it adds. With u = 2^-9
-// (bf16), q and k rounded make each score err by <= 2u sum_d |scale q_d k_jd| (S), weights by
-// twice that, the weighted mean by <= 4u S * 2 max|v|; v, the probabilities and the output
-// rounded add u (sum p |v| + |o|) each; doubled for margin. Causal GQA after a history (two
-// query blocks, a head-major cache) and unmasked with an odd head_dim.
+// The fast precision's tile path (bf16_tiles, on AMX) against attention in double over the op's
+// own f32 / f16 values: within the bf16 roundings it adds. With u = 2^-9 (bf16), q and k
+// rounded make each score err by <= 2u sum_d |scale q_d k_jd| (S), weights by twice that, the
+// weighted mean by <= 4u S * 2 max|v|; v, the probabilities and the output rounded add
+// u (sum p |v| + |o|) each; doubled for margin. Cases: causal GQA after a history (two query
+// blocks, a head-major cache); MQA with head_dim 72 (three tile steps per score) and its first
+// queries before every key (zeros); unmasked with head_dim 48; a single query row.
 TEST(Attention, TilePathStaysWithinBf16Rounding) {
   const KernelTable* kt = nullptr;
   for (Isa isa : AvailableIsas()) {
@@ -425,12 +426,14 @@ TEST(Attention, TilePathStaysWithinBf16Rounding) {
   if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
   ThreadPool pool(2);
   const Case cases[] = {{"tiles causal", 150, 190, 9, 3, 64, true, 40, /*head_major=*/true},
-                        {"tiles unmasked", 40, 70, 4, 2, 48, false}};
+                        {"tiles mqa hd72", 20, 45, 4, 1, 72, true, -3},
+                        {"tiles unmasked", 40, 70, 4, 2, 48, false},
+                        {"tiles one row", 1, 33, 6, 2, 64, true, 32}};
   for (const Case& c : cases) {
     for (DType kv : {DType::kF16, DType::kF32}) {
       Problem p = Make(c, kv, 77);
       AttentionArgs a = p.args;
-      a.allow_bf16_tiles = true;
+      a.bf16_tiles = true;
       std::vector<float> out(static_cast<size_t>(c.n_q * c.n_heads * c.head_dim), -7.0f);
       a.out = out.data();
       ASSERT_TRUE(engine::ops::Attention(*kt, &pool, a).ok());
@@ -454,6 +457,11 @@ TEST(Attention, TilePathStaysWithinBf16Rounding) {
             rows.push_back(j);
             big_s = std::max(big_s, mag);
           }
+          const float* got = out.data() + (i * c.n_heads + h) * hd;
+          if (rows.empty()) {  // sees no key: zeros
+            for (int64_t d = 0; d < hd; ++d) ASSERT_EQ(got[d], 0.0f) << c.name << " i=" << i;
+            continue;
+          }
           const double m = *std::max_element(s.begin(), s.end());
           double z = 0;
           for (double x : s) z += std::exp(x - m);
@@ -466,9 +474,8 @@ TEST(Attention, TilePathStaysWithinBf16Rounding) {
               v_max = std::max(v_max, std::fabs(v));
             }
             const double tol = 2 * (4 * u * big_s * 2 * v_max + 3 * u * (abs_pv + std::fabs(o)));
-            const float got = out[(i * c.n_heads + h) * hd + d];
-            ASSERT_NEAR(got, o, tol) << c.name << " kv=" << engine::DTypeName(kv) << " i=" << i
-                                     << " h=" << h << " d=" << d;
+            ASSERT_NEAR(got[d], o, tol) << c.name << " kv=" << engine::DTypeName(kv)
+                                        << " i=" << i << " h=" << h << " d=" << d;
           }
         }
       }

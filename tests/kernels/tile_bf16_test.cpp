@@ -604,7 +604,7 @@ TEST(TileBf16Kernel, PackedWeightsOnTilesEqualTheTileReference) {
     ops::PackedStore store;
     ASSERT_TRUE(ops::PackWeight({kt, ops::Precision::kFast}, &view, &store).ok());
     ASSERT_NE(view.packed, nullptr);
-    ASSERT_TRUE(view.packed_gemm_on_tiles);
+    ASSERT_EQ(view.packed_tile_route, ops::PackedTileRoute::kManyRows);
     const int64_t panels = view.packed->panels();
     std::vector<uint16_t> w16(static_cast<size_t>(panels * k * kernels::kPanelCols));
     kernels::PackedToTilesRef(*view.packed, 0, panels, w16.data());

@@ -83,6 +83,7 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
     }
     const int32_t last = static_cast<int32_t>(n - 1);
     ForwardBatch b{n, tokens.data(), embd.data(), pos.data(), seq.data(), &last, 1};
+    b.prompt = true;  // in fast precision on AMX: the tile route, as TextEngine's prompts
     KvCache* caches[] = {cache};
     logits->resize(model.config().n_vocab);
     Status s = model.Forward(b, caches, &ctx_, logits->data());
@@ -158,11 +159,11 @@ std::vector<ParityCase> AllCases() {
     const json golden = LoadGolden(fixture);
     for (const json& c : golden["cases"]) {
       for (const char* variant : {"base", "q8_0", "q4_0", "q4_k"}) {
-        // packed: the integer variants (their Q8_0 / Q4_0 matrices); fast: the float base model
-        // (for the others fast packs exactly what exact does).
-        std::vector<const char*> layouts = {"gguf"};
+        // packed: the integer variants (their Q8_0 / Q4_0 matrices) in exact precision; fast:
+        // every variant (float matrices to int8 blocks, Q4_K packed, and on AMX the prompt on
+        // bf16 tiles).
+        std::vector<const char*> layouts = {"gguf", "fast"};
         if (std::string(variant) == "q8_0" || std::string(variant) == "q4_0") layouts.push_back("packed");
-        if (std::string(variant) == "base") layouts.push_back("fast");
         for (const char* layout : layouts) {
           out.push_back({fixture, c["name"].get<std::string>(), variant, layout});
         }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/kernels/kernel_table.h"
 #include "test_util.h"
 
 namespace vlmd::engine::runtime {
@@ -93,6 +94,42 @@ TEST_F(TextEngineTest, TokenStatsWhenAsked) {
   for (const auto& s : r->token_stats) {
     EXPECT_LE(s.logprob, 0.0f);
     EXPECT_GE(s.entropy_bits, 0.0f);
+  }
+}
+
+// In the fast precision on AMX a prompt's rows run on the tile unit whatever the chunk size
+// (models::ForwardBatch::prompt), so the prompt's last logits are the same bits whether it goes
+// through in one call of 60 rows or in calls of 7 (and of 1). Without the tile kernels the chunk
+// sizes pick different attention paths (streaming below 16 rows, blocked above), whose sums
+// differ in rounding, so there is nothing bitwise to check.
+TEST(TextEngineChunking, FastPromptLogitsDoNotDependOnChunking) {
+  const auto isa = kernels::SelectIsa();
+  ASSERT_TRUE(isa.ok());
+  const kernels::KernelTable& kt = kernels::GetKernelTable(*isa);
+  if (kt.tile_attention == nullptr || kt.packed_to_tiles == nullptr) {
+    GTEST_SKIP() << "no AMX tile kernels on this CPU";
+  }
+  std::vector<float> want;
+  for (int32_t n_batch : {512, 7, 1}) {
+    EngineOptions o;
+    o.threads = 2;
+    o.n_ctx = 128;
+    o.n_batch = n_batch;
+    o.precision = ops::Precision::kFast;
+    auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 60; ++i) prompt.push_back(1 + (i * 37) % 200);
+    auto logits = (*e)->PromptLogits(prompt);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    if (want.empty()) {
+      want = *logits;
+      continue;
+    }
+    ASSERT_EQ(logits->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ((*logits)[i], want[i]) << "n_batch " << n_batch << ", logit " << i;
+    }
   }
 }
 

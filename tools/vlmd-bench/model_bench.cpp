@@ -165,6 +165,8 @@ int RunModelBench(const ModelBenchOptions& opts) {
       std::printf("%s | %d thread(s) | kernels %s | weights %.1f MiB\n", opts.model_path.c_str(),
                   threads, std::string(e.isa_name()).c_str(), e.model().weight_bytes() / 1048576.0);
       std::printf("  prefill pp%d: %8.1f tok/s\n", opts.prompt_tokens, pp);
+      // The ratio is the median of the per-run ratios (each run against its own probe), so it
+      // need not equal the median tok/s over the median bound printed beside it.
       std::printf("  decode  tg%d: %8.1f tok/s   bound %.1f tok/s (%.1f GB/s / %.1f MB per token)"
                   "   ratio %.2f\n",
                   opts.gen_tokens, tg, bound, bw, e.model().weight_bytes() / 1e6, ratio);

@@ -218,7 +218,8 @@ void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* d
             u = qs[(i / 4) * 64 + j * 4 + i % 4];
           }
           // d (u - offset) is exact in f32; as an fma a zero comes out +0 for either sign of d.
-          const float bias = mins != nullptr ? -F16ToF32(mins[j])
+          // (0 - mn, not -mn: a min of +0 gives a +0 bias, as the SIMD version's subtraction.)
+          const float bias = mins != nullptr ? 0.0f - F16ToF32(mins[j])
                                              : -static_cast<float>(w.offset()) * d;
           const float v = std::fma(static_cast<float>(u), d, bias);
           const int64_t e = b * kPackBlock + i;

@@ -110,7 +110,8 @@ struct TileBf16Args {
   }
 };
 
-// Non-causal attention of one head on the tile unit, flash-style: for each query row i < n_q,
+// Attention of one head on the tile unit, flash-style (unmasked, or causal by positions, below):
+// for each query row i < n_q,
 //   out[i, e] = bf16( sum_j 2^(s_ij - m_i) v_je / sum_j 2^(s_ij - m_i) ),  e < hd,
 // with s_ij = q_i . k_j in log2 units (the caller folds log2 e into q's scale) and m_i the row's
 // running max. Keys go in chunks of 128 whose scores and probabilities stay in L1: the
@@ -124,8 +125,9 @@ struct TileBf16Args {
 // hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN; a row of only -inf
 // scores gives zeros.
 // Causal mask (q_pos and kv_pos both set, kv_pos ascending): query i sees key j iff
-// kv_pos[j] <= q_pos[i]; keys past every query's position are not read at all, and a query that
-// sees no key gets zeros.
+// kv_pos[j] <= q_pos[i], and a query that sees no key gets zeros. Per block of 32 queries, keys
+// are read up to the block's last visible one, rounded up to the tile edge (16 keys of K, 32 of
+// V), weighted 0 past each row's own: those must be finite (or the tile padding's zeros).
 struct TileAttentionArgs {
   const uint16_t* q = nullptr;
   int64_t ldq = 0;

@@ -168,7 +168,7 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
     a.q_pos = b.pos + r0;
     a.kv_pos = ctx->kv_pos.data();
     a.kv_scratch = &ctx->attention_kv;
-    a.allow_bf16_tiles = bf16_attention_;
+    a.bf16_tiles = bf16_attention_ && b.prompt;
     VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
     r0 = r1;
   }
@@ -246,8 +246,18 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
                        .freq_scale = c.rope_freq_scale, .neox = c.rope_neox};
   VLMD_RETURN_IF_ERROR(ops::BuildRopeTable(rope, b.pos, n, ctx->rope_table.data()));
 
+  // The layers' products over packed matrices: prompt rows on the tile unit at any row count,
+  // other rows never (ForwardBatch::prompt). The head below keeps the int8 kernel: it runs on
+  // the few logit rows only.
+  const auto route = [&](const ops::WeightView& w) {
+    ops::WeightView v = w;
+    if (v.packed_tile_route != ops::PackedTileRoute::kNever) {
+      v.packed_tile_route = b.prompt ? ops::PackedTileRoute::kAlways : ops::PackedTileRoute::kNever;
+    }
+    return v;
+  };
   auto matmul = [&](const ops::WeightView& w, const float* in, float* out) {
-    return ops::MatMul(kt, pool, w, in, n, w.k, out, w.n, &ctx->matmul_scratch);
+    return ops::MatMul(kt, pool, route(w), in, n, w.k, out, w.n, &ctx->matmul_scratch);
   };
   // x += in W^T: the product plus x goes to xn (added by each thread to its own columns while
   // they are in cache, not in a serial pass afterwards), and then xn is the residual stream.
@@ -256,7 +266,7 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
     add_x.residual = x;
     add_x.ld_residual = d;
     VLMD_RETURN_IF_ERROR(
-        ops::MatMul(kt, pool, w, in, n, w.k, xn, d, &ctx->matmul_scratch, &add_x));
+        ops::MatMul(kt, pool, route(w), in, n, w.k, xn, d, &ctx->matmul_scratch, &add_x));
     std::swap(x, xn);
     return Status::Ok();
   };
@@ -307,7 +317,9 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
   }
   VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->logit_in.data(), output_norm_.data(),
                                     ctx->logit_in.data(), nl, d, c.rms_eps));
-  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, output_, ctx->logit_in.data(), nl, d, logits,
+  ops::WeightView head = output_;
+  head.packed_tile_route = ops::PackedTileRoute::kNever;
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, head, ctx->logit_in.data(), nl, d, logits,
                                    c.n_vocab, &ctx->matmul_scratch));
   if (!b.check_finite) return Status::Ok();
   return ops::CheckFinite(logits, nl * c.n_vocab, "logits");

@@ -34,6 +34,11 @@ struct ForwardBatch {
   // false: the caller checks each logit row itself (batched decode fails only the sequence whose
   // row is not finite; rows never mix across sequences).
   bool check_finite = true;
+  // Prompt rows (prefill). In the fast precision on AMX their products and attention run on the
+  // tile unit in bf16, whatever the number of rows, so that a prompt gives the same numbers
+  // however it is cut into chunks; other rows (decode steps) keep the int8 and f32 kernels, so
+  // that a sequence decodes the same in any batch.
+  bool prompt = false;
 };
 
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
@@ -105,8 +110,8 @@ class LlamaModel {
   uint64_t weight_bytes_ = 0;
   uint64_t released_bytes_ = 0;  // mapped pages dropped after packing (GgufFile::ReleasePages)
   ops::PackedStore packed_;  // owns what the views' `packed` point at
-  // Fast precision: the prompt's attention may run in bf16 on the tile unit
-  // (ops::AttentionArgs::allow_bf16_tiles).
+  // Fast precision: prompt rows' attention runs in bf16 on the tile unit where the kernel table
+  // has it (ops::AttentionArgs::bf16_tiles).
   bool bf16_attention_ = false;
 };
 

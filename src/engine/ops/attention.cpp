@@ -7,6 +7,9 @@
 // rows) job the scores are one GEMM S = Q K^T, masked and softmaxed row by row, and the output
 // one GEMM P V, on f32 copies of that head's K and V^T. The per-query path above is bound by a
 // horizontal sum per cache row; the GEMMs run at the matmul kernels' rate.
+//
+// In the fast precision on AMX (bf16_tiles), any number of query rows runs on the fused bf16
+// tile kernel instead (AttentionTiles below).
 #include "engine/ops/attention.h"
 
 #include <algorithm>
@@ -297,22 +300,35 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
   });
 }
 
-// The tile path (AttentionArgs::allow_bf16_tiles): K of each kv head as the columns of Q K^T and
-// V^T as those of P V, in bf16 tiles, then one job per (query head, block of kTileQueryBlock
+// The tile path (AttentionArgs::bf16_tiles): K of each kv head as the columns of Q K^T and V^T
+// as those of P V, in bf16 tiles, then one job per (query head, block of kTileQueryBlock
 // queries) of the fused kernel (scores and probabilities of 32 queries x 128 keys in L1), which
-// applies the causal mask itself and reads no key past its block's last position. Q is scaled
-// by scale * log2(e) (the kernel works in base 2) before its rounding to bf16.
+// applies the causal mask itself. Causal: only the cache rows some query can see are converted
+// (the others may never have been written), so the kernel's reads past a row's last visible key
+// (to its 16- or 32-key tile edge, weighted 0) see zero padding. Q is scaled by
+// scale * log2(e) (the kernel works in base 2) before its rounding to bf16.
 constexpr int64_t kTileQueryBlock = 128;
 
 bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p) {
   const AttentionArgs& a = *p.a;
-  return a.allow_bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr &&
-         a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos);
+  return a.bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr && a.n_kv > 0 &&
+         (!a.causal || p.sorted_kv_pos);
 }
 
 Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
   const AttentionArgs& a = *p.a;
-  const int64_t hd = a.head_dim, n_kv = a.n_kv, n_q = a.n_q;
+  const int64_t hd = a.head_dim, n_q = a.n_q;
+  int64_t n_kv = a.n_kv;  // causal: the rows visible to the last query (kv_pos sorted)
+  if (a.causal) {
+    const int32_t max_pos = *std::max_element(a.q_pos, a.q_pos + n_q);
+    n_kv = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, max_pos) - a.kv_pos;
+    if (n_kv == 0) {  // nothing visible to any query: zeros
+      for (int64_t i = 0; i < n_q; ++i) {
+        std::fill_n(a.out + i * a.out_row_stride, a.n_heads * hd, 0.0f);
+      }
+      return Status::Ok();
+    }
+  }
   const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
   const int64_t kv_pad = kernels::TileBf16Matrix::PaddedK(n_kv);
   const kernels::TilePackFn pack_rows =
@@ -329,10 +345,10 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
   const size_t v_tiles_elems = kernels::TileBf16Matrix::PanelElements(hd, kv_pad);
   const size_t q_elems = static_cast<size_t>(kTileQueryBlock * hd_pad);
   const size_t o_block_floats = static_cast<size_t>(32 * (hd_pad + 16));
-  auto round16 = [](size_t elems) { return (elems + 31) / 32 * 32; };  // 64-byte multiples
-  const size_t per_head = round16(k_tiles_elems) + round16(v_tiles_elems);
+  auto whole_lines = [](size_t elems) { return (elems + 31) / 32 * 32; };  // 64-byte multiples
+  const size_t per_head = whole_lines(k_tiles_elems) + whole_lines(v_tiles_elems);
   const size_t per_worker =
-      round16(rows_elems) + 2 * round16(q_elems) + 2 * round16(o_block_floats);
+      whole_lines(rows_elems) + 2 * whole_lines(q_elems) + 2 * whole_lines(o_block_floats);
   const size_t total_elems = per_head * static_cast<size_t>(a.n_kv_heads) +
                              per_worker * static_cast<size_t>(workers) + 32;
   std::vector<float> local;
@@ -344,7 +360,7 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
   uint16_t* const heads = base;
   uint16_t* const worker_area = base + per_head * static_cast<size_t>(a.n_kv_heads);
   auto k_tiles = [&](int64_t g) { return heads + per_head * static_cast<size_t>(g); };
-  auto v_tiles = [&](int64_t g) { return k_tiles(g) + round16(k_tiles_elems); };
+  auto v_tiles = [&](int64_t g) { return k_tiles(g) + whole_lines(k_tiles_elems); };
   auto mine = [&](int worker) { return worker_area + per_worker * static_cast<size_t>(worker); };
 
   // 1. K and V of each kv head to bf16 rows, then to tiles.
@@ -378,9 +394,9 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
   internal::ForTasks(pool, a.n_heads * q_blocks, [&](int64_t job, int worker) {
     const int64_t h = job % a.n_heads, i0 = (job / a.n_heads) * kTileQueryBlock;
     const int64_t rows = std::min(kTileQueryBlock, n_q - i0);
-    uint16_t* q16 = mine(worker) + round16(rows_elems);
-    uint16_t* o16 = q16 + round16(q_elems);
-    auto* o_block = reinterpret_cast<float*>(o16 + round16(q_elems));
+    uint16_t* q16 = mine(worker) + whole_lines(rows_elems);
+    uint16_t* o16 = q16 + whole_lines(q_elems);
+    auto* o_block = reinterpret_cast<float*>(o16 + whole_lines(q_elems));
     float row[512];
     for (int64_t i = 0; i < kTileQueryBlock; ++i) {
       uint16_t* dst = q16 + i * hd_pad;

@@ -2,7 +2,7 @@
 // optional causal mask by positions. A few query rows (decode) stream over the cache with an
 // online softmax in O(head_dim) memory per thread; many rows (prefill) run as two f32 GEMMs per
 // (kv head, 64-row query block), with one [64, n_kv] score block per thread, or in the fast
-// precision on AMX (allow_bf16_tiles) as the fused bf16 tile kernel per (head, 128 queries).
+// precision on AMX (bf16_tiles) as the fused bf16 tile kernel per (head, 128 queries).
 #pragma once
 
 #include <cstdint>
@@ -51,20 +51,24 @@ struct AttentionArgs {
   // Optional caller-owned scratch, grown as needed and reused so that the layers of a prefill
   // or decode step do not allocate; nullptr allocates per call. The blocked (many-query) path
   // keeps its f32 copies of K and V^T there (2 * n_kv_heads * n_kv * head_dim floats) and per
-  // thread a block of scores (64 * n_kv); the streaming path its partial results per task.
+  // thread a block of scores (64 * n_kv); the tile path its bf16 K and V^T tiles and per thread
+  // a query block and its output; the streaming path its partial results per task.
   std::vector<float>* kv_scratch = nullptr;
 
-  // The engine's fast precision: many query rows (prefill) may round Q, K and V to bf16 and run
-  // on the AMX tile unit (kernels::TileAttentionArgs) where the kernel table has it; products
-  // and sums stay f32. Off: the f32 paths above.
-  bool allow_bf16_tiles = false;
+  // The engine's fast precision: round Q, K and V to bf16 and run on the AMX tile unit
+  // (kernels::TileAttentionArgs: products and sums f32) where the kernel table has it, for any
+  // number of query rows, so that a row's result does not depend on how many share the call
+  // (LlamaModel sets it for prompt rows, never for decode steps). Off: the f32 paths above.
+  bool bf16_tiles = false;
 };
 
 // out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that
 // sees no kv row (all masked, or n_kv == 0) gets a zero output. NaN/Inf in q, K or V propagate to
 // the output (CheckFinite reports them). Parallel over (query, head) pairs; pool may be nullptr.
 // Without kv_scratch it allocates O(tasks * head_dim) floats per call on the streaming path,
-// 2 * n_kv_heads * n_kv * head_dim + threads * 64 * n_kv on the blocked path. INVALID_ARGUMENT on inconsistent shapes,
+// 2 * n_kv_heads * n_kv * head_dim + threads * 64 * n_kv on the blocked path, and on the tile
+// path about n_kv_heads * n_kv * head_dim (bf16 K and V^T tiles) + threads * (n_kv + 160) *
+// head_dim. INVALID_ARGUMENT on inconsistent shapes,
 // strides, null buffers, a missing position array or a kv_type other than F16/F32.
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args);
 

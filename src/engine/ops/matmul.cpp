@@ -216,9 +216,9 @@ bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
   return w.tiles != nullptr && kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr;
 }
 
-// Packed weights on the tile unit (WeightView::packed_gemm_on_tiles): from kTiledMinRows rows
-// (q4_0 prefill on 2 threads: at 16 rows the int8 kernel, which needs no conversion, was 13%
-// faster; at 32 the tiles 1-15%, at 48 21%, at 64 22%). A task converts a block of
+// Packed weights on the tile unit (WeightView::packed_tile_route): kManyRows from kTiledMinRows
+// rows (q4_0 prefill on 2 threads: at 16 rows the int8 kernel, which needs no conversion, was
+// 13% faster; at 32 the tiles 1-15%, at 48 21%, at 64 22%), kAlways at any. A task converts a block of
 // panels to bf16 tiles (~0.3 vector instructions per weight) into a per-worker buffer, which
 // then stays in L2 while activation rows pass in blocks of kTiledRowBlock: all rows of the
 // product, or from kTiledSplitRows rows one row block per task (a worker skips the conversion
@@ -244,8 +244,10 @@ int64_t TiledPanelsPerTask(int64_t k, int64_t panels, int64_t row_tasks, int wor
 }
 
 bool UsesTilesForPacked(const kernels::KernelTable& kt, const WeightView& w, int64_t m) {
-  return w.packed_gemm_on_tiles && m >= kTiledMinRows && kt.packed_to_tiles != nullptr &&
-         kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr;
+  const bool wanted = w.packed_tile_route == PackedTileRoute::kAlways ||
+                      (w.packed_tile_route == PackedTileRoute::kManyRows && m >= kTiledMinRows);
+  return wanted && kt.packed_to_tiles != nullptr && kt.tile_bf16_matmul != nullptr &&
+         kt.to_bf16 != nullptr;
 }
 
 Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
@@ -329,10 +331,12 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
   return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n};
 }
 
-// WeightView::packed_gemm_on_tiles for a matrix packed under `packing`.
-bool GemmOnTilesAllowed(const WeightPacking& packing) {
-  return packing.precision == Precision::kFast && packing.kt != nullptr &&
-         packing.kt->packed_to_tiles != nullptr && packing.kt->tile_bf16_matmul != nullptr;
+// WeightView::packed_tile_route for a matrix packed under `packing`.
+PackedTileRoute TileRouteFor(const WeightPacking& packing) {
+  const bool tiles = packing.precision == Precision::kFast && packing.kt != nullptr &&
+                     packing.kt->packed_to_tiles != nullptr &&
+                     packing.kt->tile_bf16_matmul != nullptr;
+  return tiles ? PackedTileRoute::kManyRows : PackedTileRoute::kNever;
 }
 }  // namespace
 
@@ -356,7 +360,7 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
                         kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k));
   w->packed = pm.get();
-  w->packed_gemm_on_tiles = GemmOnTilesAllowed(packing);
+  w->packed_tile_route = TileRouteFor(packing);
   store->int8.push_back(std::move(pm));
   return Status::Ok();
 }
@@ -380,7 +384,7 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   fused.dtype = parts[0]->dtype;
   fused.k = parts[0]->k;
   fused.packed = pm.get();
-  fused.packed_gemm_on_tiles = GemmOnTilesAllowed(packing);
+  fused.packed_tile_route = TileRouteFor(packing);
   store->int8.push_back(std::move(pm));
   return fused;
 }

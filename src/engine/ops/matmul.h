@@ -21,6 +21,15 @@
 
 namespace vlmd::engine::ops {
 
+// When a product over a packed matrix (WeightView::packed) runs on the AMX tile unit instead of
+// the int8 kernel: its weights and activations are then rounded to bf16 (fast precision only).
+//   kNever:    the int8 kernel (exact precision, or a caller that needs the int8 numbers).
+//   kManyRows: from ~32 rows, where the tiles are faster (PackWeight's choice in fast precision).
+//   kAlways:   every row count, so that a row's result does not depend on how many rows share the
+//              call (LlamaModel's prompt rows, however a prompt is cut into chunks).
+// Without the tile kernel in the table it is always the int8 kernel.
+enum class PackedTileRoute : uint8_t { kNever, kManyRows, kAlways };
+
 // A weight matrix W [n, k] as stored in GGUF: n rows of k elements of `dtype`, row r at
 // data + r * row_bytes. row_bytes == 0 means densely packed (RowBytes(dtype, k)). Not owned.
 // `packed`, when set, is the same matrix repacked for the packed int8 matmul (PackWeight); MatMul
@@ -35,10 +44,9 @@ struct WeightView {
   size_t row_bytes = 0;
   const kernels::PackedMatrix* packed = nullptr;
   const kernels::TileBf16Matrix* tiles = nullptr;
-  // Set by PackWeight / PackFusedWeights in fast precision where the CPU has the tile unit:
-  // products of many rows (prefill) may then round `packed`'s weights and the activations to
-  // bf16, a few panels per task, and run on AMX tiles (several times the int8 kernel's rate).
-  bool packed_gemm_on_tiles = false;
+  // Set to kManyRows by PackWeight / PackFusedWeights in fast precision where the CPU has the
+  // tile unit; a caller may narrow or widen it per call on a copy of the view.
+  PackedTileRoute packed_tile_route = PackedTileRoute::kNever;
 };
 
 // How far the engine may round beyond the GGUF weights and the reference implementation.
@@ -47,7 +55,8 @@ struct WeightView {
 //   kFast:  F32/F16/BF16 weight matrices are also quantized to int8 blocks (Q8_0 rule) and run
 //           on the packed int8 matmul, several times the f32 FMA rate; or, where the loader asks
 //           for bf16 tiles and the CPU has AMX, rounded to bf16 for the tile unit (many times
-//           more). The tools' default.
+//           more). On AMX, products of many rows over packed matrices may also run on the tile
+//           unit with bf16 weights and activations (PackedTileRoute). The tools' default.
 enum class Precision : uint8_t { kExact = 0, kFast = 1 };
 std::string_view PrecisionName(Precision p);  // "exact" | "fast"
 std::optional<Precision> ParsePrecision(std::string_view name);

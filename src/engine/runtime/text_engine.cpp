@@ -96,6 +96,7 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
     const int32_t logit_row = static_cast<int32_t>(len - 1);
     models::ForwardBatch b{len, prompt.tokens.data() + start, any_image ? embd.data() : nullptr,
                            pos.data(), seq.data(), last ? &logit_row : nullptr, last ? 1 : 0};
+    b.prompt = true;
     VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, logits));
   }
   if (end == n && ctx_.attention_kv.capacity() * sizeof(float) > opts_.max_idle_scratch_bytes) {
