@@ -56,13 +56,11 @@ void ApplyEpilogue(const MatmulEpilogue& ep, float* out, int64_t ldo, int64_t r0
 }
 
 // The packed int8 path: activations to Q8_0 blocks plus per-block sums, then panels over threads,
-// each range or tile followed by the epilogue on its outputs.
+// each range or tile followed by the epilogue on its outputs. (MatMulCore has checked the shapes
+// and that there is a scratch buffer, for this and PackedMatMulOnTiles.)
 Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
                     const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
                     MatmulScratch* scratch, const MatmulEpilogue* epilogue) {
-  if (scratch == nullptr) {
-    return InvalidArgumentError("MatMul: a scratch buffer is required for packed weights");
-  }
   const kernels::PackedMatrix& pw = *w.packed;
   const int64_t nb = pw.blocks();
   const kernels::ConvertRowFn convert = kt.convert_act[static_cast<int>(DType::kQ8_0)];
@@ -253,9 +251,6 @@ bool UsesTilesForPacked(const kernels::KernelTable& kt, const WeightView& w, int
 Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
                            const float* a, int64_t m, int64_t lda, float* out, int64_t ldo,
                            MatmulScratch* scratch, const MatmulEpilogue* epilogue) {
-  if (scratch == nullptr) {
-    return InvalidArgumentError("MatMul: a scratch buffer is required for packed weights");
-  }
   const kernels::PackedMatrix& pw = *w.packed;
   const int64_t k = w.k;  // a multiple of 32: no padding columns
   const int workers = pool != nullptr ? pool->size() : 1;
@@ -447,6 +442,9 @@ Status MatMulCore(const kernels::KernelTable& kt, ThreadPool* pool, const Weight
   if (w.packed != nullptr && kt.packed_matmul != nullptr) {
     if (w.packed->n() != w.n || w.packed->k() != w.k) {
       return InvalidArgumentError("MatMul: the packed weight's shape differs from the view's");
+    }
+    if (scratch == nullptr) {
+      return InvalidArgumentError("MatMul: a scratch buffer is required for packed weights");
     }
     *epilogue_done = true;  // per range or task, while the outputs are in cache
     if (UsesTilesForPacked(kt, w, m)) {
