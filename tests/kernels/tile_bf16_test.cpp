@@ -623,7 +623,8 @@ TEST(TileBf16Kernel, PackedWeightsOnTilesEqualTheTileReference) {
           for (int64_t c = 0; c < n; ++c) {
             double abs_sum = 0;
             for (int64_t e = 0; e < k; ++e) {
-              abs_sum += std::fabs(BF16ToF32(a16[r * k + e]) * BF16ToF32(PackedAt(w16.data(), k, c, e)));
+              abs_sum += std::fabs(BF16ToF32(a16[r * k + e]) *
+                                   BF16ToF32(PackedAt(w16.data(), k, c, e)));
             }
             const double tol = 2.0 * (k + 2) * vlmd::testing::kU * abs_sum + 1e-30;
             ASSERT_NEAR(got[r * n + c], want[r * n + c], tol) << "row " << r << " col " << c;

@@ -125,7 +125,8 @@ int RunModelBench(const ModelBenchOptions& opts) {
         return 1;
       }
       bandwidth.push_back(run_bw);
-      ratios.push_back(decode.back() / (run_bw * 1e9 / static_cast<double>(e.model().weight_bytes())));
+      const double run_bound = run_bw * 1e9 / static_cast<double>(e.model().weight_bytes());
+      ratios.push_back(decode.back() / run_bound);
     }
     const double bw = Median(bandwidth);
     const double bound = bw * 1e9 / static_cast<double>(e.model().weight_bytes());

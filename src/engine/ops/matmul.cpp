@@ -119,7 +119,8 @@ constexpr int64_t kTilePanelBlock = 8;
 // (TileBf16Matrix::PaddedK), rows padded with zeros to a multiple of 16, row stride
 // kernels::TileRowStride(k_padded).
 size_t TileActivationElems(int64_t m, int64_t k) {
-  const int64_t padded_rows = (m + kernels::kTileRows - 1) / kernels::kTileRows * kernels::kTileRows;
+  const int64_t padded_rows =
+      (m + kernels::kTileRows - 1) / kernels::kTileRows * kernels::kTileRows;
   return static_cast<size_t>(padded_rows *
                              kernels::TileRowStride(kernels::TileBf16Matrix::PaddedK(k)));
 }
@@ -216,9 +217,9 @@ bool UsesTiles(const kernels::KernelTable& kt, const WeightView& w) {
 
 // Packed weights on the tile unit (WeightView::packed_tile_route): kManyRows from kTiledMinRows
 // rows (q4_0 prefill on 2 threads: at 16 rows the int8 kernel, which needs no conversion, was
-// 13% faster; at 32 the tiles 1-15%, at 48 21%, at 64 22%), kAlways at any. A task converts a block of
-// panels to bf16 tiles (~0.3 vector instructions per weight) into a per-worker buffer, which
-// then stays in L2 while activation rows pass in blocks of kTiledRowBlock: all rows of the
+// 13% faster; at 32 the tiles 1-15%, at 48 21%, at 64 22%), kAlways at any. A task converts a
+// block of panels to bf16 tiles (~0.3 vector instructions per weight) into a per-worker buffer,
+// which then stays in L2 while activation rows pass in blocks of kTiledRowBlock: all rows of the
 // product, or from kTiledSplitRows rows one row block per task (a worker skips the conversion
 // when its previous task had the same panels). Measured on SmolLM2-135M q4_0 prefill, 2 threads:
 // tasks of 2 panels x 512 rows 2.3k tok/s at pp512, 8 x 128 2.9-3.0k, 16-28 x 64 3.1-3.4k; for
@@ -277,7 +278,8 @@ Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, con
     const int64_t r1 = std::min(m, r0 + rows_per_task);
     const int64_t p0 = pt * per_task, p1 = std::min(panels, p0 + per_task);
     const int64_t c0 = p0 * kernels::kPanelCols, c1 = std::min(w.n, p1 * kernels::kPanelCols);
-    auto* tiles = reinterpret_cast<uint16_t*>(buf + a_bytes + static_cast<size_t>(worker) * tile_bytes);
+    auto* tiles =
+        reinterpret_cast<uint16_t*>(buf + a_bytes + static_cast<size_t>(worker) * tile_bytes);
     if (converted[static_cast<size_t>(worker)] != pt) {
       kt.packed_to_tiles(pw, p0, p1, tiles);
       converted[static_cast<size_t>(worker)] = pt;

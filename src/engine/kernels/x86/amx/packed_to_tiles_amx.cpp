@@ -12,6 +12,10 @@
 #include "engine/kernels/packed_int8.h"
 #include "engine/kernels/x86/x86_fill.h"
 
+// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace vlmd::engine::kernels {
 namespace {
 
@@ -25,8 +29,8 @@ inline BlockScales LoadScales(const uint16_t* scales, const uint16_t* mins, int 
   const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
   const __m512 bias =
       mins != nullptr
-          ? _mm512_sub_ps(_mm512_setzero_ps(),
-                          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins))))
+          ? _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256(
+                                                   reinterpret_cast<const __m256i*>(mins))))
           : _mm512_mul_ps(d, _mm512_set1_ps(-static_cast<float>(offset)));
   BlockScales s;
   for (int c = 0; c < 4; ++c) {

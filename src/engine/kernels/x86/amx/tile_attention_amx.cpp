@@ -22,6 +22,10 @@
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/amx/amx_common.h"
 
+// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace vlmd::engine::kernels::amx {
 namespace {
 
