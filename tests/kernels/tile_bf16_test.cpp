@@ -227,6 +227,30 @@ TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
   }
 }
 
+// f16 -> bf16 (the tile attention's K/V cache rows): every f16 value converts to the bf16
+// rounding of its exact f32 value; NaN stays NaN. Run lengths with a masked tail.
+TEST(TileBf16Kernel, F16ToBf16RoundsEveryHalfLikeTheF32Path) {
+  const kernels::KernelTable* kt = TileTable();
+  if (kt == nullptr || kt->f16_to_bf16 == nullptr) GTEST_SKIP() << "no AMX tile kernel";
+  std::vector<uint16_t> all(65536), got(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  kt->f16_to_bf16(all.data(), got.data(), 65536);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = F16ToF32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(BF16ToF32(got[h]))) << "f16 " << h;
+    } else {
+      ASSERT_EQ(got[h], F32ToBF16(f)) << "f16 " << h;
+    }
+  }
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{72}}) {
+    std::vector<uint16_t> part(static_cast<size_t>(n) + 3, 0xABCD);
+    kt->f16_to_bf16(all.data() + 1000, part.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], got[1000 + i]) << "n " << n;
+    for (int64_t i = n; i < n + 3; ++i) ASSERT_EQ(part[i], 0xABCD) << "wrote past n " << n;
+  }
+}
+
 TEST(TileBf16Kernel, MatchesTheReferenceOnOddShapesAndRanges) {
   const kernels::KernelTable* kt = TileTable();
   if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";

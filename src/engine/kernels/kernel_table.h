@@ -52,6 +52,8 @@ using TileBf16MatmulFn = void (*)(const TileBf16Args& args, int64_t m0, int64_t 
                                   int64_t p1);
 // f32 -> bf16 (round to nearest even) for n values.
 using ToBf16Fn = void (*)(const float* x, uint16_t* y, int64_t n);
+// f16 -> bf16 for n values: the exact f32 value rounded to nearest even (as ToBf16Fn would).
+using F16ToBf16Fn = void (*)(const uint16_t* x, uint16_t* y, int64_t n);
 // One head's attention on the tile unit (tile_bf16.h: TileAttentionArgs).
 struct TileAttentionArgs;
 using TileAttentionFn = void (*)(const TileAttentionArgs& args);
@@ -118,6 +120,7 @@ struct KernelTable {
   // TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
+  F16ToBf16Fn f16_to_bf16 = nullptr;  // AMX table: the f16 K/V cache rows for tile attention
   // Packed int8 panels to bf16 tile panels, so that fast-precision GEMMs over packed weights can
   // run on the tile unit (nullptr where tile_bf16_matmul is).
   PackedToTilesFn packed_to_tiles = nullptr;

@@ -373,14 +373,19 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
       for (int kv = 0; kv < 2; ++kv) {
         const auto* src = static_cast<const uint8_t*>(kv == 0 ? a.k : a.v) + head_offset +
                           static_cast<size_t>(j) * p.kv_row_bytes;
-        const float* f = row;
-        if (a.kv_type == DType::kF16) {
-          F16ToF32Row(reinterpret_cast<const uint16_t*>(src), row, hd);
-        } else {
-          f = reinterpret_cast<const float*>(src);
-        }
         uint16_t* dst = (kv == 0 ? k16 : v16) + j * hd_pad;
-        kt.to_bf16(f, dst, hd);
+        if (a.kv_type == DType::kF16 && kt.f16_to_bf16 != nullptr) {
+          // (The portable F16ToF32Row here was ~5% of a 1152-row prompt's prefill.)
+          kt.f16_to_bf16(reinterpret_cast<const uint16_t*>(src), dst, hd);
+        } else {
+          const float* f = row;
+          if (a.kv_type == DType::kF16) {
+            F16ToF32Row(reinterpret_cast<const uint16_t*>(src), row, hd);
+          } else {
+            f = reinterpret_cast<const float*>(src);
+          }
+          kt.to_bf16(f, dst, hd);
+        }
         std::fill(dst + hd, dst + hd_pad, uint16_t{0});
       }
     }
