@@ -308,11 +308,14 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
 // (to its 16- or 32-key tile edge, weighted 0) see zero padding. Q is scaled by
 // scale * log2(e) (the kernel works in base 2) before its rounding to bf16.
 constexpr int64_t kTileQueryBlock = 128;
+constexpr int64_t kMaxTileHeadDim = 512;  // the q row's f32 staging buffer below
 
 bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p) {
   const AttentionArgs& a = *p.a;
-  return a.bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr && a.n_kv > 0 &&
-         (!a.causal || p.sorted_kv_pos);
+  const bool converts =
+      a.kv_type == DType::kF16 ? kt.f16_to_bf16 != nullptr : kt.to_bf16 != nullptr;
+  return a.bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr && converts &&
+         a.n_kv > 0 && a.head_dim <= kMaxTileHeadDim && (!a.causal || p.sorted_kv_pos);
 }
 
 Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
@@ -368,23 +371,15 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
     uint16_t* k16 = mine(worker);
     uint16_t* v16 = k16 + n_kv * hd_pad;
     const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
-    float row[512];  // one head's row in f32 (head_dim <= 512, checked by the caller)
     for (int64_t j = 0; j < n_kv; ++j) {
       for (int kv = 0; kv < 2; ++kv) {
         const auto* src = static_cast<const uint8_t*>(kv == 0 ? a.k : a.v) + head_offset +
                           static_cast<size_t>(j) * p.kv_row_bytes;
         uint16_t* dst = (kv == 0 ? k16 : v16) + j * hd_pad;
-        if (a.kv_type == DType::kF16 && kt.f16_to_bf16 != nullptr) {
-          // (The portable F16ToF32Row here was ~5% of a 1152-row prompt's prefill.)
+        if (a.kv_type == DType::kF16) {
           kt.f16_to_bf16(reinterpret_cast<const uint16_t*>(src), dst, hd);
         } else {
-          const float* f = row;
-          if (a.kv_type == DType::kF16) {
-            F16ToF32Row(reinterpret_cast<const uint16_t*>(src), row, hd);
-          } else {
-            f = reinterpret_cast<const float*>(src);
-          }
-          kt.to_bf16(f, dst, hd);
+          kt.to_bf16(reinterpret_cast<const float*>(src), dst, hd);
         }
         std::fill(dst + hd, dst + hd_pad, uint16_t{0});
       }
@@ -402,7 +397,7 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
     uint16_t* q16 = mine(worker) + whole_lines(rows_elems);
     uint16_t* o16 = q16 + whole_lines(q_elems);
     auto* o_block = reinterpret_cast<float*>(o16 + whole_lines(q_elems));
-    float row[512];
+    float row[kMaxTileHeadDim];
     for (int64_t i = 0; i < kTileQueryBlock; ++i) {
       uint16_t* dst = q16 + i * hd_pad;
       if (i < rows) {
@@ -452,7 +447,7 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
-  if (UsesTileAttention(kt, p) && a.head_dim <= 512) return AttentionTiles(kt, pool, p);
+  if (UsesTileAttention(kt, p)) return AttentionTiles(kt, pool, p);
   if (a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos)) {
     return AttentionBlocked(kt, pool, p);
   }
