@@ -90,9 +90,10 @@ struct Row {
   double ms;
   double value;      // GB/s (gemv) or GFLOP/s (gemm)
   double bound;      // bandwidth (GB/s) or peak (GFLOP/s) measured in this run
-  // GEMV on int8 dot products: the GB/s at which the measured int8 MAC peak would read these
-  // weights (peak x bytes per weight), 0 otherwise. Below `bound` the GEMV cannot reach the
-  // bandwidth even if it did nothing but multiply.
+  // GEMV on int8 dot products: the GB/s at which the measured MAC peak would read these
+  // weights (peak x bytes per weight; the int4 unpack+dot peak for 4-bit types, the int8 one
+  // otherwise), 0 otherwise. Below `bound` the GEMV cannot reach the bandwidth even if it did
+  // nothing but multiply.
   double mac_bound = 0;
 };
 
@@ -100,6 +101,10 @@ struct Row {
 bool UsesInt8Dots(const Variant& v) {
   return !v.tiles && (v.packed || v.type == DType::kQ4_0 || v.type == DType::kQ8_0 ||
                       v.type == DType::kQ4_K);
+}
+
+bool HasFourBitWeights(const Variant& v) {
+  return v.type == DType::kQ4_0 || v.type == DType::kQ4_K;
 }
 
 }  // namespace
@@ -131,13 +136,14 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   const int reps = opts.quick ? 5 : 15;
 
   std::vector<Row> rows;
-  std::map<int, double> peaks, int8_peaks;
+  std::map<int, double> peaks, int8_peaks, int4_peaks;
   std::map<std::pair<int, uint64_t>, double> bandwidth;  // (threads, bytes) -> GB/s
   engine::ops::MatmulScratch scratch;
   for (int threads : opts.threads) {
     ThreadPool pool(threads);
     peaks[threads] = MeasureFmaPeak(pool);
     int8_peaks[threads] = MeasureInt8DotPeak(pool);
+    int4_peaks[threads] = MeasureInt4DotPeak(pool);
     for (auto [k, n] : gemv_shapes) {
       const std::vector<float> a = RandomActivations(1, k);
       std::vector<float> out(static_cast<size_t>(n));
@@ -167,8 +173,9 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
           return 1;
         }
         const double bytes_per_weight = static_cast<double>(bytes) / static_cast<double>(n * k);
-        const double mac_bound =
-            UsesInt8Dots(type) ? int8_peaks[threads] * bytes_per_weight : 0.0;
+        const double mac_peak =
+            HasFourBitWeights(type) ? int4_peaks[threads] : int8_peaks[threads];
+        const double mac_bound = UsesInt8Dots(type) ? mac_peak * bytes_per_weight : 0.0;
         rows.push_back({"gemv", type.name(), 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw,
                         mac_bound});
       }
@@ -204,11 +211,18 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   for (auto [t, p] : int8_peaks) {
     if (p > 0) std::printf("measured int8 MAC peak (vpdpbusd), %d thread(s): %.1f G/s\n", t, p);
   }
+  for (auto [t, p] : int4_peaks) {
+    if (p > 0) {
+      std::printf("measured int4 unpack+dot peak (2 masks + 2 vpdpbusd per 128 weights), %d "
+                  "thread(s): %.1f G weights/s\n", t, p);
+    }
+  }
   std::printf("(type/pk: the packed int8 layout of that type; f16->i8: F16 weights quantized to\n"
               " int8 blocks at load, the fast precision; f16->bf: F16 weights as bf16 tiles on AMX, the fast\n"
               " precision of the vision encoder. GEMV bytes are those of the layout read. mac-bound:\n"
-              " the GB/s at which the int8 MAC peak reads the weights; where it is below the\n"
-              " bandwidth, a GEMV that only multiplied could not reach the bandwidth either.)\n");
+              " the GB/s at which the int8 MAC peak (4-bit types: the int4 unpack+dot peak) reads\n"
+              " the weights; where it is below the bandwidth, a GEMV that only multiplied could not\n"
+              " reach the bandwidth either.)\n");
   std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s %10s\n", "path", "type", "M", "N",
               "K", "thr", "ms", "achieved", "bound", "ratio", "mac-bound");
   nlohmann::json j;
@@ -217,6 +231,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   j["kernel_isa"] = std::string(engine::kernels::IsaName(*isa));
   for (auto [t, p] : peaks) j["fma_peak_gflops"][std::to_string(t)] = p;
   for (auto [t, p] : int8_peaks) j["int8_mac_peak_g_s"][std::to_string(t)] = p;
+  for (auto [t, p] : int4_peaks) j["int4_dot_peak_g_weights_s"][std::to_string(t)] = p;
   for (const Row& r : rows) {
     const bool gemv = r.kind == "gemv";
     char mac[32] = "";

@@ -113,6 +113,35 @@ __attribute__((target("avx512f,avx512vnni"))) int32_t DotInt8Avx512Vnni(int64_t 
   return _mm512_reduce_add_epi32(sum);
 }
 
+// The least work any 4-bit kernel on this ISA must do: vpdpbusd multiplies whole bytes and a
+// byte holds two 4-bit weights, so each 64-byte load of packed nibbles needs two masks (low
+// nibbles, high nibbles in place) and two vpdpbusd, with the activations broadcast from memory.
+// 8 panels x 2 chains keep 16 vpdpbusd in flight. The nibbles come from a 512-byte buffer in L1
+// (the pointer is made opaque each iteration so the loads and masks cannot be hoisted); no
+// per-block scaling, which a real kernel adds on top. Returns the sum of the accumulators.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t DotInt4Avx512Vnni(
+    const uint8_t* nibbles, const int8_t* act, int64_t iters) {
+  constexpr int kPanels = 8;
+  __m512i lo[kPanels], hi[kPanels];
+  for (int v = 0; v < kPanels; ++v) lo[v] = hi[v] = _mm512_set1_epi32(v);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile("" : "+r"(nibbles), "+r"(act));
+#pragma GCC unroll 8
+    for (int v = 0; v < kPanels; ++v) {
+      const __m512i raw = _mm512_load_si512(nibbles + v * 64);
+      int32_t a_lo, a_hi;
+      std::memcpy(&a_lo, act + 8 * (v % 4), 4);
+      std::memcpy(&a_hi, act + 8 * (v % 4) + 4, 4);
+      lo[v] = _mm512_dpbusd_epi32(lo[v], _mm512_and_si512(raw, low4), _mm512_set1_epi32(a_lo));
+      hi[v] = _mm512_dpbusd_epi32(hi[v], _mm512_and_si512(raw, high4), _mm512_set1_epi32(a_hi));
+    }
+  }
+  __m512i sum = _mm512_add_epi32(lo[0], hi[0]);
+  for (int v = 1; v < kPanels; ++v) sum = _mm512_add_epi32(sum, _mm512_add_epi32(lo[v], hi[v]));
+  return _mm512_reduce_add_epi32(sum);
+}
+
 bool HasAvx512() { return GetCpuFeatures().avx512f; }
 bool HasAvx2() { return GetCpuFeatures().avx2 && GetCpuFeatures().fma; }
 
@@ -161,6 +190,25 @@ double MeasureInt8DotPeak(ThreadPool& pool) {
   const double sec = MedianSeconds(5, run);
   const double macs_per_iter = 16.0 * 64;  // 16 instructions x 64 byte products
   return macs_per_iter * kIters * threads / sec / 1e9;
+}
+
+double MeasureInt4DotPeak(ThreadPool& pool) {
+  if (!GetCpuFeatures().avx512vnni) return 0.0;
+  constexpr int64_t kIters = 8'000'000;  // ~20 ms per timing
+  const int threads = pool.size();
+  std::atomic<int32_t> sink{0};
+  auto run = [&] {
+    pool.ParallelFor(threads, [&](int64_t, int) {
+      alignas(64) uint8_t nibbles[8 * 64];
+      alignas(64) int8_t act[32];
+      for (int i = 0; i < 8 * 64; ++i) nibbles[i] = static_cast<uint8_t>(i * 37);
+      for (int i = 0; i < 32; ++i) act[i] = static_cast<int8_t>(i * 5 - 80);
+      sink.fetch_add(DotInt4Avx512Vnni(nibbles, act, kIters));
+    });
+  };
+  const double sec = MedianSeconds(7, run);
+  const double weights_per_iter = 8.0 * 128;  // 8 loads x 64 bytes x 2 nibbles
+  return weights_per_iter * kIters * threads / sec / 1e9;
 }
 
 double MeasureFmaPeak(ThreadPool& pool) {

@@ -26,6 +26,12 @@ const char* FmaPeakIsa();
 // multiply faster than this. 0 without AVX512-VNNI.
 double MeasureInt8DotPeak(ThreadPool& pool);
 
+// Peak rate (1e9 weights/s, all threads of `pool`) at which 4-bit weights packed two to a byte
+// can be multiplied by int8 activations: per 64 bytes, the two nibble masks and two vpdpbusd
+// that every 4-bit kernel on AVX512-VNNI needs, from L1, without the per-block scaling. Half the
+// int8 MAC peak at best (the masks use the same two vector ports). 0 without AVX512-VNNI.
+double MeasureInt4DotPeak(ThreadPool& pool);
+
 // Median of `reps` timings (seconds) of fn(), after one warm-up call.
 template <typename Fn>
 double MedianSeconds(int reps, Fn&& fn);
