@@ -87,7 +87,7 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
                                       "prefill_chunk", "encode_tiles", "ctx", "precision",
                                       "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
-                                      "image_url_hosts"}));
+                                      "image_url_hosts", "memory_budget_mb"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
   if (so->port > 65535) return InvalidArgumentError(s.path("port") + ": must be <= 65535");
@@ -122,6 +122,12 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
   so->prepare.timeout = std::chrono::seconds(timeout_s);
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("read_timeout_s", &so->read_timeout_s));
   VLMD_RETURN_IF_ERROR(s.Get("image_url_hosts", &so->limits.url_host_allowlist));
+  int64_t budget_mb = int64_t(so->memory_budget_bytes >> 20);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("memory_budget_mb", &budget_mb));
+  if (budget_mb > (int64_t{1} << 30)) {
+    return InvalidArgumentError(s.path("memory_budget_mb") + ": must be <= 2^30 (MiB)");
+  }
+  so->memory_budget_bytes = uint64_t(budget_mb) << 20;
   so->limits.max_tokens_limit = model_defaults->engine.n_ctx;
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // ModelHost: load, hash and start one served model (see model_host.h).
 #include "serve/model_host.h"
 
+#include <algorithm>
 #include <fstream>
 #include <vector>
 
@@ -24,6 +25,19 @@ Result<std::string> HashFiles(const std::vector<std::string>& paths) {
   return DigestHex(sha.Finish());
 }
 
+namespace {
+
+uint64_t MiB(uint64_t bytes) { return (bytes + (1u << 20) - 1) >> 20; }
+
+}  // namespace
+
+std::string MemoryPlan::ToString(int32_t n_ctx) const {
+  return std::to_string(MiB(total())) + " MiB (weights " + std::to_string(MiB(weights)) +
+         ", K/V " + std::to_string(MiB(kv)) + " for " + std::to_string(kv_sequences) +
+         " sequences of " + std::to_string(n_ctx) + " positions, image cache " +
+         std::to_string(MiB(image_cache)) + ")";
+}
+
 Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, ServerMetrics* metrics) {
   if (spec.scheduler.max_batch < 1 || spec.scheduler.queue_size < 1 ||
       spec.scheduler.prefill_chunk < 1 || spec.scheduler.encode_tiles < 1) {
@@ -39,6 +53,13 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   VLMD_ASSIGN_OR_RETURN(h->hash_, HashFiles(files));
   h->spec_.version_from_hash = h->spec_.version.empty();
   if (h->spec_.version_from_hash) h->spec_.version = h->hash_.substr(0, 12);
+  MemoryPlan& plan = h->memory_plan_;
+  plan.weights = h->engine_->model().memory_bytes();
+  if (h->engine_->vision() != nullptr) plan.weights += h->engine_->vision()->memory_bytes();
+  plan.kv_sequences = spec.scheduler.max_batch + std::max(spec.scheduler.prefix_cache_entries, 0);
+  plan.kv_per_sequence = h->engine_->model().KvCacheBytes(spec.engine.n_ctx);
+  plan.kv = static_cast<uint64_t>(plan.kv_sequences) * plan.kv_per_sequence;
+  plan.image_cache = spec.image_cache_bytes;
   h->cache_ = std::make_unique<ImageCache>(spec.image_cache_bytes);
   h->scheduler_ = std::make_unique<Scheduler>(h->engine_.get(), h->cache_.get(), metrics, spec.scheduler);
   return h;

@@ -26,6 +26,22 @@ struct ModelSpec {
   uint64_t image_cache_bytes = 256ull << 20;
 };
 
+// The most memory a served model holds (SPEC S9), known once it is loaded: its weights (the
+// mapped files less the pages packed copies replaced, plus those copies), the K/V caches of a full
+// batch and of the parked prompt prefixes at the full context, and its visual-embedding cache's
+// limit. Not in it: the forward pass's activations and scratch (the encoder's ~1024-row buffers,
+// the prefill attention's), which /metrics reports as they are allocated.
+struct MemoryPlan {
+  uint64_t weights = 0;
+  uint64_t kv = 0;           // kv_sequences x kv_per_sequence
+  int32_t kv_sequences = 0;  // max batch + parked prefixes
+  uint64_t kv_per_sequence = 0;
+  uint64_t image_cache = 0;
+  uint64_t total() const { return weights + kv + image_cache; }
+  // "N MiB (weights W, K/V K for S sequences of C positions, image cache I)"
+  std::string ToString(int32_t n_ctx) const;
+};
+
 class ModelHost {
  public:
   // Loads and validates the files, hashes them, starts the scheduler. Errors from the loaders.
@@ -33,6 +49,7 @@ class ModelHost {
 
   const ModelSpec& spec() const { return spec_; }
   const std::string& hash() const { return hash_; }  // hex SHA-256 over text then mmproj bytes
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
   // Const engine queries (tokenizer, templates, image preparation) are safe from any thread;
   // everything else belongs to the scheduler thread.
   const engine::runtime::TextEngine& engine() const { return *engine_; }
@@ -42,6 +59,7 @@ class ModelHost {
   ModelHost() = default;
   ModelSpec spec_;
   std::string hash_;
+  MemoryPlan memory_plan_;
   std::unique_ptr<engine::runtime::TextEngine> engine_;
   std::unique_ptr<ImageCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;  // declared last: stops first

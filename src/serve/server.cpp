@@ -106,6 +106,7 @@ Server::Server(ServerOptions options)
       metrics_(std::make_unique<ServerMetrics>(registry_.get())),
       http_(std::make_unique<httplib::Server>()),
       handlers_(std::make_unique<Handlers>(this)) {
+  metrics_->memory_budget_bytes.With().Set(static_cast<double>(options_.memory_budget_bytes));
   httplib::Server& http = *http_;
   const int threads = options_.http_threads < 1 ? 1 : options_.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
@@ -203,11 +204,32 @@ Status Server::Start() {
   return Status::Ok();
 }
 
-void Server::AddModel(std::shared_ptr<ModelHost> model) { router_.Put(std::move(model)); }
+Status Server::CheckMemoryBudget(const ModelHost& candidate) const {
+  const uint64_t budget = options_.memory_budget_bytes;
+  if (budget == 0) return Status::Ok();
+  uint64_t held = 0;
+  for (const auto& m : router_.Models()) held += m->memory_plan().total();
+  const uint64_t needed = candidate.memory_plan().total();
+  if (held + needed <= budget) return Status::Ok();
+  const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
+  return ResourceExhaustedError(
+      "model '" + candidate.spec().name + "' needs " +
+      candidate.memory_plan().ToString(candidate.spec().engine.n_ctx) + "; the loaded models hold " +
+      mib(held) + " MiB and the memory budget is " + mib(budget) +
+      " MiB (lower --ctx, --max-batch or --image-cache-mb, or raise --memory-budget-mb)");
+}
 
-void Server::SetModel(std::shared_ptr<ModelHost> model) {
-  AddModel(std::move(model));
-  SetReady(true);
+Status Server::AddModel(std::shared_ptr<ModelHost> model) {
+  VLMD_RETURN_IF_ERROR(CheckMemoryBudget(*model));
+  router_.Put(std::move(model));
+  UpdateMemoryPlanGauge();
+  return Status::Ok();
+}
+
+void Server::UpdateMemoryPlanGauge() {
+  uint64_t planned = 0;
+  for (const auto& m : router_.Models()) planned += m->memory_plan().total();
+  metrics_->memory_planned_bytes.With().Set(static_cast<double>(planned));
 }
 
 namespace {
@@ -260,6 +282,7 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
   if (s.ok() && old->engine().vision() != nullptr && (*loaded)->engine().vision() == nullptr) {
     s = FailedPreconditionError("the new version has no vision encoder (mmproj); the serving one has");
   }
+  if (s.ok()) s = CheckMemoryBudget(**loaded);
   if (s.ok()) s = SelfCheck(**loaded);
   if (!s.ok()) {
     metrics_->model_reloads.With({name, "failed"}).Inc();
@@ -270,6 +293,7 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
   spdlog::info("model '{}' now serves version {} (sha256 {}); was {}", name, fresh->spec().version,
                fresh->hash(), old->spec().version);
   router_.Put(std::move(fresh));
+  UpdateMemoryPlanGauge();
   metrics_->model_reloads.With({name, "ok"}).Inc();
   return Status::Ok();
 }

@@ -43,15 +43,14 @@ class Server {
   // starts serving on a background thread. UNAVAILABLE when the address cannot be bound.
   Status Start();
   int port() const { return port_; }
-  // Adds (or replaces) a served model; /ready stays as it was.
-  void AddModel(std::shared_ptr<ModelHost> model);
-  // AddModel + SetReady(true): the single-model case.
-  void SetModel(std::shared_ptr<ModelHost> model);
+  // Adds (or replaces) a served model; /ready stays as it was. RESOURCE_EXHAUSTED (and the model
+  // is not added) when its memory plan does not fit the memory budget beside the loaded models.
+  Status AddModel(std::shared_ptr<ModelHost> model);
   // /ready answers 200 once every configured model is loaded (the caller says when).
   void SetReady(bool ready) { ready_.store(ready); }
   // Hot swap (SPEC P7): loads `spec` (default: the model's current spec, i.e. the same files
   // re-read; a hash-derived version is derived again, a configured label kept) beside the
-  // serving version, runs a self-check on it (one token from text, and from an image when the
+  // serving version (within the memory budget, beside it), runs a self-check on it (one token from text, and from an image when the
   // serving version has vision: the new one must keep it), and only then switches new requests
   // to it; in-flight requests finish on the old one. On any failure the old version keeps
   // serving and the error is returned. One reload at a time. Thread-safe. `previous_version`,
@@ -71,6 +70,12 @@ class Server {
 
  private:
   class Handlers;
+
+  // OK when `candidate`'s memory plan fits the budget beside every loaded model's (also one of
+  // the same name: a reload holds both versions).
+  Status CheckMemoryBudget(const ModelHost& candidate) const;
+  // vlm_memory_planned_bytes: the sum of the served models' plans.
+  void UpdateMemoryPlanGauge();
 
   ServerOptions options_;
   std::unique_ptr<obs::Registry> registry_;

@@ -32,6 +32,11 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       prefix_reused_tokens(r->AddCounter("vlm_prefix_reused_tokens_total",
                                          "Prompt rows whose KV came from an earlier request")),
       memory_bytes(r->AddGauge("vlm_memory_bytes", "Memory by kind, summed over the loaded models", {"kind"})),
+      memory_planned_bytes(r->AddGauge(
+          "vlm_memory_planned_bytes",
+          "Most memory the served models may hold: weights, K/V at full batch and context, image caches")),
+      memory_budget_bytes(r->AddGauge("vlm_memory_budget_bytes",
+                                      "Memory budget the served models' plans must fit (0: none)")),
       process_rss(r->AddGauge("vlm_process_rss_bytes", "Resident set size of the server process")),
       process_peak_rss(r->AddGauge("vlm_process_peak_rss_bytes",
                                    "Peak resident set size of the server process")),

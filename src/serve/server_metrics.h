@@ -25,6 +25,10 @@ struct ServerMetrics {
   obs::CounterFamily& decode_steps;
   obs::CounterFamily& prefix_reused_tokens;  // prompt rows not recomputed (prefix reuse)
   obs::GaugeFamily& memory_bytes;          // {kind = weights | kv | activations | image_cache}
+  // SPEC S9: the sum of the served models' memory plans (ModelHost::memory_plan) and the budget
+  // they must fit (0: none).
+  obs::GaugeFamily& memory_planned_bytes;
+  obs::GaugeFamily& memory_budget_bytes;
   obs::GaugeFamily& process_rss;           // resident set now / at peak (from /proc/self/status)
   obs::GaugeFamily& process_peak_rss;
   // Guard rails (issue 6): every decision of every policy, e.g. {allowlist, deny}, {auth, allow},

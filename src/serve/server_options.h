@@ -54,6 +54,10 @@ struct ServerOptions {
   int image_fetch_timeout_s = 10;      // connect / read timeout when fetching an image URL
   PrepareOptions prepare;
   GuardOptions guard;
+  // Memory budget over all served models (SPEC S9; 0: none): a model whose MemoryPlan would take
+  // the sum of the loaded models' plans past it is refused, at start-up and on a reload (where
+  // both versions count: they serve side by side until the old one's requests finish).
+  uint64_t memory_budget_bytes = 0;
 };
 
 }  // namespace vlmd::serve

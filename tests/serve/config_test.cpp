@@ -22,6 +22,7 @@ TEST(Config, TheDocumentedExampleParses) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->server.host, "0.0.0.0");
   EXPECT_EQ(c->server.prepare.token_budget, 4096);
+  EXPECT_EQ(c->server.memory_budget_bytes, uint64_t{12288} << 20);
   ASSERT_EQ(c->models.size(), 3u);
   EXPECT_EQ(c->models[0].name, "smolvlm-v1");
   EXPECT_EQ(c->models[0].version, "2025.06");
@@ -55,8 +56,9 @@ TEST(Config, CommandLineModelKeepsItsFilesAndTakesTheServerSection) {
   m.text_path = "/m/text.gguf";
   m.mmproj_path = "/m/mmproj.gguf";
   defaults.models.push_back(m);
-  auto c = ParseConfig(R"({"server": {"max_batch": 8, "ctx": 2048}})", "/etc", defaults);
+  auto c = ParseConfig(R"({"server": {"max_batch": 8, "ctx": 2048, "memory_budget_mb": 3072}})", "/etc", defaults);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.memory_budget_bytes, uint64_t{3072} << 20);
   ASSERT_EQ(c->models.size(), 1u);
   EXPECT_EQ(c->models[0].text_path, "/m/text.gguf");
   EXPECT_EQ(c->models[0].scheduler.max_batch, 8);
@@ -111,6 +113,8 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"port": 70000}})", "must be <= 65535"},
       {R"({"server": {"max_batch": 9999999999}})", "server.max_batch: out of range"},
       {R"({"server": {"max_batch": 2.5}})", "expected an integer"},
+      {R"({"server": {"memory_budget_mb": -1}})", "server.memory_budget_mb: must be >= 0"},
+      {R"({"server": {"memory_budget_mb": 2000000000}})", "memory_budget_mb: must be <= 2^30"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 0}]}]})",
        "at least one weight must be > 0"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a", "robust": "a"}, "weights": {"image": 0, "text": 0}}]})",

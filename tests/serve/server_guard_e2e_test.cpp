@@ -654,6 +654,69 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="failed"})"), 1);
 }
 
+TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
+  const ModelSpec spec = FixtureSpec("m", "v1");
+  auto unlimited = StartServer({}, {spec});
+  const ModelHost& probe = *unlimited->router().Get("m");
+  const MemoryPlan plan = probe.memory_plan();
+  // The plan's parts: the weights as loaded, K/V for a full batch plus the parked prefixes at the
+  // full context (what NewCache allocates), the image cache's limit.
+  const auto& engine = probe.engine();
+  EXPECT_EQ(plan.weights, engine.model().memory_bytes() + engine.vision()->memory_bytes());
+  EXPECT_EQ(plan.kv_sequences, spec.scheduler.max_batch + spec.scheduler.prefix_cache_entries);
+  EXPECT_EQ(plan.kv_per_sequence, engine.model().NewCache(spec.engine.n_ctx)->bytes());
+  EXPECT_EQ(plan.kv, uint64_t(plan.kv_sequences) * plan.kv_per_sequence);
+  EXPECT_EQ(plan.image_cache, spec.image_cache_bytes);
+  EXPECT_EQ(plan.total(), plan.weights + plan.kv + plan.image_cache);
+  EXPECT_EQ(testing::MetricValue(ClientOf(*unlimited)->Get("/metrics")->body, "vlm_memory_budget_bytes"), 0);
+  unlimited.reset();
+
+  {  // One byte short: refused, nothing served.
+    ServerOptions o;
+    o.memory_budget_bytes = plan.total() - 1;
+    o.port = 0;
+    Server server(o);
+    auto host = ModelHost::Load(spec, &server.metrics());
+    ASSERT_TRUE(host.ok());
+    const Status s = server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(s.message().find("memory budget"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("K/V"), std::string::npos) << s.message();
+    EXPECT_TRUE(server.router().Models().empty());
+  }
+  // Room for one version, not two: the model serves, a reload (both versions held until the old
+  // one's requests finish) is refused and the old version keeps serving.
+  ServerOptions o;
+  o.memory_budget_bytes = plan.total() + plan.total() / 2;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {spec});
+  auto c = ClientOf(*server);
+  std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total()));
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_budget_bytes"), double(o.memory_budget_bytes));
+  const json swap{{"model", spec.text_path}, {"mmproj", spec.mmproj_path}, {"version", "v2"}};
+  auto r = c->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409) << r->body;
+  EXPECT_NE(r->body.find("memory budget"), std::string::npos) << r->body;
+  EXPECT_EQ(server->router().Get("m")->spec().version, "v1");
+  auto ok = c->Post("/v1/vlm/invoke", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="m",result="failed"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total()));
+  // With room for both, the same reload goes through.
+  ServerOptions roomy = o;
+  roomy.memory_budget_bytes = 2 * plan.total();
+  auto server2 = StartServer(roomy, {spec});
+  r = ClientOf(*server2)->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(),
+                               "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(server2->router().Get("m")->spec().version, "v2");
+}
+
 }  // namespace
 }  // namespace vlmd::serve
 

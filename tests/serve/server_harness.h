@@ -40,7 +40,8 @@ inline ModelSpec FixtureSpec(const std::string& name, const std::string& version
 inline void AddFixtureModel(Server& server, const ModelSpec& spec) {
   auto host = ModelHost::Load(spec, &server.metrics());
   if (!host.ok()) throw std::runtime_error(host.status().ToString());
-  server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
+  const Status added = server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
+  if (!added.ok()) throw std::runtime_error(added.ToString());
 }
 
 class Harness {

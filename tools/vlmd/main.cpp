@@ -52,9 +52,14 @@ Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) 
     if (!host.ok()) {
       return Status(host.status().code(), "model '" + spec.name + "': " + host.status().message());
     }
-    spdlog::info("model '{}' ready: version {}, sha256 {}", spec.name, (*host)->spec().version,
-                 (*host)->hash());
-    server.AddModel(std::shared_ptr<serve::ModelHost>(std::move(*host)));
+    const std::string plan = (*host)->memory_plan().ToString(spec.engine.n_ctx);
+    if (Status added = server.AddModel(std::shared_ptr<serve::ModelHost>(std::move(*host)));
+        !added.ok()) {
+      return Status(added.code(), added.message());
+    }
+    spdlog::info("model '{}' ready: version {}, sha256 {}, memory at most {}", spec.name,
+                 server.router().Get(spec.name)->spec().version,
+                 server.router().Get(spec.name)->hash(), plan);
   }
   return Status::Ok();
 }
@@ -97,6 +102,12 @@ int main(int argc, char** argv) {
   app.add_option("--api-key", so.guard.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
   app.add_option("--admin-key", so.guard.admin_key, "enable /admin/* with this key (or env VLMD_ADMIN_KEY)");
   app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
+  int64_t memory_budget_mb = 0;
+  app.add_option("--memory-budget-mb", memory_budget_mb,
+                 "refuse models whose weights + K/V at full batch and context + image cache would "
+                 "exceed this in total (0: no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
   app.add_option("--token-budget", so.prepare.token_budget, "max prompt tokens (text + image)")->capture_default_str();
   app.add_option("--image-url-host", so.limits.url_host_allowlist,
                  "host that image_url http(s) URLs may name (repeat; none: URLs refused)");
@@ -119,6 +130,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   spec.image_cache_bytes = static_cast<uint64_t>(image_cache_mb) << 20;
+  so.memory_budget_bytes = static_cast<uint64_t>(memory_budget_mb) << 20;
   spec.engine.precision =
       engine::ops::ParsePrecision(precision).value_or(engine::ops::Precision::kFast);
   so.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;

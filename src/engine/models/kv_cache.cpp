@@ -26,7 +26,7 @@ void KvCache::CopyPrefixFrom(const KvCache& other, int32_t n) {
 }
 
 size_t KvCache::bytes() const {
-  return k_.size() * 2 * static_cast<size_t>(n_ctx_) * static_cast<size_t>(kv_dim_) * 2;
+  return static_cast<size_t>(BytesFor(n_layers(), n_ctx_, kv_dim_));
 }
 
 }  // namespace vlmd::engine::models

@@ -29,6 +29,11 @@ class KvCache {
   uint16_t* k(int32_t layer) { return k_[layer].data(); }  // F16 bits, [n_ctx, kv_dim]
   uint16_t* v(int32_t layer) { return v_[layer].data(); }
   size_t bytes() const;
+  // Bytes a cache of n_ctx positions holds (K and V, F16): what NewCache(n_ctx) allocates.
+  static uint64_t BytesFor(int32_t n_layers, int32_t n_ctx, int32_t kv_dim) {
+    return uint64_t{2} * static_cast<uint64_t>(n_layers) * static_cast<uint64_t>(n_ctx) *
+           static_cast<uint64_t>(kv_dim) * sizeof(uint16_t);
+  }
 
  private:
   int32_t n_ctx_;

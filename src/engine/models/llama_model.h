@@ -62,6 +62,10 @@ class LlamaModel {
   const TextConfig& config() const { return config_; }
   // A cache for one sequence of up to n_ctx positions.
   std::unique_ptr<KvCache> NewCache(int32_t n_ctx) const;
+  // Bytes NewCache(n_ctx) allocates.
+  uint64_t KvCacheBytes(int32_t n_ctx) const {
+    return KvCache::BytesFor(config_.n_layers, n_ctx, config_.kv_dim());
+  }
   // Bytes of weight data this model reads per token (all matrices once).
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Matrices repacked for the packed int8 matmul at load (0: all run on the GGUF rows).
