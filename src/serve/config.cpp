@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "serve/api/image_inputs.h"
+
 namespace vlmd::serve {
 namespace {
 
@@ -326,7 +328,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
   VlmdConfig c = std::move(defaults);
   Section top(j, "config");
   VLMD_RETURN_IF_ERROR(top.CheckObject({"server", "models", "routes", "default_model", "security",
-                                        "audit", "trust"}));
+                                        "audit", "trust", "tracing"}));
   ModelSpec model_defaults = c.models.empty() ? ModelSpec{} : c.models.front();
   if (top.has("server")) {
     VLMD_RETURN_IF_ERROR(ParseServer(Section(top.at("server"), "server"), &c.server, &model_defaults));
@@ -357,6 +359,19 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
     Section t(top.at("trust"), "trust");
     VLMD_RETURN_IF_ERROR(t.CheckObject({"flag_entropy_bits"}));
     VLMD_RETURN_IF_ERROR(t.Get("flag_entropy_bits", &c.server.guard.trust_flag_entropy_bits));
+  }
+  if (top.has("tracing")) {
+    Section t(top.at("tracing"), "tracing");
+    VLMD_RETURN_IF_ERROR(t.CheckObject({"otlp_endpoint", "sample_ratio"}));
+    TracingOptions& tr = c.server.tracing;
+    VLMD_RETURN_IF_ERROR(t.Get("otlp_endpoint", &tr.otlp_endpoint));
+    if (!tr.otlp_endpoint.empty() && !api::internal::ParseHttpUrl(tr.otlp_endpoint).ok()) {
+      return InvalidArgumentError(t.path("otlp_endpoint") + ": expected an http(s) URL");
+    }
+    VLMD_RETURN_IF_ERROR(t.Get("sample_ratio", &tr.sample_ratio));
+    if (!(tr.sample_ratio >= 0.0 && tr.sample_ratio <= 1.0)) {
+      return InvalidArgumentError(t.path("sample_ratio") + ": must be in [0, 1]");
+    }
   }
   VLMD_RETURN_IF_ERROR(CheckReferences(c));
   return c;

@@ -38,6 +38,10 @@ struct JobResult {
   int64_t reused_prompt_tokens = 0;  // prompt rows whose K/V came from a previous request
   bool image_cache_hit = false;  // every image of the job came from the cache (and there was one)
   double queue_ms = 0, encode_ms = 0, prefill_ms = 0, decode_ms = 0;
+  // When the phases ran (trace spans): encode from its first tile to its last (other jobs' steps
+  // run in between), prefill from the sequence's start to its last prompt chunk, decode from
+  // there to the end. Default (epoch) when the phase did not run.
+  Clock::time_point encode_start{}, encode_end{}, prefill_start{}, decode_start{}, decode_end{};
 };
 
 // Thread-safe hand-off between one producer (the scheduler) and one consumer (the handler).

@@ -116,7 +116,10 @@ void Scheduler::EncodeSome() {
       const int64_t n = std::min(budget, img.tiles.n_tiles - slot.next_tile);
       const auto t0 = Clock::now();
       s = engine_->EncodeTiles(img, slot.next_tile, n, &slot.partial);
-      const double ms = MsBetween(t0, Clock::now());
+      const auto t1 = Clock::now();
+      if (slot.result.encode_start == Clock::time_point{}) slot.result.encode_start = t0;
+      slot.result.encode_end = t1;
+      const double ms = MsBetween(t0, t1);
       slot.result.encode_ms += ms;
       slot.image_encode_ms += ms;
       budget -= n;
@@ -183,6 +186,7 @@ Status Scheduler::StartSequence(Slot* slot) {
     metrics_->prefix_reused_tokens.With().Inc(static_cast<double>(best_len));
   }
   slot->decode_start = Clock::now();  // moved to the end of the prefill by PrefillSome
+  r.prefill_start = t0;
   r.prefill_ms = MsBetween(t0, slot->decode_start);
   metrics_->prompt_tokens.With().Inc(static_cast<double>(r.prompt_tokens));
   return Status::Ok();
@@ -238,7 +242,9 @@ bool Scheduler::Publish(Slot* slot) {
   r.text = seq.text();
   r.finish_reason = seq.finish_reason();
   r.token_stats = seq.token_stats();
-  r.decode_ms = MsBetween(slot->decode_start, Clock::now());
+  r.decode_start = slot->decode_start;
+  r.decode_end = Clock::now();
+  r.decode_ms = MsBetween(r.decode_start, r.decode_end);
   metrics_->generated_tokens.With().Inc(static_cast<double>(r.tokens.size()));
   const bool failed = r.finish_reason == "error";
   if (failed) {

@@ -42,10 +42,11 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void Server::Handlers::Observe(const std::string& route, int status, Clock::time_point t0) {
+void Server::Handlers::Observe(const Call& call, int status) {
   const std::string code = std::to_string(status);
-  s_.metrics_->requests.With({route, code}).Inc();
-  s_.metrics_->request_duration.With({route, code}).Observe(SecondsSince(t0));
+  s_.metrics_->requests.With({call.route, code}).Inc();
+  s_.metrics_->request_duration.With({call.route, code}).Observe(SecondsSince(call.t0));
+  ExportSpans(call, status);
 }
 
 void Server::Handlers::Register(httplib::Server& http) {
@@ -189,6 +190,17 @@ Server::~Server() { Stop(); }
 
 Status Server::Start() {
   VLMD_ASSIGN_OR_RETURN(guard_, Guard::Create(options_.guard, metrics_.get()));
+  const TracingOptions& tracing = options_.tracing;
+  if (!(tracing.sample_ratio >= 0.0 && tracing.sample_ratio <= 1.0)) {
+    return InvalidArgumentError("trace sample ratio must be in [0, 1]");
+  }
+  if (!tracing.otlp_endpoint.empty()) {
+    SpanExporterOptions eo;
+    eo.endpoint = tracing.otlp_endpoint;
+    eo.service_version = VLMD_VERSION_STRING;
+    VLMD_ASSIGN_OR_RETURN(exporter_, SpanExporter::Create(std::move(eo), &metrics_->trace_spans));
+    spdlog::info("tracing: spans go to {} (sample ratio {})", tracing.otlp_endpoint, tracing.sample_ratio);
+  }
   if (guard_->admin_enabled()) handlers_->RegisterAdmin(*http_);
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);

@@ -22,6 +22,7 @@
 #include "serve/router.h"
 #include "serve/server_options.h"
 #include "serve/server_metrics.h"
+#include "serve/span_exporter.h"
 
 namespace httplib {
 class Server;
@@ -81,6 +82,7 @@ class Server {
   std::unique_ptr<obs::Registry> registry_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Guard> guard_;
+  std::unique_ptr<SpanExporter> exporter_;  // nullptr: no OTLP endpoint
   Router router_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Handlers> handlers_;

@@ -101,6 +101,7 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   call->reply.id = NextId();
   call->reply.created = UnixNow();
   res.set_header("X-Request-Id", call->reply.id);
+  StartTrace(call.get(), req, res);
   // Counted until the call is destroyed: after the reply for plain requests, after the last event
   // for streams (the content provider holds the call). Drain() waits for the count to reach 0.
   s_.in_flight_.fetch_add(1);
@@ -109,7 +110,7 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
     SendError(res, e);
     // A failed audit write cannot make this worse: the client gets its error either way.
     (void)AuditCall(*call, e.http_status, nullptr, e.code);
-    Observe(call->route, e.http_status, call->t0);
+    Observe(*call, e.http_status);
     spdlog::info("{} {} -> {} {}: {}", call->reply.id, call->route, e.http_status, e.code,
                  LogSafe(e.message));
   };
@@ -175,7 +176,9 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
       call->include_usage = so.value("include_usage", false);
     }
   }
+  call->prepare_t0 = Clock::now();
   auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare);
+  call->prepare_t1 = Clock::now();
   if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
   call->prepared = std::move(*prepared);
   call->reply.model = call->reply.route.empty() ? spec.name : call->reply.route;
@@ -250,6 +253,7 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
   call.audited = true;
   if (!s_.guard_->audit_enabled()) return Status::Ok();
   json rec{{"request_id", call.reply.id},
+           {"trace_id", obs::Hex(call.trace_id)},
            {"key_id", call.client.key_id},
            {"remote_addr", call.remote_addr},
            {"route", call.route},
@@ -303,7 +307,7 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
       call.job->Cancel();
       res.status = 499;  // nobody reads it; for the access log and metrics
       (void)AuditCall(call, 499, nullptr, "client_closed");
-      Observe(call.route, 499, call.t0);
+      Observe(call, 499);
       spdlog::info("{} {} -> client closed the connection before the reply", call.reply.id,
                    call.route);
       return;
@@ -312,7 +316,7 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
       call.job->Cancel();
       SendError(res, {504, "server_error", "deadline_exceeded", "the request did not finish in time"});
       (void)AuditCall(call, 504, nullptr, "deadline_exceeded");
-      Observe(call.route, 504, call.t0);
+      Observe(call, 504);
       return;
     }
   }
@@ -320,7 +324,7 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
     const api::ApiError e = api::FromStatus(call.job->status());
     SendError(res, e);
     (void)AuditCall(call, e.http_status, nullptr, e.code);
-    Observe(call.route, e.http_status, call.t0);
+    Observe(call, e.http_status);
     spdlog::info("{} {} -> {} {}", call.reply.id, call.route, e.http_status, LogSafe(e.message));
     return;
   }
@@ -331,14 +335,14 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
   // Audit before the reply leaves: an answer that cannot be audited is not given.
   if (Status s = AuditCall(call, 200, &r, ""); !s.ok()) {
     SendError(res, {500, "server_error", "audit_unavailable", "the audit log cannot be written"});
-    Observe(call.route, 500, call.t0);
+    Observe(call, 500);
     return;
   }
   const auto& tok = call.model->engine().tokenizer();
   res.set_content(call.kind == Kind::kInvoke ? InvokeReply(call.reply, call.prepared, r, tok)
                                              : ChatReply(call.reply, r, tok),
                   "application/json");
-  Observe(call.route, 200, call.t0);
+  Observe(call, 200);
   spdlog::info("{} {} -> 200 prompt={} image={} completion={} {:.1f} ms", call.reply.id, call.route,
                r.prompt_tokens, r.image_tokens, r.tokens.size(), call.reply.latency_ms);
 }
@@ -425,7 +429,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         }
         // A client that left before the end still gets its audit line.
         if (!call->audited) (void)AuditCall(*call, call->status, nullptr, "client_closed");
-        Observe(call->route, call->status, call->t0);
+        Observe(*call, call->status);
       });
 }
 

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "serve/api/errors.h"
+#include "serve/obs/trace.h"
 #include "serve/guard.h"
 #include "serve/job.h"
 #include "serve/prepare_job.h"
@@ -52,6 +54,14 @@ class Server::Handlers {
     std::string sent_text;       // streamed text so far (after the filter)
     std::shared_ptr<void> in_flight;  // counts the call in Server::in_flight_ until destroyed
     bool include_usage = false;  // chat stream_options.include_usage
+    // Tracing (SPEC O2): the trace this call belongs to, the caller's span (zero when the trace
+    // started here), this request's server span, whether the trace is recorded.
+    obs::TraceId trace_id{};
+    obs::SpanId parent_span{};
+    obs::SpanId span_id{};
+    bool sampled = false;
+    std::chrono::system_clock::time_point wall_t0;  // t0 on the wall clock
+    Clock::time_point prepare_t0{}, prepare_t1{};   // image decode + preprocess (PrepareJob)
   };
 
   void Generate(Kind kind, const httplib::Request& req, httplib::Response& res);
@@ -70,7 +80,13 @@ class Server::Handlers {
   static std::string TokenPieces(const Call& call, const JobResult& r);
   // One audit line for the call; `r` is null for a request that failed before generating.
   Status AuditCall(const Call& call, int status, const JobResult* r, const std::string& error);
-  void Observe(const std::string& route, int status, Clock::time_point t0);
+  // Once per call, at its end: request metrics, and its spans to the exporter.
+  void Observe(const Call& call, int status);
+  // Reads the traceparent header (or starts a trace) and sets the traceresponse header.
+  void StartTrace(Call* call, const httplib::Request& req, httplib::Response& res);
+  // The server span and, when the job ran, its phases' spans (decode-image, encode, prefill,
+  // decode) to the exporter, if the call is sampled and an endpoint is set.
+  void ExportSpans(const Call& call, int status);
   std::string NextId() { return s_.NextRequestId(); }
 
   Server& s_;

@@ -54,7 +54,10 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       trust_flagged(r->AddCounter("vlm_trust_flagged_total",
                                   "Replies flagged by the trust signals (high mean entropy)")),
       model_reloads(r->AddCounter("vlm_model_reloads_total", "Hot swaps by model and result",
-                                  {"model", "result"})) {}
+                                  {"model", "result"})),
+      trace_spans(r->AddCounter("vlm_trace_spans_total",
+                                "Spans sent to the OTLP endpoint, or dropped (queue full, post failed)",
+                                {"result"})) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

@@ -39,6 +39,7 @@ struct ServerMetrics {
   obs::HistogramFamily& complexity_score;   // {route}
   obs::CounterFamily& trust_flagged;        // replies whose trust signals were flagged
   obs::CounterFamily& model_reloads;        // {model, result = ok | failed}
+  obs::CounterFamily& trace_spans;          // {result = exported | dropped} (SpanExporter)
 
   // Refreshes the process gauges (called before each /metrics render).
   void UpdateProcessMemory();

@@ -40,6 +40,16 @@ struct GuardOptions {
   double trust_flag_entropy_bits = 4.0;
 };
 
+// Distributed tracing (SPEC O2). The `traceparent` header of a request is always honoured (its
+// trace continues; the reply's `traceresponse` header names the server's span); spans are sent
+// only when an OTLP endpoint is set.
+struct TracingOptions {
+  std::string otlp_endpoint;  // e.g. http://otel-collector:4318/v1/traces; empty: no export
+  // Share of requests without a (valid) traceparent that start a recorded trace; a request with
+  // one follows its sampled flag.
+  double sample_ratio = 1.0;
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
@@ -58,6 +68,7 @@ struct ServerOptions {
   // the sum of the loaded models' plans past it is refused, at start-up and on a reload (where
   // both versions count: they serve side by side until the old one's requests finish).
   uint64_t memory_budget_bytes = 0;
+  TracingOptions tracing;
 };
 
 }  // namespace vlmd::serve

@@ -47,6 +47,8 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_TRUE(g.audit_fsync);
   EXPECT_EQ(g.audit_keep_files, 10);
   EXPECT_DOUBLE_EQ(g.trust_flag_entropy_bits, 4.0);
+  EXPECT_EQ(c->server.tracing.otlp_endpoint, "http://otel-collector:4318/v1/traces");
+  EXPECT_DOUBLE_EQ(c->server.tracing.sample_ratio, 0.25);
   std::filesystem::remove_all(dir);
 }
 
@@ -114,6 +116,9 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"max_batch": 9999999999}})", "server.max_batch: out of range"},
       {R"({"server": {"max_batch": 2.5}})", "expected an integer"},
       {R"({"server": {"memory_budget_mb": -1}})", "server.memory_budget_mb: must be >= 0"},
+      {R"({"tracing": {"otlp_endpoint": "collector:4318"}})", "tracing.otlp_endpoint: expected an http(s) URL"},
+      {R"({"tracing": {"sample_ratio": 1.5}})", "tracing.sample_ratio: must be in [0, 1]"},
+      {R"({"tracing": {"endpoint": "http://x"}})", "unknown key 'endpoint'"},
       {R"({"server": {"memory_budget_mb": 2000000000}})", "memory_budget_mb: must be <= 2^30"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 0}]}]})",
        "at least one weight must be > 0"},

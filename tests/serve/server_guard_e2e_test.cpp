@@ -16,6 +16,7 @@
 
 #include "core/sha256.h"
 #include "serve/api/requests.h"
+#include "serve/obs/trace.h"
 #include "serve/policy/word_filter.h"
 #include "server_harness.h"
 
@@ -368,6 +369,13 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
     by_status[rec["status"].get<int>()]++;
     EXPECT_TRUE(rec.contains("time"));
     EXPECT_TRUE(rec.contains("request_id"));
+    // Generation requests past authentication (those refused before it have no trace yet).
+    if ((rec["route"] == "/v1/vlm/invoke" || rec["route"] == "/v1/chat/completions") &&
+        rec["status"] != 401) {
+      EXPECT_TRUE(obs::ParseTraceParent("00-" + rec.value("trace_id", std::string()) +
+                                        "-00f067aa0ba902b7-01"))
+          << line;  // the request's trace, for the spans of a collector
+    }
     EXPECT_FALSE(rec.contains("messages"));  // prompts are not logged unless configured
   }
   // 200: 4 generations + the reload; 401: two generations, /v1/models, two admin refusals and the

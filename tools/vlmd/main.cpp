@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
   app.add_option("--api-key", so.guard.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
   app.add_option("--admin-key", so.guard.admin_key, "enable /admin/* with this key (or env VLMD_ADMIN_KEY)");
   app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
+  app.add_option("--otlp-endpoint", so.tracing.otlp_endpoint,
+                 "send trace spans (OTLP/HTTP JSON) to this collector URL, e.g. "
+                 "http://otel-collector:4318/v1/traces");
+  app.add_option("--trace-sample-ratio", so.tracing.sample_ratio,
+                 "share of requests without a traceparent header whose spans are sent")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   int64_t memory_budget_mb = 0;
   app.add_option("--memory-budget-mb", memory_budget_mb,
                  "refuse models whose weights + K/V at full batch and context + image cache would "

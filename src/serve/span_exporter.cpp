@@ -1,0 +1,106 @@
+// OTLP/HTTP JSON span export (see span_exporter.h).
+#include "serve/span_exporter.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include "serve/api/image_inputs.h"
+
+namespace vlmd::serve {
+
+Result<std::unique_ptr<SpanExporter>> SpanExporter::Create(SpanExporterOptions options,
+                                                           obs::CounterFamily* spans) {
+  auto url = api::internal::ParseHttpUrl(options.endpoint);
+  if (!url.ok()) {
+    return InvalidArgumentError("OTLP endpoint '" + options.endpoint + "': " + url.status().message());
+  }
+  const int port = url->port > 0 ? url->port : (url->scheme == "https" ? 443 : 80);
+  const std::string host = url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host;
+  // The path (and query) as given; the collector's conventional one when there is none.
+  const std::string& e = options.endpoint;
+  const size_t at = e.find_first_of("/?#", e.find("://") + 3);
+  std::string path = at == std::string::npos || e[at] == '#' ? "/v1/traces" : e.substr(at, e.find('#', at) - at);
+  if (path.front() == '?') path.insert(path.begin(), '/');
+  return std::unique_ptr<SpanExporter>(new SpanExporter(
+      std::move(options), spans, url->scheme + "://" + host + ":" + std::to_string(port), path));
+}
+
+SpanExporter::SpanExporter(SpanExporterOptions options, obs::CounterFamily* spans,
+                           std::string base, std::string path)
+    : options_(std::move(options)),
+      counts_(spans),
+      base_(std::move(base)),
+      path_(std::move(path)),
+      thread_([this] { Run(); }) {}
+
+SpanExporter::~SpanExporter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void SpanExporter::Export(std::vector<obs::Span> spans) {
+  if (spans.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stop_ && queue_.size() + spans.size() <= options_.max_queue) {
+      for (obs::Span& s : spans) queue_.push_back(std::move(s));
+      spans.clear();
+    }
+  }
+  if (!spans.empty()) {
+    counts_->With({"dropped"}).Inc(static_cast<double>(spans.size()));
+    return;
+  }
+  cv_.notify_one();
+}
+
+void SpanExporter::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (!stop_ && queue_.size() < kMaxBatch) {
+      // Let a request's other spans and its neighbours' arrive: one post per interval.
+      cv_.wait_for(lock, options_.flush_interval, [this] { return stop_ || queue_.size() >= kMaxBatch; });
+    }
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    std::vector<obs::Span> batch;
+    while (!queue_.empty() && batch.size() < kMaxBatch) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    const bool last = stop_ && queue_.empty();
+    lock.unlock();
+    const bool ok = Post(batch);
+    counts_->With({ok ? "exported" : "dropped"}).Inc(static_cast<double>(batch.size()));
+    lock.lock();
+    if (last) return;
+  }
+}
+
+bool SpanExporter::Post(const std::vector<obs::Span>& batch) {
+  httplib::Client client(base_);
+  client.set_connection_timeout(options_.timeout_s, 0);
+  client.set_read_timeout(options_.timeout_s, 0);
+  client.set_write_timeout(options_.timeout_s, 0);
+  client.set_follow_location(false);
+  client.enable_server_certificate_verification(true);
+  const std::string body = obs::OtlpJson(batch, options_.service_name, options_.service_version);
+  auto res = client.Post(path_, body, "application/json");
+  if (!res || res->status < 200 || res->status >= 300) {
+    // At most one line per failed post (once per flush interval), not one per span.
+    spdlog::warn("trace export to {}{} failed ({}); {} spans dropped", base_, path_,
+                 res ? "HTTP " + std::to_string(res->status) : httplib::to_string(res.error()),
+                 batch.size());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace vlmd::serve
