@@ -1,0 +1,116 @@
+// The deployment files (SPEC O5) against the server they deploy: the Kubernetes manifest's config
+// parses with vlmd's own parser and its probes and port are the server's; every metric the
+// Grafana dashboard queries is one the server exports.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "serve/config.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+
+std::string SourceText(const std::string& rel) {
+  const std::vector<uint8_t> b = vlmd::testing::ReadFileBytes(vlmd::testing::SourcePath(rel));
+  return std::string(b.begin(), b.end());
+}
+
+// The block scalar under `key: |` (its lines, less their common indentation).
+std::string YamlBlock(const std::string& yaml, const std::string& key) {
+  std::istringstream in(yaml);
+  std::string line, out;
+  bool inside = false;
+  size_t indent = 0;
+  while (std::getline(in, line)) {
+    if (!inside) {
+      const size_t at = line.find(key + ": |");
+      if (at != std::string::npos) {
+        inside = true;
+        indent = std::string::npos;
+      }
+      continue;
+    }
+    const size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos) {
+      out += "\n";
+      continue;
+    }
+    if (indent == std::string::npos) indent = first;
+    if (first < indent) break;
+    out += line.substr(indent) + "\n";
+  }
+  return out;
+}
+
+TEST(DeployFiles, TheKubernetesConfigParsesAndItsProbesAndPortAreTheServers) {
+  const std::string yaml = SourceText("deploy/k8s/vlmd.yaml");
+  const std::string doc = YamlBlock(yaml, "vlmd.json");
+  ASSERT_FALSE(doc.empty());
+  auto c = ParseConfig(doc, "/etc/vlmd", {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->models.size(), 2u);
+  for (const ModelSpec& m : c->models) {
+    EXPECT_EQ(m.text_path.rfind("/models/", 0), 0u) << m.text_path;  // from the volume
+    EXPECT_EQ(m.mmproj_path.rfind("/models/", 0), 0u) << m.mmproj_path;
+  }
+  ASSERT_EQ(c->routes.size(), 1u);  // the weighted canary
+  ASSERT_TRUE(c->routes[0].is_split());
+  EXPECT_EQ(c->routes[0].split[0].weight, 80);
+  EXPECT_EQ(c->routes[0].split[1].weight, 20);
+  EXPECT_EQ(c->default_model, c->routes[0].name);
+  EXPECT_GT(c->server.memory_budget_bytes, 0u);
+  EXPECT_EQ(c->server.host, "0.0.0.0");
+  EXPECT_NE(yaml.find("containerPort: " + std::to_string(c->server.port)), std::string::npos);
+  EXPECT_NE(yaml.find("readinessProbe:\n            httpGet: {path: /ready"), std::string::npos);
+  EXPECT_NE(yaml.find("livenessProbe:\n            httpGet: {path: /health"), std::string::npos);
+  // Longer than the server's 30 s drain, so SIGTERM lets accepted requests finish.
+  EXPECT_NE(yaml.find("terminationGracePeriodSeconds: 45"), std::string::npos);
+  // The endpoints the probes name answer as the manifest expects: /health at once, /ready once
+  // the models are loaded.
+  testing::HarnessOptions o;
+  o.load_model = false;
+  testing::Harness h(o);
+  auto client = h.Client();
+  EXPECT_EQ(client->Get("/health")->status, 200);
+  EXPECT_EQ(client->Get("/ready")->status, 503);
+}
+
+TEST(DeployFiles, EveryMetricTheDashboardQueriesIsExported) {
+  const json dash = json::parse(SourceText("deploy/grafana/vlmd-dashboard.json"));
+  testing::Harness h;
+  const std::string metrics = h.Client()->Get("/metrics")->body;
+  std::set<std::string> types;  // "name type" from the # TYPE lines
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) types.insert(line.substr(7));
+  }
+  auto exported = [&](const std::string& name, const std::string& type) {
+    return types.count(name + " " + type) > 0;
+  };
+  const std::regex metric(R"(vlm_[a-z_]+)");
+  int queried = 0;
+  for (const json& panel : dash.at("panels")) {
+    for (const json& target : panel.at("targets")) {
+      const std::string expr = target.at("expr");
+      for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it) {
+        std::string name = it->str();
+        ++queried;
+        if (name.size() > 7 && name.compare(name.size() - 7, 7, "_bucket") == 0) {
+          name.resize(name.size() - 7);
+          EXPECT_TRUE(exported(name, "histogram")) << name << " in: " << expr;
+        } else {
+          EXPECT_TRUE(exported(name, "counter") || exported(name, "gauge")) << name << " in: " << expr;
+        }
+      }
+    }
+  }
+  EXPECT_GT(queried, 20);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
