@@ -328,7 +328,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
   VlmdConfig c = std::move(defaults);
   Section top(j, "config");
   VLMD_RETURN_IF_ERROR(top.CheckObject({"server", "models", "routes", "default_model", "security",
-                                        "audit", "trust", "tracing"}));
+                                        "audit", "trust", "tracing", "streams"}));
   ModelSpec model_defaults = c.models.empty() ? ModelSpec{} : c.models.front();
   if (top.has("server")) {
     VLMD_RETURN_IF_ERROR(ParseServer(Section(top.at("server"), "server"), &c.server, &model_defaults));
@@ -372,6 +372,31 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
     if (!(tr.sample_ratio >= 0.0 && tr.sample_ratio <= 1.0)) {
       return InvalidArgumentError(t.path("sample_ratio") + ": must be in [0, 1]");
     }
+  }
+  if (top.has("streams")) {
+    Section t(top.at("streams"), "streams");
+    VLMD_RETURN_IF_ERROR(t.CheckObject({"max_frames", "motion_low", "motion_high", "max_mb",
+                                        "max_streams", "idle_s"}));
+    StreamOptions& so = c.server.streams;
+    VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_frames", &so.max_frames));
+    if (so.max_frames < 1 || so.max_frames > 16) {
+      return InvalidArgumentError(t.path("max_frames") + ": must be 1 to 16");
+    }
+    VLMD_RETURN_IF_ERROR(t.Get("motion_low", &so.motion_low));
+    VLMD_RETURN_IF_ERROR(t.Get("motion_high", &so.motion_high));
+    if (!(so.motion_low >= 0 && so.motion_low < so.motion_high && so.motion_high <= 1)) {
+      return InvalidArgumentError(t.path("motion_low") + " and motion_high: need 0 <= low < high <= 1");
+    }
+    int64_t max_mb = int64_t(so.max_bytes >> 20);
+    VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_mb", &max_mb));
+    if (max_mb > (int64_t{1} << 30)) return InvalidArgumentError(t.path("max_mb") + ": too large");
+    so.max_bytes = uint64_t(max_mb) << 20;
+    VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_streams", &so.max_streams));
+    if (so.max_streams < 1) return InvalidArgumentError(t.path("max_streams") + ": must be >= 1");
+    int64_t idle_s = so.idle.count();
+    VLMD_RETURN_IF_ERROR(t.GetNonNegative("idle_s", &idle_s));
+    if (idle_s < 1) return InvalidArgumentError(t.path("idle_s") + ": must be >= 1");
+    so.idle = std::chrono::seconds(idle_s);
   }
   VLMD_RETURN_IF_ERROR(CheckReferences(c));
   return c;

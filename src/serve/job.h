@@ -15,6 +15,7 @@
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sequence.h"
 #include "engine/runtime/text_engine.h"
+#include "serve/stream_window.h"
 
 namespace vlmd::serve {
 
@@ -24,6 +25,9 @@ struct JobInput {
   std::string prompt;  // chat-templated text with one media marker per image
   std::vector<engine::runtime::PreparedImage> images;  // decoded + preprocessed by the handler
   std::vector<double> image_prepare_ms;                // decode + preprocess time per image
+  // A stream's earlier frames (already encoded), placed before `images` (the prompt has a marker
+  // for each, or none at all).
+  std::vector<ContextFrame> context;
   engine::runtime::GenerateParams params;
   Clock::time_point deadline = Clock::time_point::max();
 };
@@ -37,6 +41,8 @@ struct JobResult {
   int64_t image_tokens = 0;
   int64_t reused_prompt_tokens = 0;  // prompt rows whose K/V came from a previous request
   bool image_cache_hit = false;  // every image of the job came from the cache (and there was one)
+  // The visual tokens of the job's own images (not the context), in order: a stream keeps them.
+  std::vector<std::shared_ptr<const engine::runtime::EncodedImage>> encoded_images;
   double queue_ms = 0, encode_ms = 0, prefill_ms = 0, decode_ms = 0;
   // When the phases ran (trace spans): encode from its first tile to its last (other jobs' steps
   // run in between), prefill from the sequence's start to its last prompt chunk, decode from

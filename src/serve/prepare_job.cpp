@@ -26,7 +26,7 @@ void RefinedSize(const rt::TextEngine& e, const engine::image::Image& img, int32
 }  // namespace
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
-                               const PrepareOptions& options) {
+                               const PrepareOptions& options, const StreamContextFn& stream) {
   const rt::TextEngine& e = model.engine();
   PreparedJob job;
   JobInput& in = job.input;
@@ -36,6 +36,13 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   }
   if (!request.images.empty() && e.vision() == nullptr) {
     return InvalidArgumentError("this model has no vision encoder (served without --mmproj)");
+  }
+  if (stream && e.vision() == nullptr) {
+    return InvalidArgumentError("stream_id: this model has no vision encoder (served without --mmproj)");
+  }
+  if (stream && request.images.size() > 1) {
+    return InvalidArgumentError("stream_id: a stream request carries one frame (got " +
+                                std::to_string(request.images.size()) + " images)");
   }
   if (request.raw_prompt) {
     in.prompt = request.messages.empty() ? std::string() : request.messages.front().text;
@@ -66,6 +73,36 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     decoded.push_back(std::move(img));
   }
+  // The stream's earlier frames: before the new one, and first to go when over the budget.
+  int64_t context_tokens = 0;
+  const int64_t n_embd = e.model().config().d_model;
+  auto frame_tokens = [&](const ContextFrame& f) {
+    return static_cast<int64_t>(f.encoded->embeddings.size()) / n_embd;
+  };
+  if (stream) {
+    StreamView view = stream(decoded.empty() ? nullptr : &decoded.front());
+    StreamPart part{request.stream_id, view.motion, view.window, 0, 0};
+    in.context = std::move(view.context);
+    for (const ContextFrame& f : in.context) context_tokens += frame_tokens(f);
+    int64_t own = job.text_tokens;
+    for (const auto& img : decoded) {
+      own += e.ImageTokens(img.width, img.height, e.vision()->config().preproc_image_size);
+    }
+    while (!in.context.empty() && own + context_tokens > options.token_budget) {
+      context_tokens -= frame_tokens(in.context.front());
+      in.context.erase(in.context.begin());
+      ++part.dropped_for_budget;
+    }
+    part.context_frames = static_cast<int>(in.context.size());
+    job.stream = part;
+    // One marker per earlier frame, before the first one (no markers: the engine puts every
+    // image before the text, in order).
+    if (const size_t at = in.prompt.find(api::kMediaMarker); at != std::string::npos) {
+      std::string markers;
+      for (size_t i = 0; i < in.context.size(); ++i) markers += api::kMediaMarker;
+      in.prompt.insert(at, markers);
+    }
+  }
   // Token budget: while over, shrink the image with the most visual tokens by one tile step of its
   // longest tiled edge (Idefics3); families with a fixed single tile cannot shrink.
   const int32_t min_edge = e.MinLongestEdge();
@@ -75,7 +112,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   auto tokens_at = [&](size_t i, int32_t ed) {
     return e.ImageTokens(decoded[i].width, decoded[i].height, ed);
   };
-  int64_t total = job.text_tokens;
+  int64_t total = job.text_tokens + context_tokens;
   for (size_t i = 0; i < decoded.size(); ++i) total += tokens_at(i, edge[i]);
   int best_first = -1;
   while (total > options.token_budget) {
@@ -115,7 +152,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     }
     in.images.push_back(std::move(img));
   }
-  job.image_tokens = total - job.text_tokens;
+  job.image_tokens = total - job.text_tokens;  // the context frames' included
   const api::SamplingRequest& s = request.sampling;
   rt::GenerateParams& p = in.params;
   p.max_tokens = s.max_tokens;

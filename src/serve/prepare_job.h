@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "core/status.h"
@@ -12,6 +13,7 @@
 #include "serve/api/requests.h"
 #include "serve/job.h"
 #include "serve/model_host.h"
+#include "serve/stream_window.h"
 
 namespace vlmd::serve {
 
@@ -26,19 +28,37 @@ struct BudgetAction {  // what the budget did to the first image that had to shr
   std::array<int32_t, 2> to{};    // tiled size after
 };
 
+// A stream's part in a request (SPEC S6): what its window put before the new frame.
+struct StreamPart {
+  std::string id;  // the request's stream_id
+  double motion = 0;
+  int window = 1;              // frames the window spans, the new one included
+  int context_frames = 0;      // earlier frames in the prompt
+  int dropped_for_budget = 0;  // earlier frames left out to fit the token budget (oldest first)
+};
+
+// Called by PrepareJob for a request on a stream, with its frame (the request's one image,
+// decoded; nullptr when it has none): returns the stream's earlier frames to put before it.
+using StreamContextFn = std::function<StreamView(const engine::image::Image* frame)>;
+
 struct PreparedJob {
   JobInput input;
   double image_decode_ms = 0;  // decode + preprocess, all images
   int64_t text_tokens = 0;
   int64_t image_tokens = 0;
   std::optional<BudgetAction> budget;
+  std::optional<StreamPart> stream;
 };
 
 // INVALID_ARGUMENT for a request the model cannot take (images without an mmproj, ...);
 // the image decoder's errors (DATA_LOSS corrupt, UNIMPLEMENTED unsupported format, OUT_OF_RANGE
 // too large); RESOURCE_EXHAUSTED when the prompt cannot fit the budget even at the smallest
-// tiling. Thread-safe (only const engine calls).
+// tiling. Thread-safe (only const engine calls). With `stream` (a request with a stream_id), the
+// earlier frames it returns go before the request's image (an image marker each when the prompt
+// has markers), and count towards the token budget: over it, the oldest are left out first,
+// before the new frame is tiled smaller. INVALID_ARGUMENT for a stream request with more than
+// one image.
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
-                               const PrepareOptions& options);
+                               const PrepareOptions& options, const StreamContextFn& stream = {});
 
 }  // namespace vlmd::serve

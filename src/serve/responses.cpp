@@ -96,6 +96,14 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
            {"decode_ms", r.decode_ms}}},
          {"cache",
           {{"image", prepared.input.images.empty() ? "none" : (r.image_cache_hit ? "hit" : "miss")}}}};
+  if (prepared.stream) {
+    const StreamPart& s = *prepared.stream;
+    j["stream"] = {{"id", s.id},
+                   {"context_frames", s.context_frames},
+                   {"window", s.window},
+                   {"motion", s.motion},
+                   {"dropped_for_budget", s.dropped_for_budget}};
+  }
   if (prepared.budget) {
     j["budget"] = {{"downsampled_from", prepared.budget->from}, {"to", prepared.budget->to}};
   }

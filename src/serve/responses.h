@@ -31,7 +31,7 @@ struct ReplyContext {
 };
 
 // {"id","text","finish_reason","latency_ms","model","model_hash","version","usage","timings",
-//  "cache","budget"?,"logprobs"?,"routing"?,"trust"?}
+//  "cache","stream"?,"budget"?,"logprobs"?,"routing"?,"trust"?}
 std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                         const engine::tokenizer::Tokenizer& tok);
 // OpenAI chat.completion (non-streaming).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <string_view>
 
 namespace vlmd::serve {
 namespace {
@@ -15,14 +16,14 @@ double MsBetween(Clock::time_point a, Clock::time_point b) {
 // a hash of its image's cache key (pixels + preprocessing) and its index in the image, with the
 // top bit set so that it never equals a token id.
 std::vector<uint64_t> RowIds(const engine::runtime::PromptRows& rows,
-                             const std::vector<engine::runtime::PreparedImage>& images,
+                             const std::vector<std::string_view>& keys,
                              const std::vector<engine::runtime::EncodedImage>& encoded,
                              int64_t n_embd) {
   std::vector<uint64_t> ids;
   ids.reserve(rows.tokens.size());
   size_t image = 0;
   int64_t row_in_image = 0;
-  uint64_t image_hash = images.empty() ? 0 : std::hash<std::string>{}(images[0].key);
+  uint64_t image_hash = keys.empty() ? 0 : std::hash<std::string_view>{}(keys[0]);
   for (int32_t t : rows.tokens) {
     if (t >= 0) {
       ids.push_back(static_cast<uint64_t>(t));
@@ -32,7 +33,7 @@ std::vector<uint64_t> RowIds(const engine::runtime::PromptRows& rows,
            row_in_image * n_embd >= static_cast<int64_t>(encoded[image].embeddings.size())) {
       ++image;
       row_in_image = 0;
-      image_hash = image < images.size() ? std::hash<std::string>{}(images[image].key) : 0;
+      image_hash = image < keys.size() ? std::hash<std::string_view>{}(keys[image]) : 0;
     }
     ids.push_back((1ull << 63) | ((image_hash * 0x9E3779B97F4A7C15ull) ^ static_cast<uint64_t>(row_in_image)));
     ++row_in_image;
@@ -108,6 +109,7 @@ void Scheduler::EncodeSome() {
           metrics_->embedding_cache_hits.With().Inc();
           ++slot.cache_hits;
           slot.encoded.push_back(*entry);  // BuildPrompt copies rows anyway
+          slot.result.encoded_images.push_back(entry);
           ++slot.next_image;
           continue;
         }
@@ -137,6 +139,7 @@ void Scheduler::EncodeSome() {
           engine_->EncodedFromTiles(img, std::move(slot.partial)));
       cache_->Insert(img.key, entry);
       slot.encoded.push_back(*entry);
+      slot.result.encoded_images.push_back(entry);
       slot.partial.clear();
       slot.next_tile = 0;
       slot.image_encode_ms = 0;
@@ -153,13 +156,23 @@ void Scheduler::EncodeSome() {
 Status Scheduler::StartSequence(Slot* slot) {
   const JobInput& in = slot->job->input();
   JobResult& r = slot->result;
-  std::vector<engine::runtime::EncodedImage> encoded = std::move(slot->encoded);
+  // A stream's earlier frames first, then the job's own images, in marker order.
+  std::vector<engine::runtime::EncodedImage> encoded;
+  std::vector<std::string_view> keys;
+  encoded.reserve(in.context.size() + slot->encoded.size());
+  for (const ContextFrame& f : in.context) {
+    encoded.push_back(*f.encoded);
+    keys.push_back(f.key);
+  }
+  for (auto& e : slot->encoded) encoded.push_back(std::move(e));
+  slot->encoded.clear();
+  for (const auto& img : in.images) keys.push_back(img.key);
   r.image_cache_hit = !in.images.empty() && slot->cache_hits == static_cast<int>(in.images.size());
   VLMD_ASSIGN_OR_RETURN(engine::runtime::PromptRows rows,
                         engine_->BuildPrompt(in.prompt, encoded, /*raw=*/true));
   r.prompt_tokens = static_cast<int64_t>(rows.tokens.size());
   r.image_tokens = rows.n_image_tokens;
-  slot->row_ids = RowIds(rows, in.images, encoded, engine_->model().config().d_model);
+  slot->row_ids = RowIds(rows, keys, encoded, engine_->model().config().d_model);
   // Prefix reuse: the parked cache sharing the longest prefix with this prompt (at most all but
   // the last row, which is computed for its logits).
   const Parked* best = nullptr;

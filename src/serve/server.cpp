@@ -105,6 +105,7 @@ Server::Server(ServerOptions options)
     : options_(std::move(options)),
       registry_(std::make_unique<obs::Registry>()),
       metrics_(std::make_unique<ServerMetrics>(registry_.get())),
+      streams_(std::make_unique<StreamWindows>(options_.streams)),
       http_(std::make_unique<httplib::Server>()),
       handlers_(std::make_unique<Handlers>(this)) {
   metrics_->memory_budget_bytes.With().Set(static_cast<double>(options_.memory_budget_bytes));

@@ -23,6 +23,7 @@
 #include "serve/server_options.h"
 #include "serve/server_metrics.h"
 #include "serve/span_exporter.h"
+#include "serve/stream_window.h"
 
 namespace httplib {
 class Server;
@@ -83,6 +84,7 @@ class Server {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Guard> guard_;
   std::unique_ptr<SpanExporter> exporter_;  // nullptr: no OTLP endpoint
+  std::unique_ptr<StreamWindows> streams_;  // stream_id windows (SPEC S6)
   Router router_;
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Handlers> handlers_;

@@ -176,11 +176,24 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
       call->include_usage = so.value("include_usage", false);
     }
   }
+  StreamContextFn stream;
+  if (!call->request.stream_id.empty()) {
+    // Scoped by client and model files: one client cannot see another's frames, and visual
+    // tokens of one model version never reach another.
+    call->stream_key = call->client.key_id + "\n" + call->model->hash() + "\n" + call->request.stream_id;
+    stream = [this, key = call->stream_key](const engine::image::Image* frame) {
+      return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
+    };
+  }
   call->prepare_t0 = Clock::now();
-  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare);
+  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream);
   call->prepare_t1 = Clock::now();
   if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
   call->prepared = std::move(*prepared);
+  if (call->prepared.stream) {
+    s_.metrics_->stream_context_frames.With().Inc(call->prepared.stream->context_frames);
+    UpdateStreamGauges();
+  }
   call->reply.model = call->reply.route.empty() ? spec.name : call->reply.route;
   call->reply.model_hash = call->model->hash();
   call->reply.version = spec.version;
@@ -203,6 +216,19 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   } else {
     Reply(*call, req, res);
   }
+}
+
+void Server::Handlers::KeepStreamFrame(const Call& call, const JobResult& r) {
+  if (call.stream_key.empty() || call.prepared.input.images.empty() || r.encoded_images.empty()) {
+    return;
+  }
+  s_.streams_->Push(call.stream_key, {call.prepared.input.images.front().key, r.encoded_images.front()});
+  UpdateStreamGauges();
+}
+
+void Server::Handlers::UpdateStreamGauges() {
+  s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
+  s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
 }
 
 std::string Server::Handlers::PassText(Call& call, std::string text) {
@@ -338,6 +364,7 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
     Observe(call, 500);
     return;
   }
+  KeepStreamFrame(call, r);
   const auto& tok = call.model->engine().tokenizer();
   res.set_content(call.kind == Kind::kInvoke ? InvokeReply(call.reply, call.prepared, r, tok)
                                              : ChatReply(call.reply, r, tok),
@@ -406,6 +433,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
           spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms",
                        call->reply.id, call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(),
                        call->reply.latency_ms);
+          KeepStreamFrame(*call, r);
           if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
             call->status = 500;
             send(api::ErrorBody({500, "server_error", "audit_unavailable",

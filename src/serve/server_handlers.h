@@ -62,6 +62,7 @@ class Server::Handlers {
     bool sampled = false;
     std::chrono::system_clock::time_point wall_t0;  // t0 on the wall clock
     Clock::time_point prepare_t0{}, prepare_t1{};   // image decode + preprocess (PrepareJob)
+    std::string stream_key;  // the stream's window (client, model files, stream_id); "" : none
   };
 
   void Generate(Kind kind, const httplib::Request& req, httplib::Response& res);
@@ -87,6 +88,9 @@ class Server::Handlers {
   // The server span and, when the job ran, its phases' spans (decode-image, encode, prefill,
   // decode) to the exporter, if the call is sampled and an endpoint is set.
   void ExportSpans(const Call& call, int status);
+  // A stream request that succeeded: its frame's visual tokens join the stream's window.
+  void KeepStreamFrame(const Call& call, const JobResult& r);
+  void UpdateStreamGauges();
   std::string NextId() { return s_.NextRequestId(); }
 
   Server& s_;

@@ -57,7 +57,12 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                   {"model", "result"})),
       trace_spans(r->AddCounter("vlm_trace_spans_total",
                                 "Spans sent to the OTLP endpoint, or dropped (queue full, post failed)",
-                                {"result"})) {}
+                                {"result"})),
+      streams(r->AddGauge("vlm_streams", "Camera/video streams (stream_id) with a frame window")),
+      stream_bytes(r->AddGauge("vlm_stream_window_bytes",
+                               "Visual tokens of earlier frames kept for the streams")),
+      stream_context_frames(r->AddCounter("vlm_stream_context_frames_total",
+                                          "Earlier frames of a stream put before a new one")) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

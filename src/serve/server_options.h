@@ -10,6 +10,7 @@
 #include "serve/api/requests.h"
 #include "serve/policy/word_filter.h"
 #include "serve/prepare_job.h"
+#include "serve/stream_window.h"
 
 namespace vlmd::serve {
 
@@ -69,6 +70,7 @@ struct ServerOptions {
   // both versions count: they serve side by side until the old one's requests finish).
   uint64_t memory_budget_bytes = 0;
   TracingOptions tracing;
+  StreamOptions streams;  // camera / video streams (stream_id): the windows' limits
 };
 
 }  // namespace vlmd::serve

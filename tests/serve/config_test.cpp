@@ -49,6 +49,10 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_DOUBLE_EQ(g.trust_flag_entropy_bits, 4.0);
   EXPECT_EQ(c->server.tracing.otlp_endpoint, "http://otel-collector:4318/v1/traces");
   EXPECT_DOUBLE_EQ(c->server.tracing.sample_ratio, 0.25);
+  EXPECT_EQ(c->server.streams.max_frames, 4);
+  EXPECT_DOUBLE_EQ(c->server.streams.motion_high, 0.1);
+  EXPECT_EQ(c->server.streams.max_bytes, uint64_t{256} << 20);
+  EXPECT_EQ(c->server.streams.idle, std::chrono::seconds(600));
   std::filesystem::remove_all(dir);
 }
 
@@ -119,6 +123,9 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"tracing": {"otlp_endpoint": "collector:4318"}})", "tracing.otlp_endpoint: expected an http(s) URL"},
       {R"({"tracing": {"sample_ratio": 1.5}})", "tracing.sample_ratio: must be in [0, 1]"},
       {R"({"tracing": {"endpoint": "http://x"}})", "unknown key 'endpoint'"},
+      {R"({"streams": {"max_frames": 0}})", "streams.max_frames: must be 1 to 16"},
+      {R"({"streams": {"motion_low": 0.5, "motion_high": 0.1}})", "need 0 <= low < high <= 1"},
+      {R"({"streams": {"idle_s": 0}})", "streams.idle_s: must be >= 1"},
       {R"({"server": {"memory_budget_mb": 2000000000}})", "memory_budget_mb: must be <= 2^30"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 0}]}]})",
        "at least one weight must be > 0"},

@@ -1,0 +1,152 @@
+// Stream windows: thumbnails, motion, and the per-stream frames (see stream_window.h).
+#include "serve/stream_window.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vlmd::serve {
+
+FrameThumbnail Thumbnail(const engine::image::Image& image) {
+  constexpr int64_t kSide = 16;
+  const int64_t w = image.width, h = image.height;
+  FrameThumbnail t{};
+  if (w <= 0 || h <= 0 || image.rgb.size() < static_cast<size_t>(w * h * 3)) return t;
+  // About 16 x 16 samples per cell on any image size; a cell of a small image takes at least
+  // the one pixel under it.
+  for (int64_t cy = 0; cy < kSide; ++cy) {
+    const int64_t y0 = cy * h / kSide, y1 = std::max(y0 + 1, (cy + 1) * h / kSide);
+    const int64_t ys = std::max<int64_t>(1, (y1 - y0) / 16);
+    for (int64_t cx = 0; cx < kSide; ++cx) {
+      const int64_t x0 = cx * w / kSide, x1 = std::max(x0 + 1, (cx + 1) * w / kSide);
+      const int64_t xs = std::max<int64_t>(1, (x1 - x0) / 16);
+      uint64_t sum = 0, count = 0;
+      for (int64_t y = y0; y < y1; y += ys) {
+        const uint8_t* row = image.rgb.data() + static_cast<size_t>(y * w * 3);
+        for (int64_t x = x0; x < x1; x += xs) {
+          const uint8_t* p = row + x * 3;
+          sum += (77u * p[0] + 150u * p[1] + 29u * p[2] + 128u) >> 8;  // BT.601 luma
+          ++count;
+        }
+      }
+      t[static_cast<size_t>(cy * kSide + cx)] = static_cast<uint8_t>(sum / count);
+    }
+  }
+  return t;
+}
+
+double Motion(const FrameThumbnail& a, const FrameThumbnail& b) {
+  uint32_t total = 0;
+  for (size_t i = 0; i < a.size(); ++i) total += static_cast<uint32_t>(std::abs(int(a[i]) - int(b[i])));
+  return total / (255.0 * a.size());
+}
+
+uint64_t StreamWindows::FrameBytes(const ContextFrame& f) {
+  return f.key.size() + (f.encoded ? f.encoded->embeddings.size() * sizeof(float) : 0);
+}
+
+int StreamWindows::WindowFor(double motion) const {
+  const int extra = std::max(options_.max_frames, 1) - 1;
+  const double span = options_.motion_high - options_.motion_low;
+  const double t = span > 0 ? (motion - options_.motion_low) / span : (motion >= options_.motion_high);
+  return 1 + static_cast<int>(std::lround(extra * std::clamp(t, 0.0, 1.0)));
+}
+
+std::vector<ContextFrame> StreamWindows::Context(const Stream& s) const {
+  const size_t n = std::min(s.frames.size(), static_cast<size_t>(std::max(s.window - 1, 0)));
+  return std::vector<ContextFrame>(s.frames.end() - static_cast<std::ptrdiff_t>(n), s.frames.end());
+}
+
+StreamView StreamWindows::Arrive(const std::string& key, const FrameThumbnail& frame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stream& s = streams_[key];
+  s.used = Clock::now();
+  if (s.has_last) {
+    // Fast to widen, slow to narrow: a burst of motion keeps its context for a few frames.
+    s.motion = std::max(Motion(s.last, frame), 0.5 * s.motion);
+  }
+  s.last = frame;
+  s.has_last = true;
+  s.window = WindowFor(s.motion);
+  StreamView view{Context(s), s.motion, s.window};
+  Evict(&key);
+  return view;
+}
+
+StreamView StreamWindows::Peek(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(key);
+  if (it == streams_.end()) return {};
+  it->second.used = Clock::now();
+  // Without a new frame the question is about the frames seen: all the window holds, plus the
+  // last one (the "new" frame of the previous request).
+  Stream& s = it->second;
+  const size_t n = std::min(s.frames.size(), static_cast<size_t>(std::max(s.window, 1)));
+  return {std::vector<ContextFrame>(s.frames.end() - static_cast<std::ptrdiff_t>(n), s.frames.end()),
+          s.motion, s.window};
+}
+
+void StreamWindows::Push(const std::string& key, ContextFrame frame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(key);
+  if (it == streams_.end()) return;  // evicted meanwhile: the next frame starts it again
+  Stream& s = it->second;
+  s.used = Clock::now();
+  const uint64_t b = FrameBytes(frame);
+  s.frames.push_back(std::move(frame));
+  s.bytes += b;
+  bytes_ += b;
+  // Keep what the widest window can use: max_frames - 1 earlier frames (at least the last one,
+  // which a frameless request asks about).
+  const size_t keep = static_cast<size_t>(std::max(options_.max_frames - 1, 1));
+  while (s.frames.size() > keep) {
+    const uint64_t old = FrameBytes(s.frames.front());
+    s.bytes -= old;
+    bytes_ -= old;
+    s.frames.pop_front();
+  }
+  Evict(&key);
+}
+
+void StreamWindows::Evict(const std::string* keep) {
+  const Clock::time_point now = Clock::now();
+  auto drop = [&](std::unordered_map<std::string, Stream>::iterator it) {
+    bytes_ -= it->second.bytes;
+    return streams_.erase(it);
+  };
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    const bool idle = now - it->second.used > options_.idle && (keep == nullptr || it->first != *keep);
+    it = idle ? drop(it) : std::next(it);
+  }
+  while (streams_.size() > static_cast<size_t>(std::max(options_.max_streams, 1)) ||
+         bytes_ > options_.max_bytes) {
+    auto oldest = streams_.end();
+    for (auto it = streams_.begin(); it != streams_.end(); ++it) {
+      if (keep != nullptr && it->first == *keep) continue;
+      if (oldest == streams_.end() || it->second.used < oldest->second.used) oldest = it;
+    }
+    if (oldest == streams_.end()) break;  // only `keep` is left
+    drop(oldest);
+  }
+  // One stream alone over the byte limit keeps only its newest frame.
+  if (bytes_ > options_.max_bytes && keep != nullptr) {
+    auto it = streams_.find(*keep);
+    while (it != streams_.end() && it->second.frames.size() > 1 && bytes_ > options_.max_bytes) {
+      const uint64_t old = FrameBytes(it->second.frames.front());
+      it->second.bytes -= old;
+      bytes_ -= old;
+      it->second.frames.pop_front();
+    }
+  }
+}
+
+uint64_t StreamWindows::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+size_t StreamWindows::streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_.size();
+}
+
+}  // namespace vlmd::serve

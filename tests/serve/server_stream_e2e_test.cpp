@@ -1,0 +1,148 @@
+// Camera streams end to end (SPEC S6): a stream's earlier frames go before its new frame as the
+// motion asks, the answer is the one the same frames sent together give, and streams are
+// private to a client key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "serve/api/requests.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+using testing::Harness;
+using testing::HarnessOptions;
+
+// A 64 x 48 binary PPM: white left of column `split`, dark blue right of it.
+std::string Frame(int split) {
+  std::string ppm = "P6\n64 48\n255\n";
+  for (int y = 0; y < 48; ++y) {
+    for (int x = 0; x < 64; ++x) {
+      const bool white = x < split;
+      ppm += static_cast<char>(white ? 255 : 10);
+      ppm += static_cast<char>(white ? 255 : 20);
+      ppm += static_cast<char>(white ? 255 : 90);
+    }
+  }
+  return ppm;
+}
+
+json Invoke(const std::vector<std::string>& frames, const std::string& stream_id) {
+  json req{{"prompt", "What changed?"}, {"max_tokens", 6}};
+  json images = json::array();
+  for (const std::string& f : frames) images.push_back(api::EncodeBase64(f));
+  if (!images.empty()) req["images_base64"] = images;
+  if (!stream_id.empty()) req["stream_id"] = stream_id;
+  return req;
+}
+
+json Post(httplib::Client& c, const json& req, const httplib::Headers& headers = {}) {
+  auto r = c.Post("/v1/vlm/invoke", headers, req.dump(), "application/json");
+  if (!r) return {{"http", -1}};
+  json j = json::parse(r->body, nullptr, false);
+  j["http"] = r->status;
+  return j;
+}
+
+TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
+  HarnessOptions o;
+  o.server.streams.max_frames = 3;
+  o.scheduler.prefix_cache_entries = 0;  // every prompt computed afresh: nothing shared
+  Harness h(o);
+  auto c = h.Client();
+  const std::string a = Frame(8), b = Frame(56);  // b: most of the picture changed
+
+  json r = Post(*c, Invoke({a}, "cam-1"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["id"], "cam-1");
+  EXPECT_EQ(r["stream"]["context_frames"], 0);  // a new stream
+  const int64_t one_frame = r["usage"]["image_tokens"];
+  ASSERT_GT(one_frame, 0);
+
+  r = Post(*c, Invoke({a}, "cam-1"));  // the same picture: still, no context
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["motion"], 0.0);
+  EXPECT_EQ(r["stream"]["window"], 1);
+  EXPECT_EQ(r["stream"]["context_frames"], 0);
+  EXPECT_EQ(r["usage"]["image_tokens"], one_frame);
+
+  const json moving = Post(*c, Invoke({b}, "cam-1"));  // motion: the window opens
+  ASSERT_EQ(moving["http"], 200) << moving.dump();
+  EXPECT_GT(moving["stream"]["motion"].get<double>(), 0.5);
+  EXPECT_EQ(moving["stream"]["window"], 3);
+  EXPECT_EQ(moving["stream"]["context_frames"], 2);  // the two earlier frames, both kept
+  EXPECT_EQ(moving["usage"]["image_tokens"], 3 * one_frame);
+
+  // The same three frames in one request (no stream) give the same answer: the kept visual
+  // tokens are those of the frames.
+  const json together = Post(*c, Invoke({a, a, b}, ""));
+  ASSERT_EQ(together["http"], 200) << together.dump();
+  EXPECT_FALSE(together.contains("stream"));
+  EXPECT_EQ(together["usage"]["prompt_tokens"], moving["usage"]["prompt_tokens"]);
+  EXPECT_EQ(together["usage"]["reused_prompt_tokens"], 0);
+  EXPECT_EQ(together["text"], moving["text"]);
+
+  // A question without a frame is about the frames seen.
+  r = Post(*c, Invoke({}, "cam-1"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 2);  // max_frames - 1 kept: the newest two
+  EXPECT_EQ(r["usage"]["image_tokens"], 2 * one_frame);
+
+  // Another stream id starts empty; two frames in one stream request are refused.
+  r = Post(*c, Invoke({b}, "cam-2"));
+  EXPECT_EQ(r["stream"]["context_frames"], 0);
+  r = Post(*c, Invoke({a, b}, "cam-1"));
+  EXPECT_EQ(r["http"], 400) << r.dump();
+  EXPECT_NE(r.dump().find("one frame"), std::string::npos) << r.dump();
+
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_streams"), 2);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_stream_context_frames_total"), 4);
+  EXPECT_GT(testing::MetricValue(metrics, "vlm_stream_window_bytes"), 0);
+}
+
+TEST(ServerStream, TheTokenBudgetDropsTheOldestEarlierFramesFirst) {
+  HarnessOptions o;
+  o.server.streams.max_frames = 4;
+  Harness probe(o);
+  const json first = Post(*probe.Client(), Invoke({Frame(8)}, "cam"));
+  ASSERT_EQ(first["http"], 200) << first.dump();
+  const int64_t prompt = first["usage"]["prompt_tokens"], frame = first["usage"]["image_tokens"];
+  // Room for the new frame and one earlier frame, not two.
+  o.server.prepare.token_budget = prompt + frame + frame / 2;
+  Harness h(o);
+  auto c = h.Client();
+  for (int split : {8, 30}) ASSERT_EQ(Post(*c, Invoke({Frame(split)}, "cam"))["http"], 200);
+  const json r = Post(*c, Invoke({Frame(60)}, "cam"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 1);
+  EXPECT_EQ(r["stream"]["dropped_for_budget"], 1);
+  EXPECT_EQ(r["usage"]["image_tokens"], 2 * frame);
+  EXPECT_FALSE(r.contains("budget"));  // the new frame kept its tiling
+}
+
+TEST(ServerStream, StreamsArePrivateToTheirClientKey) {
+  const auto dir = std::filesystem::temp_directory_path() / ("vlmd-stream-keys-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string k1 = "key-one-0123456789abcdef", k2 = "key-two-0123456789abcdef";
+  std::ofstream(dir / "keys.json") << json{{"keys", {{{"id", "one"}, {"key", k1}}, {{"id", "two"}, {"key", k2}}}}}.dump();
+  HarnessOptions o;
+  o.server.guard.api_keys_file = (dir / "keys.json").string();
+  Harness h(o);
+  auto c = h.Client();
+  const httplib::Headers one{{"Authorization", "Bearer " + k1}}, two{{"Authorization", "Bearer " + k2}};
+  ASSERT_EQ(Post(*c, Invoke({Frame(8)}, "lobby"), one)["http"], 200);
+  // The same stream id under another key is another stream: nothing of key one's frames.
+  const json r = Post(*c, Invoke({}, "lobby"), two);
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 0);
+  EXPECT_EQ(r["usage"]["image_tokens"], 0);
+  EXPECT_EQ(Post(*c, Invoke({}, "lobby"), one)["stream"]["context_frames"], 1);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
