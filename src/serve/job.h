@@ -72,6 +72,11 @@ class Job {
   // `until`. Moves unread text into *text. Returns true once the job is over (then
   // result()/status() are final).
   bool Wait(Clock::time_point until, std::string* text);
+  // True once the job is over (without waiting; then result()/status() are final).
+  bool done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return over_;
+  }
   const JobResult& result() const { return result_; }  // valid once Wait returned true
   const Status& status() const { return status_; }     // OK unless failed
 

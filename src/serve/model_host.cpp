@@ -2,6 +2,7 @@
 #include "serve/model_host.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <vector>
 
@@ -27,9 +28,15 @@ Result<std::string> HashFiles(const std::vector<std::string>& paths) {
 
 namespace {
 
-uint64_t MiB(uint64_t bytes) { return (bytes + (1u << 20) - 1) >> 20; }
+uint64_t MiB(uint64_t bytes) { return bytes / (1u << 20) + (bytes % (1u << 20) != 0); }
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
 
 }  // namespace
+
+uint64_t MemoryPlan::total() const { return SaturatingAdd(SaturatingAdd(weights, kv), image_cache); }
 
 std::string MemoryPlan::ToString(int32_t n_ctx) const {
   return std::to_string(MiB(total())) + " MiB (weights " + std::to_string(MiB(weights)) +
@@ -56,9 +63,9 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   MemoryPlan& plan = h->memory_plan_;
   plan.weights = h->engine_->model().memory_bytes();
   if (h->engine_->vision() != nullptr) plan.weights += h->engine_->vision()->memory_bytes();
-  plan.kv_sequences = spec.scheduler.max_batch + std::max(spec.scheduler.prefix_cache_entries, 0);
+  plan.kv_sequences = int64_t{spec.scheduler.max_batch} + std::max(spec.scheduler.prefix_cache_entries, 0);
   plan.kv_per_sequence = h->engine_->model().KvCacheBytes(spec.engine.n_ctx);
-  plan.kv = static_cast<uint64_t>(plan.kv_sequences) * plan.kv_per_sequence;
+  plan.kv = SaturatingMul(static_cast<uint64_t>(plan.kv_sequences), plan.kv_per_sequence);
   plan.image_cache = spec.image_cache_bytes;
   h->cache_ = std::make_unique<ImageCache>(spec.image_cache_bytes);
   h->scheduler_ = std::make_unique<Scheduler>(h->engine_.get(), h->cache_.get(), metrics, spec.scheduler);

@@ -34,10 +34,11 @@ struct ModelSpec {
 struct MemoryPlan {
   uint64_t weights = 0;
   uint64_t kv = 0;           // kv_sequences x kv_per_sequence
-  int32_t kv_sequences = 0;  // max batch + parked prefixes
+  int64_t kv_sequences = 0;  // max batch + parked prefixes
   uint64_t kv_per_sequence = 0;
   uint64_t image_cache = 0;
-  uint64_t total() const { return weights + kv + image_cache; }
+  // The sum, saturating: absurd settings must not wrap around into a plan that fits.
+  uint64_t total() const;
   // "N MiB (weights W, K/V K for S sequences of C positions, image cache I)"
   std::string ToString(int32_t n_ctx) const;
 };

@@ -67,6 +67,7 @@ void Server::Handlers::Register(httplib::Server& http) {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     s_.metrics_->UpdateProcessMemory();
+    s_.UpdateMemoryPlanGauge();  // replaced versions drop out once their requests are done
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -217,14 +218,25 @@ Status Server::Start() {
   return Status::Ok();
 }
 
-Status Server::CheckMemoryBudget(const ModelHost& candidate) const {
+uint64_t Server::HeldMemory() {
+  uint64_t held = 0;
+  auto add = [&](uint64_t b) { held = held > UINT64_MAX - b ? UINT64_MAX : held + b; };
+  for (const auto& m : router_.Models()) add(m->memory_plan().total());
+  std::lock_guard<std::mutex> lock(replaced_mu_);
+  std::erase_if(replaced_, [](const std::weak_ptr<ModelHost>& w) { return w.expired(); });
+  for (const auto& w : replaced_) {
+    if (auto m = w.lock()) add(m->memory_plan().total());
+  }
+  return held;
+}
+
+Status Server::CheckMemoryBudget(const ModelHost& candidate) {
   const uint64_t budget = options_.memory_budget_bytes;
   if (budget == 0) return Status::Ok();
-  uint64_t held = 0;
-  for (const auto& m : router_.Models()) held += m->memory_plan().total();
+  const uint64_t held = HeldMemory();
   const uint64_t needed = candidate.memory_plan().total();
-  if (held + needed <= budget) return Status::Ok();
-  const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
+  if (needed <= budget && held <= budget - needed) return Status::Ok();
+  const auto mib = [](uint64_t b) { return std::to_string(b / (1u << 20) + (b % (1u << 20) != 0)); };
   return ResourceExhaustedError(
       "model '" + candidate.spec().name + "' needs " +
       candidate.memory_plan().ToString(candidate.spec().engine.n_ctx) + "; the loaded models hold " +
@@ -240,9 +252,7 @@ Status Server::AddModel(std::shared_ptr<ModelHost> model) {
 }
 
 void Server::UpdateMemoryPlanGauge() {
-  uint64_t planned = 0;
-  for (const auto& m : router_.Models()) planned += m->memory_plan().total();
-  metrics_->memory_planned_bytes.With().Set(static_cast<double>(planned));
+  metrics_->memory_planned_bytes.With().Set(static_cast<double>(HeldMemory()));
 }
 
 namespace {
@@ -305,7 +315,12 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
   std::shared_ptr<ModelHost> fresh(std::move(*loaded));
   spdlog::info("model '{}' now serves version {} (sha256 {}); was {}", name, fresh->spec().version,
                fresh->hash(), old->spec().version);
+  {
+    std::lock_guard<std::mutex> lock(replaced_mu_);
+    replaced_.push_back(old);  // counted until its in-flight requests release it
+  }
   router_.Put(std::move(fresh));
+  old.reset();
   UpdateMemoryPlanGauge();
   metrics_->model_reloads.With({name, "ok"}).Inc();
   return Status::Ok();

@@ -74,8 +74,11 @@ class Server {
   class Handlers;
 
   // OK when `candidate`'s memory plan fits the budget beside every loaded model's (also one of
-  // the same name: a reload holds both versions).
-  Status CheckMemoryBudget(const ModelHost& candidate) const;
+  // the same name: a reload holds both versions) and every replaced version still finishing its
+  // requests.
+  Status CheckMemoryBudget(const ModelHost& candidate);
+  // The plans of the served models and of replaced versions still alive (prunes the gone).
+  uint64_t HeldMemory();
   // vlm_memory_planned_bytes: the sum of the served models' plans.
   void UpdateMemoryPlanGauge();
 
@@ -89,6 +92,9 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Handlers> handlers_;
   std::mutex reload_mu_;
+  // Versions a reload replaced: alive until their last request lets go (memory budget).
+  std::mutex replaced_mu_;
+  std::vector<std::weak_ptr<ModelHost>> replaced_;
   std::thread listener_;
   int port_ = 0;
   std::atomic<bool> ready_{false};

@@ -60,7 +60,6 @@ class Server::Handlers {
     obs::SpanId parent_span{};
     obs::SpanId span_id{};
     bool sampled = false;
-    std::chrono::system_clock::time_point wall_t0;  // t0 on the wall clock
     Clock::time_point prepare_t0{}, prepare_t1{};   // image decode + preprocess (PrepareJob)
     std::string stream_key;  // the stream's window (client, model files, stream_id); "" : none
   };

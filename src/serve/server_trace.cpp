@@ -26,7 +26,6 @@ std::string Resolutions(const JobInput& in) {
 }  // namespace
 
 void Server::Handlers::StartTrace(Call* call, const httplib::Request& req, httplib::Response& res) {
-  call->wall_t0 = std::chrono::system_clock::now();
   call->span_id = obs::NewSpanId();
   // Several traceparent headers are invalid (W3C): the trace starts here then.
   std::optional<obs::TraceParent> parent;
@@ -96,7 +95,7 @@ void Server::Handlers::ExportSpans(const Call& call, int status) {
           {{"image_resolution", Resolutions(in)}, {"images", int64_t(in.images.size())}});
   }
   // The job's phases, once it is over (its result is the scheduler's until then).
-  if (call.job && call.job->Wait(Clock::time_point::min(), nullptr) && call.job->status().ok()) {
+  if (call.job && call.job->done() && call.job->status().ok()) {
     const JobResult& r = call.job->result();
     if (r.encode_start != Clock::time_point{}) {
       child("encode", r.encode_start, r.encode_end,

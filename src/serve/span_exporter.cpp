@@ -2,6 +2,8 @@
 #include "serve/span_exporter.h"
 
 #include <httplib.h>
+
+#include <algorithm>
 #include <spdlog/spdlog.h>
 
 #include "serve/api/image_inputs.h"
@@ -16,10 +18,12 @@ Result<std::unique_ptr<SpanExporter>> SpanExporter::Create(SpanExporterOptions o
   }
   const int port = url->port > 0 ? url->port : (url->scheme == "https" ? 443 : 80);
   const std::string host = url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host;
-  // The path (and query) as given; the collector's conventional one when there is none.
+  // The path (and query) as given.
   const std::string& e = options.endpoint;
   const size_t at = e.find_first_of("/?#", e.find("://") + 3);
-  std::string path = at == std::string::npos || e[at] == '#' ? "/v1/traces" : e.substr(at, e.find('#', at) - at);
+  std::string path = at == std::string::npos || e[at] == '#' ? "" : e.substr(at, e.find('#', at) - at);
+  // A bare collector address ("http://c:4318" or ".../") means OTLP's traces path.
+  if (path.empty() || path == "/") path = "/v1/traces";
   if (path.front() == '?') path.insert(path.begin(), '/');
   return std::unique_ptr<SpanExporter>(new SpanExporter(
       std::move(options), spans, url->scheme + "://" + host + ":" + std::to_string(port), path));
@@ -75,20 +79,25 @@ void SpanExporter::Run() {
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
-    const bool last = stop_ && queue_.empty();
+    const bool last = stop_;
+    if (last && !queue_.empty()) {  // stopping: one last post, the rest is dropped
+      counts_->With({"dropped"}).Inc(static_cast<double>(queue_.size()));
+      queue_.clear();
+    }
     lock.unlock();
-    const bool ok = Post(batch);
+    const bool ok =
+        Post(batch, last ? std::min(options_.timeout_s, kShutdownTimeoutS) : options_.timeout_s);
     counts_->With({ok ? "exported" : "dropped"}).Inc(static_cast<double>(batch.size()));
     lock.lock();
     if (last) return;
   }
 }
 
-bool SpanExporter::Post(const std::vector<obs::Span>& batch) {
+bool SpanExporter::Post(const std::vector<obs::Span>& batch, int timeout_s) {
   httplib::Client client(base_);
-  client.set_connection_timeout(options_.timeout_s, 0);
-  client.set_read_timeout(options_.timeout_s, 0);
-  client.set_write_timeout(options_.timeout_s, 0);
+  client.set_connection_timeout(timeout_s, 0);
+  client.set_read_timeout(timeout_s, 0);
+  client.set_write_timeout(timeout_s, 0);
   client.set_follow_location(false);
   client.enable_server_certificate_verification(true);
   const std::string body = obs::OtlpJson(batch, options_.service_name, options_.service_version);

@@ -36,17 +36,20 @@ class SpanExporter {
   // (exported | dropped); it must outlive the exporter.
   static Result<std::unique_ptr<SpanExporter>> Create(SpanExporterOptions options,
                                                       obs::CounterFamily* spans);
-  ~SpanExporter();  // posts what is queued (one attempt), then stops
+  // Posts one last batch of what is queued (one attempt, within kShutdownTimeoutS), drops and
+  // counts the rest, then stops: a collector that is down cannot hold up a shutdown.
+  ~SpanExporter();
 
   // Queues the spans of one request (all or, when the queue is full, none). Thread-safe.
   void Export(std::vector<obs::Span> spans);
 
  private:
   static constexpr size_t kMaxBatch = 512;
+  static constexpr int kShutdownTimeoutS = 2;
   SpanExporter(SpanExporterOptions options, obs::CounterFamily* spans, std::string base,
                std::string path);
   void Run();
-  bool Post(const std::vector<obs::Span>& batch);
+  bool Post(const std::vector<obs::Span>& batch, int timeout_s);
 
   SpanExporterOptions options_;
   obs::CounterFamily* counts_;

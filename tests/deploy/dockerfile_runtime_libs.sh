@@ -7,6 +7,8 @@ set -euo pipefail
 binary=$1
 dockerfile=$2
 command -v dpkg >/dev/null && command -v readelf >/dev/null || { echo "no dpkg/readelf: skipped"; exit 77; }
+# Package names are those of the image's Debian release: compare only on that release.
+grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null || { echo "not Debian 12: skipped"; exit 77; }
 
 base="libc6 libgcc-s1 libstdc++6 zlib1g"
 # The package names after the runtime stage's `apt-get install` (the last FROM onwards).

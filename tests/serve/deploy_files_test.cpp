@@ -68,8 +68,19 @@ TEST(DeployFiles, TheKubernetesConfigParsesAndItsProbesAndPortAreTheServers) {
   EXPECT_NE(yaml.find("containerPort: " + std::to_string(c->server.port)), std::string::npos);
   EXPECT_NE(yaml.find("readinessProbe:\n            httpGet: {path: /ready"), std::string::npos);
   EXPECT_NE(yaml.find("livenessProbe:\n            httpGet: {path: /health"), std::string::npos);
-  // Longer than the server's 30 s drain, so SIGTERM lets accepted requests finish.
-  EXPECT_NE(yaml.find("terminationGracePeriodSeconds: 45"), std::string::npos);
+  // The grace period covers the preStop wait and the drain, and the drain the requests' deadline,
+  // so that SIGTERM lets accepted requests finish.
+  auto number_after = [&](const std::string& what) {
+    const size_t at = yaml.find(what);
+    return at == std::string::npos ? -1 : std::stoi(yaml.substr(at + what.size()));
+  };
+  const int grace = number_after("terminationGracePeriodSeconds: ");
+  const int drain = number_after(R"("--drain-timeout", ")");
+  const int pre_stop = number_after(R"(command: ["sleep", ")");
+  EXPECT_GT(drain, 0);
+  EXPECT_GT(pre_stop, 0);
+  EXPECT_GE(drain, std::chrono::duration_cast<std::chrono::seconds>(c->server.prepare.timeout).count());
+  EXPECT_GT(grace, pre_stop + drain);
   // The endpoints the probes name answer as the manifest expects: /health at once, /ready once
   // the models are loaded.
   testing::HarnessOptions o;

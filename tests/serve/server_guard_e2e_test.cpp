@@ -672,7 +672,9 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   const auto& engine = probe.engine();
   EXPECT_EQ(plan.weights, engine.model().memory_bytes() + engine.vision()->memory_bytes());
   EXPECT_EQ(plan.kv_sequences, spec.scheduler.max_batch + spec.scheduler.prefix_cache_entries);
-  EXPECT_EQ(plan.kv_per_sequence, engine.model().NewCache(spec.engine.n_ctx)->bytes());
+  // K/V: 2 (K and V) x layers x positions x kv width x 2 bytes (f16), as the cache holds it.
+  const auto cache = engine.model().NewCache(spec.engine.n_ctx);
+  EXPECT_EQ(plan.kv_per_sequence, uint64_t(2) * cache->n_layers() * cache->n_ctx() * cache->kv_dim() * 2);
   EXPECT_EQ(plan.kv, uint64_t(plan.kv_sequences) * plan.kv_per_sequence);
   EXPECT_EQ(plan.image_cache, spec.image_cache_bytes);
   EXPECT_EQ(plan.total(), plan.weights + plan.kv + plan.image_cache);
@@ -714,15 +716,28 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   metrics = c->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="m",result="failed"})"), 1);
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total()));
-  // With room for both, the same reload goes through.
+  // With room for two versions, the same reload goes through. The replaced version counts while
+  // anything still holds it (an in-flight request; here, `v1`): a second reload must wait.
   ServerOptions roomy = o;
-  roomy.memory_budget_bytes = 2 * plan.total();
+  roomy.memory_budget_bytes = 2 * plan.total() + plan.total() / 2;
   auto server2 = StartServer(roomy, {spec});
-  r = ClientOf(*server2)->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(),
-                               "application/json");
+  auto c2 = ClientOf(*server2);
+  std::shared_ptr<ModelHost> v1 = server2->router().Get("m");
+  r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(server2->router().Get("m")->spec().version, "v2");
+  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), 2.0 * plan.total());
+  const json swap3{{"model", spec.text_path}, {"mmproj", spec.mmproj_path}, {"version", "v3"}};
+  r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409) << r->body;  // v1 + v2 + v3 do not fit
+  v1.reset();  // v1's last user lets go
+  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), double(plan.total()));
+  r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(server2->router().Get("m")->spec().version, "v3");
 }
 
 }  // namespace

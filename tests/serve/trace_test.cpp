@@ -64,7 +64,18 @@ TEST(TraceParent, RatioSamplingKeepsAboutThatShare) {
   const TraceId id = NewTraceId();
   EXPECT_TRUE(SampledByRatio(id, 1.0));
   EXPECT_FALSE(SampledByRatio(id, 0.0));
-  EXPECT_EQ(SampledByRatio(id, 0.5), SampledByRatio(id, 0.5));  // a function of the id
+  // Decided by the last 8 bytes: low ones are kept at any ratio, high ones only at ratio 1.
+  TraceId low{}, high{};
+  low[0] = high[0] = 0xab;
+  for (size_t i = 8; i < 16; ++i) high[i] = 0xff;
+  low[15] = 1;
+  EXPECT_TRUE(SampledByRatio(low, 0.001));
+  EXPECT_FALSE(SampledByRatio(high, 0.999));
+  TraceId half = high;
+  half[8] = 0x7f;  // just under the middle of the range
+  EXPECT_TRUE(SampledByRatio(half, 0.5));
+  half[8] = 0x80;
+  EXPECT_FALSE(SampledByRatio(half, 0.5));
 }
 
 TEST(Otlp, JsonFollowsTheProtocolsJsonMapping) {

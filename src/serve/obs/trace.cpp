@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <openssl/rand.h>
 #include <random>
 
 namespace vlmd::serve::obs {
@@ -31,15 +32,18 @@ bool AllZero(const std::array<uint8_t, N>& a) {
   return std::all_of(a.begin(), a.end(), [](uint8_t b) { return b == 0; });
 }
 
+// Ids from OpenSSL's CSPRNG: span ids reach clients (traceresponse), and ids from a predictable
+// generator would let one client guess another's. std::random_device if RAND_bytes ever fails.
 template <size_t N>
 std::array<uint8_t, N> RandomNonZero() {
-  thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                                   std::random_device{}()};
   std::array<uint8_t, N> id{};
   do {
-    for (size_t i = 0; i < N; i += 8) {
-      const uint64_t v = rng();
-      std::memcpy(id.data() + i, &v, std::min<size_t>(8, N - i));
+    if (RAND_bytes(id.data(), static_cast<int>(N)) != 1) {
+      std::random_device rd;
+      for (size_t i = 0; i < N; i += 4) {
+        const uint32_t v = rd();
+        std::memcpy(id.data() + i, &v, std::min<size_t>(4, N - i));
+      }
     }
   } while (AllZero(id));
   return id;
@@ -91,8 +95,9 @@ bool SampledByRatio(const TraceId& trace_id, double ratio) {
   if (ratio <= 0.0) return false;
   uint64_t low = 0;  // the id's last 8 bytes, big-endian
   for (size_t i = 8; i < 16; ++i) low = low << 8 | trace_id[i];
-  // Compare the top 63 bits against ratio * 2^63.
-  return static_cast<double>(low >> 1) < ratio * 9223372036854775808.0;
+  // The top 63 bits against ratio * 2^63, in integers (a double would round 2^62 - 1 up).
+  const uint64_t bound = static_cast<uint64_t>(ratio * 9223372036854775808.0);
+  return (low >> 1) < bound;
 }
 
 std::string OtlpJson(std::span<const Span> spans, std::string_view service_name,

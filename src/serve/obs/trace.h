@@ -35,12 +35,12 @@ std::string FormatTraceParent(const TraceId& trace_id, const SpanId& span_id, ui
 
 // Lowercase hex of the bytes.
 std::string Hex(std::span<const uint8_t> bytes);
-// Random ids (a per-thread generator seeded from std::random_device), never all zero.
+// Random ids (OpenSSL's CSPRNG), never all zero.
 TraceId NewTraceId();
 SpanId NewSpanId();
 // Whether a new trace is recorded at this sampling ratio (0..1), decided by the trace id's last
-// 8 bytes (as OpenTelemetry's TraceIdRatioBased sampler does), so every service that samples
-// by ratio keeps the same traces.
+// 8 bytes as OpenTelemetry's TraceIdRatioBased sampler in Go does: a function of the id, so
+// services that sample that way keep the same traces.
 bool SampledByRatio(const TraceId& trace_id, double ratio);
 
 using AttributeValue = std::variant<int64_t, double, std::string, bool>;
