@@ -90,9 +90,16 @@ void Server::Handlers::ExportSpans(const Call& call, int status) {
     spans.push_back(std::move(s));
   };
   const JobInput& in = call.prepared.input;
-  if (!in.images.empty() && call.prepare_t1 != Clock::time_point{}) {
-    child("decode-image", call.prepare_t0, call.prepare_t1,
-          {{"image_resolution", Resolutions(in)}, {"images", int64_t(in.images.size())}});
+  if (!call.request.images.empty() && call.prepare_t1 != Clock::time_point{}) {
+    if (!in.images.empty()) {
+      child("decode-image", call.prepare_t0, call.prepare_t1,
+            {{"image_resolution", Resolutions(in)}, {"images", int64_t(in.images.size())}});
+    } else {  // the images (or the prompt around them) could not be prepared: the reply says why
+      child("decode-image", call.prepare_t0, call.prepare_t1,
+            {{"images", int64_t(call.request.images.size())}});
+      spans.back().error = true;
+      spans.back().status_message = "image preparation failed (HTTP " + std::to_string(status) + ")";
+    }
   }
   // The job's phases, once it is over (its result is the scheduler's until then).
   if (call.job && call.job->done() && call.job->status().ok()) {

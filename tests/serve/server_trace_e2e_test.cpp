@@ -201,6 +201,16 @@ TEST(ServerTrace, UnsampledAndMissingTraceparentsAndFailedRequests) {
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(Attr(failed[0], "http.response.status_code"), "400");
   EXPECT_FALSE(failed[0].contains("status"));
+  // An image that cannot be decoded: its decode-image span carries the error.
+  r = c->Post("/v1/vlm/invoke", json{{"prompt", "x"}, {"image_base64", api::EncodeBase64("not an image")}}.dump(),
+              "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_GE(r->status, 400);
+  auto bad_image = obs::ParseTraceParent(r->get_header_value("traceresponse"));
+  ASSERT_TRUE(bad_image.has_value());
+  const auto image_spans = ByName(collector.Spans(obs::Hex(bad_image->trace_id), 2));
+  ASSERT_EQ(image_spans.count("decode-image"), 1u);
+  EXPECT_EQ(image_spans.at("decode-image")["status"]["code"], 2);
   EXPECT_EQ(collector.Spans(unsampled, 0).size(), 0u);
 }
 
