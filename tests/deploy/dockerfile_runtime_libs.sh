@@ -16,7 +16,8 @@ listed=$(awk '/^FROM /{stage=$0; text=""} {text=text" "$0} END{print text}' "$do
          tr ' \\' '\n\n' | grep -E '^lib|^ca-certificates$' | sort -u | tr '\n' ' ')
 missing=0
 for lib in $(readelf -d "$binary" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'); do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+  # awk reads to the end: an early exit would give ldconfig SIGPIPE, a failure under pipefail.
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')
   if [ -z "$path" ]; then echo "cannot find $lib"; missing=1; continue; fi
   pkg=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null || dpkg -S "$path" 2>/dev/null || true)
   pkg=${pkg%%:*}
