@@ -109,13 +109,18 @@ double SpanCount(httplib::Client& c, const std::string& result, double want) {
   return n;
 }
 
+// A server whose spans go to `collector`.
+HarnessOptions TracedTo(const FakeCollector& collector) {
+  HarnessOptions o;
+  o.server.tracing.otlp_endpoint = collector.Url();
+  return o;
+}
+
 int64_t Ns(const json& span, const char* key) { return std::stoll(span[key].get<std::string>()); }
 
 TEST(ServerTrace, ARequestsSpansContinueItsTraceAndReachTheCollector) {
   FakeCollector collector;
-  HarnessOptions o;
-  o.server.tracing.otlp_endpoint = collector.Url();
-  Harness h(o);
+  Harness h(TracedTo(collector));
   auto c = h.Client();
   const std::string trace = "4bf92f3577b34da6a3ce929d0e0e4736", caller = "00f067aa0ba902b7";
   const json req{{"prompt", "Describe the image."},
@@ -168,9 +173,7 @@ TEST(ServerTrace, ARequestsSpansContinueItsTraceAndReachTheCollector) {
 
 TEST(ServerTrace, UnsampledAndMissingTraceparentsAndFailedRequests) {
   FakeCollector collector;
-  HarnessOptions o;
-  o.server.tracing.otlp_endpoint = collector.Url();
-  Harness h(o);
+  Harness h(TracedTo(collector));
   auto c = h.Client();
   const json text{{"prompt", "hi"}, {"max_tokens", 2}};
   // The caller did not sample: the trace continues (traceresponse) but nothing is sent.
