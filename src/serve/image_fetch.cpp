@@ -10,17 +10,6 @@
 namespace vlmd::serve {
 namespace {
 
-// The path and query of an URL that ParseHttpUrl accepted ("/" when it has none); the fragment
-// is the client's and is not sent.
-std::string PathOf(const std::string& url) {
-  const size_t host_start = url.find("://") + 3;
-  const size_t at = url.find_first_of("/?#", host_start);
-  if (at == std::string::npos || url[at] == '#') return "/";
-  std::string path = url.substr(at, url.find('#', at) - at);
-  if (path.front() == '?') path.insert(path.begin(), '/');
-  return path;
-}
-
 Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
   VLMD_ASSIGN_OR_RETURN(api::internal::HttpUrl u, api::internal::ParseHttpUrl(url));
   const int port = u.port > 0 ? u.port : (u.scheme == "https" ? 443 : 80);
@@ -34,7 +23,7 @@ Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
   bool too_large = false, too_slow = false;
   // The read timeout bounds each read; this bounds the whole download.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_s);
-  auto res = client.Get(PathOf(url), [&](const char* data, size_t n) {
+  auto res = client.Get(api::internal::RequestPath(url), [&](const char* data, size_t n) {
     if (body.size() + n > options.max_bytes) {
       too_large = true;
       return false;  // stop receiving

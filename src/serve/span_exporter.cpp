@@ -18,13 +18,10 @@ Result<std::unique_ptr<SpanExporter>> SpanExporter::Create(SpanExporterOptions o
   }
   const int port = url->port > 0 ? url->port : (url->scheme == "https" ? 443 : 80);
   const std::string host = url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host;
-  // The path (and query) as given.
-  const std::string& e = options.endpoint;
-  const size_t at = e.find_first_of("/?#", e.find("://") + 3);
-  std::string path = at == std::string::npos || e[at] == '#' ? "" : e.substr(at, e.find('#', at) - at);
-  // A bare collector address ("http://c:4318" or ".../") means OTLP's traces path.
-  if (path.empty() || path == "/") path = "/v1/traces";
-  if (path.front() == '?') path.insert(path.begin(), '/');
+  // The path (and query) as given; a bare collector address ("http://c:4318" or ".../") means
+  // OTLP's traces path.
+  std::string path = api::internal::RequestPath(options.endpoint);
+  if (path == "/") path = "/v1/traces";
   return std::unique_ptr<SpanExporter>(new SpanExporter(
       std::move(options), spans, url->scheme + "://" + host + ":" + std::to_string(port), path));
 }

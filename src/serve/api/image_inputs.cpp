@@ -50,6 +50,15 @@ bool IsIpv6Literal(std::string_view s) {
 
 }  // namespace
 
+std::string RequestPath(std::string_view url) {
+  const size_t host_start = url.find("://") + 3;
+  const size_t at = url.find_first_of("/?#", host_start);
+  if (at == std::string_view::npos || url[at] == '#') return "/";
+  std::string path(url.substr(at, url.find('#', at) - at));
+  if (path.front() == '?') path.insert(path.begin(), '/');
+  return path;
+}
+
 Result<HttpUrl> ParseHttpUrl(std::string_view url) {
   if (url.size() > kMaxUrlBytes) {
     return InvalidArgumentError("URL longer than " + std::to_string(kMaxUrlBytes) + " bytes");

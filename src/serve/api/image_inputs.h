@@ -26,6 +26,10 @@ struct HttpUrl {
 // bracketed IPv6 literal, port 1..65535. INVALID_ARGUMENT otherwise. Pure; thread-safe.
 Result<HttpUrl> ParseHttpUrl(std::string_view url);
 
+// The path and query of an URL that ParseHttpUrl accepted ("/" when it has none), to send in
+// the request line; the fragment is the client's and is not sent.
+std::string RequestPath(std::string_view url);
+
 // True when `host` (as ParseHttpUrl returns it) equals an allowlist entry, ignoring case and
 // brackets around IPv6 literals. Entries are bare hosts (no scheme or port).
 bool HostAllowed(std::string_view host, const std::vector<std::string>& allowlist);
