@@ -389,13 +389,19 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
     }
     int64_t max_mb = int64_t(so.max_bytes >> 20);
     VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_mb", &max_mb));
-    if (max_mb > (int64_t{1} << 30)) return InvalidArgumentError(t.path("max_mb") + ": too large");
+    if (max_mb < 1 || max_mb > (int64_t{1} << 30)) {
+      return InvalidArgumentError(t.path("max_mb") + ": must be 1 to 2^30");
+    }
     so.max_bytes = uint64_t(max_mb) << 20;
     VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_streams", &so.max_streams));
-    if (so.max_streams < 1) return InvalidArgumentError(t.path("max_streams") + ": must be >= 1");
+    if (so.max_streams < 1 || so.max_streams > 1'000'000) {
+      return InvalidArgumentError(t.path("max_streams") + ": must be 1 to 1000000");
+    }
     int64_t idle_s = so.idle.count();
     VLMD_RETURN_IF_ERROR(t.GetNonNegative("idle_s", &idle_s));
-    if (idle_s < 1) return InvalidArgumentError(t.path("idle_s") + ": must be >= 1");
+    if (idle_s < 1 || idle_s > 7 * 24 * 3600) {
+      return InvalidArgumentError(t.path("idle_s") + ": must be 1 to 604800 (a week)");
+    }
     so.idle = std::chrono::seconds(idle_s);
   }
   VLMD_RETURN_IF_ERROR(CheckReferences(c));

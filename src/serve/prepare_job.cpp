@@ -73,23 +73,27 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     decoded.push_back(std::move(img));
   }
-  // The stream's earlier frames: before the new one, and first to go when over the budget.
+  // The stream's earlier frames: before the new one, and first to go when over the budget or
+  // the context left for the reply.
   int64_t context_tokens = 0;
-  const int64_t n_embd = e.model().config().d_model;
-  auto frame_tokens = [&](const ContextFrame& f) {
-    return static_cast<int64_t>(f.encoded->embeddings.size()) / n_embd;
-  };
   if (stream) {
     StreamView view = stream(decoded.empty() ? nullptr : &decoded.front());
-    StreamPart part{request.stream_id, view.motion, view.window, 0, 0};
+    StreamPart part;
+    part.id = request.stream_id;
+    part.motion = view.motion;
+    part.window = view.window;
+    part.thumbnail = view.thumbnail;
+    part.sequence = view.sequence;
     in.context = std::move(view.context);
-    for (const ContextFrame& f : in.context) context_tokens += frame_tokens(f);
+    for (const ContextFrame& f : in.context) context_tokens += f.prompt_tokens;
     int64_t own = job.text_tokens;
     for (const auto& img : decoded) {
       own += e.ImageTokens(img.width, img.height, e.vision()->config().preproc_image_size);
     }
-    while (!in.context.empty() && own + context_tokens > options.token_budget) {
-      context_tokens -= frame_tokens(in.context.front());
+    const int64_t limit = std::min<int64_t>(
+        options.token_budget, int64_t{e.options().n_ctx} - std::max(request.sampling.max_tokens, 0));
+    while (!in.context.empty() && own + context_tokens > limit) {
+      context_tokens -= in.context.front().prompt_tokens;
       in.context.erase(in.context.begin());
       ++part.dropped_for_budget;
     }
@@ -153,6 +157,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     in.images.push_back(std::move(img));
   }
   job.image_tokens = total - job.text_tokens;  // the context frames' included
+  if (job.stream && !decoded.empty()) job.stream->frame_tokens = tokens_at(0, edge[0]);
   const api::SamplingRequest& s = request.sampling;
   rt::GenerateParams& p = in.params;
   p.max_tokens = s.max_tokens;

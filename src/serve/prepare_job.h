@@ -35,6 +35,10 @@ struct StreamPart {
   int window = 1;              // frames the window spans, the new one included
   int context_frames = 0;      // earlier frames in the prompt
   int dropped_for_budget = 0;  // earlier frames left out to fit the token budget (oldest first)
+  // The new frame, for StreamWindows::Push once the request succeeded (no frame: tokens 0).
+  int64_t frame_tokens = 0;    // prompt tokens of the new frame (visual and wrapper)
+  FrameThumbnail thumbnail{};
+  uint64_t sequence = 0;
 };
 
 // Called by PrepareJob for a request on a stream, with its frame (the request's one image,

@@ -180,7 +180,10 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   if (!call->request.stream_id.empty()) {
     // Scoped by client and model files: one client cannot see another's frames, and visual
     // tokens of one model version never reach another.
-    call->stream_key = call->client.key_id + "\n" + call->model->hash() + "\n" + call->request.stream_id;
+    // Without API keys, by client address (clients behind one proxy then share streams).
+    const std::string client =
+        call->client.key_id.empty() ? "addr:" + call->remote_addr : "key:" + call->client.key_id;
+    call->stream_key = client + "\n" + call->model->hash() + "\n" + call->request.stream_id;
     stream = [this, key = call->stream_key](const engine::image::Image* frame) {
       return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
     };
@@ -219,10 +222,14 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
 }
 
 void Server::Handlers::KeepStreamFrame(const Call& call, const JobResult& r) {
-  if (call.stream_key.empty() || call.prepared.input.images.empty() || r.encoded_images.empty()) {
+  if (call.stream_key.empty() || !call.prepared.stream || call.prepared.input.images.empty() ||
+      r.encoded_images.empty()) {
     return;
   }
-  s_.streams_->Push(call.stream_key, {call.prepared.input.images.front().key, r.encoded_images.front()});
+  const StreamPart& part = *call.prepared.stream;
+  s_.streams_->Push(call.stream_key, {call.prepared.input.images.front().key,
+                                      r.encoded_images.front(), part.frame_tokens, part.thumbnail,
+                                      part.sequence});
   UpdateStreamGauges();
 }
 
@@ -433,7 +440,6 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
           spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms",
                        call->reply.id, call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(),
                        call->reply.latency_ms);
-          KeepStreamFrame(*call, r);
           if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
             call->status = 500;
             send(api::ErrorBody({500, "server_error", "audit_unavailable",
@@ -442,6 +448,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
             send(ChatChunk(call->reply, std::nullopt, std::nullopt, OpenAiFinishReason(r.finish_reason)));
             if (call->include_usage) send(ChatUsageChunk(call->reply, r));
           } else {
+            KeepStreamFrame(*call, r);  // audited: the frame joins its stream
             // The final event repeats the whole reply, as the client saw it (filtered).
             send(InvokeReply(call->reply, call->prepared, r, call->model->engine().tokenizer()));
           }

@@ -41,7 +41,8 @@ double Motion(const FrameThumbnail& a, const FrameThumbnail& b) {
 }
 
 uint64_t StreamWindows::FrameBytes(const ContextFrame& f) {
-  return f.key.size() + (f.encoded ? f.encoded->embeddings.size() * sizeof(float) : 0);
+  return sizeof(ContextFrame) + f.key.size() +
+         (f.encoded ? f.encoded->embeddings.size() * sizeof(float) : 0);
 }
 
 int StreamWindows::WindowFor(double motion) const {
@@ -51,24 +52,28 @@ int StreamWindows::WindowFor(double motion) const {
   return 1 + static_cast<int>(std::lround(extra * std::clamp(t, 0.0, 1.0)));
 }
 
-std::vector<ContextFrame> StreamWindows::Context(const Stream& s) const {
-  const size_t n = std::min(s.frames.size(), static_cast<size_t>(std::max(s.window - 1, 0)));
-  return std::vector<ContextFrame>(s.frames.end() - static_cast<std::ptrdiff_t>(n), s.frames.end());
+double StreamWindows::NextMotion(const Stream& s, const FrameThumbnail& frame) {
+  if (s.frames.empty()) return 0.0;
+  return std::max(Motion(s.frames.back().thumbnail, frame), 0.5 * s.motion);
+}
+
+std::vector<ContextFrame> StreamWindows::Last(const Stream& s, int64_t n) {
+  const size_t k = std::min(s.frames.size(), static_cast<size_t>(std::max<int64_t>(n, 0)));
+  return std::vector<ContextFrame>(s.frames.end() - static_cast<std::ptrdiff_t>(k), s.frames.end());
 }
 
 StreamView StreamWindows::Arrive(const std::string& key, const FrameThumbnail& frame) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stream& s = streams_[key];
+  StreamView view;
+  view.sequence = next_sequence_++;
+  view.thumbnail = frame;
+  auto it = streams_.find(key);
+  if (it == streams_.end()) return view;  // Push creates the stream
+  Stream& s = it->second;
   s.used = Clock::now();
-  if (s.has_last) {
-    // Fast to widen, slow to narrow: a burst of motion keeps its context for a few frames.
-    s.motion = std::max(Motion(s.last, frame), 0.5 * s.motion);
-  }
-  s.last = frame;
-  s.has_last = true;
-  s.window = WindowFor(s.motion);
-  StreamView view{Context(s), s.motion, s.window};
-  Evict(&key);
+  view.motion = NextMotion(s, frame);
+  view.window = WindowFor(view.motion);
+  view.context = Last(s, view.window - 1);
   return view;
 }
 
@@ -76,26 +81,33 @@ StreamView StreamWindows::Peek(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = streams_.find(key);
   if (it == streams_.end()) return {};
-  it->second.used = Clock::now();
-  // Without a new frame the question is about the frames seen: all the window holds, plus the
-  // last one (the "new" frame of the previous request).
   Stream& s = it->second;
-  const size_t n = std::min(s.frames.size(), static_cast<size_t>(std::max(s.window, 1)));
-  return {std::vector<ContextFrame>(s.frames.end() - static_cast<std::ptrdiff_t>(n), s.frames.end()),
-          s.motion, s.window};
+  s.used = Clock::now();
+  // Without a new frame the question is about the frames seen: the window's earlier frames and
+  // the newest one.
+  return {Last(s, std::max(s.window, 1)), s.motion, s.window, 0, {}};
 }
 
 void StreamWindows::Push(const std::string& key, ContextFrame frame) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = streams_.find(key);
-  if (it == streams_.end()) return;  // evicted meanwhile: the next frame starts it again
-  Stream& s = it->second;
+  Stream& s = streams_[key];
   s.used = Clock::now();
+  if (!s.frames.empty() && frame.sequence < s.frames.back().sequence) return;  // overtaken
+  const double motion = NextMotion(s, frame.thumbnail);
+  // A still frame replaces the newest kept one: the window holds scenes, not copies of one.
+  if (!s.frames.empty() && Motion(s.frames.back().thumbnail, frame.thumbnail) < options_.motion_low) {
+    const uint64_t old = FrameBytes(s.frames.back());
+    s.bytes -= old;
+    bytes_ -= old;
+    s.frames.pop_back();
+  }
+  s.motion = motion;
+  s.window = WindowFor(motion);
   const uint64_t b = FrameBytes(frame);
   s.frames.push_back(std::move(frame));
   s.bytes += b;
   bytes_ += b;
-  // Keep what the widest window can use: max_frames - 1 earlier frames (at least the last one,
+  // Keep what the widest window can use: max_frames - 1 earlier frames (at least the newest,
   // which a frameless request asks about).
   const size_t keep = static_cast<size_t>(std::max(options_.max_frames - 1, 1));
   while (s.frames.size() > keep) {

@@ -1,15 +1,21 @@
 // Camera and video streams (SPEC S6). A request may name a stream (`stream_id`); the server keeps
 // the visual tokens of the stream's recent frames and puts the last few before the new frame, so
 // that the model sees what changed. How many is decided by motion: the mean absolute difference
-// of 16x16 grayscale thumbnails of consecutive frames (0..1), which widens the window at once and
-// narrows it by half a step per frame. Below motion_low the window is the new frame alone (the
-// scene is still: earlier frames would only repeat it); from motion_high on it is max_frames;
-// linear in between.
+// of 16x16 grayscale thumbnails of the new frame and the stream's newest kept frame (0..1), which
+// widens the window at once and narrows it by half a step per frame. Below motion_low the window
+// is the new frame alone (the scene is still: earlier frames would only repeat it), and a still
+// frame replaces the newest kept one instead of adding a copy; from motion_high on the window is
+// max_frames; linear in between.
 //
-// Streams are scoped by the caller's key (client key id, model file hash, stream id: one client
-// cannot read another's frames, and visual tokens never cross model versions) and bounded: at
-// most max_frames - 1 frames each, max_streams streams, max_bytes of visual tokens over all
-// (least recently used streams go first), and a stream unused for `idle` is forgotten.
+// Two phases: Arrive only reads (the window for a new frame); Push, once the frame's request has
+// succeeded, commits the frame with its thumbnail and the motion. So a request that fails, is
+// refused or retried changes nothing, and frames of one stream that are in flight together are
+// kept in arrival order (one older than the newest kept frame is dropped).
+//
+// Streams are scoped by the caller's key (client, model file hash, stream id: one client cannot
+// read another's frames, and visual tokens never cross model versions) and bounded: at most
+// max_frames - 1 frames each, max_streams streams, max_bytes of visual tokens over all (least
+// recently used streams go first), and a stream unused for `idle` is forgotten.
 #pragma once
 
 #include <array>
@@ -36,13 +42,17 @@ struct StreamOptions {
   std::chrono::seconds idle{600};
 };
 
-// An earlier frame of a stream: its image cache key (pixels + preprocessing) and visual tokens.
+using FrameThumbnail = std::array<uint8_t, 256>;
+
+// An earlier frame of a stream: its image cache key (pixels + preprocessing), visual tokens, the
+// prompt tokens it takes (visual tokens and their wrapper text), its thumbnail and arrival order.
 struct ContextFrame {
   std::string key;
   std::shared_ptr<const engine::runtime::EncodedImage> encoded;
+  int64_t prompt_tokens = 0;
+  FrameThumbnail thumbnail{};
+  uint64_t sequence = 0;
 };
-
-using FrameThumbnail = std::array<uint8_t, 256>;
 // 16 x 16 box-averaged luma of the image (sampled with a stride on large images).
 FrameThumbnail Thumbnail(const engine::image::Image& image);
 // Mean absolute difference of two thumbnails, 0 (same) .. 1.
@@ -51,22 +61,25 @@ double Motion(const FrameThumbnail& a, const FrameThumbnail& b);
 // What a request gets from its stream.
 struct StreamView {
   std::vector<ContextFrame> context;  // earlier frames to put before the new one, oldest first
-  double motion = 0;                  // the stream's motion after this frame
-  int window = 1;                     // frames the window spans now, the new one included
+  double motion = 0;                  // the stream's motion with this frame
+  int window = 1;                     // frames the window spans, the new one included
+  uint64_t sequence = 0;              // the new frame's arrival order (for Push)
+  FrameThumbnail thumbnail{};         // the new frame's (for Push)
 };
 
 class StreamWindows {
  public:
   explicit StreamWindows(StreamOptions options) : options_(options) {}
 
-  // A new frame (its thumbnail) on stream `key`: updates the motion and the window, and returns
-  // the earlier frames the window holds. A new stream starts with a window of 1.
+  // A new frame (its thumbnail) on stream `key`: the window it gets and the earlier frames in it.
+  // Changes nothing (Push commits). A stream without frames gives a window of 1.
   StreamView Arrive(const std::string& key, const FrameThumbnail& frame);
-  // A request on the stream without a frame: the window's frames as they are (none for a stream
-  // that does not exist).
+  // A request on the stream without a frame: the window's frames and the newest one (none for a
+  // stream that does not exist).
   StreamView Peek(const std::string& key);
-  // The new frame's visual tokens, once encoded, become the stream's latest frame (the oldest
-  // beyond max_frames - 1 go).
+  // Commits a frame whose request succeeded (`frame.sequence` from its Arrive): it becomes the
+  // stream's newest frame (replacing the newest when the scene was still), the motion follows,
+  // the oldest beyond max_frames - 1 go. A frame older than the newest kept one is dropped.
   void Push(const std::string& key, ContextFrame frame);
 
   uint64_t bytes() const;
@@ -75,18 +88,19 @@ class StreamWindows {
  private:
   using Clock = std::chrono::steady_clock;
   struct Stream {
-    std::deque<ContextFrame> frames;
-    FrameThumbnail last{};
-    bool has_last = false;
-    double motion = 0;
+    std::deque<ContextFrame> frames;  // oldest first
+    double motion = 0;                // committed, with the newest frame
     int window = 1;
     uint64_t bytes = 0;
     Clock::time_point used;
   };
   static uint64_t FrameBytes(const ContextFrame& f);
   int WindowFor(double motion) const;
-  // The window's frames of `s` (the last window - 1).
-  std::vector<ContextFrame> Context(const Stream& s) const;
+  // The motion with a new frame: fast to widen, slow to narrow (a burst of motion keeps its
+  // context for a few frames).
+  static double NextMotion(const Stream& s, const FrameThumbnail& frame);
+  // The last n frames of `s`, oldest first.
+  static std::vector<ContextFrame> Last(const Stream& s, int64_t n);
   // Forgets idle streams, then the least recently used ones while over the limits (never `keep`).
   void Evict(const std::string* keep);
 
@@ -94,6 +108,7 @@ class StreamWindows {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Stream> streams_;
   uint64_t bytes_ = 0;
+  uint64_t next_sequence_ = 1;
 };
 
 }  // namespace vlmd::serve

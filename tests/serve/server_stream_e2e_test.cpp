@@ -62,7 +62,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   const int64_t one_frame = r["usage"]["image_tokens"];
   ASSERT_GT(one_frame, 0);
 
-  r = Post(*c, Invoke({a}, "cam-1"));  // the same picture: still, no context
+  r = Post(*c, Invoke({a}, "cam-1"));  // the same picture: still, no context (and no copy kept)
   ASSERT_EQ(r["http"], 200) << r.dump();
   EXPECT_EQ(r["stream"]["motion"], 0.0);
   EXPECT_EQ(r["stream"]["window"], 1);
@@ -73,17 +73,19 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   ASSERT_EQ(moving["http"], 200) << moving.dump();
   EXPECT_GT(moving["stream"]["motion"].get<double>(), 0.5);
   EXPECT_EQ(moving["stream"]["window"], 3);
-  EXPECT_EQ(moving["stream"]["context_frames"], 2);  // the two earlier frames, both kept
-  EXPECT_EQ(moving["usage"]["image_tokens"], 3 * one_frame);
+  EXPECT_EQ(moving["stream"]["context_frames"], 1);  // the still scene, kept once
+  EXPECT_EQ(moving["usage"]["image_tokens"], 2 * one_frame);
 
-  // The same three frames in one request (no stream) give the same answer: the kept visual
-  // tokens are those of the frames.
-  const json together = Post(*c, Invoke({a, a, b}, ""));
+  // The same two frames in one request (no stream) give the same answer: the kept visual
+  // tokens are those of the frames, in their order; the new frame alone answers otherwise.
+  const json together = Post(*c, Invoke({a, b}, ""));
   ASSERT_EQ(together["http"], 200) << together.dump();
   EXPECT_FALSE(together.contains("stream"));
   EXPECT_EQ(together["usage"]["prompt_tokens"], moving["usage"]["prompt_tokens"]);
   EXPECT_EQ(together["usage"]["reused_prompt_tokens"], 0);
   EXPECT_EQ(together["text"], moving["text"]);
+  EXPECT_NE(Post(*c, Invoke({b}, ""))["text"], moving["text"]);
+  EXPECT_NE(Post(*c, Invoke({b, a}, ""))["text"], moving["text"]);
 
   // A question without a frame is about the frames seen.
   r = Post(*c, Invoke({}, "cam-1"));
@@ -100,7 +102,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
 
   const std::string metrics = c->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_streams"), 2);
-  EXPECT_EQ(testing::MetricValue(metrics, "vlm_stream_context_frames_total"), 4);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_stream_context_frames_total"), 3);
   EXPECT_GT(testing::MetricValue(metrics, "vlm_stream_window_bytes"), 0);
 }
 

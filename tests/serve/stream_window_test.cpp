@@ -23,10 +23,11 @@ engine::image::Image Split(int w, int h, int split) {
   return img;
 }
 
-ContextFrame Frame(const std::string& key, size_t floats) {
+ContextFrame Frame(const std::string& key, size_t floats, const FrameThumbnail& thumb = {},
+                   uint64_t sequence = 0) {
   auto e = std::make_shared<engine::runtime::EncodedImage>();
   e->embeddings.assign(floats, 0.5f);
-  return {key, e};
+  return {key, e, 10, thumb, sequence};
 }
 
 TEST(StreamWindow, ThumbnailsAndMotion) {
@@ -49,75 +50,102 @@ TEST(StreamWindow, TheWindowWidensWithMotionAndNarrowsWhenTheSceneIsStill) {
   o.motion_low = 0.02;
   o.motion_high = 0.10;
   StreamWindows w(o);
-  const FrameThumbnail still = Thumbnail(Split(64, 48, 10)), moved = Thumbnail(Split(64, 48, 54));
-  StreamView v = w.Arrive("s", still);
-  EXPECT_EQ(v.window, 1);  // a new stream
+  // Four scenes, each far from the others.
+  const FrameThumbnail s0 = Thumbnail(Split(64, 48, 4)), s1 = Thumbnail(Split(64, 48, 24)),
+                       s2 = Thumbnail(Split(64, 48, 44)), s3 = Thumbnail(Split(64, 48, 64));
+  StreamView v = w.Arrive("s", s0);
+  EXPECT_EQ(v.window, 1);  // no stream yet
   EXPECT_TRUE(v.context.empty());
-  w.Push("s", Frame("f1", 100));
-  v = w.Arrive("s", still);
+  EXPECT_EQ(w.streams(), 0u);  // Arrive commits nothing
+  w.Push("s", Frame("a", 100, s0, v.sequence));
+  v = w.Arrive("s", s0);
   EXPECT_DOUBLE_EQ(v.motion, 0.0);
   EXPECT_EQ(v.window, 1);  // nothing moved: the new frame alone
   EXPECT_TRUE(v.context.empty());
-  w.Push("s", Frame("f2", 100));
-  v = w.Arrive("s", moved);  // most of the picture changed
-  EXPECT_GT(v.motion, 0.5);
+  w.Push("s", Frame("a2", 100, s0, v.sequence));  // still: replaces "a", no copy
+  EXPECT_EQ(w.Peek("s").context.size(), 1u);
+  v = w.Arrive("s", s1);  // the scene changed
+  EXPECT_GT(v.motion, 0.2);
   EXPECT_EQ(v.window, 4);
-  ASSERT_EQ(v.context.size(), 2u);  // all there is, oldest first
-  EXPECT_EQ(v.context[0].key, "f1");
-  EXPECT_EQ(v.context[1].key, "f2");
-  w.Push("s", Frame("f3", 100));
-  w.Push("s", Frame("f4", 100));  // beyond max_frames - 1: f1 goes
+  ASSERT_EQ(v.context.size(), 1u);
+  EXPECT_EQ(v.context[0].key, "a2");
+  w.Push("s", Frame("b", 100, s1, v.sequence));
+  v = w.Arrive("s", s2);
+  w.Push("s", Frame("c", 100, s2, v.sequence));
+  v = w.Arrive("s", s3);
+  ASSERT_EQ(v.context.size(), 3u);  // max_frames - 1 earlier frames, oldest first
+  EXPECT_EQ(v.context[0].key, "a2");
+  EXPECT_EQ(v.context[2].key, "c");
+  w.Push("s", Frame("d", 100, s3, v.sequence));  // beyond max_frames - 1: "a2" goes
+  EXPECT_EQ(w.Peek("s").context.front().key, "b");
   // Still again: the motion halves per frame, the window follows it down.
   int last = 4;
   for (int i = 0; i < 8; ++i) {
-    v = w.Arrive("s", moved);
+    v = w.Arrive("s", s3);
     EXPECT_LE(v.window, last);
     last = v.window;
     ASSERT_EQ(v.context.size(), static_cast<size_t>(v.window - 1));
-    if (!v.context.empty()) EXPECT_EQ(v.context.back().key, "f4");  // the latest first to stay
+    w.Push("s", Frame("d" + std::to_string(i), 100, s3, v.sequence));  // replaces the newest
   }
   EXPECT_EQ(last, 1);
-  // A request without a frame asks about what was seen: the window's frames and the last one.
+  // A request without a frame asks about what was seen: the window and the newest frame.
   const StreamView peek = w.Peek("s");
   ASSERT_EQ(peek.context.size(), 1u);
-  EXPECT_EQ(peek.context[0].key, "f4");
+  EXPECT_EQ(peek.context[0].key, "d7");
   EXPECT_TRUE(w.Peek("other").context.empty());
+}
+
+TEST(StreamWindow, OnlyCommittedFramesCountAndOvertakenOnesAreDropped) {
+  StreamOptions o;
+  o.max_frames = 4;
+  StreamWindows w(o);
+  const FrameThumbnail s0 = Thumbnail(Split(64, 48, 4)), s1 = Thumbnail(Split(64, 48, 60));
+  const StreamView first = w.Arrive("s", s0);
+  w.Push("s", Frame("a", 100, s0, first.sequence));
+  // A frame whose request failed (never pushed) leaves the motion and the window as they were.
+  (void)w.Arrive("s", s1);
+  const StreamView again = w.Arrive("s", s1);
+  EXPECT_GT(again.motion, 0.5);  // measured against "a", the newest kept frame
+  // Two frames in flight: the later one finishes first; the earlier one then is dropped.
+  const StreamView x = w.Arrive("s", s1), y = w.Arrive("s", s0);
+  w.Push("s", Frame("y", 100, s0, y.sequence));
+  w.Push("s", Frame("x", 100, s1, x.sequence));
+  const StreamView peek = w.Peek("s");
+  ASSERT_FALSE(peek.context.empty());
+  EXPECT_EQ(peek.context.back().key, "y");
+  for (const ContextFrame& f : peek.context) EXPECT_NE(f.key, "x");
 }
 
 TEST(StreamWindow, StreamsAreBoundedInCountBytesAndIdleTime) {
   StreamOptions o;
   o.max_frames = 3;
   o.max_streams = 2;
-  o.max_bytes = 10'000;
+  o.max_bytes = 20'000;
   o.idle = std::chrono::seconds(1);
   StreamWindows w(o);
-  const FrameThumbnail t = Thumbnail(Solid(8, 8, 1));
-  w.Arrive("a", t);
-  w.Push("a", Frame("a1", 100));
-  w.Arrive("b", t);
-  w.Push("b", Frame("b1", 100));
-  w.Arrive("c", t);  // a third stream: the least recently used ("a") goes
+  const FrameThumbnail s0 = Thumbnail(Solid(8, 8, 1)), s1 = Thumbnail(Solid(8, 8, 200));
+  w.Push("a", Frame("a1", 100, s0, 1));
+  w.Push("b", Frame("b1", 100, s0, 2));
+  w.Push("c", Frame("c1", 100, s0, 3));  // a third stream: the least recently used ("a") goes
   EXPECT_EQ(w.streams(), 2u);
   EXPECT_TRUE(w.Peek("a").context.empty());
   EXPECT_EQ(w.Peek("b").context.size(), 1u);
-  // Bytes: 2000 floats = 8000 bytes per frame; a push over the limit evicts the other stream,
-  // then the stream's own older frames.
-  w.Push("c", Frame("c1", 2000));
-  EXPECT_EQ(w.streams(), 2u);  // 402 + 8002 bytes: within the limit
-  w.Push("c", Frame("c2", 2000));
+  // Bytes: 4000 floats = 16000 bytes (plus its record) per frame; a push over the limit evicts
+  // the other stream, then the stream's own older frames.
+  w.Push("c", Frame("c2", 4000, s1, 4));
+  EXPECT_EQ(w.streams(), 2u);
+  EXPECT_LE(w.bytes(), o.max_bytes);
+  w.Push("c", Frame("c3", 4000, s0, 5));
   EXPECT_EQ(w.streams(), 1u);
   EXPECT_LE(w.bytes(), o.max_bytes);
   const StreamView c = w.Peek("c");
   ASSERT_EQ(c.context.size(), 1u);
-  EXPECT_EQ(c.context[0].key, "c2");
-  // A frame for a stream that was evicted meanwhile is dropped, not resurrected.
-  w.Push("gone", Frame("g1", 10));
-  EXPECT_TRUE(w.Peek("gone").context.empty());
-  // Idle streams are forgotten at the next arrival.
+  EXPECT_EQ(c.context[0].key, "c3");
+  // Idle streams are forgotten at the next commit.
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  w.Arrive("d", t);
+  w.Push("d", Frame("d1", 10, s0, 6));
   EXPECT_EQ(w.streams(), 1u);
-  EXPECT_EQ(w.bytes(), 0u);
+  EXPECT_TRUE(w.Peek("c").context.empty());
 }
 
 }  // namespace
