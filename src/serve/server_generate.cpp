@@ -303,6 +303,12 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
   }
   if (!call.reply.route.empty()) rec["model_route"] = call.reply.route;
   if (!call.reply.tier.empty()) rec["tier"] = call.reply.tier;
+  if (call.prepared.stream) {
+    // The answer also rests on the stream's earlier frames (their images were audited when
+    // they arrived): how many.
+    rec["stream"] = {{"id", call.prepared.stream->id},
+                     {"context_frames", call.prepared.stream->context_frames}};
+  }
   if (!error.empty()) rec["error"] = error;
   if (call.filter) {
     rec["word_filter"] = call.filter->blocked() ? "block" : call.filter->matches() > 0 ? "mask" : "pass";

@@ -113,6 +113,10 @@ void Server::Handlers::ExportSpans(const Call& call, int status) {
       child("prefill", r.prefill_start, r.decode_start,
             {{"prompt_tokens", r.prompt_tokens}, {"visual_tokens", r.image_tokens},
              {"reused_prompt_tokens", r.reused_prompt_tokens}, {"prefill_ms", r.prefill_ms}});
+      if (call.prepared.stream) {
+        spans.back().attributes.push_back(
+            {"stream_context_frames", int64_t{call.prepared.stream->context_frames}});
+      }
     }
     if (r.decode_end != Clock::time_point{}) {
       child("decode", r.decode_start, r.decode_end,

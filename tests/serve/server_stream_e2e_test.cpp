@@ -133,6 +133,7 @@ TEST(ServerStream, StreamsArePrivateToTheirClientKey) {
   std::ofstream(dir / "keys.json") << json{{"keys", {{{"id", "one"}, {"key", k1}}, {{"id", "two"}, {"key", k2}}}}}.dump();
   HarnessOptions o;
   o.server.guard.api_keys_file = (dir / "keys.json").string();
+  o.server.guard.audit_path = (dir / "audit.jsonl").string();
   Harness h(o);
   auto c = h.Client();
   const httplib::Headers one{{"Authorization", "Bearer " + k1}}, two{{"Authorization", "Bearer " + k2}};
@@ -143,6 +144,14 @@ TEST(ServerStream, StreamsArePrivateToTheirClientKey) {
   EXPECT_EQ(r["stream"]["context_frames"], 0);
   EXPECT_EQ(r["usage"]["image_tokens"], 0);
   EXPECT_EQ(Post(*c, Invoke({}, "lobby"), one)["stream"]["context_frames"], 1);
+  // The audit line says what an answer rested on: the stream and its earlier frames.
+  std::ifstream audit(dir / "audit.jsonl");
+  std::string line, last;
+  while (std::getline(audit, line)) last = line;
+  const json rec = json::parse(last);
+  EXPECT_EQ(rec["key_id"], "one");
+  EXPECT_EQ(rec["stream"]["id"], "lobby");
+  EXPECT_EQ(rec["stream"]["context_frames"], 1);
   std::filesystem::remove_all(dir);
 }
 
