@@ -219,7 +219,7 @@ Status Server::Start() {
 }
 
 uint64_t Server::HeldMemory() {
-  uint64_t held = 0;
+  uint64_t held = options_.streams.max_bytes;  // the camera-stream windows may fill their limit
   auto add = [&](uint64_t b) { held = held > UINT64_MAX - b ? UINT64_MAX : held + b; };
   for (const auto& m : router_.Models()) add(m->memory_plan().total());
   std::lock_guard<std::mutex> lock(replaced_mu_);
@@ -239,8 +239,8 @@ Status Server::CheckMemoryBudget(const ModelHost& candidate) {
   const auto mib = [](uint64_t b) { return std::to_string(b / (1u << 20) + (b % (1u << 20) != 0)); };
   return ResourceExhaustedError(
       "model '" + candidate.spec().name + "' needs " +
-      candidate.memory_plan().ToString(candidate.spec().engine.n_ctx) + "; the loaded models hold " +
-      mib(held) + " MiB and the memory budget is " + mib(budget) +
+      candidate.memory_plan().ToString(candidate.spec().engine.n_ctx) +
+      "; the loaded models and the stream windows hold " + mib(held) + " MiB and the memory budget is " + mib(budget) +
       " MiB (lower --ctx, --max-batch or --image-cache-mb, or raise --memory-budget-mb)");
 }
 

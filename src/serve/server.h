@@ -77,7 +77,8 @@ class Server {
   // the same name: a reload holds both versions) and every replaced version still finishing its
   // requests.
   Status CheckMemoryBudget(const ModelHost& candidate);
-  // The plans of the served models and of replaced versions still alive (prunes the gone).
+  // The plans of the served models and of replaced versions still alive (prunes the gone), plus
+  // the stream windows' limit.
   uint64_t HeldMemory();
   // vlm_memory_planned_bytes: the sum of the served models' plans.
   void UpdateMemoryPlanGauge();

@@ -34,7 +34,8 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       memory_bytes(r->AddGauge("vlm_memory_bytes", "Memory by kind, summed over the loaded models", {"kind"})),
       memory_planned_bytes(r->AddGauge(
           "vlm_memory_planned_bytes",
-          "Most memory the served models may hold: weights, K/V at full batch and context, image caches")),
+          "Most memory the served models may hold (weights, K/V at full batch and context, image "
+          "caches) and the stream windows' limit")),
       memory_budget_bytes(r->AddGauge("vlm_memory_budget_bytes",
                                       "Memory budget the served models' plans must fit (0: none)")),
       process_rss(r->AddGauge("vlm_process_rss_bytes", "Resident set size of the server process")),

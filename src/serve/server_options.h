@@ -66,8 +66,9 @@ struct ServerOptions {
   PrepareOptions prepare;
   GuardOptions guard;
   // Memory budget over all served models (SPEC S9; 0: none): a model whose MemoryPlan would take
-  // the sum of the loaded models' plans past it is refused, at start-up and on a reload (where
-  // both versions count: they serve side by side until the old one's requests finish).
+  // the sum of the loaded models' plans and the stream windows' limit (streams.max_bytes) past it
+  // is refused, at start-up and on a reload (where both versions count: they serve side by side
+  // until the old one's requests finish).
   uint64_t memory_budget_bytes = 0;
   TracingOptions tracing;
   StreamOptions streams;  // camera / video streams (stream_id): the windows' limits

@@ -681,9 +681,12 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   EXPECT_EQ(testing::MetricValue(ClientOf(*unlimited)->Get("/metrics")->body, "vlm_memory_budget_bytes"), 0);
   unlimited.reset();
 
+  // The stream windows' limit is reserved beside the models.
+  const uint64_t streams = uint64_t{1} << 20;
   {  // One byte short: refused, nothing served.
     ServerOptions o;
-    o.memory_budget_bytes = plan.total() - 1;
+    o.streams.max_bytes = streams;
+    o.memory_budget_bytes = plan.total() + streams - 1;
     o.port = 0;
     Server server(o);
     auto host = ModelHost::Load(spec, &server.metrics());
@@ -697,12 +700,13 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   // Room for one version, not two: the model serves, a reload (both versions held until the old
   // one's requests finish) is refused and the old version keeps serving.
   ServerOptions o;
-  o.memory_budget_bytes = plan.total() + plan.total() / 2;
+  o.streams.max_bytes = streams;
+  o.memory_budget_bytes = plan.total() + streams + plan.total() / 2;
   o.guard.admin_key = "admin-key-0123456789abcdef";
   auto server = StartServer(o, {spec});
   auto c = ClientOf(*server);
   std::string metrics = c->Get("/metrics")->body;
-  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total()));
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total() + streams));
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_budget_bytes"), double(o.memory_budget_bytes));
   const json swap{{"model", spec.text_path}, {"mmproj", spec.mmproj_path}, {"version", "v2"}};
   auto r = c->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
@@ -715,11 +719,11 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   EXPECT_EQ(ok->status, 200) << ok->body;
   metrics = c->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="m",result="failed"})"), 1);
-  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total()));
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total() + streams));
   // With room for two versions, the same reload goes through. The replaced version counts while
   // anything still holds it (an in-flight request; here, `v1`): a second reload must wait.
   ServerOptions roomy = o;
-  roomy.memory_budget_bytes = 2 * plan.total() + plan.total() / 2;
+  roomy.memory_budget_bytes = 2 * plan.total() + streams + plan.total() / 2;
   auto server2 = StartServer(roomy, {spec});
   auto c2 = ClientOf(*server2);
   std::shared_ptr<ModelHost> v1 = server2->router().Get("m");
@@ -727,13 +731,13 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(server2->router().Get("m")->spec().version, "v2");
-  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), 2.0 * plan.total());
+  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), 2.0 * plan.total() + streams);
   const json swap3{{"model", spec.text_path}, {"mmproj", spec.mmproj_path}, {"version", "v3"}};
   r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409) << r->body;  // v1 + v2 + v3 do not fit
   v1.reset();  // v1's last user lets go
-  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), double(plan.total()));
+  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), double(plan.total() + streams));
   r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
