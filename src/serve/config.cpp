@@ -376,7 +376,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
   if (top.has("streams")) {
     Section t(top.at("streams"), "streams");
     VLMD_RETURN_IF_ERROR(t.CheckObject({"max_frames", "motion_low", "motion_high", "max_mb",
-                                        "max_streams", "idle_s"}));
+                                        "max_streams", "idle_s", "max_age_s"}));
     StreamOptions& so = c.server.streams;
     VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_frames", &so.max_frames));
     if (so.max_frames < 1 || so.max_frames > 16) {
@@ -403,6 +403,12 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
       return InvalidArgumentError(t.path("idle_s") + ": must be 1 to 604800 (a week)");
     }
     so.idle = std::chrono::seconds(idle_s);
+    int64_t age_s = so.max_age.count();
+    VLMD_RETURN_IF_ERROR(t.GetNonNegative("max_age_s", &age_s));
+    if (age_s < 1 || age_s > 7 * 24 * 3600) {
+      return InvalidArgumentError(t.path("max_age_s") + ": must be 1 to 604800 (a week)");
+    }
+    so.max_age = std::chrono::seconds(age_s);
   }
   VLMD_RETURN_IF_ERROR(CheckReferences(c));
   return c;

@@ -52,14 +52,20 @@ int StreamWindows::WindowFor(double motion) const {
   return 1 + static_cast<int>(std::lround(extra * std::clamp(t, 0.0, 1.0)));
 }
 
-double StreamWindows::NextMotion(const Stream& s, const FrameThumbnail& frame) {
-  if (s.frames.empty()) return 0.0;
+double StreamWindows::NextMotion(const Stream& s, const FrameThumbnail& frame) const {
+  if (s.frames.empty() || s.frames.back().kept < Clock::now() - options_.max_age) return 0.0;
   return std::max(Motion(s.frames.back().thumbnail, frame), 0.5 * s.motion);
 }
 
-std::vector<ContextFrame> StreamWindows::Last(const Stream& s, int64_t n) {
-  const size_t k = std::min(s.frames.size(), static_cast<size_t>(std::max<int64_t>(n, 0)));
-  return std::vector<ContextFrame>(s.frames.end() - static_cast<std::ptrdiff_t>(k), s.frames.end());
+std::vector<ContextFrame> StreamWindows::Last(const Stream& s, int64_t n) const {
+  const Clock::time_point oldest = Clock::now() - options_.max_age;
+  std::vector<ContextFrame> out;
+  for (auto it = s.frames.rbegin(); it != s.frames.rend() && static_cast<int64_t>(out.size()) < n; ++it) {
+    if (it->kept < oldest) break;  // older frames are older still
+    out.push_back(*it);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 StreamView StreamWindows::Arrive(const std::string& key, const FrameThumbnail& frame) {
@@ -93,6 +99,14 @@ void StreamWindows::Push(const std::string& key, ContextFrame frame) {
   Stream& s = streams_[key];
   s.used = Clock::now();
   if (!s.frames.empty() && frame.sequence < s.frames.back().sequence) return;  // overtaken
+  frame.kept = s.used;
+  // Frames past max_age are no context any more.
+  while (!s.frames.empty() && s.frames.front().kept < s.used - options_.max_age) {
+    const uint64_t old = FrameBytes(s.frames.front());
+    s.bytes -= old;
+    bytes_ -= old;
+    s.frames.pop_front();
+  }
   const double motion = NextMotion(s, frame.thumbnail);
   // A still frame replaces the newest kept one: the window holds scenes, not copies of one.
   if (!s.frames.empty() && Motion(s.frames.back().thumbnail, frame.thumbnail) < options_.motion_low) {

@@ -40,6 +40,9 @@ struct StreamOptions {
   uint64_t max_bytes = uint64_t{256} << 20;
   int max_streams = 1024;
   std::chrono::seconds idle{600};
+  // An earlier frame older than this is no context for a new one (a camera that paused): it is
+  // not offered, and goes at the stream's next frame.
+  std::chrono::seconds max_age{60};
 };
 
 using FrameThumbnail = std::array<uint8_t, 256>;
@@ -52,6 +55,7 @@ struct ContextFrame {
   int64_t prompt_tokens = 0;
   FrameThumbnail thumbnail{};
   uint64_t sequence = 0;
+  std::chrono::steady_clock::time_point kept{};  // set by Push
 };
 // 16 x 16 box-averaged luma of the image (sampled with a stride on large images).
 FrameThumbnail Thumbnail(const engine::image::Image& image);
@@ -97,10 +101,10 @@ class StreamWindows {
   static uint64_t FrameBytes(const ContextFrame& f);
   int WindowFor(double motion) const;
   // The motion with a new frame: fast to widen, slow to narrow (a burst of motion keeps its
-  // context for a few frames).
-  static double NextMotion(const Stream& s, const FrameThumbnail& frame);
-  // The last n frames of `s`, oldest first.
-  static std::vector<ContextFrame> Last(const Stream& s, int64_t n);
+  // context for a few frames); 0 when the newest kept frame is past max_age (or none).
+  double NextMotion(const Stream& s, const FrameThumbnail& frame) const;
+  // The last n frames of `s` younger than max_age, oldest first.
+  std::vector<ContextFrame> Last(const Stream& s, int64_t n) const;
   // Forgets idle streams, then the least recently used ones while over the limits (never `keep`).
   void Evict(const std::string* keep);
 

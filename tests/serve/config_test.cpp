@@ -53,6 +53,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_DOUBLE_EQ(c->server.streams.motion_high, 0.1);
   EXPECT_EQ(c->server.streams.max_bytes, uint64_t{256} << 20);
   EXPECT_EQ(c->server.streams.idle, std::chrono::seconds(600));
+  EXPECT_EQ(c->server.streams.max_age, std::chrono::seconds(60));
   std::filesystem::remove_all(dir);
 }
 
@@ -127,6 +128,7 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"streams": {"motion_low": 0.5, "motion_high": 0.1}})", "need 0 <= low < high <= 1"},
       {R"({"streams": {"idle_s": 0}})", "streams.idle_s: must be 1 to 604800"},
       {R"({"streams": {"max_mb": 0}})", "streams.max_mb: must be 1 to 2^30"},
+      {R"({"streams": {"max_age_s": 0}})", "streams.max_age_s: must be 1 to 604800"},
       {R"({"server": {"memory_budget_mb": 2000000000}})", "memory_budget_mb: must be <= 2^30"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 0}]}]})",
        "at least one weight must be > 0"},

@@ -116,6 +116,26 @@ TEST(StreamWindow, OnlyCommittedFramesCountAndOvertakenOnesAreDropped) {
   for (const ContextFrame& f : peek.context) EXPECT_NE(f.key, "x");
 }
 
+TEST(StreamWindow, FramesPastTheirAgeAreNoContext) {
+  StreamOptions o;
+  o.max_frames = 4;
+  o.max_age = std::chrono::seconds(1);
+  StreamWindows w(o);
+  const FrameThumbnail s0 = Thumbnail(Split(64, 48, 4)), s1 = Thumbnail(Split(64, 48, 60));
+  w.Push("s", Frame("a", 100, s0, w.Arrive("s", s0).sequence));
+  StreamView v = w.Arrive("s", s1);
+  ASSERT_EQ(v.context.size(), 1u);  // young: offered
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  v = w.Arrive("s", s1);
+  EXPECT_TRUE(v.context.empty());  // the camera paused: a fresh start
+  EXPECT_EQ(v.window, 1);
+  EXPECT_TRUE(w.Peek("s").context.empty());
+  w.Push("s", Frame("b", 100, s1, v.sequence));  // and "a" goes
+  const StreamView peek = w.Peek("s");
+  ASSERT_EQ(peek.context.size(), 1u);
+  EXPECT_EQ(peek.context[0].key, "b");
+}
+
 TEST(StreamWindow, StreamsAreBoundedInCountBytesAndIdleTime) {
   StreamOptions o;
   o.max_frames = 3;
