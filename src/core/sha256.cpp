@@ -37,15 +37,17 @@ Sha256Digest Sha256Of(std::span<const uint8_t> bytes) {
   return h.Finish();
 }
 
-std::string DigestHex(const Sha256Digest& digest) {
+std::string HexOf(std::span<const uint8_t> bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string s;
-  s.reserve(64);
-  for (uint8_t b : digest) {
+  s.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
     s.push_back(kHex[b >> 4]);
     s.push_back(kHex[b & 15]);
   }
   return s;
 }
+
+std::string DigestHex(const Sha256Digest& digest) { return HexOf(digest); }
 
 }  // namespace vlmd

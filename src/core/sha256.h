@@ -31,5 +31,7 @@ class Sha256 {
 Sha256Digest Sha256Of(std::span<const uint8_t> bytes);
 // Lowercase hex (64 characters).
 std::string DigestHex(const Sha256Digest& digest);
+// Lowercase hex of any bytes (two characters each).
+std::string HexOf(std::span<const uint8_t> bytes);
 
 }  // namespace vlmd

@@ -26,10 +26,11 @@ Result<std::string> HashFiles(const std::vector<std::string>& paths) {
   return DigestHex(sha.Finish());
 }
 
+uint64_t CeilMiB(uint64_t bytes) { return bytes / (1u << 20) + (bytes % (1u << 20) != 0); }
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 namespace {
 
-uint64_t MiB(uint64_t bytes) { return bytes / (1u << 20) + (bytes % (1u << 20) != 0); }
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {
   return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
@@ -39,10 +40,10 @@ uint64_t SaturatingMul(uint64_t a, uint64_t b) {
 uint64_t MemoryPlan::total() const { return SaturatingAdd(SaturatingAdd(weights, kv), image_cache); }
 
 std::string MemoryPlan::ToString(int32_t n_ctx) const {
-  return std::to_string(MiB(total())) + " MiB (weights " + std::to_string(MiB(weights)) +
-         ", K/V " + std::to_string(MiB(kv)) + " for " + std::to_string(kv_sequences) +
+  return std::to_string(CeilMiB(total())) + " MiB (weights " + std::to_string(CeilMiB(weights)) +
+         ", K/V " + std::to_string(CeilMiB(kv)) + " for " + std::to_string(kv_sequences) +
          " sequences of " + std::to_string(n_ctx) + " positions, image cache " +
-         std::to_string(MiB(image_cache)) + ")";
+         std::to_string(CeilMiB(image_cache)) + ")";
 }
 
 Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, ServerMetrics* metrics) {

@@ -31,6 +31,11 @@ struct ModelSpec {
 // batch and of the parked prompt prefixes at the full context, and its visual-embedding cache's
 // limit. Not in it: the forward pass's activations and scratch (the encoder's ~1024-row buffers,
 // the prefill attention's), which /metrics reports as they are allocated.
+// Byte counts of memory plans: whole MiB rounded up, and a sum capped at UINT64_MAX (absurd
+// settings must not wrap around into a plan that fits).
+uint64_t CeilMiB(uint64_t bytes);
+uint64_t SaturatingAdd(uint64_t a, uint64_t b);
+
 struct MemoryPlan {
   uint64_t weights = 0;
   uint64_t kv = 0;           // kv_sequences x kv_per_sequence

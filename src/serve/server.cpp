@@ -68,6 +68,8 @@ void Server::Handlers::Register(httplib::Server& http) {
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     s_.metrics_->UpdateProcessMemory();
     s_.UpdateMemoryPlanGauge();  // replaced versions drop out once their requests are done
+    s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
+    s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -220,12 +222,11 @@ Status Server::Start() {
 
 uint64_t Server::HeldMemory() {
   uint64_t held = options_.streams.max_bytes;  // the camera-stream windows may fill their limit
-  auto add = [&](uint64_t b) { held = held > UINT64_MAX - b ? UINT64_MAX : held + b; };
-  for (const auto& m : router_.Models()) add(m->memory_plan().total());
+  for (const auto& m : router_.Models()) held = SaturatingAdd(held, m->memory_plan().total());
   std::lock_guard<std::mutex> lock(replaced_mu_);
   std::erase_if(replaced_, [](const std::weak_ptr<ModelHost>& w) { return w.expired(); });
   for (const auto& w : replaced_) {
-    if (auto m = w.lock()) add(m->memory_plan().total());
+    if (auto m = w.lock()) held = SaturatingAdd(held, m->memory_plan().total());
   }
   return held;
 }
@@ -236,7 +237,7 @@ Status Server::CheckMemoryBudget(const ModelHost& candidate) {
   const uint64_t held = HeldMemory();
   const uint64_t needed = candidate.memory_plan().total();
   if (needed <= budget && held <= budget - needed) return Status::Ok();
-  const auto mib = [](uint64_t b) { return std::to_string(b / (1u << 20) + (b % (1u << 20) != 0)); };
+  const auto mib = [](uint64_t b) { return std::to_string(CeilMiB(b)); };
   return ResourceExhaustedError(
       "model '" + candidate.spec().name + "' needs " +
       candidate.memory_plan().ToString(candidate.spec().engine.n_ctx) +

@@ -195,7 +195,6 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   call->prepared = std::move(*prepared);
   if (call->prepared.stream) {
     s_.metrics_->stream_context_frames.With().Inc(call->prepared.stream->context_frames);
-    UpdateStreamGauges();
   }
   call->reply.model = call->reply.route.empty() ? spec.name : call->reply.route;
   call->reply.model_hash = call->model->hash();
@@ -222,20 +221,14 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
 }
 
 void Server::Handlers::KeepStreamFrame(const Call& call, const JobResult& r) {
-  if (call.stream_key.empty() || !call.prepared.stream || call.prepared.input.images.empty() ||
-      r.encoded_images.empty()) {
+  // (A prepared stream part means the request named a stream: stream_key is set.)
+  if (!call.prepared.stream || call.prepared.input.images.empty() || r.encoded_images.empty()) {
     return;
   }
   const StreamPart& part = *call.prepared.stream;
   s_.streams_->Push(call.stream_key, {call.prepared.input.images.front().key,
                                       r.encoded_images.front(), part.frame_tokens, part.thumbnail,
                                       part.sequence});
-  UpdateStreamGauges();
-}
-
-void Server::Handlers::UpdateStreamGauges() {
-  s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
-  s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
 }
 
 std::string Server::Handlers::PassText(Call& call, std::string text) {

@@ -89,7 +89,6 @@ class Server::Handlers {
   void ExportSpans(const Call& call, int status);
   // A stream request that succeeded: its frame's visual tokens join the stream's window.
   void KeepStreamFrame(const Call& call, const JobResult& r);
-  void UpdateStreamGauges();
   std::string NextId() { return s_.NextRequestId(); }
 
   Server& s_;

@@ -40,8 +40,8 @@ struct ServerMetrics {
   obs::CounterFamily& trust_flagged;        // replies whose trust signals were flagged
   obs::CounterFamily& model_reloads;        // {model, result = ok | failed}
   obs::CounterFamily& trace_spans;          // {result = exported | dropped} (SpanExporter)
-  // Streams (SPEC S6): streams with a window, the visual tokens they keep, earlier frames put
-  // into prompts.
+  // Streams (SPEC S6): streams with a window and the visual tokens they keep (both read when
+  // /metrics is rendered), earlier frames put into prompts.
   obs::GaugeFamily& streams;
   obs::GaugeFamily& stream_bytes;
   obs::CounterFamily& stream_context_frames;

@@ -101,18 +101,11 @@ void StreamWindows::Push(const std::string& key, ContextFrame frame) {
   if (!s.frames.empty() && frame.sequence < s.frames.back().sequence) return;  // overtaken
   frame.kept = s.used;
   // Frames past max_age are no context any more.
-  while (!s.frames.empty() && s.frames.front().kept < s.used - options_.max_age) {
-    const uint64_t old = FrameBytes(s.frames.front());
-    s.bytes -= old;
-    bytes_ -= old;
-    s.frames.pop_front();
-  }
+  while (!s.frames.empty() && s.frames.front().kept < s.used - options_.max_age) DropOldest(s);
   const double motion = NextMotion(s, frame.thumbnail);
   // A still frame replaces the newest kept one: the window holds scenes, not copies of one.
   if (!s.frames.empty() && Motion(s.frames.back().thumbnail, frame.thumbnail) < options_.motion_low) {
-    const uint64_t old = FrameBytes(s.frames.back());
-    s.bytes -= old;
-    bytes_ -= old;
+    Forget(s, s.frames.back());
     s.frames.pop_back();
   }
   s.motion = motion;
@@ -124,12 +117,7 @@ void StreamWindows::Push(const std::string& key, ContextFrame frame) {
   // Keep what the widest window can use: max_frames - 1 earlier frames (at least the newest,
   // which a frameless request asks about).
   const size_t keep = static_cast<size_t>(std::max(options_.max_frames - 1, 1));
-  while (s.frames.size() > keep) {
-    const uint64_t old = FrameBytes(s.frames.front());
-    s.bytes -= old;
-    bytes_ -= old;
-    s.frames.pop_front();
-  }
+  while (s.frames.size() > keep) DropOldest(s);
   Evict(&key);
 }
 
@@ -157,12 +145,20 @@ void StreamWindows::Evict(const std::string* keep) {
   if (bytes_ > options_.max_bytes && keep != nullptr) {
     auto it = streams_.find(*keep);
     while (it != streams_.end() && it->second.frames.size() > 1 && bytes_ > options_.max_bytes) {
-      const uint64_t old = FrameBytes(it->second.frames.front());
-      it->second.bytes -= old;
-      bytes_ -= old;
-      it->second.frames.pop_front();
+      DropOldest(it->second);
     }
   }
+}
+
+void StreamWindows::Forget(Stream& s, const ContextFrame& f) {
+  const uint64_t b = FrameBytes(f);
+  s.bytes -= b;
+  bytes_ -= b;
+}
+
+void StreamWindows::DropOldest(Stream& s) {
+  Forget(s, s.frames.front());
+  s.frames.pop_front();
 }
 
 uint64_t StreamWindows::bytes() const {

@@ -105,6 +105,9 @@ class StreamWindows {
   double NextMotion(const Stream& s, const FrameThumbnail& frame) const;
   // The last n frames of `s` younger than max_age, oldest first.
   std::vector<ContextFrame> Last(const Stream& s, int64_t n) const;
+  // Takes frame f (of s) out of the byte counts; the caller removes it.
+  void Forget(Stream& s, const ContextFrame& f);
+  void DropOldest(Stream& s);
   // Forgets idle streams, then the least recently used ones while over the limits (never `keep`).
   void Evict(const std::string* keep);
 

@@ -52,14 +52,11 @@ Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) 
     if (!host.ok()) {
       return Status(host.status().code(), "model '" + spec.name + "': " + host.status().message());
     }
-    const std::string plan = (*host)->memory_plan().ToString(spec.engine.n_ctx);
-    if (Status added = server.AddModel(std::shared_ptr<serve::ModelHost>(std::move(*host)));
-        !added.ok()) {
-      return Status(added.code(), added.message());
-    }
+    std::shared_ptr<serve::ModelHost> model(std::move(*host));
+    VLMD_RETURN_IF_ERROR(server.AddModel(model));
     spdlog::info("model '{}' ready: version {}, sha256 {}, memory at most {}", spec.name,
-                 server.router().Get(spec.name)->spec().version,
-                 server.router().Get(spec.name)->hash(), plan);
+                 model->spec().version, model->hash(),
+                 model->memory_plan().ToString(spec.engine.n_ctx));
   }
   return Status::Ok();
 }

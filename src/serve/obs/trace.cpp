@@ -1,6 +1,8 @@
 // W3C traceparent, span ids and the OTLP/JSON encoding (see trace.h).
 #include "serve/obs/trace.h"
 
+#include "core/sha256.h"
+
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -72,16 +74,7 @@ std::optional<TraceParent> ParseTraceParent(std::string_view value) {
   return tp;
 }
 
-std::string Hex(std::span<const uint8_t> bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(bytes.size() * 2);
-  for (uint8_t b : bytes) {
-    s.push_back(kDigits[b >> 4]);
-    s.push_back(kDigits[b & 15]);
-  }
-  return s;
-}
+std::string Hex(std::span<const uint8_t> bytes) { return HexOf(bytes); }
 
 std::string FormatTraceParent(const TraceId& trace_id, const SpanId& span_id, uint8_t flags) {
   return "00-" + Hex(trace_id) + "-" + Hex(span_id) + "-" + Hex(std::span<const uint8_t>(&flags, 1));
