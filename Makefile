@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 # ccache keys on paths relative to the checkout, so clones in other folders (CI) share the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure run test test-asan test-tsan fuzz bench clean
+.PHONY: all deps configure server run test test-asan test-tsan fuzz bench clean
 
 all: deps configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -46,8 +46,12 @@ fuzz: deps
 # text.gguf --mmproj mmproj.gguf") it serves the random-weight demo model, generated once into
 # ~/.cache/vlmd/demo.
 VLMD_ARGS ?=
-run: all
+run: server
 	$(BUILD)/bin/vlmd $(VLMD_ARGS)
+
+# Only the server and the libraries it links (no tests, tools or benchmarks): what `make run` needs.
+server: deps configure
+	cmake --build $(BUILD) --target vlmd -j$(JOBS)
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan

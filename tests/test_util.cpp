@@ -15,7 +15,7 @@ std::string SourcePath(const std::string& relative) {
 }
 
 std::string FixturePath(const std::string& relative) {
-  return SourcePath("../shared/fixtures/" + relative);
+  return SourcePath("tests/fixtures/" + relative);
 }
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path) {

@@ -10,7 +10,8 @@ namespace vlmd::testing {
 
 // Absolute path of a file under the project root (tests run from it; VLMD_SOURCE_DIR overrides).
 std::string SourcePath(const std::string& relative);
-// Path of a file under ../shared/fixtures, e.g. FixturePath("tiny-llava/text.gguf").
+// Path of a file under tests/fixtures (the repository's copy of ../shared/fixtures, made by
+// scripts/copy_fixtures.sh), e.g. FixturePath("tiny-llava/text.gguf").
 std::string FixturePath(const std::string& relative);
 // Reads a whole file; empty vector if it cannot be read.
 std::vector<uint8_t> ReadFileBytes(const std::string& path);

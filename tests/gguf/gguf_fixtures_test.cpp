@@ -1,4 +1,4 @@
-// Reads every GGUF under shared/fixtures and checks it against golden.json ("files": size, tensor
+// Reads every GGUF under tests/fixtures and checks it against golden.json ("files": size, tensor
 // count per type, which tensor has which type) and the documented hyperparameters (README.md).
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/gguf/gguf_reader.h"
+#include "fixture_json.h"
 #include "test_util.h"
 
 namespace vlmd::engine::gguf {
@@ -66,9 +67,9 @@ class GgufFixtures : public ::testing::TestWithParam<FixtureCase> {};
 
 TEST_P(GgufFixtures, MatchGoldenFiles) {
   const FixtureCase& fc = GetParam();
-  std::ifstream in(FixturePath(fc.dir + "/golden.json"));
-  ASSERT_TRUE(in) << "missing " << FixturePath(fc.dir + "/golden.json");
-  const nlohmann::json golden = nlohmann::json::parse(in);
+  std::string error;
+  const nlohmann::json golden = vlmd::testing::ReadFixtureJson(fc.dir + "/golden.json", &error);
+  ASSERT_TRUE(error.empty()) << error;
   const auto& files = golden.at("files");
   ASSERT_GE(files.size(), 5u);
   for (const auto& [name, spec] : files.items()) {

@@ -1,5 +1,5 @@
-// Text-decoder parity with llama.cpp on the fixtures (../shared/fixtures, see its README): the
-// golden prompt chunks are fed as given (text token ids, and for image cases the golden image
+// Text-decoder parity with llama.cpp on the fixtures (tests/fixtures, see its README): the golden
+// prompt chunks are fed as given (text token ids, and for image cases the golden image
 // embeddings injected at their positions), then the last-position logits must be within the
 // stated NMSE of llama.cpp's, and greedy decoding must give the same ids (base: all 16; quantized:
 // teacher-forced at every step whose golden top-1/top-2 gap is >= 1.0).
@@ -17,6 +17,7 @@
 
 #include "engine/gguf/gguf_reader.h"
 #include "engine/models/llama_model.h"
+#include "fixture_json.h"
 #include "test_util.h"
 
 namespace vlmd::engine::models {
@@ -40,9 +41,8 @@ std::string CaseName(const ::testing::TestParamInfo<ParityCase>& info) {
   return s;
 }
 
-json LoadGolden(const std::string& fixture) {
-  std::ifstream f(vlmd::testing::FixturePath(fixture + "/golden.json"));
-  return json::parse(f);
+json LoadGolden(const std::string& fixture, std::string* error) {
+  return vlmd::testing::ReadFixtureJson(fixture + "/golden.json", error);
 }
 
 class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
@@ -96,7 +96,9 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
 
 TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
   const ParityCase& pc = GetParam();
-  const json golden = LoadGolden(pc.fixture);
+  std::string error;
+  const json golden = LoadGolden(pc.fixture, &error);
+  ASSERT_TRUE(error.empty()) << error;
   const json* c = nullptr;
   for (const json& x : golden["cases"]) {
     if (x["name"] == pc.name) c = &x;
@@ -153,24 +155,49 @@ TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
   }
 }
 
+// The golden cases, listed here rather than read from golden.json: test registration must not
+// read files (a missing or broken fixture is then a failing case naming its path, not an abort of
+// the binary at start-up). GoldenCasesAreAllListed checks this list against the files.
+struct FixtureCases {
+  const char* fixture;
+  std::vector<const char*> cases;
+};
+const std::vector<FixtureCases>& ListedCases() {
+  static const std::vector<FixtureCases> kCases = {
+      {"tiny-llava", {"img-32x32", "img-64x48", "text"}},
+      {"tiny-smolvlm", {"img-128x96", "img-128x128", "img-50x100", "text"}},
+  };
+  return kCases;
+}
+
 std::vector<ParityCase> AllCases() {
   std::vector<ParityCase> out;
-  for (const char* fixture : {"tiny-llava", "tiny-smolvlm"}) {
-    const json golden = LoadGolden(fixture);
-    for (const json& c : golden["cases"]) {
+  for (const FixtureCases& fc : ListedCases()) {
+    for (const char* name : fc.cases) {
       for (const char* variant : {"base", "q8_0", "q4_0", "q4_k"}) {
         // packed: the integer variants (their Q8_0 / Q4_0 matrices) in exact precision; fast:
         // every variant (float matrices to int8 blocks, Q4_K packed, and on AMX the prompt on
         // bf16 tiles).
         std::vector<const char*> layouts = {"gguf", "fast"};
         if (std::string(variant) == "q8_0" || std::string(variant) == "q4_0") layouts.push_back("packed");
-        for (const char* layout : layouts) {
-          out.push_back({fixture, c["name"].get<std::string>(), variant, layout});
-        }
+        for (const char* layout : layouts) out.push_back({fc.fixture, name, variant, layout});
       }
     }
   }
   return out;
+}
+
+TEST(LlamaParityCasesTest, GoldenCasesAreAllListed) {
+  for (const FixtureCases& fc : ListedCases()) {
+    std::string error;
+    const json golden = LoadGolden(fc.fixture, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    std::vector<std::string> in_file, listed(fc.cases.begin(), fc.cases.end());
+    for (const json& c : golden.at("cases")) in_file.push_back(c.at("name").get<std::string>());
+    std::sort(in_file.begin(), in_file.end());
+    std::sort(listed.begin(), listed.end());
+    EXPECT_EQ(in_file, listed) << fc.fixture << ": golden.json's cases differ from ListedCases()";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaParityTest, ::testing::ValuesIn(AllCases()), CaseName);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fixture_json.h"
 #include "test_util.h"
 
 namespace vlmd::engine::runtime {
@@ -26,8 +27,9 @@ class MultimodalPromptTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MultimodalPromptTest, RowsEqualReferenceChunks) {
   const Case& c = GetParam();
-  std::ifstream gf(vlmd::testing::FixturePath(c.fixture + "/golden.json"));
-  const json golden = json::parse(gf);
+  std::string error;
+  const json golden = vlmd::testing::ReadFixtureJson(c.fixture + "/golden.json", &error);
+  ASSERT_TRUE(error.empty()) << error;
   const json* gc = nullptr;
   for (const json& x : golden["cases"]) {
     if (x["name"] == c.name) gc = &x;

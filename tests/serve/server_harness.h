@@ -14,7 +14,7 @@
 namespace vlmd::serve::testing {
 
 struct HarnessOptions {
-  std::string fixture = "tiny-smolvlm";  // folder under ../shared/fixtures
+  std::string fixture = "tiny-smolvlm";  // folder under tests/fixtures
   bool load_model = true;
   ServerOptions server;
   SchedulerOptions scheduler;

@@ -1,4 +1,4 @@
-// Tokenizer parity with llama.cpp's test-tokenizer-0 vectors (shared/fixtures/tokenizer): every
+// Tokenizer parity with llama.cpp's test-tokenizer-0 vectors (tests/fixtures/tokenizer): every
 // case of every vocabulary must give exactly the upstream (Hugging Face) token ids.
 #include <gtest/gtest.h>
 

@@ -16,6 +16,7 @@
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
 #include "engine/tensor/fp16.h"
+#include "fixture_json.h"
 #include "vision_test_util.h"
 
 namespace vlmd::testing {
@@ -32,10 +33,16 @@ struct ImageCase {
   std::vector<int64_t> n_tokens;
 };
 
+// The one-image cases of `fixture`'s golden.json; empty (and ADD_FAILURE naming the file) when it
+// cannot be read.
 std::vector<ImageCase> ImageCases(const std::string& fixture) {
-  std::ifstream in(FixturePath(fixture + "/golden.json"));
-  const nlohmann::json j = nlohmann::json::parse(in);
+  std::string error;
+  const nlohmann::json j = vlmd::testing::ReadFixtureJson(fixture + "/golden.json", &error);
   std::vector<ImageCase> cases;
+  if (!error.empty()) {
+    ADD_FAILURE() << error;
+    return cases;
+  }
   for (const auto& c : j["cases"]) {
     if (c["images"].size() != 1) continue;
     ImageCase ic;

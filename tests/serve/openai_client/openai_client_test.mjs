@@ -6,9 +6,9 @@ import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
 const baseURL = process.env.VLMD_URL;
-const imagePath = process.env.VLMD_IMAGE ?? '../shared/fixtures/tiny-smolvlm/images/img-128x96.png';
-if (!baseURL) {
-  console.error('openai_client_test: set VLMD_URL (e.g. http://127.0.0.1:8080)');
+const imagePath = process.env.VLMD_IMAGE;
+if (!baseURL || !imagePath) {
+  console.error('openai_client_test: set VLMD_URL (e.g. http://127.0.0.1:8080) and VLMD_IMAGE (a PNG path)');
   process.exit(2);
 }
 

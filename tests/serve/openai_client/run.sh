@@ -40,5 +40,5 @@ cp "$here/openai_client_test.mjs" "$work/"
 echo "openai_client: openai $(node -p "require('$work/node_modules/openai/package.json').version")"
 
 cd "$root"
-VLMD_IMAGE="$root/../shared/fixtures/tiny-smolvlm/images/img-128x96.png" VLMD_MODEL_ID=text \
+VLMD_IMAGE="$root/tests/fixtures/tiny-smolvlm/images/img-128x96.png" VLMD_MODEL_ID=text \
   "$here/with_vlmd.sh" "$build_dir" node "$work/openai_client_test.mjs"

@@ -11,7 +11,7 @@ fi
 build_dir=$(cd "$1" && pwd)
 shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-fixtures="$root/../shared/fixtures/tiny-smolvlm"
+fixtures="$root/tests/fixtures/tiny-smolvlm"
 vlmd="$build_dir/bin/vlmd"
 for f in "$vlmd" "$fixtures/text.gguf" "$fixtures/mmproj.gguf"; do
   if [[ ! -e "$f" ]]; then
