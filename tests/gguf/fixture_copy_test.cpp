@@ -99,7 +99,9 @@ TEST_P(FixtureCopyTest, FilesMatchGoldenSha256) {
   ExpectCopyMatches(fixture, "golden.json", digests);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureCopyTest, ::testing::Values("tiny-llava", "tiny-smolvlm"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureCopyTest,
+                         ::testing::Values("tiny-llava", "tiny-smolvlm", "tiny-qwen2vl",
+                                           "tiny-qwen25vl", "tiny-qwen3vl"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

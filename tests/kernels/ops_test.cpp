@@ -287,6 +287,60 @@ TEST(Ops, RopeWithTableOnFusedQkvTouchesOnlyItsHeads) {
   }
 }
 
+// Multi-section RoPE: the sections FAMILIES.md lists for real models and the fixtures, written
+// out pair by pair from llama.cpp's rule (Qwen2-VL blocks t|h|w|e; Qwen3-VL interleaved).
+TEST(Ops, RopeSectionsAssignPairsAsLlamaCpp) {
+  ops::RopeParams blocks;
+  blocks.sections = {2, 3, 3, 0};  // tiny-qwen2vl, n_rot 16
+  std::vector<int> got;
+  for (int64_t j = 0; j < 8; ++j) got.push_back(ops::RopeSectionOfPair(blocks, j));
+  EXPECT_EQ(got, (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2}));
+  ops::RopeParams inter;
+  inter.interleaved = true;
+  inter.sections = {4, 2, 2, 0};  // tiny-qwen3vl: pair 7 falls to e (FAMILIES.md)
+  got.clear();
+  for (int64_t j = 0; j < 8; ++j) got.push_back(ops::RopeSectionOfPair(inter, j));
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 0, 1, 2, 0, 3}));
+  inter.sections = {24, 20, 20, 0};  // Qwen3-VL: pairs 61 and 62 fall to e, 60 is t
+  EXPECT_EQ(ops::RopeSectionOfPair(inter, 59), 2);
+  EXPECT_EQ(ops::RopeSectionOfPair(inter, 60), 0);
+  EXPECT_EQ(ops::RopeSectionOfPair(inter, 61), 3);
+  EXPECT_EQ(ops::RopeSectionOfPair(inter, 62), 3);
+  EXPECT_EQ(ops::RopeSectionOfPair(inter, 63), 0);
+}
+
+TEST(Ops, MultiSectionRopeTableUsesEachPairsPosition) {
+  for (bool interleaved : {false, true}) {
+    ops::RopeParams rp;
+    rp.n_rot = 16;
+    rp.neox = true;
+    rp.freq_base = 10000.0f;
+    rp.interleaved = interleaved;
+    rp.sections = interleaved ? std::array<int32_t, 4>{4, 2, 2, 0} : std::array<int32_t, 4>{2, 3, 3, 0};
+    const std::vector<int32_t> pos4 = {7, 7, 7, 7, 4, 5, 9, 0, 30, 31, 33, 0};  // [3 tokens, 4]
+    std::vector<float> table(3 * 16);
+    ASSERT_TRUE(ops::BuildRopeTable(rp, pos4.data(), 3, table.data(), 4).ok());
+    for (int64_t t = 0; t < 3; ++t) {
+      for (int64_t j = 0; j < 8; ++j) {
+        const double theta = pos4[t * 4 + ops::RopeSectionOfPair(rp, j)] *
+                             std::pow(10000.0, -2.0 * static_cast<double>(j) / 16.0);
+        EXPECT_EQ(table[t * 16 + j], static_cast<float>(std::cos(theta))) << t << " " << j;
+        EXPECT_EQ(table[t * 16 + 8 + j], static_cast<float>(std::sin(theta))) << t << " " << j;
+      }
+    }
+    // One position per token (text rows): exactly the one-position table.
+    const std::vector<int32_t> pos1 = {7, 12, 40};
+    std::vector<float> broadcast(3 * 16), plain(3 * 16);
+    ASSERT_TRUE(ops::BuildRopeTable(rp, pos1.data(), 3, broadcast.data(), 1).ok());
+    ops::RopeParams one = rp;
+    one.sections = {};
+    ASSERT_TRUE(ops::BuildRopeTable(one, pos1.data(), 3, plain.data()).ok());
+    EXPECT_EQ(broadcast, plain);
+    // Four positions need sections.
+    EXPECT_FALSE(ops::BuildRopeTable(one, pos4.data(), 3, plain.data(), 4).ok());
+  }
+}
+
 TEST(Numerics, CheckFiniteNamesTheTensorAndIndex) {
   std::vector<float> x = RandomNormal(5000, 10);
   x[17] = std::numeric_limits<float>::denorm_min();

@@ -79,6 +79,10 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {c.q_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {c.kv_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {c.kv_dim()}));
+    if (c.qk_norm) {
+      VLMD_ASSIGN_OR_RETURN(L.q_norm, GetF32(f, p + "attn_q_norm.weight", {c.head_dim}));
+      VLMD_ASSIGN_OR_RETURN(L.k_norm, GetF32(f, p + "attn_k_norm.weight", {c.head_dim}));
+    }
     const ops::WeightView* qkv[] = {&L.wq, &L.wk, &L.wv};
     const ops::WeightView* gate_up[] = {&L.w_gate, &L.w_up};
     VLMD_ASSIGN_OR_RETURN(L.wqkv, ops::PackFusedWeights(packing, qkv, &m->packed_));
@@ -141,7 +145,7 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
     uint16_t* vc = cache.v(layer);
     const kernels::ConvertRowFn to_f16 = ctx->kernels->convert_act[static_cast<int>(DType::kF16)];
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t p = b.pos[r];
+      const int64_t p = b.slot[r];
       if (to_f16 != nullptr) {  // SIMD; round to nearest even as F32ToF16
         to_f16(ctx->k.data() + r * kv_dim, kc + p * kv_dim, kv_dim);
         to_f16(ctx->v.data() + r * kv_dim, vc + p * kv_dim, kv_dim);
@@ -159,13 +163,13 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
     a.kv_type = DType::kF16;
     a.out = ctx->attn.data() + r0 * c.q_dim();
     a.n_q = r1 - r0;
-    a.n_kv = b.pos[r1 - 1] + 1;
+    a.n_kv = b.slot[r1 - 1] + 1;
     a.n_heads = c.n_heads;
     a.n_kv_heads = c.n_kv_heads;
     a.head_dim = c.head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     a.causal = true;
-    a.q_pos = b.pos + r0;
+    a.q_pos = b.slot + r0;
     a.kv_pos = ctx->kv_pos.data();
     a.kv_scratch = &ctx->attention_kv;
     a.bf16_tiles = bf16_attention_ && b.prompt;
@@ -179,8 +183,14 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
                            ForwardContext* ctx, float* logits) const {
   const TextConfig& c = config_;
   const int64_t n = b.n_tokens;
-  if (n <= 0 || b.tokens == nullptr || b.pos == nullptr || b.seq == nullptr) {
+  if (n <= 0 || b.tokens == nullptr || b.slot == nullptr || b.seq == nullptr) {
     return InvalidArgumentError("empty or incomplete forward batch");
+  }
+  if (b.rope_pos != nullptr && b.rope_pos_per_row != 1 &&
+      !(b.rope_pos_per_row == 4 && c.multi_rope())) {
+    return InvalidArgumentError("forward batch: " + std::to_string(b.rope_pos_per_row) +
+                                " RoPE positions per row for a model with " +
+                                (c.multi_rope() ? "M-RoPE (1 or 4)" : "one position (1)"));
   }
   // Validate the batch against the caches before touching any state.
   for (int64_t r = 0; r < n; ++r) {
@@ -191,12 +201,12 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
     }
     const KvCache& cache = *caches[s];
     const bool first = r == 0 || b.seq[r - 1] != s;
-    if (first ? b.pos[r] > cache.n_filled() || b.pos[r] < 0 : b.pos[r] != b.pos[r - 1] + 1) {
-      return InvalidArgumentError("batch row " + std::to_string(r) + ": position " +
-                                  std::to_string(b.pos[r]) + " leaves a hole in sequence " +
+    if (first ? b.slot[r] > cache.n_filled() || b.slot[r] < 0 : b.slot[r] != b.slot[r - 1] + 1) {
+      return InvalidArgumentError("batch row " + std::to_string(r) + ": slot " +
+                                  std::to_string(b.slot[r]) + " leaves a hole in sequence " +
                                   std::to_string(s));
     }
-    if (b.pos[r] >= cache.n_ctx()) {
+    if (b.slot[r] >= cache.n_ctx()) {
       return ResourceExhaustedError("context of " + std::to_string(cache.n_ctx()) +
                                     " positions is full");
     }
@@ -235,16 +245,20 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
   float* x = ctx->x.data();
   float* xn = ctx->xn.data();
 
+  const int64_t w_inp = c.n_embd_inp();  // an embedding row: [main | deepstack slices]
   for (int64_t r = 0; r < n; ++r) {
     if (b.tokens[r] >= 0) {
       VLMD_RETURN_IF_ERROR(EmbedToken(b.tokens[r], x + r * d));
     } else {
-      std::copy_n(b.embeddings + r * d, d, x + r * d);
+      std::copy_n(b.embeddings + r * w_inp, d, x + r * d);
     }
   }
   ops::RopeParams rope{.n_rot = c.n_rot, .freq_base = c.rope_theta,
-                       .freq_scale = c.rope_freq_scale, .neox = c.rope_neox};
-  VLMD_RETURN_IF_ERROR(ops::BuildRopeTable(rope, b.pos, n, ctx->rope_table.data()));
+                       .freq_scale = c.rope_freq_scale, .neox = c.rope_neox,
+                       .sections = c.rope_sections, .interleaved = c.rope_interleaved};
+  VLMD_RETURN_IF_ERROR(ops::BuildRopeTable(rope, b.rope_pos ? b.rope_pos : b.slot, n,
+                                           ctx->rope_table.data(),
+                                           b.rope_pos ? b.rope_pos_per_row : 1));
 
   // The layers' products over packed matrices: prompt rows on the tile unit at any row count,
   // other rows never (ForwardBatch::prompt). The head below keeps the int8 kernel: it runs on
@@ -284,6 +298,12 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
     AddBias(ctx->q.data(), L.bq, n);
     AddBias(ctx->k.data(), L.bk, n);
     AddBias(ctx->v.data(), L.bv, n);
+    if (c.qk_norm) {  // per head: rows of head_dim
+      VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->q.data(), L.q_norm.data(), ctx->q.data(),
+                                        n * c.n_heads, c.head_dim, c.rms_eps));
+      VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->k.data(), L.k_norm.data(), ctx->k.data(),
+                                        n * c.n_kv_heads, c.head_dim, c.rms_eps));
+    }
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, c.head_dim, 0,
                                             ctx->rope_table.data(), c.n_rot, c.rope_neox));
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_kv_heads, c.head_dim,
@@ -302,11 +322,17 @@ Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> cach
                                        ctx->gate.data(), n * ff));
     }
     VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
+    if (l < c.n_deepstack && b.embeddings != nullptr) {
+      // Deepstack: image rows add their slice l + 1 (text rows' slices are zero).
+      for (int64_t r = 0; r < n; ++r) {
+        if (b.tokens[r] < 0) AddInPlace(x + r * d, b.embeddings + r * w_inp + (l + 1) * d, d);
+      }
+    }
   }
   // Each sequence now holds exactly the positions up to its last row (rows that restarted
   // below n_filled replaced the old suffix).
   for (int64_t r = 0; r < n; ++r) {
-    if (r + 1 == n || b.seq[r + 1] != b.seq[r]) caches[b.seq[r]]->set_n_filled(b.pos[r] + 1);
+    if (r + 1 == n || b.seq[r + 1] != b.seq[r]) caches[b.seq[r]]->set_n_filled(b.slot[r] + 1);
   }
   if (b.n_logit_rows == 0) return Status::Ok();
   const int64_t nl = b.n_logit_rows;

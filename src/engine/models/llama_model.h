@@ -1,6 +1,7 @@
-// The llama-family text decoder (llama, SmolLM2, Qwen2) as llama.cpp stores it in GGUF:
-// token embedding, n_layers x [RMSNorm, GQA attention with RoPE, RMSNorm, SwiGLU FFN], final
-// RMSNorm and a separate or tied output head. Weights are zero-copy views into the mapped file;
+// The llama-family text decoder (llama, SmolLM2, Qwen2, and the Qwen VL decoders qwen2vl /
+// qwen3vl) as llama.cpp stores it in GGUF: token embedding, n_layers x [RMSNorm, GQA attention
+// with RoPE (one position, or M-RoPE sections; qwen3vl: q/k RMSNorm), RMSNorm, SwiGLU FFN
+// (qwen3vl: + deepstack rows)], final RMSNorm and a separate or tied output head. Weights are zero-copy views into the mapped file;
 // per-sequence state lives in KvCache, per-call scratch in ForwardContext.
 #pragma once
 
@@ -20,14 +21,17 @@
 namespace vlmd::engine::models {
 
 // One forward call: n_tokens rows, each a token id (or an injected embedding row, e.g. an image
-// token) of sequence seq[i] at position pos[i]. Rows of one sequence are contiguous with
-// consecutive positions, and the first position of a sequence's rows must not be past its
-// cache's n_filled (no holes). All arrays are owned by the caller.
+// token) of sequence seq[i] in KV slot slot[i]. Rows of one sequence are contiguous in consecutive
+// slots, and the first slot of a sequence's rows must not be past its cache's n_filled (no holes).
+// The slot order is the causal order: a row sees its own sequence's slots up to its own. The RoPE
+// position of a row is separate from its slot (M-RoPE advances an image by max(grid_w, grid_h)
+// positions, not by its row count): rope_pos gives it, else it is the slot. All arrays are owned
+// by the caller.
 struct ForwardBatch {
   int64_t n_tokens = 0;
   const int32_t* tokens = nullptr;    // [n_tokens]; a negative id takes the embeddings row
-  const float* embeddings = nullptr;  // [n_tokens, d_model] or nullptr
-  const int32_t* pos = nullptr;       // [n_tokens]
+  const float* embeddings = nullptr;  // [n_tokens, TextConfig::n_embd_inp()] or nullptr
+  const int32_t* slot = nullptr;      // [n_tokens] KV cache rows
   const int32_t* seq = nullptr;       // [n_tokens], index into the caches span
   const int32_t* logit_rows = nullptr;  // rows whose logits are computed, ascending
   int64_t n_logit_rows = 0;
@@ -39,6 +43,10 @@ struct ForwardBatch {
   // however it is cut into chunks; other rows (decode steps) keep the int8 and f32 kernels, so
   // that a sequence decodes the same in any batch.
   bool prompt = false;
+  // RoPE positions: nullptr (position = slot), or rope_pos_per_row values per row: 1 (one
+  // position; an M-RoPE model uses it for all four sections) or 4 ((t, h, w, e), M-RoPE models).
+  const int32_t* rope_pos = nullptr;
+  int32_t rope_pos_per_row = 1;
 };
 
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
@@ -98,7 +106,8 @@ class LlamaModel {
     // one matmul each, so decode pays one activation quantization and one thread hand-off
     // instead of three / two. When set, the parts above keep only their GGUF rows.
     ops::WeightView wqkv, w_gate_up;
-    std::vector<float> bq, bk, bv;           // qwen2 only
+    std::vector<float> bq, bk, bv;           // qwen2 / qwen2vl only
+    std::vector<float> q_norm, k_norm;       // [head_dim], qwen3vl only
   };
 
   LlamaModel() = default;

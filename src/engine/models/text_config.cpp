@@ -1,6 +1,8 @@
 // Reading the text-decoder hyperparameters (see text_config.h).
 #include "engine/models/text_config.h"
 
+#include <vector>
+
 namespace vlmd::engine::models {
 namespace {
 
@@ -25,9 +27,9 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   TextConfig c;
   VLMD_ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
   c.arch = std::string(arch);
-  if (c.arch != "llama" && c.arch != "qwen2") {
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2vl" && c.arch != "qwen3vl") {
     return UnimplementedError("text architecture '" + c.arch +
-                              "' is not supported (supported: llama, qwen2)");
+                              "' is not supported (supported: llama, qwen2, qwen2vl, qwen3vl)");
   }
   const std::string p = c.arch + ".";
   constexpr int64_t kMaxDim = 1 << 16, kMaxLayers = 1024;
@@ -74,8 +76,38 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
       return UnimplementedError("rope scaling '" + std::string(type) + "' is not supported");
     }
   }
-  c.rope_neox = c.arch == "qwen2";
-  c.qkv_bias = c.arch == "qwen2";
+  c.rope_neox = c.arch != "llama";
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl";
+  c.qk_norm = c.arch == "qwen3vl";
+  if (c.arch == "qwen2vl" || c.arch == "qwen3vl") {
+    // M-RoPE (FAMILIES.md): four sections of rotary pairs, required, summing to at most n_rot/2.
+    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> sections,
+                          f.GetI32Array(p + "rope.dimension_sections"));
+    if (sections.size() != 4) {
+      return InvalidArgumentError(p + "rope.dimension_sections must have 4 values, not " +
+                                  std::to_string(sections.size()));
+    }
+    int64_t sum = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      if (sections[i] < 0) return InvalidArgumentError(p + "rope.dimension_sections has a negative value");
+      c.rope_sections[i] = sections[i];
+      sum += sections[i];
+    }
+    if (sum == 0 || sum > c.n_rot / 2) {
+      return InvalidArgumentError(p + "rope.dimension_sections sum " + std::to_string(sum) +
+                                  " is outside [1, rope.dimension_count / 2 = " +
+                                  std::to_string(c.n_rot / 2) + "]");
+    }
+    c.rope_interleaved = c.arch == "qwen3vl";
+  }
+  if (c.arch == "qwen3vl" && f.Find(p + "n_deepstack_layers") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(uint32_t n_ds, f.GetU32(p + "n_deepstack_layers"));
+    if (n_ds > static_cast<uint32_t>(c.n_layers)) {
+      return InvalidArgumentError(p + "n_deepstack_layers " + std::to_string(n_ds) +
+                                  " exceeds block_count " + std::to_string(c.n_layers));
+    }
+    c.n_deepstack = static_cast<int32_t>(n_ds);
+  }
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFoundError("model tensor 'token_embd.weight' is missing");
   if (embd->n_dims != 2 || embd->ne[0] != c.d_model) {

@@ -21,8 +21,25 @@ Status ValidateRotation(int64_t n_rot, int64_t head_dim) {
 
 }  // namespace
 
+int RopeSectionOfPair(const RopeParams& params, int64_t pair) {
+  const auto& s = params.sections;
+  const int64_t total = int64_t{s[0]} + s[1] + s[2] + s[3];
+  if (total <= 0) return 0;
+  const int64_t sector = pair % total;
+  if (params.interleaved) {
+    if (sector % 3 == 1 && sector < 3 * int64_t{s[1]}) return 1;
+    if (sector % 3 == 2 && sector < 3 * int64_t{s[2]}) return 2;
+    if (sector % 3 == 0 && sector < 3 * int64_t{s[0]}) return 0;
+    return 3;
+  }
+  if (sector < s[0]) return 0;
+  if (sector < int64_t{s[0]} + s[1]) return 1;
+  if (sector < int64_t{s[0]} + s[1] + s[2]) return 2;
+  return 3;
+}
+
 Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_t n_tokens,
-                      float* table) {
+                      float* table, int positions_per_token) {
   if (params.n_rot < 2 || params.n_rot % 2 != 0) {
     return InvalidArgumentError("Rope: n_rot = " + std::to_string(params.n_rot) +
                                 " must be even and >= 2");
@@ -32,6 +49,13 @@ Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_
     return InvalidArgumentError("Rope: bad freq_base / freq_scale");
   }
   if (n_tokens < 0) return InvalidArgumentError("Rope: n_tokens < 0");
+  if (positions_per_token != 1 && !(positions_per_token == 4 && params.multi_section())) {
+    return InvalidArgumentError("Rope: " + std::to_string(positions_per_token) +
+                                " positions per token (1, or 4 with sections)");
+  }
+  for (int32_t v : params.sections) {
+    if (v < 0) return InvalidArgumentError("Rope: negative section size");
+  }
   if (n_tokens > 0 && (positions == nullptr || table == nullptr)) {
     return InvalidArgumentError("Rope: null positions or table");
   }
@@ -50,10 +74,17 @@ Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_
     }
     inv_freq[static_cast<size_t>(i)] = f;
   }
+  // Which of a token's positions each pair uses (always the first with one position per token).
+  std::vector<int> section(static_cast<size_t>(half), 0);
+  if (positions_per_token == 4) {
+    for (int64_t i = 0; i < half; ++i) section[static_cast<size_t>(i)] = RopeSectionOfPair(params, i);
+  }
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* row = table + t * params.n_rot;
+    const int32_t* pos = positions + t * positions_per_token;
     for (int64_t i = 0; i < half; ++i) {
-      const double theta = static_cast<double>(positions[t]) * inv_freq[static_cast<size_t>(i)];
+      const double theta = static_cast<double>(pos[section[static_cast<size_t>(i)]]) *
+                           inv_freq[static_cast<size_t>(i)];
       row[i] = static_cast<float>(std::cos(theta));
       row[half + i] = static_cast<float>(std::sin(theta));
     }

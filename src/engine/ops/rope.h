@@ -2,6 +2,7 @@
 // llama.cpp layouts: "normal" (adjacent pairs, LLaMA) and "neox" (halves, GPT-NeoX / Qwen / ...).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "core/status.h"
@@ -17,7 +18,20 @@ struct RopeParams {
   bool neox = false;            // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
   // [n_rot/2] per-pair divisors of the angle (LLaMA-3 "rope_freqs" tensor), or nullptr.
   const float* freq_factors = nullptr;
+  // Multi-section RoPE (Qwen2-VL "M-RoPE", Qwen3-VL interleaved "IMRoPE"): every token has four
+  // positions (t, h, w, e) and pair i rotates by the one its section names (RopeSectionOfPair);
+  // the frequency index stays i. All zero: one position per token.
+  std::array<int32_t, 4> sections{};
+  bool interleaved = false;  // IMRoPE: sections dealt round-robin t, h, w instead of in blocks
+  bool multi_section() const { return sections[0] + sections[1] + sections[2] + sections[3] > 0; }
 };
+
+// Which of the four positions (0 = t, 1 = h, 2 = w, 3 = e) rotary pair `pair` uses under the
+// multi-section rule of params (ggml_mrope_cache_init, ggml/src/ggml-cpu/ops.cpp @3f545be): the
+// sector is pair mod sum(sections); blocks: t for sector < s0, h below s0+s1, w below s0+s1+s2,
+// else e; interleaved: h where sector % 3 == 1 and sector < 3 s1, w where sector % 3 == 2 and
+// sector < 3 s2, t where sector % 3 == 0 and sector < 3 s0, else e.
+int RopeSectionOfPair(const RopeParams& params, int64_t pair);
 
 // Angle of pair i at position pos: theta_i = pos * freq_scale * freq_base^(-2i/n_rot) /
 // freq_factors[i], as ggml_rope_ext with ext_factor = 0 and attn_factor = 1. Evaluated in double
@@ -27,8 +41,12 @@ struct RopeParams {
 // Writes table [n_tokens, n_rot]: for token t, n_rot/2 cosines then n_rot/2 sines (the planar
 // layout the rope kernel reads). Caller owns table. INVALID_ARGUMENT on bad params or a null
 // buffer.
+//
+// positions: [n_tokens] for one-position RoPE; [n_tokens, 4] (t, h, w, e per token) when
+// params.multi_section(), where every token may also give one position (positions_per_token 1:
+// all four equal, which is exactly one-position RoPE: text tokens of an M-RoPE model).
 Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_t n_tokens,
-                      float* table);
+                      float* table, int positions_per_token = 1);
 
 // Rotates x [n_tokens, n_heads, head_dim] in place with a precomputed table [n_tokens, n_rot]
 // (from BuildRopeTable, or a caller's own for multi-section / 2-D rope). token_stride: floats

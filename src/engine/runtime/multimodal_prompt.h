@@ -36,6 +36,13 @@ struct PromptRows {
   std::vector<int32_t> tokens;
   std::vector<float> embeddings;  // [n_image_tokens, n_embd]
   int64_t n_image_tokens = 0;
+  // RoPE positions, for M-RoPE families whose image rows do not advance the position counter one
+  // by one: [n_rows, 4] (t, h, w, e) per row. Empty: row i has position i.
+  std::vector<int32_t> rope_pos;
+  // The position counter after the prompt minus its row count (<= 0: an M-RoPE image of
+  // grid_w x grid_h rows advances it by max(grid_w, grid_h)); a generated row in KV slot s has
+  // position s + position_shift.
+  int32_t position_shift = 0;
 };
 
 // Builds the rows for `text` with one marker per image (markers beyond the images are an error;

@@ -89,6 +89,8 @@ class Sequence {
   friend class TextEngine;
   std::unique_ptr<PromptRows> prefill_;  // the prompt; released once it is all in the cache
   int64_t prefill_next_ = 0;             // first row not yet in the cache
+  // RoPE position of a generated row = its slot + position_shift_ (PromptRows::position_shift).
+  int32_t position_shift_ = 0;
 };
 
 }  // namespace vlmd::engine::runtime

@@ -66,7 +66,11 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
                            int64_t first_row, int64_t end_row) {
   const int64_t n = static_cast<int64_t>(prompt.tokens.size());
   const int64_t end = end_row < 0 ? n : std::min(end_row, n);
-  const int64_t d = model_->config().d_model;
+  const int64_t d = model_->config().n_embd_inp();  // an image row's width (deepstack included)
+  if (!prompt.rope_pos.empty() && static_cast<int64_t>(prompt.rope_pos.size()) != 4 * n) {
+    return InvalidArgumentError("prompt has " + std::to_string(prompt.rope_pos.size()) +
+                                " RoPE positions for " + std::to_string(n) + " rows (4 each)");
+  }
   std::vector<int32_t> pos, seq;
   std::vector<float> embd;  // [len, d_model] rows of this chunk's image tokens (others unused)
   int64_t next_embd = 0;    // next row of prompt.embeddings
@@ -97,6 +101,10 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
     models::ForwardBatch b{len, prompt.tokens.data() + start, any_image ? embd.data() : nullptr,
                            pos.data(), seq.data(), last ? &logit_row : nullptr, last ? 1 : 0};
     b.prompt = true;
+    if (!prompt.rope_pos.empty()) {
+      b.rope_pos = prompt.rope_pos.data() + 4 * start;
+      b.rope_pos_per_row = 4;
+    }
     VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, logits));
   }
   if (end == n && ctx_.attention_kv.capacity() * sizeof(float) > opts_.max_idle_scratch_bytes) {
@@ -296,6 +304,7 @@ Result<std::unique_ptr<Sequence>> TextEngine::BeginSequence(PromptRows rows,
     prefix_len = 0;
   }
   auto seq = std::make_unique<Sequence>(*tokenizer_, params, std::move(cache), prompt);
+  seq->position_shift_ = rows.position_shift;
   seq->prefill_ = std::make_unique<PromptRows>(std::move(rows));
   seq->prefill_next_ = prefix_len;
   return seq;
@@ -342,20 +351,23 @@ Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
   const int64_t n = static_cast<int64_t>(active.size());
   if (n == 0) return Status::Ok();
   const int64_t n_vocab = model_->config().n_vocab;
-  // step_rows_: [tokens | positions | seq ids | logit rows], n each.
-  step_rows_.resize(static_cast<size_t>(4 * n));
+  // step_rows_: [tokens | slots | seq ids | logit rows | RoPE positions], n each.
+  step_rows_.resize(static_cast<size_t>(5 * n));
   int32_t* tokens = step_rows_.data();
-  int32_t* pos = tokens + n;
-  int32_t* seq = pos + n;
+  int32_t* slot = tokens + n;
+  int32_t* seq = slot + n;
   int32_t* rows = seq + n;
+  int32_t* rope_pos = rows + n;
   for (int64_t i = 0; i < n; ++i) {
     tokens[i] = active[i]->last_token();
-    pos[i] = active[i]->cache()->n_filled();
+    slot[i] = active[i]->cache()->n_filled();
     seq[i] = static_cast<int32_t>(i);
     rows[i] = static_cast<int32_t>(i);
+    rope_pos[i] = slot[i] + active[i]->position_shift_;
   }
   step_logits_.resize(static_cast<size_t>(n * n_vocab));
-  models::ForwardBatch b{n, tokens, nullptr, pos, seq, rows, n};
+  models::ForwardBatch b{n, tokens, nullptr, slot, seq, rows, n};
+  b.rope_pos = rope_pos;
   b.check_finite = false;  // per row below: a bad sequence must not fail its batch neighbours
   VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, step_logits_.data()));
   for (int64_t i = 0; i < n; ++i) {
