@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/models/vit_attention.h"
 #include "engine/models/weights.h"
 #include "engine/ops/norm.h"
 #include "engine/ops/numerics.h"
@@ -22,26 +23,6 @@ void Grow(std::vector<float>& v, int64_t n) {
 }
 
 
-
-// The 4-D patch kernel [p, p, 3, D] (ggml order) viewed as D rows of 3*p*p values ordered
-// (channel, ky, kx), which is also the order Unfold writes.
-Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& f, int64_t p, int64_t d) {
-  const std::string name = "v.patch_embd.weight";
-  const gguf::TensorInfo* t = f.FindTensor(name);
-  if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
-  if (t->n_dims != 4 || t->ne[0] != p || t->ne[1] != p || t->ne[2] != 3 || t->ne[3] != d) {
-    return InvalidArgumentError("tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) +
-                                ", " + std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) +
-                                ", " + std::to_string(t->ne[3]) + "], expected [" +
-                                std::to_string(p) + ", " + std::to_string(p) + ", 3, " +
-                                std::to_string(d) + "]");
-  }
-  auto row_bytes = RowBytes(t->type, 3 * p * p);
-  if (!row_bytes || !GetDTypeTraits(t->type).compute_supported) {
-    return UnimplementedError("tensor '" + name + "' has a type vlmd cannot compute with");
-  }
-  return ops::WeightView{t->type, d, 3 * p * p, t->data, static_cast<size_t>(*row_bytes)};
-}
 
 }  // namespace
 
@@ -92,7 +73,7 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
   m->config_ = c;
   m->fast_ = packing.precision == ops::Precision::kFast;
   const int64_t d = c.d_model, ff = c.d_ff;
-  VLMD_ASSIGN_OR_RETURN(m->patch_w_, GetPatchKernel(f, c.patch_size, d));
+  VLMD_ASSIGN_OR_RETURN(m->patch_w_, GetPatchKernel(f, "v.patch_embd.weight", c.patch_size, d));
   VLMD_ASSIGN_OR_RETURN(m->patch_b_, GetOptionalF32(f, "v.patch_embd.bias", {d}));
   VLMD_ASSIGN_OR_RETURN(m->class_embd_, GetOptionalF32(f, "v.class_embd", {d}));
   m->n_positions_ = c.n_patches() + (m->class_embd_.empty() ? 0 : 1);
@@ -164,65 +145,12 @@ void ClipVit::Unfold(const float* pixels, int64_t n_tiles, float* patches) const
   }
 }
 
-// Full (non-causal) attention of every tile, as two f32 GEMMs per (tile, head, query block):
-// scores = Q_h K_h^T, softmax per row, out_h = P V_h. The score block is [kQueryBlock, n_pos],
-// so memory stays bounded at any tile size; the GEMMs run at the matmul kernels' rate where a
-// per-query dot over f16 rows would be bound by horizontal sums and conversions.
+// Full (non-causal) attention of every tile: each tile's rows are one span.
 Status ClipVit::Attend(int64_t n_tiles, VisionContext* ctx) const {
-  constexpr int64_t kQueryBlock = 1024;
-  const VisionConfig& c = config_;
-  const int64_t d = c.d_model, npos = n_positions_;
-  const int64_t hd = c.head_dim, heads = c.n_heads;
-  // llama.cpp's encoder runs flash attention: K and V are cast to F16, Q is rounded to F16 for
-  // the K.Q products (F32 accumulation). The f16 values are exact in f32, so the GEMMs below
-  // multiply exactly those numbers. Each job rounds its own Q slice and its copies of K and V.
-  const kernels::KernelTable& kt = *ctx->kernels;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
-  ctx->attention_work.resize(static_cast<size_t>(workers));
-  for (auto& w : ctx->attention_work) {
-    Grow(w.k_head, npos * hd);
-    Grow(w.v_head_t, hd * npos);
-    Grow(w.v_head, npos * hd);
-    Grow(w.scores, std::min(kQueryBlock, npos) * npos);
-  }
-  const int64_t q_blocks = (npos + kQueryBlock - 1) / kQueryBlock;
-  const int64_t jobs = n_tiles * heads * q_blocks;
-  return ops::internal::ForJobs(ctx->pool, jobs, [&](int64_t job, int worker) {
-    const int64_t qb = job % q_blocks, h = (job / q_blocks) % heads, t = job / (q_blocks * heads);
-    const int64_t r0 = t * npos, q0 = qb * kQueryBlock, nq = std::min(kQueryBlock, npos - q0);
-    VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
-    for (int64_t j = 0; j < npos; ++j) {
-      kt.round_f16(ctx->k.data() + (r0 + j) * d + h * hd, w.k_head.data() + j * hd, hd);
-      kt.round_f16(ctx->v.data() + (r0 + j) * d + h * hd, w.v_head.data() + j * hd, hd);
-    }
-    for (int64_t i = 0; i < nq; ++i) {
-      float* qr = ctx->q.data() + (r0 + q0 + i) * d + h * hd;
-      kt.round_f16(qr, qr, hd);
-    }
-    // V^T in 16-row blocks: each block's reads stay in a few cache lines per row.
-    for (int64_t j0 = 0; j0 < npos; j0 += 16) {
-      const int64_t j1 = std::min(npos, j0 + 16);
-      for (int64_t e = 0; e < hd; ++e) {
-        float* dst = w.v_head_t.data() + e * npos;
-        for (int64_t j = j0; j < j1; ++j) dst[j] = w.v_head[j * hd + e];
-      }
-    }
-    const ops::WeightView k_view{DType::kF32, npos, hd, w.k_head.data(), 0};
-    const ops::WeightView v_view{DType::kF32, hd, npos, w.v_head_t.data(), 0};
-    Status s = ops::MatMul(kt, nullptr, k_view, ctx->q.data() + (r0 + q0) * d + h * hd, nq, d,
-                           w.scores.data(), npos, nullptr);
-    for (int64_t i = 0; s.ok() && i < nq; ++i) {
-      float* row = w.scores.data() + i * npos;
-      for (int64_t j = 0; j < npos; ++j) row[j] *= scale;
-      kt.softmax(row, npos);
-    }
-    if (s.ok()) {
-      s = ops::MatMul(kt, nullptr, v_view, w.scores.data(), nq, npos,
-                      ctx->attn.data() + (r0 + q0) * d + h * hd, d, nullptr);
-    }
-    return s;
-  });
+  std::vector<RowSpan> spans(static_cast<size_t>(n_tiles));
+  for (int64_t t = 0; t < n_tiles; ++t) spans[static_cast<size_t>(t)] = {t * n_positions_, n_positions_};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  return VitSpanAttention(ctx, spans, config_.d_model, config_.n_heads, config_.head_dim, scale);
 }
 
 namespace {
