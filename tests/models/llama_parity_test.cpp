@@ -69,7 +69,9 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
     std::vector<int32_t> tokens, slot, seq, rope_pos;
     std::vector<float> embd;
     for (const json& ch : c["chunks"]) {
-      if (mrope) ASSERT_TRUE(ch.contains("pos_start")) << "M-RoPE golden chunk without pos_start";
+      if (mrope) {
+        ASSERT_TRUE(ch.contains("pos_start")) << "M-RoPE golden chunk without pos_start";
+      }
       const int32_t p0 = mrope ? ch["pos_start"].get<int32_t>() : 0;
       if (ch["type"] == "text") {
         int32_t p = p0;

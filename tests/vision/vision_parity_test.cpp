@@ -133,7 +133,7 @@ void CheckBatching(engine::DType vision_type, bool odd_shape = false) {
     ASSERT_NE(le->encoder, nullptr) << error;
     if (precision == engine::ops::Precision::kFast &&
         le->ctx.kernels->tile_bf16_matmul != nullptr) {
-      EXPECT_TRUE(le->encoder->vit().UsesTileBlocks(*le->ctx.kernels))
+      EXPECT_TRUE(le->encoder->vit()->UsesTileBlocks(*le->ctx.kernels))
           << "fast precision on AMX must run the blocks on tiles";
     }
     auto all = le->encoder->Encode(pixels.data(), n_tiles, &le->ctx);

@@ -23,6 +23,32 @@ void AppendTile(const VisionConfig& c, const RgbImage& img, std::vector<float>* 
 
 }  // namespace
 
+void QwenResizedSize(const VisionConfig& c, int32_t width, int32_t height, int32_t max_tokens,
+                     int32_t* out_width, int32_t* out_height) {
+  const int32_t align = c.patch_size * c.spatial_merge;
+  const int64_t unit = static_cast<int64_t>(align) * align;
+  const int64_t max_pixels = (max_tokens > 0 ? std::min(max_tokens, c.max_tokens) : c.max_tokens) * unit;
+  const int64_t min_pixels = std::min<int64_t>(c.min_tokens * unit, max_pixels);
+  const float f = static_cast<float>(align);
+  auto round_by = [&](float x) { return static_cast<int32_t>(std::round(x / f)) * align; };
+  auto ceil_by = [&](float x) { return static_cast<int32_t>(std::ceil(x / f)) * align; };
+  auto floor_by = [&](float x) { return static_cast<int32_t>(std::floor(x / f)) * align; };
+  int32_t h = std::max(align, round_by(static_cast<float>(height)));
+  int32_t w = std::max(align, round_by(static_cast<float>(width)));
+  const float area = static_cast<float>(static_cast<int64_t>(height) * width);
+  if (static_cast<int64_t>(h) * w > max_pixels) {
+    const float beta = std::sqrt(area / static_cast<float>(max_pixels));
+    h = std::max(align, floor_by(static_cast<float>(height) / beta));
+    w = std::max(align, floor_by(static_cast<float>(width) / beta));
+  } else if (static_cast<int64_t>(h) * w < min_pixels) {
+    const float beta = std::sqrt(static_cast<float>(min_pixels) / area);
+    h = ceil_by(static_cast<float>(height) * beta);
+    w = ceil_by(static_cast<float>(width) * beta);
+  }
+  *out_width = w;
+  *out_height = h;
+}
+
 void Idefics3RefinedSize(int32_t width, int32_t height, int32_t align, int32_t longest_edge,
                          int32_t* out_width, int32_t* out_height) {
   const float scale = std::min(static_cast<float>(longest_edge) / width,
@@ -35,7 +61,7 @@ void Idefics3RefinedSize(int32_t width, int32_t height, int32_t align, int32_t l
 }
 
 Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
-                                          const PreprocessOptions& o) {
+                                          const PreprocessOptions& o, int32_t qwen_max_tokens) {
   if (image.width < 1 || image.height < 1 ||
       image.rgb.size() != static_cast<size_t>(image.width) * image.height * 3) {
     return InvalidArgumentError("image of " + std::to_string(image.width) + "x" +
@@ -43,8 +69,23 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
                                 std::to_string(image.rgb.size()) + " bytes is not packed RGB");
   }
   PreprocessedImage out;
+  if (IsQwenVl(c.projector)) {
+    int32_t w = 0, h = 0;
+    QwenResizedSize(c, image.width, image.height, qwen_max_tokens, &w, &h);
+    // Same size: a plain copy; otherwise aspect-preserving bilinear with black padding.
+    const RgbImage resized = ResizeWithPadding(image, w, h, ResizeAlgo::kBilinear, {0, 0, 0});
+    AppendTile(c, resized, &out.pixels);
+    out.width = w;
+    out.height = h;
+    out.grid_cols = w / (c.patch_size * c.spatial_merge);  // the merged token grid
+    out.grid_rows = h / (c.patch_size * c.spatial_merge);
+    out.n_tiles = 1;
+    return out;
+  }
   const int32_t s = c.image_size;
   out.tile_size = s;
+  out.width = s;
+  out.height = s;
   if (c.projector == ProjectorType::kMlp) {
     const RgbImage tile = o.pad_fixed ? ResizeWithPadding(image, s, s, o.algo, {122, 116, 104})
                                       : Resize(image, s, s, o.algo);

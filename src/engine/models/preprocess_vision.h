@@ -6,7 +6,10 @@
 //    (bicubic) and padded black (llama.cpp's resize with padding, matched by the fixtures), cut
 //    into row-major tiles, then a global image: the original stretched to image_size x
 //    image_size with the corner-aligned bilinear filter (llama.cpp's "overview" resize, no
-//    padding). Tiles come first, the global image last (the prompt's chunk order).
+//    padding). Tiles come first, the global image last (the prompt's chunk order);
+//  - Qwen VL (dynamic resolution): one image whose sides are rounded to multiples of
+//    patch_size * 2 within the family's token limits (QwenResizedSize); a different size is
+//    reached by an aspect-preserving bilinear resize, padded black (llama.cpp's PAD_CEIL).
 // Pure functions: no state, no I/O.
 #pragma once
 
@@ -20,12 +23,15 @@
 namespace vlmd::engine::models {
 
 struct PreprocessedImage {
-  int32_t tile_size = 0;    // pixels per side of every tile (= config.image_size)
-  int32_t grid_cols = 0;    // tiles per row (0 when the image is not tiled)
+  int32_t tile_size = 0;    // pixels per side of every tile (= config.image_size; Qwen VL: 0)
+  // Pixels of each tile: tile_size x tile_size, except Qwen VL's one dynamic-size image.
+  int32_t width = 0;
+  int32_t height = 0;
+  int32_t grid_cols = 0;    // tiles per row (0 when the image is not tiled; Qwen VL: merged tokens)
   int32_t grid_rows = 0;
   bool has_global = false;  // the last tile is the whole image downscaled (idefics3)
   int64_t n_tiles = 0;
-  // n_tiles planar tiles [3][tile_size][tile_size], (pixel / 255 - mean[c]) / std[c].
+  // n_tiles planar tiles [3][height][width], (pixel / 255 - mean[c]) / std[c].
   std::vector<float> pixels;
 };
 
@@ -39,8 +45,18 @@ struct PreprocessOptions {
 };
 
 // INVALID_ARGUMENT for an empty image or an rgb size that is not width * height * 3.
+// qwen_max_tokens: Qwen VL only, a lower token limit than the config's (token budgets; < 1: the
+// config's).
 Result<PreprocessedImage> PreprocessImage(const VisionConfig& config, RgbView image,
-                                          const PreprocessOptions& options = {});
+                                          const PreprocessOptions& options = {},
+                                          int32_t qwen_max_tokens = 0);
+
+// The size a Qwen VL image of width x height is resized to (llama.cpp's smart resize,
+// calc_size_preserved_ratio in float32): each side rounded to a multiple of align = patch_size *
+// spatial_merge (at least align); then, over max_tokens merged tokens, scaled down (floor), under
+// min_tokens, scaled up (ceil). max_tokens < 1: the config's. The merged grid is out / align.
+void QwenResizedSize(const VisionConfig& config, int32_t width, int32_t height, int32_t max_tokens,
+                     int32_t* out_width, int32_t* out_height);
 
 // The refined size of an idefics3 image: longest edge scaled to `longest_edge` (float math as
 // llama.cpp), each side then rounded up to a multiple of `align`.

@@ -48,9 +48,16 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
     c.projector = ProjectorType::kMlp;
   } else if (proj == "idefics3") {
     c.projector = ProjectorType::kIdefics3;
+  } else if (proj == "qwen2vl_merger") {
+    c.projector = ProjectorType::kQwen2vl;
+  } else if (proj == "qwen2.5vl_merger") {
+    c.projector = ProjectorType::kQwen25vl;
+  } else if (proj == "qwen3vl_merger") {
+    c.projector = ProjectorType::kQwen3vl;
   } else {
     return UnimplementedError("vision projector type '" + c.projector_name +
-                              "' is not supported (supported: mlp, idefics3)");
+                              "' is not supported (supported: mlp, idefics3, qwen2vl_merger, "
+                              "qwen2.5vl_merger, qwen3vl_merger)");
   }
   constexpr int64_t kMaxDim = 1 << 16;
   VLMD_ASSIGN_OR_RETURN(c.image_size, GetPositive(f, "clip.vision.image_size", 1 << 14));
@@ -80,8 +87,29 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   }
   VLMD_ASSIGN_OR_RETURN(bool use_gelu, GetOptionalBool(f, "clip.use_gelu"));
   VLMD_ASSIGN_OR_RETURN(bool use_silu, GetOptionalBool(f, "clip.use_silu"));
-  if (use_silu) return UnimplementedError("clip.use_silu (SiLU vision FFN) is not supported");
-  c.ffn_act = use_gelu ? ops::Activation::kGeluTanh : ops::Activation::kGeluQuick;
+  if (use_silu && c.projector != ProjectorType::kQwen25vl) {
+    return UnimplementedError("clip.use_silu (SiLU vision FFN) is supported for qwen2.5vl_merger only");
+  }
+  c.ffn_act = use_silu   ? ops::Activation::kSilu
+              : use_gelu ? ops::Activation::kGeluTanh
+                         : ops::Activation::kGeluQuick;
+  if (IsQwenVl(c.projector)) {
+    if (f.Find("clip.vision.spatial_merge_size") != nullptr) {
+      VLMD_ASSIGN_OR_RETURN(c.spatial_merge, GetPositive(f, "clip.vision.spatial_merge_size", 8));
+    }
+    if (c.spatial_merge != 2) {
+      return UnimplementedError("clip.vision.spatial_merge_size " + std::to_string(c.spatial_merge) +
+                                " (the Qwen VL merger is 2x2)");
+    }
+    if (c.head_dim % 4 != 0) {
+      return InvalidArgumentError("qwen vision: head dim " + std::to_string(c.head_dim) +
+                                  " is not a multiple of 4 (2-D RoPE sections)");
+    }
+    if (c.projector == ProjectorType::kQwen25vl) {
+      // Required: llama.cpp refuses a qwen2.5vl_merger file without it.
+      VLMD_ASSIGN_OR_RETURN(c.n_wa_pattern, GetPositive(f, "clip.vision.n_wa_pattern", 1024));
+    }
+  }
   if (c.projector == ProjectorType::kIdefics3) {
     VLMD_ASSIGN_OR_RETURN(c.scale_factor,
                           GetPositive(f, "clip.vision.projector.scale_factor", 64));

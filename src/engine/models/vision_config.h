@@ -15,7 +15,17 @@ namespace vlmd::engine::models {
 enum class ProjectorType : uint8_t {
   kMlp,       // LLaVA: mm.0 -> GELU -> mm.2 (class token dropped)
   kIdefics3,  // SmolVLM / Idefics3: pixel shuffle by scale_factor, then mm.model.fc
+  // The Qwen VL line: dynamic-resolution ViT with 2-D RoPE, 2x2 patch merger (FAMILIES.md).
+  kQwen2vl,   // qwen2vl_merger: LayerNorm, quick-GELU FFN
+  kQwen25vl,  // qwen2.5vl_merger: RMSNorm, SwiGLU FFN, window attention
+  kQwen3vl,   // qwen3vl_merger: LayerNorm, GELU FFN, learned positions, fused qkv, deepstack
 };
+
+// True for the projectors of the Qwen VL line (one dynamic-size image, no tiles).
+inline bool IsQwenVl(ProjectorType p) {
+  return p == ProjectorType::kQwen2vl || p == ProjectorType::kQwen25vl ||
+         p == ProjectorType::kQwen3vl;
+}
 
 struct VisionConfig {
   ProjectorType projector = ProjectorType::kMlp;
@@ -31,9 +41,19 @@ struct VisionConfig {
   float eps = 1e-6f;           // LayerNorm epsilon
   std::array<float, 3> image_mean{};
   std::array<float, 3> image_std{};
-  // FFN activation: clip.use_gelu -> GELU (tanh form, ggml_gelu); otherwise quick GELU, as
-  // llama.cpp decides (clip.use_silu is not supported).
+  // FFN activation: clip.use_gelu -> GELU (tanh form, ggml_gelu); clip.use_silu -> SiLU
+  // (Qwen2.5-VL's gated FFN; other families refuse it); otherwise quick GELU, as llama.cpp.
   ops::Activation ffn_act = ops::Activation::kGeluQuick;
+  // Qwen VL: patches merged 2x2 per side into one token; the image is resized so that its sides
+  // are multiples of patch_size * spatial_merge and its merged tokens stay within
+  // [min_tokens, max_tokens] (llama.cpp's set_limit_image_tokens(8, 4096)).
+  int32_t spatial_merge = 2;
+  int32_t min_tokens = 8;
+  int32_t max_tokens = 4096;
+  // Qwen2.5-VL: layer il attends within windows of window_units x window_units merged tokens
+  // unless (il + 1) % n_wa_pattern == 0 (full attention). 0: every layer full.
+  int32_t n_wa_pattern = 0;
+  int32_t window_units = 4;  // llama.cpp's 112-pixel attention window / 28 pixels per token
   int32_t scale_factor = 1;        // idefics3 pixel-shuffle factor per side
   int32_t preproc_image_size = 0;  // idefics3: longest edge before tiling (0: image_size)
 
@@ -41,7 +61,7 @@ struct VisionConfig {
   int32_t n_patches() const { return patches_per_side() * patches_per_side(); }
 };
 
-// Reads and validates the config. UNIMPLEMENTED for a projector type other than mlp / idefics3 or
+// Reads and validates the config. UNIMPLEMENTED for a projector type vlmd does not run or
 // a file without a vision encoder; NOT_FOUND / INVALID_ARGUMENT naming the key for missing or
 // inconsistent values (e.g. image_size not a multiple of patch_size).
 Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& file);

@@ -16,6 +16,10 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
   // float weights go to the AMX tile unit where there is one.
   ops::WeightPacking vision_packing = packing;
   vision_packing.bf16_tiles = true;
+  if (IsQwenVl(e->config_.projector)) {
+    VLMD_ASSIGN_OR_RETURN(e->qwen_, QwenVit::Load(f, e->config_, vision_packing));
+    return e;
+  }
   VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_, vision_packing));
   switch (e->config_.projector) {
     case ProjectorType::kMlp: {
@@ -28,12 +32,33 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
       e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
       break;
     }
+    default:
+      return InternalError("vision projector without an encoder");
   }
   return e;
 }
 
+int64_t VisionEncoder::ImageTokens(const PreprocessedImage& image) const {
+  if (qwen_) return int64_t{image.grid_cols} * image.grid_rows;
+  return image.n_tiles * tokens_per_tile_;
+}
+
+Status VisionEncoder::EncodeImage(const PreprocessedImage& image, VisionContext* ctx,
+                                  float* out) const {
+  if (qwen_) {
+    if (image.n_tiles != 1 ||
+        static_cast<int64_t>(image.pixels.size()) != 3 * int64_t{image.width} * image.height) {
+      return InvalidArgumentError("qwen vision encode: not one preprocessed image");
+    }
+    return qwen_->Encode(image.pixels.data(), image.width, image.height, ctx, out);
+  }
+  return Encode(image.pixels.data(), image.n_tiles, ctx, out);
+}
+
 uint64_t VisionEncoder::memory_bytes() const {
-  uint64_t b = file_->file_size() + vit_->packed_bytes() - vit_->released_bytes();
+  uint64_t b = file_->file_size();
+  if (vit_) b += vit_->packed_bytes() - vit_->released_bytes();
+  if (qwen_) b += qwen_->packed_bytes() - qwen_->released_bytes();
   if (mlp_) b += mlp_->packed_bytes() - mlp_->released_bytes();
   if (idefics3_) b += idefics3_->packed_bytes() - idefics3_->released_bytes();
   return b;
@@ -44,6 +69,7 @@ Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext*
   if (n_tiles < 1 || tiles == nullptr || out == nullptr || ctx == nullptr) {
     return InvalidArgumentError("vision encode: no tiles or null buffers");
   }
+  if (!vit_) return InvalidArgumentError("vision encode: a Qwen VL image is encoded whole (EncodeImage)");
   const int64_t tile_values = 3 * static_cast<int64_t>(config_.image_size) * config_.image_size;
   const int64_t out_per_tile = tokens_per_tile_ * n_embd();
   const int64_t batch = std::max<int64_t>(1, kRowsPerBatch / vit_->n_positions());

@@ -10,7 +10,9 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/models/clip_vit.h"
 #include "engine/models/projector_idefics3.h"
+#include "engine/models/preprocess_vision.h"
 #include "engine/models/projector_mlp.h"
+#include "engine/models/qwen_vit.h"
 #include "engine/models/vision_config.h"
 
 namespace vlmd::engine::models {
@@ -24,9 +26,18 @@ class VisionEncoder {
                                                      const ops::WeightPacking& packing = {});
 
   const VisionConfig& config() const { return config_; }
+  // Visual tokens per tile of the tiled families; 0 for Qwen VL (dynamic size: ImageTokens).
   int64_t tokens_per_tile() const { return tokens_per_tile_; }
-  int64_t n_embd() const { return config_.projection_dim; }  // = text model d_model
-  const ClipVit& vit() const { return *vit_; }
+  // Width of an output row = the text model's input width (n_embd_inp: d_model, times 1 +
+  // deepstack layers for Qwen3-VL).
+  int64_t n_embd() const { return qwen_ ? qwen_->n_embd_out() : config_.projection_dim; }
+  // The CLIP / SigLIP ViT of the tiled families; nullptr for Qwen VL.
+  const ClipVit* vit() const { return vit_.get(); }
+  // Visual tokens of a preprocessed image (every tile, or a Qwen VL image's merged grid).
+  int64_t ImageTokens(const PreprocessedImage& image) const;
+  // Encodes all of `image` into out [ImageTokens(image), n_embd()] (caller-owned). Same errors
+  // as Encode.
+  Status EncodeImage(const PreprocessedImage& image, VisionContext* ctx, float* out) const;
   // Memory the weights hold: the mapped GGUF file plus the packed copies.
   uint64_t memory_bytes() const;
 
@@ -50,6 +61,7 @@ class VisionEncoder {
   std::unique_ptr<ClipVit> vit_;
   std::unique_ptr<MlpProjector> mlp_;
   std::unique_ptr<Idefics3Projector> idefics3_;
+  std::unique_ptr<QwenVit> qwen_;
   int64_t tokens_per_tile_ = 0;
 };
 

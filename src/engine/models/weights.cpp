@@ -85,4 +85,23 @@ uint64_t ReleasePackedRows(const gguf::GgufFile& file, const ops::WeightView& w)
   return ReleaseRows(file, w);
 }
 
+Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& f, const std::string& name, int64_t p,
+                                       int64_t d) {
+  const gguf::TensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
+  if (t->n_dims != 4 || t->ne[0] != p || t->ne[1] != p || t->ne[2] != 3 || t->ne[3] != d) {
+    return InvalidArgumentError("tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) +
+                                ", " + std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) +
+                                ", " + std::to_string(t->ne[3]) + "], expected [" +
+                                std::to_string(p) + ", " + std::to_string(p) + ", 3, " +
+                                std::to_string(d) + "]");
+  }
+  auto row_bytes = RowBytes(t->type, 3 * p * p);
+  if (!row_bytes || !GetDTypeTraits(t->type).compute_supported) {
+    return UnimplementedError("tensor '" + name + "' has a type vlmd cannot compute with");
+  }
+  return ops::WeightView{t->type, d, 3 * p * p, t->data, static_cast<size_t>(*row_bytes)};
+}
+
+
 }  // namespace vlmd::engine::models

@@ -27,6 +27,12 @@ Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string&
 Result<std::vector<float>> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
                                           std::initializer_list<int64_t> shape);
 
+// A patch-embedding convolution kernel `name` of ggml shape [p, p, 3, d] viewed as d rows of
+// 3 * p * p values ordered (channel, ky, kx) (the order of an unfolded patch). Same errors as
+// GetMatrix.
+Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& file, const std::string& name,
+                                       int64_t p, int64_t d);
+
 // Releases the file pages of w's GGUF rows (GgufFile::ReleasePages) when w has a packed copy
 // that MatMul reads instead; returns the bytes released. Call only for matrices used through
 // MatMul alone (not a tied embedding table).

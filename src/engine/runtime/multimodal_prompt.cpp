@@ -1,13 +1,19 @@
 // Multimodal prompt assembly (see multimodal_prompt.h).
 #include "engine/runtime/multimodal_prompt.h"
 
+#include <algorithm>
+
 namespace vlmd::engine::runtime {
 namespace {
 
 // A prompt under construction: text is accumulated until an image slot forces it out.
+// With M-RoPE (Qwen VL) it also keeps the position counter (FAMILIES.md): a text row takes
+// [p, p, p, p] and advances it by 1; an image of a gw x gh merged grid starting at p0 gives token
+// (r, c) [p0, p0 + r, p0 + c, 0] and advances it by max(gw, gh).
 class RowBuilder {
  public:
-  RowBuilder(const tokenizer::Tokenizer& tok, int64_t n_embd) : tok_(tok), n_embd_(n_embd) {}
+  RowBuilder(const tokenizer::Tokenizer& tok, int64_t n_embd, bool mrope)
+      : tok_(tok), n_embd_(n_embd), mrope_(mrope) {}
 
   void Text(std::string_view s) { pending_ += s; }
 
@@ -19,24 +25,48 @@ class RowBuilder {
     return Status::Ok();
   }
 
+  // An M-RoPE image: rows of a grid_w x grid_h merged grid in raster order.
+  Status GridImage(const float* rows, int32_t grid_w, int32_t grid_h) {
+    VLMD_RETURN_IF_ERROR(FlushText());  // the text before takes its positions first
+    const int32_t p0 = next_pos_;
+    VLMD_RETURN_IF_ERROR(Image(rows, int64_t{grid_w} * grid_h));
+    for (int32_t r = 0; r < grid_h; ++r) {
+      for (int32_t c = 0; c < grid_w; ++c) out_.rope_pos.insert(out_.rope_pos.end(), {p0, p0 + r, p0 + c, 0});
+    }
+    next_pos_ = p0 + std::max(grid_w, grid_h);
+    return Status::Ok();
+  }
+
   // Starts the prompt with BOS (when the vocabulary adds one) before any image rows; the text
   // pieces that follow are then tokenized without special additions.
   void LeadingBos() {
-    if (first_ && tok_.vocab().add_bos()) out_.tokens.push_back(tok_.bos());
+    if (first_ && tok_.vocab().add_bos()) AddTextRows({tok_.bos()});
     first_ = false;
   }
 
   Result<PromptRows> Finish() {
     VLMD_RETURN_IF_ERROR(FlushText());
+    if (mrope_) {
+      out_.position_shift = next_pos_ - static_cast<int32_t>(out_.tokens.size());
+    } else {
+      out_.rope_pos.clear();  // positions = rows
+    }
     return std::move(out_);
   }
 
  private:
+  void AddTextRows(const std::vector<int32_t>& ids) {
+    out_.tokens.insert(out_.tokens.end(), ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size(); ++i, ++next_pos_) {
+      out_.rope_pos.insert(out_.rope_pos.end(), {next_pos_, next_pos_, next_pos_, next_pos_});
+    }
+  }
+
   Status FlushText() {
     if (pending_.empty()) return Status::Ok();
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                           tok_.Tokenize(pending_, /*add_special=*/first_, /*parse_special=*/true));
-    out_.tokens.insert(out_.tokens.end(), ids.begin(), ids.end());
+    AddTextRows(ids);
     pending_.clear();
     first_ = false;
     return Status::Ok();
@@ -44,6 +74,8 @@ class RowBuilder {
 
   const tokenizer::Tokenizer& tok_;
   const int64_t n_embd_;
+  const bool mrope_;
+  int32_t next_pos_ = 0;
   std::string pending_;
   bool first_ = true;
   PromptRows out_;
@@ -51,6 +83,17 @@ class RowBuilder {
 
 Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const EncodedImage& img,
                 int64_t n_embd) {
+  if (models::IsQwenVl(vision.projector)) {
+    // mtmd: "<|vision_start|>" ends the text before, "<|vision_end|>" starts the text after.
+    const int64_t n = int64_t{img.layout.grid_cols} * img.layout.grid_rows;
+    if (n <= 0 || static_cast<int64_t>(img.embeddings.size()) != n * n_embd) {
+      return InvalidArgumentError("encoded image has inconsistent embedding size");
+    }
+    b->Text("<|vision_start|>");
+    VLMD_RETURN_IF_ERROR(b->GridImage(img.embeddings.data(), img.layout.grid_cols, img.layout.grid_rows));
+    b->Text("<|vision_end|>");
+    return Status::Ok();
+  }
   const int64_t tpt = img.tokens_per_tile;
   const int64_t n_tiles = img.layout.n_tiles;
   if (tpt <= 0 || n_tiles <= 0 ||
@@ -96,7 +139,7 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
     return InvalidArgumentError("the prompt has " + std::to_string(n_markers) + " image markers but " +
                                 std::to_string(images.size()) + " images were given");
   }
-  RowBuilder b(tok, n_embd);
+  RowBuilder b(tok, n_embd, models::IsQwenVl(vision.projector));
   size_t next_image = 0;
   if (n_markers == 0) {  // no marker: (BOS,) images first, then the text
     b.LeadingBos();

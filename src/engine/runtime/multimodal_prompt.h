@@ -2,7 +2,9 @@
 // row sequence the decoder consumes: token ids, and for each image its visual-token embeddings
 // wrapped in the family's text tokens (Idefics3: <fake_token_around_image><row_R_col_C> before
 // each tile, "\n" between tile rows, then "\n\n<fake_token_around_image><global-img>", the global
-// image and "<fake_token_around_image>"; LLaVA: the embeddings alone). Adjacent text is merged
+// image and "<fake_token_around_image>"; LLaVA: the embeddings alone; Qwen VL:
+// "<|vision_start|>", the merged grid's embeddings with M-RoPE positions, "<|vision_end|>").
+// Adjacent text is merged
 // and tokenized as one piece (special tokens parsed; BOS only before the first piece), which is
 // how llama.cpp's mtmd_tokenize builds its chunks.
 #pragma once

@@ -43,10 +43,15 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
     VLMD_ASSIGN_OR_RETURN(e->vision_,
                           models::VisionEncoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(mm)),
                                                       {e->ctx_.kernels, opts.precision}));
-    if (e->vision_->n_embd() != e->model_->config().d_model) {
+    if (e->vision_->n_embd() != e->model_->config().n_embd_inp()) {
       return InvalidArgumentError("the mmproj projects to width " + std::to_string(e->vision_->n_embd()) +
-                                  " but the text model's embedding width is " +
-                                  std::to_string(e->model_->config().d_model));
+                                  " but the text model's input width is " +
+                                  std::to_string(e->model_->config().n_embd_inp()));
+    }
+    if (models::IsQwenVl(e->vision_->config().projector) != e->model_->config().multi_rope()) {
+      return InvalidArgumentError("the mmproj (" + e->vision_->config().projector_name +
+                                  ") and the text model (" + e->model_->config().arch +
+                                  ") do not belong together: M-RoPE positions on one side only");
     }
   }
   if (e->tokenizer_->n_tokens() > e->model_->config().n_vocab) {
@@ -145,6 +150,12 @@ Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
 int64_t TextEngine::ImageTokens(int32_t width, int32_t height, int32_t longest_edge) const {
   if (!vision_ || width < 1 || height < 1) return 0;
   const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
+  if (models::IsQwenVl(c.projector)) {
+    int32_t w = 0, h = 0;
+    models::QwenResizedSize(c, width, height, 0, &w, &h);
+    const int64_t align = int64_t{c.patch_size} * c.spatial_merge;
+    return (w / align) * (h / align);
+  }
   if (c.projector != models::ProjectorType::kIdefics3) return vision_->tokens_per_tile();
   int32_t rw = 0, rh = 0;
   models::Idefics3RefinedSize(width, height, c.image_size, c.preproc_image_size, &rw, &rh);
@@ -171,8 +182,9 @@ Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int
 Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const auto t0 = std::chrono::steady_clock::now();
-  VLMD_ASSIGN_OR_RETURN(std::vector<float> embeddings,
-                        vision_->Encode(image.tiles.pixels.data(), image.tiles.n_tiles, &vision_ctx_));
+  std::vector<float> embeddings(
+      static_cast<size_t>(vision_->ImageTokens(image.tiles) * vision_->n_embd()));
+  VLMD_RETURN_IF_ERROR(vision_->EncodeImage(image.tiles, &vision_ctx_, embeddings.data()));
   if (timings != nullptr) timings->encode_ms = MsSince(t0);
   return EncodedFromTiles(image, std::move(embeddings));
 }
@@ -181,8 +193,8 @@ Status TextEngine::EncodeTiles(const PreparedImage& image, int64_t first_tile, i
                                std::vector<float>* embeddings) {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const models::PreprocessedImage& t = image.tiles;
-  const int64_t tile_floats = int64_t{3} * t.tile_size * t.tile_size;
-  const int64_t tile_out = vision_->tokens_per_tile() * vision_->n_embd();
+  const int64_t tile_floats = int64_t{3} * t.width * t.height;
+  const int64_t tile_out = t.n_tiles > 0 ? vision_->ImageTokens(t) / t.n_tiles * vision_->n_embd() : 0;
   if (first_tile < 0 || n_tiles < 1 || first_tile + n_tiles > t.n_tiles ||
       static_cast<int64_t>(t.pixels.size()) < t.n_tiles * tile_floats ||
       static_cast<int64_t>(embeddings->size()) != first_tile * tile_out) {
@@ -190,6 +202,9 @@ Status TextEngine::EncodeTiles(const PreparedImage& image, int64_t first_tile, i
                                 std::to_string(n_tiles) + " out of order or outside the image");
   }
   embeddings->resize(static_cast<size_t>((first_tile + n_tiles) * tile_out));
+  if (vision_->vit() == nullptr) {  // one dynamic-size image (Qwen VL): the whole image at once
+    return vision_->EncodeImage(t, &vision_ctx_, embeddings->data());
+  }
   return vision_->Encode(t.pixels.data() + first_tile * tile_floats, n_tiles, &vision_ctx_,
                          embeddings->data() + first_tile * tile_out);
 }
@@ -201,6 +216,8 @@ EncodedImage TextEngine::EncodedFromTiles(const PreparedImage& image,
   out.tokens_per_tile = vision_ ? vision_->tokens_per_tile() : 0;
   // Every layout field but the pixels (not needed once encoded; copying them would cost MBs).
   out.layout.tile_size = image.tiles.tile_size;
+  out.layout.width = image.tiles.width;
+  out.layout.height = image.tiles.height;
   out.layout.grid_cols = image.tiles.grid_cols;
   out.layout.grid_rows = image.tiles.grid_rows;
   out.layout.has_global = image.tiles.has_global;

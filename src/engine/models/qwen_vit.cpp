@@ -1,0 +1,389 @@
+// Qwen VL vision encoders (see qwen_vit.h). Numerics follow llama.cpp's CPU backend where parity
+// needs it: F16 weights see F16-rounded activations (inside MatMul), attention is the encoder's
+// flash-attention arithmetic (vit_attention.h), GELU variants go through ggml's 16-bit tables
+// (ActivateLikeGgml); SiLU of 2.5-VL's gated FFN is computed exactly, as ggml does.
+#include "engine/models/qwen_vit.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/models/vit_attention.h"
+#include "engine/models/weights.h"
+#include "engine/ops/activation.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/numerics.h"
+#include "engine/ops/rope.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
+  return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
+}
+
+// Rows [first, first + n) of a weight view (the q / k / v thirds of a fused qkv matrix).
+ops::WeightView RowSlice(const ops::WeightView& w, int64_t first, int64_t n) {
+  ops::WeightView s = w;
+  s.n = n;
+  s.data = static_cast<const uint8_t*>(w.data) + first * static_cast<int64_t>(w.row_bytes);
+  return s;
+}
+
+// A patch's place: (row, column) in patch units.
+struct PatchPos {
+  int32_t y = 0, x = 0;
+};
+
+// The patches of a px x py grid in 2x2 merge-unit order: units in raster order over the merged
+// grid, inside a unit (0,0), (0,1), (1,0), (1,1) (FAMILIES.md 2.4 step 2).
+std::vector<PatchPos> MergeOrder(int32_t px, int32_t py) {
+  std::vector<PatchPos> order;
+  order.reserve(static_cast<size_t>(px) * py);
+  for (int32_t y = 0; y < py; y += 2) {
+    for (int32_t x = 0; x < px; x += 2) {
+      for (int32_t dy = 0; dy < 2; ++dy) {
+        for (int32_t dx = 0; dx < 2; ++dx) order.push_back({y + dy, x + dx});
+      }
+    }
+  }
+  return order;
+}
+
+// Qwen2.5-VL windows: the merged grid gw x gh cut into windows of `win` x `win` units from the
+// top-left (the last row / column of windows partial). Returns the units (raster indices) in
+// window order: windows in raster order, units of a window in raster order; spans receives each
+// window's rows (4 per unit) in that order.
+std::vector<int32_t> WindowOrder(int32_t gw, int32_t gh, int32_t win, std::vector<RowSpan>* spans) {
+  std::vector<int32_t> units;
+  units.reserve(static_cast<size_t>(gw) * gh);
+  for (int32_t wy = 0; wy < gh; wy += win) {
+    for (int32_t wx = 0; wx < gw; wx += win) {
+      const int64_t start = 4 * static_cast<int64_t>(units.size());
+      for (int32_t uy = wy; uy < std::min(gh, wy + win); ++uy) {
+        for (int32_t ux = wx; ux < std::min(gw, wx + win); ++ux) units.push_back(uy * gw + ux);
+      }
+      spans->push_back({start, 4 * static_cast<int64_t>(units.size()) - start});
+    }
+  }
+  return units;
+}
+
+}  // namespace
+
+std::vector<float> ResizePositionGrid(const std::vector<float>& grid, int32_t side, int64_t d,
+                                      int32_t width, int32_t height) {
+  if (width == side && height == side) return grid;
+  std::vector<float> out(static_cast<size_t>(int64_t{width} * height * d));
+  // ggml_compute_forward_upscale_f32, bilinear with align corners: no pixel offset, scale
+  // (dst - 1) / (src - 1) (dst / src where a side is 1), corners clamped, all in float.
+  const float sf0 = width > 1 && side > 1 ? static_cast<float>(width - 1) / (side - 1)
+                                          : static_cast<float>(width) / side;
+  const float sf1 = height > 1 && side > 1 ? static_cast<float>(height - 1) / (side - 1)
+                                           : static_cast<float>(height) / side;
+  auto corner = [side](float v, int64_t* lo, int64_t* hi, float* frac) {
+    const int64_t f = static_cast<int64_t>(std::floor(v));
+    *lo = std::clamp<int64_t>(f, 0, side - 1);
+    *hi = std::clamp<int64_t>(f + 1, 0, side - 1);
+    *frac = std::clamp(v - std::floor(v), 0.0f, 1.0f);
+  };
+  for (int32_t i1 = 0; i1 < height; ++i1) {
+    int64_t y0, y1;
+    float dy;
+    corner(static_cast<float>(i1) / sf1, &y0, &y1, &dy);
+    for (int32_t i0 = 0; i0 < width; ++i0) {
+      int64_t x0, x1;
+      float dx;
+      corner(static_cast<float>(i0) / sf0, &x0, &x1, &dx);
+      const float* a = grid.data() + (y0 * side + x0) * d;
+      const float* b = grid.data() + (y0 * side + x1) * d;
+      const float* c = grid.data() + (y1 * side + x0) * d;
+      const float* e = grid.data() + (y1 * side + x1) * d;
+      float* o = out.data() + (int64_t{i1} * width + i0) * d;
+      for (int64_t k = 0; k < d; ++k) {
+        o[k] = a[k] * (1 - dx) * (1 - dy) + b[k] * dx * (1 - dy) + c[k] * (1 - dx) * dy +
+               e[k] * dx * dy;
+      }
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const VisionConfig& c,
+                                               const ops::WeightPacking& packing) {
+  if (!IsQwenVl(c.projector)) return InvalidArgumentError("QwenVit: not a Qwen VL projector");
+  std::unique_ptr<QwenVit> m(new QwenVit());
+  m->config_ = c;
+  const bool v3 = c.projector == ProjectorType::kQwen3vl;
+  const bool v25 = c.projector == ProjectorType::kQwen25vl;
+  m->rms_norm_ = v25;
+  const int64_t d = c.d_model, ff = c.d_ff, d4 = 4 * d;
+  VLMD_ASSIGN_OR_RETURN(m->patch_w0_, GetPatchKernel(f, "v.patch_embd.weight", c.patch_size, d));
+  VLMD_ASSIGN_OR_RETURN(m->patch_w1_, GetPatchKernel(f, "v.patch_embd.weight.1", c.patch_size, d));
+  if (v3) {
+    VLMD_ASSIGN_OR_RETURN(m->patch_b_, GetF32(f, "v.patch_embd.bias", {d}));
+    const gguf::TensorInfo* pe = f.FindTensor("v.position_embd.weight");
+    if (pe == nullptr) return NotFoundError("model tensor 'v.position_embd.weight' is missing");
+    const int64_t n_pos = pe->n_dims == 2 ? pe->ne[1] : 0;
+    const auto side = static_cast<int32_t>(std::lround(std::sqrt(static_cast<double>(n_pos))));
+    if (n_pos < 1 || int64_t{side} * side != n_pos) {
+      return InvalidArgumentError("v.position_embd.weight does not hold a square grid of positions");
+    }
+    m->pos_side_ = side;
+    VLMD_ASSIGN_OR_RETURN(m->pos_embd_, GetF32(f, "v.position_embd.weight", {d, n_pos}));
+  }
+  VLMD_ASSIGN_OR_RETURN(m->post_ln_w_, GetF32(f, "v.post_ln.weight", {d}));
+  if (!m->rms_norm_) {
+    VLMD_ASSIGN_OR_RETURN(m->post_ln_b_, GetF32(f, "v.post_ln.bias", {d}));
+  }
+  VLMD_ASSIGN_OR_RETURN(m->mm0_, GetMatrix(f, "mm.0.weight", d4, d4));
+  VLMD_ASSIGN_OR_RETURN(m->mm0_b_, GetF32(f, "mm.0.bias", {d4}));
+  VLMD_ASSIGN_OR_RETURN(m->mm2_, GetMatrix(f, "mm.2.weight", d4, c.projection_dim));
+  VLMD_ASSIGN_OR_RETURN(m->mm2_b_, GetF32(f, "mm.2.bias", {c.projection_dim}));
+  std::vector<ops::WeightView*> to_pack = {&m->mm0_, &m->mm2_};
+  m->layers_.resize(c.n_layers);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    Layer& L = m->layers_[l];
+    const std::string p = "v.blk." + std::to_string(l) + ".";
+    VLMD_ASSIGN_OR_RETURN(L.ln1_w, GetF32(f, p + "ln1.weight", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.ln2_w, GetF32(f, p + "ln2.weight", {d}));
+    if (!m->rms_norm_) {
+      VLMD_ASSIGN_OR_RETURN(L.ln1_b, GetF32(f, p + "ln1.bias", {d}));
+      VLMD_ASSIGN_OR_RETURN(L.ln2_b, GetF32(f, p + "ln2.bias", {d}));
+    }
+    if (v3) {
+      VLMD_ASSIGN_OR_RETURN(ops::WeightView qkv, GetMatrix(f, p + "attn_qkv.weight", d, 3 * d));
+      VLMD_ASSIGN_OR_RETURN(std::vector<float> bqkv, GetF32(f, p + "attn_qkv.bias", {3 * d}));
+      L.wq = RowSlice(qkv, 0, d);
+      L.wk = RowSlice(qkv, d, d);
+      L.wv = RowSlice(qkv, 2 * d, d);
+      L.bq.assign(bqkv.begin(), bqkv.begin() + d);
+      L.bk.assign(bqkv.begin() + d, bqkv.begin() + 2 * d);
+      L.bv.assign(bqkv.begin() + 2 * d, bqkv.end());
+    } else {
+      VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", d, d));
+      VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", d, d));
+      VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", d, d));
+      VLMD_ASSIGN_OR_RETURN(L.bq, GetF32(f, p + "attn_q.bias", {d}));
+      VLMD_ASSIGN_OR_RETURN(L.bk, GetF32(f, p + "attn_k.bias", {d}));
+      VLMD_ASSIGN_OR_RETURN(L.bv, GetF32(f, p + "attn_v.bias", {d}));
+    }
+    VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_out.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.bo, GetF32(f, p + "attn_out.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
+    VLMD_ASSIGN_OR_RETURN(L.b_up, GetF32(f, p + "ffn_up.bias", {ff}));
+    VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
+    VLMD_ASSIGN_OR_RETURN(L.b_down, GetF32(f, p + "ffn_down.bias", {d}));
+    to_pack.insert(to_pack.end(), {&L.wo, &L.w_up, &L.w_down});
+    if (!v3) to_pack.insert(to_pack.end(), {&L.wq, &L.wk, &L.wv});
+    if (v25) {
+      VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
+      VLMD_ASSIGN_OR_RETURN(L.b_gate, GetF32(f, p + "ffn_gate.bias", {ff}));
+      to_pack.push_back(&L.w_gate);
+    }
+    // Deepstack layers are known by their tensors (as llama.cpp detects them).
+    const std::string ds = "v.deepstack." + std::to_string(l) + ".";
+    if (v3 && f.FindTensor(ds + "fc1.weight") != nullptr) {
+      L.deepstack = true;
+      VLMD_ASSIGN_OR_RETURN(L.ds_norm_w, GetF32(f, ds + "norm.weight", {d4}));
+      VLMD_ASSIGN_OR_RETURN(L.ds_norm_b, GetF32(f, ds + "norm.bias", {d4}));
+      VLMD_ASSIGN_OR_RETURN(L.ds_fc1, GetMatrix(f, ds + "fc1.weight", d4, d4));
+      VLMD_ASSIGN_OR_RETURN(L.ds_fc1_b, GetF32(f, ds + "fc1.bias", {d4}));
+      VLMD_ASSIGN_OR_RETURN(L.ds_fc2, GetMatrix(f, ds + "fc2.weight", d4, c.projection_dim));
+      VLMD_ASSIGN_OR_RETURN(L.ds_fc2_b, GetF32(f, ds + "fc2.bias", {c.projection_dim}));
+      to_pack.insert(to_pack.end(), {&L.ds_fc1, &L.ds_fc2});
+      m->deepstack_layers_.push_back(l);
+    }
+  }
+  for (ops::WeightView* w : to_pack) {
+    VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
+    m->released_ += ReleasePackedRows(f, *w);
+  }
+  return m;
+}
+
+Status QwenVit::Norm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
+                     const std::vector<float>& w, const std::vector<float>& b, float* y,
+                     int64_t rows, int64_t dim) const {
+  if (rms_norm_) return ops::RmsNorm(kt, pool, x, w.data(), y, rows, dim, config_.eps);
+  return ops::LayerNorm(kt, pool, x, w.data(), b.empty() ? nullptr : b.data(), y, rows, dim,
+                        config_.eps);
+}
+
+Status QwenVit::Mlp(const ops::WeightView& w1, const std::vector<float>& b1,
+                    const ops::WeightView& w2, const std::vector<float>& b2, const float* in,
+                    int64_t rows, VisionContext* ctx, float* out, int64_t ldo) const {
+  const kernels::KernelTable& kt = *ctx->kernels;
+  Grow(ctx->proj_mid, rows * w1.n);
+  const ops::MatmulEpilogue ep1 = BiasEpilogue(b1), ep2 = BiasEpilogue(b2);
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, ctx->pool, w1, in, rows, w1.k, ctx->proj_mid.data(), w1.n,
+                                   &ctx->matmul_scratch, &ep1));
+  VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, ctx->pool, ops::Activation::kGeluTanh,
+                                        ctx->proj_mid.data(), rows * w1.n));
+  return ops::MatMul(kt, ctx->pool, w2, ctx->proj_mid.data(), rows, w2.k, out, ldo,
+                     &ctx->matmul_scratch, &ep2);
+}
+
+Status QwenVit::Encode(const float* pixels, int32_t width, int32_t height, VisionContext* ctx,
+                       float* out) const {
+  const VisionConfig& c = config_;
+  const int32_t p = c.patch_size, align = 2 * p;
+  if (pixels == nullptr || out == nullptr || ctx == nullptr || ctx->kernels == nullptr ||
+      width < align || height < align || width % align != 0 || height % align != 0) {
+    return InvalidArgumentError("qwen vision encode: image of " + std::to_string(width) + "x" +
+                                std::to_string(height) + " is not a multiple of " +
+                                std::to_string(align) + " pixels per side, or null buffers");
+  }
+  const kernels::KernelTable& kt = *ctx->kernels;
+  ThreadPool* pool = ctx->pool;
+  const int32_t px = width / p, py = height / p, gw = px / 2, gh = py / 2;
+  const int64_t n = int64_t{px} * py, n_tok = int64_t{gw} * gh;
+  const int64_t d = c.d_model, hd = c.head_dim, ff = c.d_ff, kp = 3 * int64_t{p} * p;
+  const int64_t out_w = n_embd_out();
+
+  // Row order of the residual stream: merge units, in window order for 2.5-VL (each window's
+  // rows contiguous, so that a windowed layer attends within spans), else raster order.
+  std::vector<RowSpan> windows;
+  std::vector<int32_t> units(static_cast<size_t>(n_tok));
+  for (int64_t u = 0; u < n_tok; ++u) units[static_cast<size_t>(u)] = static_cast<int32_t>(u);
+  if (c.n_wa_pattern > 0) units = WindowOrder(gw, gh, c.window_units, &windows);
+  const std::vector<PatchPos> merge = MergeOrder(px, py);
+  std::vector<PatchPos> rows(static_cast<size_t>(n));  // the patch of each row
+  for (int64_t i = 0; i < n_tok; ++i) {
+    for (int64_t s = 0; s < 4; ++s) {
+      rows[static_cast<size_t>(4 * i + s)] = merge[static_cast<size_t>(4 * units[i] + s)];
+    }
+  }
+
+  // Patch embedding: the two convolutions summed (a still image is both temporal slices).
+  Grow(ctx->patches, n * kp);
+  Grow(ctx->x, n * d);
+  Grow(ctx->xn, n * d);
+  float* x = ctx->x.data();    // [n, d] residual stream
+  float* xn = ctx->xn.data();  // [n, d] a block's normalized input
+  for (int64_t r = 0; r < n; ++r) {
+    const PatchPos& pp = rows[static_cast<size_t>(r)];
+    float* dst = ctx->patches.data() + r * kp;
+    for (int64_t ch = 0; ch < 3; ++ch) {
+      for (int64_t ky = 0; ky < p; ++ky) {
+        const float* src = pixels + (ch * height + int64_t{pp.y} * p + ky) * width + int64_t{pp.x} * p;
+        std::copy_n(src, p, dst + (ch * p + ky) * p);
+      }
+    }
+  }
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, patch_w0_, ctx->patches.data(), n, kp, xn, d,
+                                   &ctx->matmul_scratch));
+  ops::MatmulEpilogue add_first;
+  add_first.residual = xn;
+  add_first.ld_residual = d;
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, patch_w1_, ctx->patches.data(), n, kp, x, d,
+                                   &ctx->matmul_scratch, &add_first));
+  if (!patch_b_.empty()) {
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t k = 0; k < d; ++k) x[r * d + k] += patch_b_[k];
+    }
+  }
+  if (!pos_embd_.empty()) {  // learned positions resized to the patch grid, then in row order
+    const std::vector<float> grid = ResizePositionGrid(pos_embd_, pos_side_, d, px, py);
+    for (int64_t r = 0; r < n; ++r) {
+      const PatchPos& pp = rows[static_cast<size_t>(r)];
+      const float* e = grid.data() + (int64_t{pp.y} * px + pp.x) * d;
+      for (int64_t k = 0; k < d; ++k) x[r * d + k] += e[k];
+    }
+  }
+
+  // 2-D RoPE table [n, hd]: pair j < hd/4 rotates by the row, hd/4 <= j < hd/2 by the column,
+  // each section with its own frequency index (j, then j - hd/4) over hd/2 values.
+  std::vector<float> rope(static_cast<size_t>(n * hd));
+  const int64_t half = hd / 2, quarter = hd / 4;
+  std::vector<double> inv_freq(static_cast<size_t>(quarter));
+  for (int64_t j = 0; j < quarter; ++j) {
+    inv_freq[static_cast<size_t>(j)] = std::pow(10000.0, -2.0 * static_cast<double>(j) / half);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const PatchPos& pp = rows[static_cast<size_t>(r)];
+    float* t = rope.data() + r * hd;
+    for (int64_t j = 0; j < half; ++j) {
+      const double pos = j < quarter ? pp.y : pp.x;
+      const double theta = pos * inv_freq[static_cast<size_t>(j % quarter)];
+      t[j] = static_cast<float>(std::cos(theta));
+      t[half + j] = static_cast<float>(std::sin(theta));
+    }
+  }
+
+  Grow(ctx->q, n * d);
+  Grow(ctx->k, n * d);
+  Grow(ctx->v, n * d);
+  Grow(ctx->attn, n * d);
+  Grow(ctx->ff, 2 * n * ff);
+  const std::vector<RowSpan> whole = {{0, n}};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Deepstack outputs [n_tok, projection_dim] per deepstack layer, in row order.
+  std::vector<std::vector<float>> deepstack(deepstack_layers_.size());
+  auto matmul = [&](const ops::WeightView& w, const float* in, float* o,
+                    const ops::MatmulEpilogue& ep) {
+    return ops::MatMul(kt, pool, w, in, n, w.k, o, w.n, &ctx->matmul_scratch, &ep);
+  };
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln1_w, L.ln1_b, xn, n, d));
+    const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+    float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};
+    const ops::MatmulEpilogue qkv_ep[] = {BiasEpilogue(L.bq), BiasEpilogue(L.bk), BiasEpilogue(L.bv)};
+    const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
+    VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
+                                           &ctx->matmul_scratch, qkv_ep_ptr));
+    VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, hd, 0,
+                                            rope.data(), hd, /*neox=*/true));
+    VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_heads, hd, 0,
+                                            rope.data(), hd, /*neox=*/true));
+    const bool windowed = c.n_wa_pattern > 0 && (l + 1) % c.n_wa_pattern != 0;
+    VLMD_RETURN_IF_ERROR(
+        VitSpanAttention(ctx, windowed ? windows : whole, d, c.n_heads, hd, scale));
+    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
+    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+    VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln2_w, L.ln2_b, xn, n, d));
+    float* up = ctx->ff.data();  // [n, ff]
+    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, up, BiasEpilogue(L.b_up)));
+    if (L.w_gate.data != nullptr) {  // 2.5-VL: down(silu(gate x) * up x)
+      float* gate = ctx->ff.data() + n * ff;
+      VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, gate, BiasEpilogue(L.b_gate)));
+      VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
+    } else {
+      VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, up, n * ff));
+    }
+    VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
+    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+    if (L.deepstack) {  // the block output, 4 rows per merged token: LayerNorm(4d) -> MLP
+      const size_t k = static_cast<size_t>(
+          std::find(deepstack_layers_.begin(), deepstack_layers_.end(), l) - deepstack_layers_.begin());
+      Grow(ctx->proj_in, n * d);
+      VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ds_norm_w.data(), L.ds_norm_b.data(),
+                                          ctx->proj_in.data(), n_tok, 4 * d, c.eps));
+      deepstack[k].resize(static_cast<size_t>(n_tok * c.projection_dim));
+      VLMD_RETURN_IF_ERROR(Mlp(L.ds_fc1, L.ds_fc1_b, L.ds_fc2, L.ds_fc2_b, ctx->proj_in.data(),
+                               n_tok, ctx, deepstack[k].data(), c.projection_dim));
+    }
+  }
+
+  // Merger: norm per patch, 4 rows -> one 4d row, mm.0 -> GELU -> mm.2.
+  VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, post_ln_w_, post_ln_b_, xn, n, d));
+  std::vector<float> merged(static_cast<size_t>(n_tok * c.projection_dim));
+  VLMD_RETURN_IF_ERROR(Mlp(mm0_, mm0_b_, mm2_, mm2_b_, xn, n_tok, ctx, merged.data(),
+                           c.projection_dim));
+  // Back to raster order over the merged grid: [main | deepstack 0 | deepstack 1 ...] per token.
+  const int64_t pd = c.projection_dim;
+  for (int64_t i = 0; i < n_tok; ++i) {
+    float* o = out + int64_t{units[static_cast<size_t>(i)]} * out_w;
+    std::copy_n(merged.data() + i * pd, pd, o);
+    for (size_t k = 0; k < deepstack.size(); ++k) {
+      std::copy_n(deepstack[k].data() + i * pd, pd, o + static_cast<int64_t>(k + 1) * pd);
+    }
+  }
+  return ops::CheckFinite(out, n_tok * out_w, "vision encoder output");
+}
+
+}  // namespace vlmd::engine::models

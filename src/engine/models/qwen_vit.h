@@ -1,0 +1,88 @@
+// The Qwen VL vision encoders (qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger) as llama.cpp
+// runs them (tools/mtmd/models/qwen2vl.cpp, qwen3vl.cpp @3f545be; ../shared/docs/FAMILIES.md):
+// one dynamic-size image, patches embedded by two summed convolutions and kept in 2x2
+// merge-unit order, 2-D RoPE in every block, LayerNorm (2-VL, 3-VL) or RMSNorm (2.5-VL), window
+// attention in 2.5-VL's windowed layers, learned positions resized to the grid and deepstack
+// features in 3-VL, and the merger: norm, 4 patches concatenated, mm.0 -> GELU -> mm.2.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/gguf/gguf_reader.h"
+#include "engine/models/clip_vit.h"
+#include "engine/models/vision_config.h"
+#include "engine/ops/matmul.h"
+
+namespace vlmd::engine::models {
+
+class QwenVit {
+ public:
+  // Validates every tensor's presence and shape against `config` (a Qwen VL projector). `file`
+  // must outlive the encoder. NOT_FOUND / INVALID_ARGUMENT naming the tensor.
+  static Result<std::unique_ptr<QwenVit>> Load(const gguf::GgufFile& file,
+                                               const VisionConfig& config,
+                                               const ops::WeightPacking& packing = {});
+
+  const VisionConfig& config() const { return config_; }
+  // Deepstack layers (3-VL): each adds projection_dim values to every output row.
+  int32_t n_deepstack() const { return static_cast<int32_t>(deepstack_layers_.size()); }
+  // Width of an output row: the merger's projection_dim, then each deepstack layer's.
+  int64_t n_embd_out() const { return int64_t{config_.projection_dim} * (1 + n_deepstack()); }
+  uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
+  uint64_t released_bytes() const { return released_; }
+
+  // pixels: planar [3][height][width] normalized f32 (PreprocessImage), width and height
+  // multiples of patch_size * 2. out: [(width / 2p) * (height / 2p), n_embd_out()] (caller-owned),
+  // the merged tokens in raster order. ctx holds scratch only (no state between calls).
+  // INVALID_ARGUMENT for bad sizes or null buffers; INTERNAL on NaN/Inf.
+  Status Encode(const float* pixels, int32_t width, int32_t height, VisionContext* ctx,
+                float* out) const;
+
+ private:
+  struct Layer {
+    std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases empty for RMSNorm
+    ops::WeightView wq, wk, wv, wo;                 // 3-VL: wq/wk/wv are row slices of attn_qkv
+    std::vector<float> bq, bk, bv, bo;
+    ops::WeightView w_up, w_gate, w_down;           // w_gate: 2.5-VL only
+    std::vector<float> b_up, b_gate, b_down;
+    // Deepstack (3-VL): LayerNorm(4 d_model) -> fc1 -> GELU -> fc2 on merged rows.
+    bool deepstack = false;
+    std::vector<float> ds_norm_w, ds_norm_b, ds_fc1_b, ds_fc2_b;
+    ops::WeightView ds_fc1, ds_fc2;
+  };
+
+  QwenVit() = default;
+  // x [n, d] normalized per row into y with the family's norm (LayerNorm or RMSNorm).
+  Status Norm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
+              const std::vector<float>& w, const std::vector<float>& b, float* y, int64_t rows,
+              int64_t dim) const;
+  // The two-layer MLP of the merger and of deepstack layers: out = w2(GELU(w1 in + b1)) + b2.
+  Status Mlp(const ops::WeightView& w1, const std::vector<float>& b1, const ops::WeightView& w2,
+             const std::vector<float>& b2, const float* in, int64_t rows, VisionContext* ctx,
+             float* out, int64_t ldo) const;
+
+  VisionConfig config_;
+  bool rms_norm_ = false;  // 2.5-VL
+  ops::PackedStore packed_;
+  uint64_t released_ = 0;
+  ops::WeightView patch_w0_, patch_w1_;   // [d_model, 3 p p] each: the two temporal slices
+  std::vector<float> patch_b_;            // [d_model] (3-VL) or empty
+  std::vector<float> pos_embd_;           // [side * side, d_model] (3-VL) or empty
+  int32_t pos_side_ = 0;                  // side of the learned position grid
+  std::vector<float> post_ln_w_, post_ln_b_;
+  ops::WeightView mm0_, mm2_;             // [4d, 4d], [4d -> projection_dim]
+  std::vector<float> mm0_b_, mm2_b_;
+  std::vector<Layer> layers_;
+  std::vector<int32_t> deepstack_layers_;  // layer indices, ascending
+};
+
+// llama.cpp's bilinear align-corners resize (ggml_interpolate with GGML_SCALE_MODE_BILINEAR |
+// GGML_SCALE_FLAG_ALIGN_CORNERS) of a side x side grid of d-vectors [side * side, d] to
+// width x height: out [height * width, d], raster order. A grid already side x side is copied.
+std::vector<float> ResizePositionGrid(const std::vector<float>& grid, int32_t side, int64_t d,
+                                      int32_t width, int32_t height);
+
+}  // namespace vlmd::engine::models
