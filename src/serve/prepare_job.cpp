@@ -17,12 +17,6 @@ std::string WithoutMarkers(std::string text) {
   return text;
 }
 
-// The tiled (refined) size of an Idefics3 image at `edge`.
-void RefinedSize(const rt::TextEngine& e, const engine::image::Image& img, int32_t edge,
-                         int32_t* w, int32_t* h) {
-  engine::models::Idefics3RefinedSize(img.width, img.height, e.vision()->config().image_size, edge, w, h);
-}
-
 }  // namespace
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
@@ -73,6 +67,12 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     decoded.push_back(std::move(img));
   }
+  // The rows an image adds to the prompt at a level: its visual rows and the family's wrapper
+  // tokens (the one count of the prompt builder).
+  auto frame_rows = [&](const engine::image::Image& img, int32_t level) -> Result<int64_t> {
+    const engine::models::ImagePlan plan = e.PlanImage(img.width, img.height, level);
+    return e.CountPromptRows(api::kMediaMarker, {}, std::span<const engine::models::ImagePlan>(&plan, 1));
+  };
   // The stream's earlier frames: before the new one, and first to go when over the budget or
   // the context left for the reply.
   int64_t context_tokens = 0;
@@ -88,7 +88,8 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     for (const ContextFrame& f : in.context) context_tokens += f.prompt_tokens;
     int64_t own = job.text_tokens;
     for (const auto& img : decoded) {
-      own += e.ImageTokens(img.width, img.height, e.vision()->config().preproc_image_size);
+      VLMD_ASSIGN_OR_RETURN(int64_t rows, frame_rows(img, 0));
+      own += rows;
     }
     const int64_t limit = std::min<int64_t>(
         options.token_budget, int64_t{e.options().n_ctx} - std::max(request.sampling.max_tokens, 0));
@@ -107,23 +108,31 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       in.prompt.insert(at, markers);
     }
   }
-  // Token budget: while over, shrink the image with the most visual tokens by one tile step of its
-  // longest tiled edge (Idefics3); families with a fixed single tile cannot shrink.
-  const int32_t min_edge = e.MinLongestEdge();
-  const int32_t model_edge = e.vision() ? e.vision()->config().preproc_image_size : 0;
-  const int32_t step = e.vision() ? e.vision()->config().image_size : 0;
-  std::vector<int32_t> edge(decoded.size(), model_edge);
-  auto tokens_at = [&](size_t i, int32_t ed) {
-    return e.ImageTokens(decoded[i].width, decoded[i].height, ed);
+  // Token budget, counted on the whole prompt as the engine will build it (text, wrapper tokens,
+  // the stream's frames, the images at their levels): while over, the image with the most rows
+  // shrinks by one of its family's steps (models::ImagePlan); fixed-size families cannot.
+  std::vector<engine::runtime::EncodedImage> context_layouts;
+  for (const ContextFrame& f : in.context) {
+    engine::runtime::EncodedImage l;
+    l.layout = f.encoded->layout;
+    l.tokens_per_tile = f.encoded->tokens_per_tile;
+    context_layouts.push_back(std::move(l));
+  }
+  std::vector<int32_t> level(decoded.size(), 0);
+  std::vector<engine::models::ImagePlan> plans(decoded.size());
+  auto plan_all = [&] {
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      plans[i] = e.PlanImage(decoded[i].width, decoded[i].height, level[i]);
+    }
   };
-  int64_t total = job.text_tokens + context_tokens;
-  for (size_t i = 0; i < decoded.size(); ++i) total += tokens_at(i, edge[i]);
+  plan_all();
+  VLMD_ASSIGN_OR_RETURN(int64_t total, e.CountPromptRows(in.prompt, context_layouts, plans));
   int best_first = -1;
   while (total > options.token_budget) {
     int best = -1;
     for (size_t i = 0; i < decoded.size(); ++i) {
-      if (min_edge > 0 && edge[i] - step >= min_edge &&
-          (best < 0 || tokens_at(i, edge[i]) > tokens_at(best, edge[best]))) {
+      if (level[i] < e.MaxShrinkLevel(decoded[i].width, decoded[i].height) &&
+          (best < 0 || plans[i].rows > plans[static_cast<size_t>(best)].rows)) {
         best = static_cast<int>(i);
       }
     }
@@ -134,30 +143,27 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                     ", and the images cannot be reduced further");
     }
     if (best_first < 0) best_first = best;
-    total -= tokens_at(best, edge[best]);
-    edge[best] -= step;
-    total += tokens_at(best, edge[best]);
+    ++level[static_cast<size_t>(best)];
+    plan_all();
+    VLMD_ASSIGN_OR_RETURN(total, e.CountPromptRows(in.prompt, context_layouts, plans));
   }
   for (size_t i = 0; i < decoded.size(); ++i) {
     rt::ImageTimings t;
-    const bool shrunk = edge[i] != model_edge;
-    VLMD_ASSIGN_OR_RETURN(rt::PreparedImage img,
-                          e.PreprocessDecoded(decoded[i], shrunk ? edge[i] : 0, &t));
+    VLMD_ASSIGN_OR_RETURN(rt::PreparedImage img, e.PreprocessDecoded(decoded[i], level[i], &t));
     ms[i] += t.preprocess_ms;
     job.image_decode_ms += ms[i];
     in.image_prepare_ms.push_back(ms[i]);
     if (static_cast<int>(i) == best_first) {
-      // The tiled size the model would have used, and the one the budget chose.
-      int32_t fw = 0, fh = 0;
-      RefinedSize(e, decoded[i], model_edge, &fw, &fh);
-      job.budget = BudgetAction{{fw, fh},
-                                {img.tiles.grid_cols * img.tiles.tile_size,
-                                 img.tiles.grid_rows * img.tiles.tile_size}};
+      // The size the model would have used, and the one the budget chose.
+      const engine::models::ImagePlan own = e.PlanImage(decoded[i].width, decoded[i].height, 0);
+      job.budget = BudgetAction{{own.width, own.height}, {plans[i].width, plans[i].height}};
     }
     in.images.push_back(std::move(img));
   }
-  job.image_tokens = total - job.text_tokens;  // the context frames' included
-  if (job.stream && !decoded.empty()) job.stream->frame_tokens = tokens_at(0, edge[0]);
+  job.image_tokens = total - job.text_tokens;  // the context frames' and wrapper tokens included
+  if (job.stream && !decoded.empty()) {
+    VLMD_ASSIGN_OR_RETURN(job.stream->frame_tokens, frame_rows(decoded.front(), level.front()));
+  }
   const api::SamplingRequest& s = request.sampling;
   rt::GenerateParams& p = in.params;
   p.max_tokens = s.max_tokens;

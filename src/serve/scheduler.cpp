@@ -102,7 +102,7 @@ void Scheduler::EncodeSome() {
     Status s = Status::Ok();
     while (slot.next_image < in.images.size()) {
       const engine::runtime::PreparedImage& img = in.images[slot.next_image];
-      if (slot.next_tile == 0) {
+      if (!slot.encoding) {
         // Looked up when its encoding would start: an image another job encoded meanwhile hits.
         metrics_->embedding_cache_queries.With().Inc();
         if (ImageCache::Entry entry = cache_->Lookup(img.key)) {
@@ -115,9 +115,19 @@ void Scheduler::EncodeSome() {
         }
       }
       if (budget <= 0) break;  // this step's share of encoder time is spent
-      const int64_t n = std::min(budget, img.tiles.n_tiles - slot.next_tile);
+      if (!slot.encoding) {
+        auto begun = engine_->BeginEncode(img);
+        if (!begun.ok()) {
+          s = begun.status();
+          metrics_->embedding_failures.With().Inc();
+          break;
+        }
+        slot.encoding = std::move(*begun);
+      }
+      const int64_t n =
+          std::min(budget, slot.encoding->total_units() - slot.encoding->done_units());
       const auto t0 = Clock::now();
-      s = engine_->EncodeTiles(img, slot.next_tile, n, &slot.partial);
+      s = engine_->EncodeUnits(slot.encoding.get(), n);
       const auto t1 = Clock::now();
       if (slot.result.encode_start == Clock::time_point{}) slot.result.encode_start = t0;
       slot.result.encode_end = t1;
@@ -129,19 +139,17 @@ void Scheduler::EncodeSome() {
         metrics_->embedding_failures.With().Inc();
         break;
       }
-      slot.next_tile += n;
-      if (slot.next_tile < img.tiles.n_tiles) continue;
+      if (!slot.encoding->done()) continue;
       const size_t i = slot.next_image;
       const double prepare_ms = i < in.image_prepare_ms.size() ? in.image_prepare_ms[i] : 0.0;
       metrics_->embedding_success.With().Inc();
       metrics_->embedding_duration.With().Observe((slot.image_encode_ms + prepare_ms) / 1000.0);
       auto entry = std::make_shared<const engine::runtime::EncodedImage>(
-          engine_->EncodedFromTiles(img, std::move(slot.partial)));
+          engine_->EncodedFrom(img, slot.encoding.get()));
       cache_->Insert(img.key, entry);
       slot.encoded.push_back(*entry);
       slot.result.encoded_images.push_back(entry);
-      slot.partial.clear();
-      slot.next_tile = 0;
+      slot.encoding.reset();
       slot.image_encode_ms = 0;
       ++slot.next_image;
     }

@@ -1,6 +1,7 @@
 // The scheduler (SPEC S4, S8): ONE thread owns the engine, the batch and every KV cache. Handlers
 // only Submit() jobs and wait on them; the thread admits queued jobs into free batch slots, and
-// each step encodes at most `encode_tiles` image tiles (through the image cache), prefills at
+// each step runs at most `encode_tiles` image work units (a tile, or a Qwen VL ViT block; through
+// the image cache), prefills at
 // most `prefill_chunk` prompt rows (chunked prefill), then advances every prefilled sequence by
 // one token in a single batched forward pass (continuous batching: jobs join and leave between
 // steps). Cancelled jobs and expired deadlines end at the next step, also while their images
@@ -32,8 +33,9 @@ struct SchedulerOptions {
   // Prompt rows prefilled per scheduler step (chunked prefill): the sequences already decoding
   // wait at most this much prefill between two of their tokens.
   int32_t prefill_chunk = 256;
-  // Image tiles encoded per scheduler step: a new image delays the decoding sequences by about
-  // this many tiles' encoder time per token instead of by the whole image at once.
+  // Image work units (tiles; Qwen VL: ViT blocks) encoded per scheduler step: a new image delays
+  // the decoding sequences by about this many units' encoder time per token instead of by the
+  // whole image at once.
   int32_t encode_tiles = 1;
 };
 
@@ -57,11 +59,10 @@ class Scheduler {
  private:
   struct Slot {  // a running job (scheduler-thread state)
     std::shared_ptr<Job> job;
-    // Image encoding, tile by tile (EncodeSome): images [0, next_image) are in `encoded`; tiles
-    // [0, next_tile) of the next one are in `partial`.
+    // Image encoding, work unit by work unit (EncodeSome): images [0, next_image) are in
+    // `encoded`; `encoding` holds the next one while it is under way.
     size_t next_image = 0;
-    int64_t next_tile = 0;
-    std::vector<float> partial;
+    std::unique_ptr<engine::models::ImageEncoding> encoding;
     double image_encode_ms = 0;  // of the image being encoded
     int cache_hits = 0;
     std::vector<engine::runtime::EncodedImage> encoded;
@@ -79,7 +80,7 @@ class Scheduler {
   };
 
   void Run();
-  // Encodes up to options_.encode_tiles image tiles of the slots still encoding, oldest first
+  // Runs up to options_.encode_tiles image work units of the slots still encoding, oldest first
   // (cache hits cost nothing), and starts the sequence of each slot whose images are all in.
   void EncodeSome();
   // Builds the slot's prompt rows and starts its sequence (prefix reuse; the prompt rows are

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "engine/models/vit_attention.h"
 #include "engine/models/weights.h"
@@ -227,43 +228,47 @@ Status QwenVit::Mlp(const ops::WeightView& w1, const std::vector<float>& b1,
                      &ctx->matmul_scratch, &ep2);
 }
 
-Status QwenVit::Encode(const float* pixels, int32_t width, int32_t height, VisionContext* ctx,
-                       float* out) const {
+Result<std::unique_ptr<QwenVit::State>> QwenVit::Begin(const float* pixels, int32_t width,
+                                                       int32_t height, VisionContext* ctx) const {
   const VisionConfig& c = config_;
   const int32_t p = c.patch_size, align = 2 * p;
-  if (pixels == nullptr || out == nullptr || ctx == nullptr || ctx->kernels == nullptr ||
-      width < align || height < align || width % align != 0 || height % align != 0) {
+  if (pixels == nullptr || ctx == nullptr || ctx->kernels == nullptr || width < align ||
+      height < align || width % align != 0 || height % align != 0) {
     return InvalidArgumentError("qwen vision encode: image of " + std::to_string(width) + "x" +
                                 std::to_string(height) + " is not a multiple of " +
                                 std::to_string(align) + " pixels per side, or null buffers");
   }
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
+  auto st = std::make_unique<State>();
+  st->width = width;
+  st->height = height;
+  st->n_layers = c.n_layers;
   const int32_t px = width / p, py = height / p, gw = px / 2, gh = py / 2;
   const int64_t n = int64_t{px} * py, n_tok = int64_t{gw} * gh;
-  const int64_t d = c.d_model, hd = c.head_dim, ff = c.d_ff, kp = 3 * int64_t{p} * p;
-  const int64_t out_w = n_embd_out();
+  st->n = n;
+  st->n_tok = n_tok;
+  const int64_t d = c.d_model, hd = c.head_dim, kp = 3 * int64_t{p} * p;
 
   // Row order of the residual stream: merge units, in window order for 2.5-VL (each window's
   // rows contiguous, so that a windowed layer attends within spans), else raster order.
-  std::vector<RowSpan> windows;
-  std::vector<int32_t> units(static_cast<size_t>(n_tok));
-  for (int64_t u = 0; u < n_tok; ++u) units[static_cast<size_t>(u)] = static_cast<int32_t>(u);
-  if (c.n_wa_pattern > 0) units = WindowOrder(gw, gh, c.window_units, &windows);
+  st->units.resize(static_cast<size_t>(n_tok));
+  for (int64_t u = 0; u < n_tok; ++u) st->units[static_cast<size_t>(u)] = static_cast<int32_t>(u);
+  if (c.n_wa_pattern > 0) st->units = WindowOrder(gw, gh, c.window_units, &st->windows);
   const std::vector<PatchPos> merge = MergeOrder(px, py);
   std::vector<PatchPos> rows(static_cast<size_t>(n));  // the patch of each row
   for (int64_t i = 0; i < n_tok; ++i) {
     for (int64_t s = 0; s < 4; ++s) {
-      rows[static_cast<size_t>(4 * i + s)] = merge[static_cast<size_t>(4 * units[i] + s)];
+      rows[static_cast<size_t>(4 * i + s)] = merge[static_cast<size_t>(4 * st->units[i] + s)];
     }
   }
 
   // Patch embedding: the two convolutions summed (a still image is both temporal slices).
   Grow(ctx->patches, n * kp);
-  Grow(ctx->x, n * d);
   Grow(ctx->xn, n * d);
-  float* x = ctx->x.data();    // [n, d] residual stream
-  float* xn = ctx->xn.data();  // [n, d] a block's normalized input
+  st->x.resize(static_cast<size_t>(n * d));
+  float* x = st->x.data();     // [n, d] residual stream
+  float* xn = ctx->xn.data();  // [n, d] scratch
   for (int64_t r = 0; r < n; ++r) {
     const PatchPos& pp = rows[static_cast<size_t>(r)];
     float* dst = ctx->patches.data() + r * kp;
@@ -297,7 +302,7 @@ Status QwenVit::Encode(const float* pixels, int32_t width, int32_t height, Visio
 
   // 2-D RoPE table [n, hd]: pair j < hd/4 rotates by the row, hd/4 <= j < hd/2 by the column,
   // each section with its own frequency index (j, then j - hd/4) over hd/2 values.
-  std::vector<float> rope(static_cast<size_t>(n * hd));
+  st->rope.resize(static_cast<size_t>(n * hd));
   const int64_t half = hd / 2, quarter = hd / 4;
   std::vector<double> inv_freq(static_cast<size_t>(quarter));
   for (int64_t j = 0; j < quarter; ++j) {
@@ -305,7 +310,7 @@ Status QwenVit::Encode(const float* pixels, int32_t width, int32_t height, Visio
   }
   for (int64_t r = 0; r < n; ++r) {
     const PatchPos& pp = rows[static_cast<size_t>(r)];
-    float* t = rope.data() + r * hd;
+    float* t = st->rope.data() + r * hd;
     for (int64_t j = 0; j < half; ++j) {
       const double pos = j < quarter ? pp.y : pp.x;
       const double theta = pos * inv_freq[static_cast<size_t>(j % quarter)];
@@ -313,77 +318,116 @@ Status QwenVit::Encode(const float* pixels, int32_t width, int32_t height, Visio
       t[half + j] = static_cast<float>(std::sin(theta));
     }
   }
+  st->deepstack.resize(deepstack_layers_.size());
+  return st;
+}
 
+int32_t QwenVit::BlocksLeft(const State& st) { return st.n_layers - st.next_layer; }
+
+Status QwenVit::RunBlock(State* st, VisionContext* ctx) const {
+  if (st == nullptr || ctx == nullptr || st->next_layer >= st->n_layers) {
+    return InvalidArgumentError("qwen vision encode: no block left to run");
+  }
+  VLMD_RETURN_IF_ERROR(RunLayer(st->next_layer, st, ctx));
+  ++st->next_layer;
+  return Status::Ok();
+}
+
+Status QwenVit::RunLayer(int32_t l, State* st, VisionContext* ctx) const {
+  const VisionConfig& c = config_;
+  const kernels::KernelTable& kt = *ctx->kernels;
+  ThreadPool* pool = ctx->pool;
+  const int64_t n = st->n, n_tok = st->n_tok;
+  const int64_t d = c.d_model, hd = c.head_dim, ff = c.d_ff;
+  Grow(ctx->xn, n * d);
   Grow(ctx->q, n * d);
   Grow(ctx->k, n * d);
   Grow(ctx->v, n * d);
   Grow(ctx->attn, n * d);
   Grow(ctx->ff, 2 * n * ff);
-  const std::vector<RowSpan> whole = {{0, n}};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Deepstack outputs [n_tok, projection_dim] per deepstack layer, in row order.
-  std::vector<std::vector<float>> deepstack(deepstack_layers_.size());
+  float* x = st->x.data();
+  float* xn = ctx->xn.data();
   auto matmul = [&](const ops::WeightView& w, const float* in, float* o,
                     const ops::MatmulEpilogue& ep) {
     return ops::MatMul(kt, pool, w, in, n, w.k, o, w.n, &ctx->matmul_scratch, &ep);
   };
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln1_w, L.ln1_b, xn, n, d));
-    const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
-    float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};
-    const ops::MatmulEpilogue qkv_ep[] = {BiasEpilogue(L.bq), BiasEpilogue(L.bk), BiasEpilogue(L.bv)};
-    const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
-    VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
-                                           &ctx->matmul_scratch, qkv_ep_ptr));
-    VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, hd, 0,
-                                            rope.data(), hd, /*neox=*/true));
-    VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_heads, hd, 0,
-                                            rope.data(), hd, /*neox=*/true));
-    const bool windowed = c.n_wa_pattern > 0 && (l + 1) % c.n_wa_pattern != 0;
-    VLMD_RETURN_IF_ERROR(
-        VitSpanAttention(ctx, windowed ? windows : whole, d, c.n_heads, hd, scale));
-    VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
-    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-    VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln2_w, L.ln2_b, xn, n, d));
-    float* up = ctx->ff.data();  // [n, ff]
-    VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, up, BiasEpilogue(L.b_up)));
-    if (L.w_gate.data != nullptr) {  // 2.5-VL: down(silu(gate x) * up x)
-      float* gate = ctx->ff.data() + n * ff;
-      VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, gate, BiasEpilogue(L.b_gate)));
-      VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
-    } else {
-      VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, up, n * ff));
-    }
-    VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
-    for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-    if (L.deepstack) {  // the block output, 4 rows per merged token: LayerNorm(4d) -> MLP
-      const size_t k = static_cast<size_t>(
-          std::find(deepstack_layers_.begin(), deepstack_layers_.end(), l) - deepstack_layers_.begin());
-      Grow(ctx->proj_in, n * d);
-      VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ds_norm_w.data(), L.ds_norm_b.data(),
-                                          ctx->proj_in.data(), n_tok, 4 * d, c.eps));
-      deepstack[k].resize(static_cast<size_t>(n_tok * c.projection_dim));
-      VLMD_RETURN_IF_ERROR(Mlp(L.ds_fc1, L.ds_fc1_b, L.ds_fc2, L.ds_fc2_b, ctx->proj_in.data(),
-                               n_tok, ctx, deepstack[k].data(), c.projection_dim));
-    }
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln1_w, L.ln1_b, xn, n, d));
+  const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+  float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};
+  const ops::MatmulEpilogue qkv_ep[] = {BiasEpilogue(L.bq), BiasEpilogue(L.bk), BiasEpilogue(L.bv)};
+  const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
+  VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
+                                         &ctx->matmul_scratch, qkv_ep_ptr));
+  VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, hd, 0,
+                                          st->rope.data(), hd, /*neox=*/true));
+  VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_heads, hd, 0,
+                                          st->rope.data(), hd, /*neox=*/true));
+  const bool windowed = c.n_wa_pattern > 0 && (l + 1) % c.n_wa_pattern != 0;
+  const RowSpan whole[] = {{0, n}};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  VLMD_RETURN_IF_ERROR(VitSpanAttention(
+      ctx, windowed ? std::span<const RowSpan>(st->windows) : std::span<const RowSpan>(whole), d,
+      c.n_heads, hd, scale));
+  VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
+  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln2_w, L.ln2_b, xn, n, d));
+  float* up = ctx->ff.data();  // [n, ff]
+  VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, up, BiasEpilogue(L.b_up)));
+  if (L.w_gate.data != nullptr) {  // 2.5-VL: down(silu(gate x) * up x)
+    float* gate = ctx->ff.data() + n * ff;
+    VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, gate, BiasEpilogue(L.b_gate)));
+    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
+  } else {
+    VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, up, n * ff));
   }
+  VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
+  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  if (L.deepstack) {  // the block output, 4 rows per merged token: LayerNorm(4d) -> MLP
+    const size_t k = static_cast<size_t>(
+        std::find(deepstack_layers_.begin(), deepstack_layers_.end(), l) - deepstack_layers_.begin());
+    Grow(ctx->proj_in, n * d);
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ds_norm_w.data(), L.ds_norm_b.data(),
+                                        ctx->proj_in.data(), n_tok, 4 * d, c.eps));
+    st->deepstack[k].resize(static_cast<size_t>(n_tok * c.projection_dim));
+    VLMD_RETURN_IF_ERROR(Mlp(L.ds_fc1, L.ds_fc1_b, L.ds_fc2, L.ds_fc2_b, ctx->proj_in.data(),
+                             n_tok, ctx, st->deepstack[k].data(), c.projection_dim));
+  }
+  return Status::Ok();
+}
 
+Status QwenVit::Finish(State* st, VisionContext* ctx, float* out) const {
+  if (st == nullptr || ctx == nullptr || out == nullptr || st->next_layer != st->n_layers) {
+    return InvalidArgumentError("qwen vision encode: blocks left to run, or null buffers");
+  }
+  const VisionConfig& c = config_;
+  const kernels::KernelTable& kt = *ctx->kernels;
+  const int64_t n = st->n, n_tok = st->n_tok, d = c.d_model, pd = c.projection_dim;
+  const int64_t out_w = n_embd_out();
   // Merger: norm per patch, 4 rows -> one 4d row, mm.0 -> GELU -> mm.2.
-  VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, post_ln_w_, post_ln_b_, xn, n, d));
-  std::vector<float> merged(static_cast<size_t>(n_tok * c.projection_dim));
-  VLMD_RETURN_IF_ERROR(Mlp(mm0_, mm0_b_, mm2_, mm2_b_, xn, n_tok, ctx, merged.data(),
-                           c.projection_dim));
+  Grow(ctx->xn, n * d);
+  VLMD_RETURN_IF_ERROR(Norm(kt, ctx->pool, st->x.data(), post_ln_w_, post_ln_b_, ctx->xn.data(), n, d));
+  std::vector<float> merged(static_cast<size_t>(n_tok * pd));
+  VLMD_RETURN_IF_ERROR(Mlp(mm0_, mm0_b_, mm2_, mm2_b_, ctx->xn.data(), n_tok, ctx, merged.data(), pd));
   // Back to raster order over the merged grid: [main | deepstack 0 | deepstack 1 ...] per token.
-  const int64_t pd = c.projection_dim;
   for (int64_t i = 0; i < n_tok; ++i) {
-    float* o = out + int64_t{units[static_cast<size_t>(i)]} * out_w;
+    float* o = out + int64_t{st->units[static_cast<size_t>(i)]} * out_w;
     std::copy_n(merged.data() + i * pd, pd, o);
-    for (size_t k = 0; k < deepstack.size(); ++k) {
-      std::copy_n(deepstack[k].data() + i * pd, pd, o + static_cast<int64_t>(k + 1) * pd);
+    for (size_t k = 0; k < st->deepstack.size(); ++k) {
+      std::copy_n(st->deepstack[k].data() + i * pd, pd, o + static_cast<int64_t>(k + 1) * pd);
     }
   }
   return ops::CheckFinite(out, n_tok * out_w, "vision encoder output");
+}
+
+Status QwenVit::Encode(const float* pixels, int32_t width, int32_t height, VisionContext* ctx,
+                       float* out) const {
+  if (out == nullptr) return InvalidArgumentError("qwen vision encode: null output");
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<State> st, Begin(pixels, width, height, ctx));
+  while (BlocksLeft(*st) > 0) {
+    VLMD_RETURN_IF_ERROR(RunBlock(st.get(), ctx));
+  }
+  return Finish(st.get(), ctx, out);
 }
 
 }  // namespace vlmd::engine::models

@@ -14,6 +14,7 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/models/clip_vit.h"
 #include "engine/models/vision_config.h"
+#include "engine/models/vit_attention.h"
 #include "engine/ops/matmul.h"
 
 namespace vlmd::engine::models {
@@ -41,6 +42,17 @@ class QwenVit {
   Status Encode(const float* pixels, int32_t width, int32_t height, VisionContext* ctx,
                 float* out) const;
 
+  // The same in work units, for a scheduler that interleaves them with decode steps: Begin
+  // (patch embedding), one RunBlock per ViT block in order, then Finish (merger, output). The
+  // state owns the residual stream between calls; ctx is scratch only. Same errors as Encode.
+  struct State;
+  Result<std::unique_ptr<State>> Begin(const float* pixels, int32_t width, int32_t height,
+                                       VisionContext* ctx) const;
+  Status RunBlock(State* state, VisionContext* ctx) const;
+  Status Finish(State* state, VisionContext* ctx, float* out) const;
+  // Blocks still to run before Finish.
+  static int32_t BlocksLeft(const State& state);
+
  private:
   struct Layer {
     std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases empty for RMSNorm
@@ -55,6 +67,7 @@ class QwenVit {
   };
 
   QwenVit() = default;
+  Status RunLayer(int32_t l, State* st, VisionContext* ctx) const;
   // x [n, d] normalized per row into y with the family's norm (LayerNorm or RMSNorm).
   Status Norm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
               const std::vector<float>& w, const std::vector<float>& b, float* y, int64_t rows,
@@ -77,6 +90,17 @@ class QwenVit {
   std::vector<float> mm0_b_, mm2_b_;
   std::vector<Layer> layers_;
   std::vector<int32_t> deepstack_layers_;  // layer indices, ascending
+};
+
+// An image between QwenVit::Begin and Finish.
+struct QwenVit::State {
+  int32_t width = 0, height = 0, next_layer = 0, n_layers = 0;
+  int64_t n = 0, n_tok = 0;          // patch rows, merged tokens
+  std::vector<int32_t> units;         // the merged token of each group of 4 rows (raster index)
+  std::vector<RowSpan> windows;       // 2.5-VL: each window's rows
+  std::vector<float> x;               // [n, d_model] residual stream
+  std::vector<float> rope;            // [n, head_dim] 2-D RoPE table
+  std::vector<std::vector<float>> deepstack;  // [n_tok, projection_dim] per deepstack layer
 };
 
 // llama.cpp's bilinear align-corners resize (ggml_interpolate with GGML_SCALE_MODE_BILINEAR |

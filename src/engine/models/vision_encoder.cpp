@@ -38,6 +38,128 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
   return e;
 }
 
+ImageEncoding::~ImageEncoding() = default;
+
+namespace {
+
+// Qwen VL at level L: the token limit that takes L 28-pixel units off the longest side of the
+// level-0 size, the aspect ratio kept (smart resize then rounds within it).
+int32_t QwenLimit(const VisionConfig& c, int32_t width, int32_t height, int32_t level) {
+  if (level <= 0) return 0;
+  int32_t w = 0, h = 0;
+  QwenResizedSize(c, width, height, 0, &w, &h);
+  const int32_t align = c.patch_size * c.spatial_merge;
+  const double longest = std::max(w, h) / align;
+  const double keep = std::max(0.0, (longest - level) / longest);
+  const int64_t tokens = int64_t{w / align} * (h / align);
+  return static_cast<int32_t>(std::max<int64_t>(c.min_tokens, static_cast<int64_t>(tokens * keep * keep)));
+}
+
+}  // namespace
+
+int32_t VisionEncoder::MaxShrinkLevel(int32_t width, int32_t height) const {
+  if (width < 1 || height < 1) return 0;
+  const VisionConfig& c = config_;
+  if (c.projector == ProjectorType::kIdefics3) {
+    return std::max(0, (c.preproc_image_size - c.image_size) / c.image_size);
+  }
+  if (IsQwenVl(c.projector)) {
+    int32_t w = 0, h = 0;
+    QwenResizedSize(c, width, height, 0, &w, &h);
+    const int32_t align = c.patch_size * c.spatial_merge;
+    // Down to the family's minimum: the last level whose limit is still above min_tokens.
+    int32_t level = 0;
+    while (level + 1 < std::max(w, h) / align && QwenLimit(c, width, height, level + 1) > c.min_tokens) {
+      ++level;
+    }
+    return level;
+  }
+  return 0;
+}
+
+ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level) const {
+  const VisionConfig& c = config_;
+  ImagePlan p;
+  p.level = std::clamp(level, 0, MaxShrinkLevel(width, height));
+  if (IsQwenVl(c.projector)) {
+    p.limit = QwenLimit(c, width, height, p.level);
+    QwenResizedSize(c, width, height, p.limit, &p.width, &p.height);
+    const int32_t align = c.patch_size * c.spatial_merge;
+    p.rows = int64_t{p.width / align} * (p.height / align);
+    p.work_units = int64_t{c.n_layers} + 1;
+    return p;
+  }
+  if (c.projector == ProjectorType::kIdefics3) {
+    p.limit = p.level == 0 ? 0 : c.preproc_image_size - p.level * c.image_size;
+    Idefics3RefinedSize(width, height, c.image_size, p.limit > 0 ? p.limit : c.preproc_image_size,
+                        &p.width, &p.height);
+    p.work_units = int64_t{p.width / c.image_size} * (p.height / c.image_size) + 1;  // + global
+    p.rows = p.work_units * tokens_per_tile_;
+    return p;
+  }
+  p.width = p.height = c.image_size;
+  p.work_units = 1;
+  p.rows = tokens_per_tile_;
+  return p;
+}
+
+Result<PreprocessedImage> VisionEncoder::Preprocess(RgbView image, const ImagePlan& plan) const {
+  if (plan.limit <= 0) return PreprocessImage(config_, image);
+  if (IsQwenVl(config_.projector)) return PreprocessImage(config_, image, {}, plan.limit);
+  VisionConfig c = config_;  // Idefics3: tiled at a smaller longest edge
+  c.preproc_image_size = std::max(plan.limit, c.image_size);
+  return PreprocessImage(c, image);
+}
+
+int64_t VisionEncoder::WorkUnits(const PreprocessedImage& image) const {
+  return qwen_ ? int64_t{config_.n_layers} + 1 : image.n_tiles;
+}
+
+Result<std::unique_ptr<ImageEncoding>> VisionEncoder::BeginEncode(
+    const PreprocessedImage& image) const {
+  const int64_t floats = 3 * int64_t{image.width} * image.height;
+  if (image.n_tiles < 1 || static_cast<int64_t>(image.pixels.size()) != image.n_tiles * floats ||
+      (qwen_ && image.n_tiles != 1)) {
+    return InvalidArgumentError("vision encode: the preprocessed image's pixels do not match its layout");
+  }
+  std::unique_ptr<ImageEncoding> enc(new ImageEncoding());
+  enc->image_ = &image;
+  enc->total_ = WorkUnits(image);
+  enc->out_.resize(static_cast<size_t>(ImageTokens(image) * n_embd()));
+  return enc;
+}
+
+Status VisionEncoder::EncodeUnits(ImageEncoding* enc, int64_t max_units, VisionContext* ctx) const {
+  if (enc == nullptr || max_units < 1 || enc->done()) {
+    return InvalidArgumentError("vision encode: no work unit left or max_units < 1");
+  }
+  const PreprocessedImage& img = *enc->image_;
+  const int64_t n = std::min(max_units, enc->total_ - enc->next_);
+  if (!qwen_) {  // a unit is a tile
+    const int64_t floats = 3 * int64_t{img.width} * img.height;
+    const int64_t tile_out = tokens_per_tile_ * n_embd();
+    VLMD_RETURN_IF_ERROR(Encode(img.pixels.data() + enc->next_ * floats, n, ctx,
+                                enc->out_.data() + enc->next_ * tile_out));
+    enc->next_ += n;
+    return Status::Ok();
+  }
+  // Qwen VL: unit 0 = patch embedding + block 0, units 1 .. L-1 = the other blocks, unit L =
+  // the merger.
+  for (int64_t u = 0; u < n; ++u, ++enc->next_) {
+    if (enc->next_ == 0) {
+      VLMD_ASSIGN_OR_RETURN(enc->qwen_, qwen_->Begin(img.pixels.data(), img.width, img.height, ctx));
+    }
+    if (QwenVit::BlocksLeft(*enc->qwen_) > 0) {
+      VLMD_RETURN_IF_ERROR(qwen_->RunBlock(enc->qwen_.get(), ctx));
+    }
+    if (enc->next_ + 1 == enc->total_) {
+      VLMD_RETURN_IF_ERROR(qwen_->Finish(enc->qwen_.get(), ctx, enc->out_.data()));
+      enc->qwen_.reset();
+    }
+  }
+  return Status::Ok();
+}
+
 int64_t VisionEncoder::ImageTokens(const PreprocessedImage& image) const {
   if (qwen_) return int64_t{image.grid_cols} * image.grid_rows;
   return image.n_tiles * tokens_per_tile_;

@@ -17,6 +17,44 @@
 
 namespace vlmd::engine::models {
 
+// What an image becomes, from its size alone (no pixels): the family's decision at a shrink
+// level. Level 0 is the model's own size; each level up is one of the family's steps smaller
+// (Idefics3: one tile less on the longest edge; Qwen VL: one 28-pixel unit less on the longest
+// side, aspect kept); fixed-size families have level 0 only.
+struct ImagePlan {
+  int32_t level = 0;
+  int32_t width = 0;   // pixels the encoder's preprocessing produces (tiled: the refined image)
+  int32_t height = 0;
+  int64_t rows = 0;        // visual embedding rows in the prompt (wrapper text tokens excluded)
+  int64_t work_units = 0;  // ImageEncoding units
+  // The family parameter that selects this size, passed to PreprocessImage: Idefics3's longest
+  // edge, Qwen VL's token limit; 0 at level 0.
+  int32_t limit = 0;
+};
+
+// An image being encoded one work unit at a time (VisionEncoder::BeginEncode / EncodeUnits), so
+// that a scheduler can interleave the units with decode steps: a unit is a tile of the tiled
+// families; for Qwen VL the patch embedding with the first ViT block, each further block, and
+// the merger. Owns the partial results; the preprocessed image must outlive it.
+class ImageEncoding {
+ public:
+  ~ImageEncoding();
+  int64_t total_units() const { return total_; }
+  int64_t done_units() const { return next_; }
+  bool done() const { return next_ == total_; }
+  // The embeddings [ImageTokens, n_embd] once done(); empty before.
+  std::vector<float> TakeEmbeddings() { return done() ? std::move(out_) : std::vector<float>(); }
+
+ private:
+  friend class VisionEncoder;
+  ImageEncoding() = default;
+  const PreprocessedImage* image_ = nullptr;
+  int64_t total_ = 0;
+  int64_t next_ = 0;
+  std::vector<float> out_;
+  std::unique_ptr<QwenVit::State> qwen_;
+};
+
 class VisionEncoder {
  public:
   // Reads the config and validates every tensor. Keeps `file` alive. UNIMPLEMENTED for unknown
@@ -35,9 +73,24 @@ class VisionEncoder {
   const ClipVit* vit() const { return vit_.get(); }
   // Visual tokens of a preprocessed image (every tile, or a Qwen VL image's merged grid).
   int64_t ImageTokens(const PreprocessedImage& image) const;
+  // The highest shrink level of a width x height image (0: it cannot shrink), and its plan at a
+  // level in [0, MaxShrinkLevel] (higher levels are clamped).
+  int32_t MaxShrinkLevel(int32_t width, int32_t height) const;
+  ImagePlan PlanImage(int32_t width, int32_t height, int32_t level) const;
+  // Preprocesses `image` as `plan` says (a plan of this image's size). Errors as PreprocessImage.
+  Result<PreprocessedImage> Preprocess(RgbView image, const ImagePlan& plan) const;
   // Encodes all of `image` into out [ImageTokens(image), n_embd()] (caller-owned). Same errors
   // as Encode.
   Status EncodeImage(const PreprocessedImage& image, VisionContext* ctx, float* out) const;
+
+  // Work units of `image` (see ImageEncoding).
+  int64_t WorkUnits(const PreprocessedImage& image) const;
+  // Starts encoding `image` in work units (it must outlive the result). INVALID_ARGUMENT for an
+  // image this encoder cannot take.
+  Result<std::unique_ptr<ImageEncoding>> BeginEncode(const PreprocessedImage& image) const;
+  // Runs up to max_units (>= 1) more units of `enc`. Same errors as Encode; after an error the
+  // encoding is unusable.
+  Status EncodeUnits(ImageEncoding* enc, int64_t max_units, VisionContext* ctx) const;
   // Memory the weights hold: the mapped GGUF file plus the packed copies.
   uint64_t memory_bytes() const;
 

@@ -12,15 +12,17 @@ namespace {
 // (r, c) [p0, p0 + r, p0 + c, 0] and advances it by max(gw, gh).
 class RowBuilder {
  public:
-  RowBuilder(const tokenizer::Tokenizer& tok, int64_t n_embd, bool mrope)
-      : tok_(tok), n_embd_(n_embd), mrope_(mrope) {}
+  // count_only: images give rows without embeddings (token accounting before encoding).
+  RowBuilder(const tokenizer::Tokenizer& tok, int64_t n_embd, bool mrope, bool count_only)
+      : tok_(tok), n_embd_(n_embd), mrope_(mrope), count_only_(count_only) {}
+  bool count_only() const { return count_only_; }
 
   void Text(std::string_view s) { pending_ += s; }
 
   Status Image(const float* rows, int64_t n_rows) {
     VLMD_RETURN_IF_ERROR(FlushText());
     for (int64_t i = 0; i < n_rows; ++i) out_.tokens.push_back(-1);
-    out_.embeddings.insert(out_.embeddings.end(), rows, rows + n_rows * n_embd_);
+    if (!count_only_) out_.embeddings.insert(out_.embeddings.end(), rows, rows + n_rows * n_embd_);
     out_.n_image_tokens += n_rows;
     return Status::Ok();
   }
@@ -75,6 +77,7 @@ class RowBuilder {
   const tokenizer::Tokenizer& tok_;
   const int64_t n_embd_;
   const bool mrope_;
+  const bool count_only_;
   int32_t next_pos_ = 0;
   std::string pending_;
   bool first_ = true;
@@ -86,7 +89,7 @@ Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const Encoded
   if (models::IsQwenVl(vision.projector)) {
     // mtmd: "<|vision_start|>" ends the text before, "<|vision_end|>" starts the text after.
     const int64_t n = int64_t{img.layout.grid_cols} * img.layout.grid_rows;
-    if (n <= 0 || static_cast<int64_t>(img.embeddings.size()) != n * n_embd) {
+    if (n <= 0 || (!b->count_only() && static_cast<int64_t>(img.embeddings.size()) != n * n_embd)) {
       return InvalidArgumentError("encoded image has inconsistent embedding size");
     }
     b->Text("<|vision_start|>");
@@ -97,10 +100,12 @@ Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const Encoded
   const int64_t tpt = img.tokens_per_tile;
   const int64_t n_tiles = img.layout.n_tiles;
   if (tpt <= 0 || n_tiles <= 0 ||
-      static_cast<int64_t>(img.embeddings.size()) != n_tiles * tpt * n_embd) {
+      (!b->count_only() && static_cast<int64_t>(img.embeddings.size()) != n_tiles * tpt * n_embd)) {
     return InvalidArgumentError("encoded image has inconsistent embedding size");
   }
-  auto tile = [&](int64_t t) { return img.embeddings.data() + t * tpt * n_embd; };
+  auto tile = [&](int64_t t) {
+    return b->count_only() ? nullptr : img.embeddings.data() + t * tpt * n_embd;
+  };
   if (vision.projector != models::ProjectorType::kIdefics3) {
     return b->Image(tile(0), n_tiles * tpt);
   }
@@ -126,10 +131,11 @@ Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const Encoded
 
 }  // namespace
 
-Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
-                                         const models::VisionConfig& vision, std::string_view text,
-                                         std::span<const EncodedImage> images, int64_t n_embd,
-                                         std::string_view marker) {
+namespace {
+
+Result<PromptRows> BuildRows(const tokenizer::Tokenizer& tok, const models::VisionConfig& vision,
+                             std::string_view text, std::span<const EncodedImage> images,
+                             int64_t n_embd, std::string_view marker, bool count_only) {
   size_t n_markers = 0;
   for (size_t at = text.find(marker); at != std::string_view::npos;
        at = text.find(marker, at + marker.size())) {
@@ -139,7 +145,7 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
     return InvalidArgumentError("the prompt has " + std::to_string(n_markers) + " image markers but " +
                                 std::to_string(images.size()) + " images were given");
   }
-  RowBuilder b(tok, n_embd, models::IsQwenVl(vision.projector));
+  RowBuilder b(tok, n_embd, models::IsQwenVl(vision.projector), count_only);
   size_t next_image = 0;
   if (n_markers == 0) {  // no marker: (BOS,) images first, then the text
     b.LeadingBos();
@@ -155,6 +161,25 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
   }
   b.Text(text.substr(start));
   return b.Finish();
+}
+
+}  // namespace
+
+Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
+                                         const models::VisionConfig& vision, std::string_view text,
+                                         std::span<const EncodedImage> images, int64_t n_embd,
+                                         std::string_view marker) {
+  return BuildRows(tok, vision, text, images, n_embd, marker, /*count_only=*/false);
+}
+
+Result<int64_t> CountMultimodalPromptRows(const tokenizer::Tokenizer& tok,
+                                          const models::VisionConfig& vision,
+                                          std::string_view text,
+                                          std::span<const EncodedImage> layouts, int64_t n_embd,
+                                          std::string_view marker) {
+  VLMD_ASSIGN_OR_RETURN(PromptRows rows,
+                        BuildRows(tok, vision, text, layouts, n_embd, marker, /*count_only=*/true));
+  return static_cast<int64_t>(rows.tokens.size());
 }
 
 }  // namespace vlmd::engine::runtime

@@ -55,4 +55,13 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
                                          std::span<const EncodedImage> images, int64_t n_embd,
                                          std::string_view marker = kDefaultMediaMarker);
 
+// The number of rows BuildMultimodalPrompt gives for the same arguments, from the images'
+// layouts alone (layout and tokens_per_tile; embeddings may be empty): the one token count for
+// budgets, stream windows and the real prompt, the family's wrapper tokens included.
+Result<int64_t> CountMultimodalPromptRows(const tokenizer::Tokenizer& tok,
+                                          const models::VisionConfig& vision,
+                                          std::string_view text,
+                                          std::span<const EncodedImage> layouts, int64_t n_embd,
+                                          std::string_view marker = kDefaultMediaMarker);
+
 }  // namespace vlmd::engine::runtime

@@ -118,65 +118,84 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
   return Status::Ok();
 }
 
-namespace {
-
-// The vision config an image is tiled with: the model's, or a smaller idefics3 longest edge.
-models::VisionConfig TilingConfig(const models::VisionConfig& c, int32_t longest_edge) {
-  models::VisionConfig out = c;
-  if (c.projector == models::ProjectorType::kIdefics3 && longest_edge > 0 &&
-      longest_edge < c.preproc_image_size) {
-    out.preproc_image_size = std::max(longest_edge, c.image_size);
-  }
-  return out;
+int32_t TextEngine::MaxShrinkLevel(int32_t width, int32_t height) const {
+  return vision_ ? vision_->MaxShrinkLevel(width, height) : 0;
 }
 
-}  // namespace
-
-int32_t TextEngine::MinLongestEdge() const {
-  if (!vision_ || vision_->config().projector != models::ProjectorType::kIdefics3) return 0;
-  return vision_->config().image_size;
+models::ImagePlan TextEngine::PlanImage(int32_t width, int32_t height, int32_t level) const {
+  if (!vision_ || width < 1 || height < 1) return {};
+  return vision_->PlanImage(width, height, level);
 }
 
 Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
                                                const image::DecodeLimits& limits,
-                                               int32_t longest_edge, ImageTimings* timings) const {
+                                               int32_t level, ImageTimings* timings) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const auto t0 = std::chrono::steady_clock::now();
   VLMD_ASSIGN_OR_RETURN(image::Image img, image::DecodeImage(bytes, limits));
   if (timings != nullptr) timings->decode_ms = MsSince(t0);
-  return PreprocessDecoded(img, longest_edge, timings);
+  return PreprocessDecoded(img, level, timings);
 }
 
-int64_t TextEngine::ImageTokens(int32_t width, int32_t height, int32_t longest_edge) const {
-  if (!vision_ || width < 1 || height < 1) return 0;
-  const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
-  if (models::IsQwenVl(c.projector)) {
-    int32_t w = 0, h = 0;
-    models::QwenResizedSize(c, width, height, 0, &w, &h);
-    const int64_t align = int64_t{c.patch_size} * c.spatial_merge;
-    return (w / align) * (h / align);
-  }
-  if (c.projector != models::ProjectorType::kIdefics3) return vision_->tokens_per_tile();
-  int32_t rw = 0, rh = 0;
-  models::Idefics3RefinedSize(width, height, c.image_size, c.preproc_image_size, &rw, &rh);
-  return (static_cast<int64_t>(rw / c.image_size) * (rh / c.image_size) + 1) * vision_->tokens_per_tile();
-}
-
-Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int32_t longest_edge,
+Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int32_t level,
                                                     ImageTimings* timings) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const auto t0 = std::chrono::steady_clock::now();
-  const models::VisionConfig c = TilingConfig(vision_->config(), longest_edge);
+  const models::ImagePlan plan = vision_->PlanImage(img.width, img.height, level);
+  const models::VisionConfig& c = vision_->config();
   PreparedImage out;
   out.source_width = img.width;
   out.source_height = img.height;
-  // The cache key: the pixels, and every preprocessing parameter that changes the tiles.
-  out.key = image::ImageKey(img) + ":" + std::to_string(static_cast<int>(c.projector)) + ":" +
-            std::to_string(c.image_size) + ":" + std::to_string(c.preproc_image_size);
+  // The cache key: the pixels, the family and the size its preprocessing resized them to (every
+  // parameter that changes the encoder's input).
+  out.key = image::ImageKey(img) + ":" + c.projector_name + ":" + std::to_string(c.image_size) +
+            ":" + std::to_string(plan.width) + "x" + std::to_string(plan.height);
   VLMD_ASSIGN_OR_RETURN(out.tiles,
-                        models::PreprocessImage(c, models::RgbView{img.width, img.height, img.rgb}));
+                        vision_->Preprocess(models::RgbView{img.width, img.height, img.rgb}, plan));
   if (timings != nullptr) timings->preprocess_ms = MsSince(t0);
   return out;
+}
+
+Result<int64_t> TextEngine::CountPromptRows(std::string_view prompt,
+                                            std::span<const EncodedImage> encoded,
+                                            std::span<const models::ImagePlan> planned) const {
+  if (encoded.empty() && planned.empty()) {
+    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Tokenize(prompt, true, true));
+    return static_cast<int64_t>(ids.size());
+  }
+  if (!vision_) return FailedPreconditionError("images given but no vision encoder (no --mmproj)");
+  std::vector<EncodedImage> layouts;
+  for (const EncodedImage& e : encoded) {
+    EncodedImage l;
+    l.layout = e.layout;
+    l.layout.pixels.clear();
+    l.tokens_per_tile = e.tokens_per_tile;
+    layouts.push_back(std::move(l));
+  }
+  const models::VisionConfig& c = vision_->config();
+  for (const models::ImagePlan& p : planned) {
+    EncodedImage l;
+    l.tokens_per_tile = vision_->tokens_per_tile();
+    l.layout.width = p.width;
+    l.layout.height = p.height;
+    if (models::IsQwenVl(c.projector)) {
+      const int32_t align = c.patch_size * c.spatial_merge;
+      l.layout.grid_cols = p.width / align;
+      l.layout.grid_rows = p.height / align;
+      l.layout.n_tiles = 1;
+    } else if (c.projector == models::ProjectorType::kIdefics3) {
+      l.layout.tile_size = c.image_size;
+      l.layout.grid_cols = p.width / c.image_size;
+      l.layout.grid_rows = p.height / c.image_size;
+      l.layout.has_global = true;
+      l.layout.n_tiles = int64_t{l.layout.grid_cols} * l.layout.grid_rows + 1;
+    } else {
+      l.layout.tile_size = c.image_size;
+      l.layout.n_tiles = 1;
+    }
+    layouts.push_back(std::move(l));
+  }
+  return CountMultimodalPromptRows(*tokenizer_, c, prompt, layouts, vision_->n_embd());
 }
 
 Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
@@ -189,24 +208,20 @@ Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, Imag
   return EncodedFromTiles(image, std::move(embeddings));
 }
 
-Status TextEngine::EncodeTiles(const PreparedImage& image, int64_t first_tile, int64_t n_tiles,
-                               std::vector<float>* embeddings) {
+Result<std::unique_ptr<models::ImageEncoding>> TextEngine::BeginEncode(
+    const PreparedImage& image) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
-  const models::PreprocessedImage& t = image.tiles;
-  const int64_t tile_floats = int64_t{3} * t.width * t.height;
-  const int64_t tile_out = t.n_tiles > 0 ? vision_->ImageTokens(t) / t.n_tiles * vision_->n_embd() : 0;
-  if (first_tile < 0 || n_tiles < 1 || first_tile + n_tiles > t.n_tiles ||
-      static_cast<int64_t>(t.pixels.size()) < t.n_tiles * tile_floats ||
-      static_cast<int64_t>(embeddings->size()) != first_tile * tile_out) {
-    return InvalidArgumentError("EncodeTiles: tiles " + std::to_string(first_tile) + " + " +
-                                std::to_string(n_tiles) + " out of order or outside the image");
-  }
-  embeddings->resize(static_cast<size_t>((first_tile + n_tiles) * tile_out));
-  if (vision_->vit() == nullptr) {  // one dynamic-size image (Qwen VL): the whole image at once
-    return vision_->EncodeImage(t, &vision_ctx_, embeddings->data());
-  }
-  return vision_->Encode(t.pixels.data() + first_tile * tile_floats, n_tiles, &vision_ctx_,
-                         embeddings->data() + first_tile * tile_out);
+  return vision_->BeginEncode(image.tiles);
+}
+
+Status TextEngine::EncodeUnits(models::ImageEncoding* encoding, int64_t max_units) {
+  if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
+  return vision_->EncodeUnits(encoding, max_units, &vision_ctx_);
+}
+
+EncodedImage TextEngine::EncodedFrom(const PreparedImage& image,
+                                     models::ImageEncoding* encoding) const {
+  return EncodedFromTiles(image, encoding->TakeEmbeddings());
 }
 
 EncodedImage TextEngine::EncodedFromTiles(const PreparedImage& image,

@@ -85,26 +85,32 @@ class TextEngine {
 
   // The two halves of EncodeImage, for callers that run them on different threads: Prepare is
   // const and thread-safe (decode + preprocess, no engine state); Encode runs the vision encoder
-  // on the engine's pool (same threading rule as Generate). `longest_edge`, when > 0 and below
-  // the model's own (idefics3 preproc_image_size), tiles the image at that size instead: fewer
-  // tiles, fewer visual tokens (token budgets). Families with one fixed tile ignore it.
+  // on the engine's pool (same threading rule as Generate). `level` > 0 shrinks the image by
+  // that many of the family's steps (models::ImagePlan; token budgets); fixed-size families
+  // have level 0 only (higher levels are clamped).
   Result<PreparedImage> PrepareImage(std::span<const uint8_t> bytes, const image::DecodeLimits& limits,
-                                     int32_t longest_edge, ImageTimings* timings) const;
-  // PrepareImage in two steps, for callers that choose the tiling from the decoded size (token
-  // budgets): the visual tokens of a width x height image at `longest_edge` are
-  // ImageTokens(width, height, longest_edge), computed without touching pixels.
-  Result<PreparedImage> PreprocessDecoded(const image::Image& img, int32_t longest_edge,
+                                     int32_t level, ImageTimings* timings) const;
+  // PrepareImage in two steps, for callers that choose the level from the decoded size (token
+  // budgets) with PlanImage / MaxShrinkLevel, computed without touching pixels.
+  Result<PreparedImage> PreprocessDecoded(const image::Image& img, int32_t level,
                                           ImageTimings* timings) const;
-  int64_t ImageTokens(int32_t width, int32_t height, int32_t longest_edge) const;
-  // The smallest longest_edge the family allows (one tile row/column); 0 when not tiled.
-  int32_t MinLongestEdge() const;
+  // The vision family's plan of a width x height image at `level`, and its highest level
+  // (no vision encoder: an empty plan, 0).
+  models::ImagePlan PlanImage(int32_t width, int32_t height, int32_t level) const;
+  int32_t MaxShrinkLevel(int32_t width, int32_t height) const;
+  // The prompt rows BuildPrompt(raw) gives for `prompt` (markers included) with `images` in
+  // marker order: already encoded ones (their layouts) then planned ones, wrapper text tokens
+  // included, without encoding anything (token budgets). Errors as BuildPrompt.
+  Result<int64_t> CountPromptRows(std::string_view prompt, std::span<const EncodedImage> encoded,
+                                  std::span<const models::ImagePlan> planned) const;
   Result<EncodedImage> EncodePrepared(const PreparedImage& image, ImageTimings* timings);
-  // Tile by tile, for a scheduler that interleaves image encoding with decode steps: appends
-  // the embeddings of tiles [first_tile, first_tile + n_tiles) of `image` to *embeddings (the
-  // tiles must come in order). Once every tile is in, EncodedFromTiles makes the image.
-  Status EncodeTiles(const PreparedImage& image, int64_t first_tile, int64_t n_tiles,
-                     std::vector<float>* embeddings);
-  EncodedImage EncodedFromTiles(const PreparedImage& image, std::vector<float> embeddings) const;
+  // In work units, for a scheduler that interleaves image encoding with decode steps
+  // (models::ImageEncoding: a tile, or a Qwen VL ViT block): BeginEncode (`image` must outlive
+  // the encoding), EncodeUnits until done(), then EncodedFrom makes the image. Errors as
+  // EncodePrepared; a failed encoding is unusable.
+  Result<std::unique_ptr<models::ImageEncoding>> BeginEncode(const PreparedImage& image) const;
+  Status EncodeUnits(models::ImageEncoding* encoding, int64_t max_units);
+  EncodedImage EncodedFrom(const PreparedImage& image, models::ImageEncoding* encoding) const;
 
   // Token ids (and image rows) of a user prompt: `text` with image markers, wrapped in the
   // model's chat template unless raw (then BOS as the vocabulary says, special text parsed).
@@ -160,6 +166,7 @@ class TextEngine {
 
  private:
   TextEngine() = default;
+  EncodedImage EncodedFromTiles(const PreparedImage& image, std::vector<float> embeddings) const;
   // Runs prompt rows [first_row, end_row) (end_row < 0: to the end) through the model in n_batch
   // chunks (rows before first_row are already in the cache); `logits` receives the last row's
   // logits when end_row is the prompt's end (may be null otherwise).
