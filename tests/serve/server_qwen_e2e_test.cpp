@@ -1,0 +1,159 @@
+// The Qwen VL family through every server path over real HTTP (tiny-qwen25vl: window attention,
+// M-RoPE): the answer equals the engine's own (image encoded one ViT block per scheduler step,
+// positions continued in batched decode), a repeated image is a cache hit and a repeated prompt
+// is reused, the token budget shrinks an image in 28-pixel units and says so, streams carry
+// earlier frames, and the OpenAI endpoint takes image_url.
+#include <gtest/gtest.h>
+
+#include "engine/runtime/text_engine.h"
+#include "fixture_json.h"
+#include "serve/api/requests.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureImage;
+using testing::Harness;
+using testing::HarnessOptions;
+
+constexpr const char* kFixture = "tiny-qwen25vl";
+
+json Post(httplib::Client& c, const std::string& path, const json& req) {
+  auto r = c.Post(path, req.dump(), "application/json");
+  if (!r) return {{"http", -1}};
+  json j = json::parse(r->body, nullptr, false);
+  j["http"] = r->status;
+  return j;
+}
+
+HarnessOptions QwenOptions() {
+  HarnessOptions o;
+  o.fixture = kFixture;
+  o.scheduler.encode_tiles = 1;  // one ViT block per scheduler step
+  return o;
+}
+
+// The golden case's raw prompt and image, answered by the server and by the engine directly.
+TEST(ServerQwen, InvokeAnswersAsTheEngineAndRepeatsHitTheCaches) {
+  std::string error;
+  const json golden = vlmd::testing::ReadFixtureJson(std::string(kFixture) + "/golden.json", &error);
+  ASSERT_TRUE(error.empty()) << error;
+  const json* gc = nullptr;
+  for (const json& x : golden["cases"]) {
+    if (x["name"] == "img-168x112") gc = &x;
+  }
+  ASSERT_NE(gc, nullptr);
+  const std::string image = FixtureImage("img-168x112.png", kFixture);
+
+  engine::runtime::EngineOptions eo;
+  eo.threads = 2;
+  eo.n_ctx = 512;
+  eo.mmproj_path = vlmd::testing::FixturePath(std::string(kFixture) + "/mmproj.gguf");
+  auto engine = engine::runtime::TextEngine::Load(
+      vlmd::testing::FixturePath(std::string(kFixture) + "/text.gguf"), eo);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  engine::runtime::ImageTimings t;
+  auto encoded = (*engine)->EncodeImage(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(image.data()), image.size()), &t);
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  auto rows = (*engine)->BuildPrompt((*gc)["prompt"].get<std::string>(),
+                                     std::span<const engine::runtime::EncodedImage>(&*encoded, 1), true);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  engine::runtime::GenerateParams p;
+  p.max_tokens = 12;
+  auto direct = (*engine)->Generate(*rows, p);
+  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+
+  Harness h(QwenOptions());
+  auto c = h.Client();
+  json req{{"prompt", (*gc)["prompt"]},
+           {"raw_prompt", true},
+           {"max_tokens", 12},
+           {"image_base64", api::EncodeBase64(image)}};
+  const json a = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  EXPECT_EQ(a["text"], direct->text);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], (*gc)["n_prompt_tokens"]);
+
+  // The same request again: the image from the cache, every prompt row but the last reused.
+  const json b = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(b["http"], 200) << b.dump();
+  EXPECT_EQ(b["text"], a["text"]);
+  EXPECT_EQ(b["cache"]["image"], "hit") << b.dump();
+  EXPECT_EQ(b["usage"]["reused_prompt_tokens"], a["usage"]["prompt_tokens"].get<int>() - 1);
+
+  // The OpenAI endpoint with the image as a data URI.
+  const std::string uri = "data:image/png;base64," + api::EncodeBase64(image);
+  json chat{{"max_tokens", 4},
+            {"messages",
+             {{{"role", "user"},
+               {"content",
+                {{{"type", "image_url"}, {"image_url", {{"url", uri}}}},
+                 {{"type", "text"}, {"text", "What is this?"}}}}}}}};
+  const json o = Post(*c, "/v1/chat/completions", chat);
+  ASSERT_EQ(o["http"], 200) << o.dump();
+  EXPECT_EQ(o["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ServerQwen, TokenBudgetShrinksInTokenUnitsAndSaysSo) {
+  HarnessOptions o = QwenOptions();
+  // 168x112 is a 6 x 4 grid (24 visual tokens, + <|vision_start|> and <|vision_end|>); a budget
+  // of 30 leaves the text and about a dozen of them.
+  o.server.prepare.token_budget = 30;
+  Harness h(o);
+  auto c = h.Client();
+  json req{{"prompt", "hi"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage("img-168x112.png", kFixture))}};
+  const json a = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  ASSERT_TRUE(a.contains("budget")) << a.dump();
+  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 30);
+  const auto from = a["budget"]["downsampled_from"], to = a["budget"]["to"];
+  EXPECT_EQ(from, json::array({168, 112}));
+  EXPECT_LT(to[0].get<int>() * to[1].get<int>(), from[0].get<int>() * from[1].get<int>());
+  EXPECT_EQ(to[0].get<int>() % 28, 0);
+  EXPECT_EQ(to[1].get<int>() % 28, 0);
+
+  // Below the family's minimum (8 tokens) it cannot go: 422.
+  o.server.prepare.token_budget = 12;
+  Harness small(o);
+  const json b = Post(*small.Client(), "/v1/vlm/invoke", req);
+  EXPECT_EQ(b["http"], 422) << b.dump();
+}
+
+// A 64 x 48 binary PPM: white left of column `split`, dark blue right of it.
+std::string Frame(int split) {
+  std::string ppm = "P6\n64 48\n255\n";
+  for (int y = 0; y < 48; ++y) {
+    for (int x = 0; x < 64; ++x) {
+      const bool white = x < split;
+      ppm += static_cast<char>(white ? 255 : 10);
+      ppm += static_cast<char>(white ? 255 : 20);
+      ppm += static_cast<char>(white ? 255 : 90);
+    }
+  }
+  return ppm;
+}
+
+TEST(ServerQwen, StreamFramesJoinTheNextRequest) {
+  HarnessOptions o = QwenOptions();
+  o.server.streams.max_frames = 3;
+  Harness h(o);
+  auto c = h.Client();
+  json first{{"prompt", "What changed?"}, {"max_tokens", 3}, {"stream_id", "cam-q"},
+             {"image_base64", api::EncodeBase64(Frame(8))}};
+  const json a = Post(*c, "/v1/vlm/invoke", first);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  json second = first;
+  second["image_base64"] = api::EncodeBase64(Frame(56));  // most of the picture changed
+  const json b = Post(*c, "/v1/vlm/invoke", second);
+  ASSERT_EQ(b["http"], 200) << b.dump();
+  EXPECT_GE(b["stream"]["context_frames"].get<int>(), 1) << b.dump();
+  // The earlier frame's rows (its 8 tokens at least, and its wrapper tokens) are in the prompt.
+  EXPECT_GE(b["usage"]["prompt_tokens"].get<int>(), a["usage"]["prompt_tokens"].get<int>() + 10);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
