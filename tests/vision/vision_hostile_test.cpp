@@ -15,19 +15,20 @@ using engine::gguf::GgufWriter;
 // `drop`; `reshape` gets shape {64, 64} -> {32, 128} (same bytes, wrong shape).
 Result<std::unique_ptr<engine::models::VisionEncoder>> LoadModified(
     const std::string& drop, const std::string& reshape,
-    void (*key_override)(GgufWriter&) = nullptr) {
-  auto src = GgufFile::Open(FixturePath("tiny-llava/mmproj.gguf"));
+    void (*key_override)(GgufWriter&) = nullptr,
+    const std::string& fixture = "tiny-llava", const std::string& drop_key = "") {
+  auto src = GgufFile::Open(FixturePath(fixture + "/mmproj.gguf"));
   if (!src.ok()) return src.status();
   GgufWriter w;
   for (const auto& kv : (*src)->metadata()) {
-    if (kv.key == "general.alignment") continue;
+    if (kv.key == "general.alignment" || kv.key == drop_key) continue;
     w.SetValue(kv.key, kv.value);
   }
   if (key_override) key_override(w);
   for (const auto& t : (*src)->tensors()) {
     if (t.name == drop) continue;
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
-    if (t.name == reshape) ne = {32, 128};
+    if (t.name == reshape) ne = {ne[0] / 2, ne[1] * 2};
     Status s = w.AddTensor(t.name, t.type, ne, std::span<const uint8_t>(t.data, t.nbytes));
     if (!s.ok()) return s;
   }
@@ -59,6 +60,58 @@ TEST(VisionHostileTest, WrongShapeIsInvalidArgumentNamingIt) {
     EXPECT_EQ(enc.status().code(), StatusCode::kInvalidArgument) << enc.status().ToString();
     EXPECT_NE(enc.status().ToString().find(name), std::string::npos) << enc.status().ToString();
   }
+}
+
+// The Qwen VL files: every tensor and key that family needs is named when missing or misshapen,
+// and an image the encoder cannot take is refused.
+TEST(VisionHostileTest, QwenFilesNameWhatIsMissing) {
+  struct Drop {
+    const char* fixture;
+    const char* tensor;
+  };
+  for (const Drop& d : {Drop{"tiny-qwen2vl", "v.patch_embd.weight.1"}, Drop{"tiny-qwen2vl", "v.post_ln.bias"},
+                        Drop{"tiny-qwen25vl", "v.blk.1.ffn_gate.weight"},
+                        Drop{"tiny-qwen3vl", "v.position_embd.weight"},
+                        Drop{"tiny-qwen3vl", "v.deepstack.1.norm.bias"},
+                        Drop{"tiny-qwen3vl", "v.blk.0.attn_qkv.bias"}}) {
+    auto enc = LoadModified(d.tensor, "", nullptr, d.fixture);
+    ASSERT_FALSE(enc.ok()) << d.fixture << " " << d.tensor;
+    EXPECT_EQ(enc.status().code(), StatusCode::kNotFound) << enc.status().ToString();
+    EXPECT_NE(enc.status().ToString().find(d.tensor), std::string::npos) << enc.status().ToString();
+  }
+  auto misshapen = LoadModified("", "mm.0.weight", nullptr, "tiny-qwen3vl");
+  ASSERT_FALSE(misshapen.ok());
+  EXPECT_NE(misshapen.status().ToString().find("mm.0.weight"), std::string::npos);
+  // Qwen2.5-VL without its window pattern: llama.cpp refuses it, and so does vlmd.
+  auto no_pattern = LoadModified("", "", nullptr, "tiny-qwen25vl", "clip.vision.n_wa_pattern");
+  ASSERT_FALSE(no_pattern.ok());
+  EXPECT_NE(no_pattern.status().ToString().find("clip.vision.n_wa_pattern"), std::string::npos)
+      << no_pattern.status().ToString();
+  auto merge3 = LoadModified("", "", [](GgufWriter& w) {
+    w.SetU32("clip.vision.spatial_merge_size", 3);
+  }, "tiny-qwen2vl");
+  ASSERT_FALSE(merge3.ok());
+  EXPECT_EQ(merge3.status().code(), StatusCode::kUnimplemented) << merge3.status().ToString();
+  auto silu = LoadModified("", "", [](GgufWriter& w) { w.SetBool("clip.use_silu", true); }, "tiny-llava");
+  ASSERT_FALSE(silu.ok());
+  EXPECT_EQ(silu.status().code(), StatusCode::kUnimplemented) << silu.status().ToString();
+
+  auto ok = LoadModified("", "", nullptr, "tiny-qwen2vl");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  engine::models::PreprocessedImage odd;
+  odd.n_tiles = 1;
+  odd.width = 30;  // not a multiple of 28
+  odd.height = 28;
+  odd.grid_cols = 1;
+  odd.grid_rows = 1;
+  odd.pixels.assign(3 * 30 * 28, 0.0f);
+  engine::models::VisionContext ctx;
+  ctx.kernels = &engine::kernels::GetKernelTable(engine::kernels::Isa::kRef);
+  std::vector<float> out(static_cast<size_t>((*ok)->n_embd()));
+  const Status s = (*ok)->EncodeImage(odd, &ctx, out.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  odd.pixels.resize(10);  // pixels that do not match the layout
+  EXPECT_FALSE((*ok)->BeginEncode(odd).ok());
 }
 
 TEST(VisionHostileTest, UnknownProjectorIsUnimplemented) {

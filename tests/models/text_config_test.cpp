@@ -1,0 +1,83 @@
+// Text-model configs of the M-RoPE architectures from hostile files: a Qwen VL decoder without
+// its rope sections, or with bad ones, or a deepstack count past its layers, is refused naming
+// the key; an architecture vlmd does not run is UNIMPLEMENTED naming it.
+#include <gtest/gtest.h>
+
+#include "engine/gguf/gguf_writer.h"
+#include "engine/models/text_config.h"
+#include "test_util.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+using gguf::GgufFile;
+using gguf::GgufWriter;
+
+// `fixture`'s text.gguf metadata with `drop` left out and `edit` applied, plus token_embd.
+Result<TextConfig> ConfigOf(const std::string& fixture, const std::string& drop,
+                            void (*edit)(GgufWriter&) = nullptr) {
+  auto src = GgufFile::Open(vlmd::testing::FixturePath(fixture + "/text.gguf"));
+  if (!src.ok()) return src.status();
+  GgufWriter w;
+  for (const auto& kv : (*src)->metadata()) {
+    if (kv.key == "general.alignment" || kv.key == drop) continue;
+    w.SetValue(kv.key, kv.value);
+  }
+  if (edit) edit(w);
+  const gguf::TensorInfo* t = (*src)->FindTensor("token_embd.weight");
+  if (t == nullptr) return NotFoundError("fixture without token_embd.weight");
+  std::vector<int64_t> ne(t->ne, t->ne + t->n_dims);
+  VLMD_RETURN_IF_ERROR(w.AddTensor(t->name, t->type, ne, std::span<const uint8_t>(t->data, t->nbytes)));
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::FromBytes(w.WriteBytes()));
+  return ReadTextConfig(*file);
+}
+
+TEST(TextConfigTest, QwenVlConfigsAsTheFixturesSay) {
+  auto c2 = ConfigOf("tiny-qwen2vl", "");
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  EXPECT_TRUE(c2->multi_rope());
+  EXPECT_FALSE(c2->rope_interleaved);
+  EXPECT_EQ(c2->rope_sections, (std::array<int32_t, 4>{4, 6, 6, 0}));
+  EXPECT_TRUE(c2->qkv_bias);
+  EXPECT_EQ(c2->n_embd_inp(), c2->d_model);
+  auto c3 = ConfigOf("tiny-qwen3vl", "");
+  ASSERT_TRUE(c3.ok()) << c3.status().ToString();
+  EXPECT_TRUE(c3->rope_interleaved);
+  EXPECT_TRUE(c3->qk_norm);
+  EXPECT_FALSE(c3->qkv_bias);
+  EXPECT_EQ(c3->n_deepstack, 2);
+  EXPECT_EQ(c3->n_embd_inp(), 3 * c3->d_model);
+}
+
+TEST(TextConfigTest, HostileQwenVlKeysAreNamed) {
+  auto missing = ConfigOf("tiny-qwen2vl", "qwen2vl.rope.dimension_sections");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().ToString().find("qwen2vl.rope.dimension_sections"), std::string::npos)
+      << missing.status().ToString();
+  auto three = ConfigOf("tiny-qwen2vl", "", [](GgufWriter& w) {
+    const int32_t s[] = {4, 6, 6};
+    w.SetI32Array("qwen2vl.rope.dimension_sections", s);
+  });
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().code(), StatusCode::kInvalidArgument) << three.status().ToString();
+  auto too_many = ConfigOf("tiny-qwen2vl", "", [](GgufWriter& w) {
+    const int32_t s[] = {40, 6, 6, 0};  // more pairs than the head has
+    w.SetI32Array("qwen2vl.rope.dimension_sections", s);
+  });
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().ToString().find("dimension_sections"), std::string::npos);
+  auto deep = ConfigOf("tiny-qwen3vl", "", [](GgufWriter& w) {
+    w.SetU32("qwen3vl.n_deepstack_layers", 99);
+  });
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().ToString().find("n_deepstack_layers"), std::string::npos);
+  auto arch = ConfigOf("tiny-qwen2vl", "", [](GgufWriter& w) {
+    w.SetString("general.architecture", "qwen25omni");
+  });
+  ASSERT_FALSE(arch.ok());
+  EXPECT_EQ(arch.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(arch.status().ToString().find("qwen25omni"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vlmd::engine::models
