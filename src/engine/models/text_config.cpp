@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "engine/models/registry.h"
+
 namespace vlmd::engine::models {
 namespace {
 
@@ -27,9 +29,10 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   TextConfig c;
   VLMD_ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
   c.arch = std::string(arch);
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2vl" && c.arch != "qwen3vl") {
-    return UnimplementedError("text architecture '" + c.arch +
-                              "' is not supported (supported: llama, qwen2, qwen2vl, qwen3vl)");
+  const TextArchitecture* family = FindTextArchitecture(c.arch);
+  if (family == nullptr) {
+    return UnimplementedError("text architecture '" + c.arch + "' is not supported (supported: " +
+                              SupportedTextArchitectures() + ")");
   }
   const std::string p = c.arch + ".";
   constexpr int64_t kMaxDim = 1 << 16, kMaxLayers = 1024;
@@ -76,10 +79,10 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
       return UnimplementedError("rope scaling '" + std::string(type) + "' is not supported");
     }
   }
-  c.rope_neox = c.arch != "llama";
-  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl";
-  c.qk_norm = c.arch == "qwen3vl";
-  if (c.arch == "qwen2vl" || c.arch == "qwen3vl") {
+  c.rope_neox = family->rope_neox;
+  c.qkv_bias = family->qkv_bias;
+  c.qk_norm = family->qk_norm;
+  if (family->mrope) {
     // M-RoPE (FAMILIES.md): four sections of rotary pairs, required, summing to at most n_rot/2.
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> sections,
                           f.GetI32Array(p + "rope.dimension_sections"));
@@ -98,9 +101,9 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
                                   " is outside [1, rope.dimension_count / 2 = " +
                                   std::to_string(c.n_rot / 2) + "]");
     }
-    c.rope_interleaved = c.arch == "qwen3vl";
+    c.rope_interleaved = family->rope_interleaved;
   }
-  if (c.arch == "qwen3vl" && f.Find(p + "n_deepstack_layers") != nullptr) {
+  if (family->deepstack && f.Find(p + "n_deepstack_layers") != nullptr) {
     VLMD_ASSIGN_OR_RETURN(uint32_t n_ds, f.GetU32(p + "n_deepstack_layers"));
     if (n_ds > static_cast<uint32_t>(c.n_layers)) {
       return InvalidArgumentError(p + "n_deepstack_layers " + std::to_string(n_ds) +

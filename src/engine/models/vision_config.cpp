@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "engine/models/registry.h"
+
 namespace vlmd::engine::models {
 namespace {
 
@@ -44,21 +46,12 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   }
   VLMD_ASSIGN_OR_RETURN(std::string_view proj, f.GetString("clip.projector_type"));
   c.projector_name = std::string(proj);
-  if (proj == "mlp") {
-    c.projector = ProjectorType::kMlp;
-  } else if (proj == "idefics3") {
-    c.projector = ProjectorType::kIdefics3;
-  } else if (proj == "qwen2vl_merger") {
-    c.projector = ProjectorType::kQwen2vl;
-  } else if (proj == "qwen2.5vl_merger") {
-    c.projector = ProjectorType::kQwen25vl;
-  } else if (proj == "qwen3vl_merger") {
-    c.projector = ProjectorType::kQwen3vl;
-  } else {
+  const VisionFamily* family = FindVisionFamily(proj);
+  if (family == nullptr) {
     return UnimplementedError("vision projector type '" + c.projector_name +
-                              "' is not supported (supported: mlp, idefics3, qwen2vl_merger, "
-                              "qwen2.5vl_merger, qwen3vl_merger)");
+                              "' is not supported (supported: " + SupportedProjectors() + ")");
   }
+  c.projector = family->type;
   constexpr int64_t kMaxDim = 1 << 16;
   VLMD_ASSIGN_OR_RETURN(c.image_size, GetPositive(f, "clip.vision.image_size", 1 << 14));
   VLMD_ASSIGN_OR_RETURN(c.patch_size, GetPositive(f, "clip.vision.patch_size", 1 << 10));
@@ -87,8 +80,9 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   }
   VLMD_ASSIGN_OR_RETURN(bool use_gelu, GetOptionalBool(f, "clip.use_gelu"));
   VLMD_ASSIGN_OR_RETURN(bool use_silu, GetOptionalBool(f, "clip.use_silu"));
-  if (use_silu && c.projector != ProjectorType::kQwen25vl) {
-    return UnimplementedError("clip.use_silu (SiLU vision FFN) is supported for qwen2.5vl_merger only");
+  if (use_silu && !family->silu_ffn) {
+    return UnimplementedError("clip.use_silu (SiLU vision FFN) is not supported for " +
+                              c.projector_name);
   }
   c.ffn_act = use_silu   ? ops::Activation::kSilu
               : use_gelu ? ops::Activation::kGeluTanh

@@ -21,7 +21,7 @@ enum class ProjectorType : uint8_t {
   kQwen3vl,   // qwen3vl_merger: LayerNorm, GELU FFN, learned positions, fused qkv, deepstack
 };
 
-// True for the projectors of the Qwen VL line (one dynamic-size image, no tiles).
+// True for the projectors of the Qwen VL line (one dynamic-size image, no tiles; registry.h).
 inline bool IsQwenVl(ProjectorType p) {
   return p == ProjectorType::kQwen2vl || p == ProjectorType::kQwen25vl ||
          p == ProjectorType::kQwen3vl;

@@ -1,0 +1,56 @@
+// The family tables (see registry.h). Facts per family: ../shared/docs/FAMILIES.md.
+#include "engine/models/registry.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+constexpr TextArchitecture kTextArchitectures[] = {
+    {.name = "llama"},
+    {.name = "qwen2", .rope_neox = true, .qkv_bias = true},
+    {.name = "qwen2vl", .rope_neox = true, .qkv_bias = true, .mrope = true},
+    {.name = "qwen3vl", .rope_neox = true, .qk_norm = true, .mrope = true, .rope_interleaved = true,
+     .deepstack = true},
+};
+
+constexpr VisionFamily kVisionFamilies[] = {
+    {.projector_type = "mlp", .type = ProjectorType::kMlp},
+    {.projector_type = "idefics3", .type = ProjectorType::kIdefics3},
+    {.projector_type = "qwen2vl_merger", .type = ProjectorType::kQwen2vl, .dynamic_size = true},
+    {.projector_type = "qwen2.5vl_merger", .type = ProjectorType::kQwen25vl, .dynamic_size = true,
+     .silu_ffn = true},
+    {.projector_type = "qwen3vl_merger", .type = ProjectorType::kQwen3vl, .dynamic_size = true},
+};
+
+template <typename Row, typename Field>
+std::string Names(std::span<const Row> rows, Field field) {
+  std::string out;
+  for (const Row& r : rows) out += (out.empty() ? "" : ", ") + std::string(r.*field);
+  return out;
+}
+
+}  // namespace
+
+std::span<const TextArchitecture> TextArchitectures() { return kTextArchitectures; }
+std::span<const VisionFamily> VisionFamilies() { return kVisionFamilies; }
+
+const TextArchitecture* FindTextArchitecture(std::string_view name) {
+  for (const TextArchitecture& a : kTextArchitectures) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+const VisionFamily* FindVisionFamily(std::string_view projector_type) {
+  for (const VisionFamily& f : kVisionFamilies) {
+    if (f.projector_type == projector_type) return &f;
+  }
+  return nullptr;
+}
+
+std::string SupportedTextArchitectures() {
+  return Names(TextArchitectures(), &TextArchitecture::name);
+}
+
+std::string SupportedProjectors() { return Names(VisionFamilies(), &VisionFamily::projector_type); }
+
+}  // namespace vlmd::engine::models

@@ -1,0 +1,42 @@
+// The model families vlmd runs, as two explicit tables (no static self-registration): a text
+// decoder per GGUF general.architecture and a vision family per mmproj clip.projector_type. A
+// family is a row here plus its code; the loaders refuse any other name, listing these.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "engine/models/vision_config.h"
+
+namespace vlmd::engine::models {
+
+// What distinguishes the text decoders (all run by LlamaModel's one decoder stack).
+struct TextArchitecture {
+  std::string_view name;     // general.architecture, also the key prefix
+  bool rope_neox = false;    // rotary pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+  bool qkv_bias = false;     // q/k/v biases (loaded when present)
+  bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (attn_{q,k}_norm)
+  bool mrope = false;        // M-RoPE: <arch>.rope.dimension_sections required
+  bool rope_interleaved = false;  // IMRoPE (Qwen3-VL)
+  bool deepstack = false;    // <arch>.n_deepstack_layers: image rows carry extra slices
+};
+
+// What distinguishes the vision families.
+struct VisionFamily {
+  std::string_view projector_type;  // clip.projector_type
+  ProjectorType type;
+  bool dynamic_size = false;  // one image at a size of its own (Qwen VL), not fixed tiles
+  bool silu_ffn = false;      // clip.use_silu is allowed (gated SiLU FFN)
+};
+
+std::span<const TextArchitecture> TextArchitectures();
+std::span<const VisionFamily> VisionFamilies();
+// nullptr when vlmd does not run `name`.
+const TextArchitecture* FindTextArchitecture(std::string_view name);
+const VisionFamily* FindVisionFamily(std::string_view projector_type);
+// "llama, qwen2, ..." for error messages.
+std::string SupportedTextArchitectures();
+std::string SupportedProjectors();
+
+}  // namespace vlmd::engine::models
