@@ -58,6 +58,59 @@ std::vector<ModelPreset> MakePresets() {
                 .n_layers = 27, .d_model = 1152, .n_heads = 16, .d_ff = 4304, .scale_factor = 3,
                 .preproc_image_size = 1536, .ln_eps = 1e-6f};
   p.push_back(s2b);
+
+  // The Qwen VL line. Test-sized: 2 text layers of 64 (head 16: M-RoPE sections 2+3+3 pairs),
+  // vision 2 or 4 blocks of 64 with 2 heads, patch 14 (16 for 3-VL).
+  ModelPreset tq25;
+  tq25.name = "tiny-qwen25vl";
+  tq25.description = "test-sized Qwen2.5-VL-like model (window attention every other block)";
+  tq25.text = {.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .d_ff = 256,
+               .n_ctx = 2048, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+               .n_vocab_base = 4096, .arch = "qwen2vl", .rope_sections = {2, 3, 3, 0}};
+  tq25.vision = {.projector = ProjectorKind::kQwen25vl, .image_size = 560, .patch_size = 14,
+                 .n_layers = 2, .d_model = 64, .n_heads = 2, .d_ff = 128, .ln_eps = 1e-6f,
+                 .n_wa_pattern = 2};
+  p.push_back(tq25);
+  ModelPreset tq3;
+  tq3.name = "tiny-qwen3vl";
+  tq3.description = "test-sized Qwen3-VL-like model (deepstack from 2 of 4 vision blocks)";
+  tq3.text = {.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .d_ff = 256,
+              .n_ctx = 2048, .rope_theta = 5000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+              .n_vocab_base = 4096, .arch = "qwen3vl", .rope_sections = {4, 2, 2, 0},
+              .n_deepstack = 2};
+  tq3.vision = {.projector = ProjectorKind::kQwen3vl, .image_size = 128, .patch_size = 16,
+                .n_layers = 4, .d_model = 64, .n_heads = 2, .d_ff = 256, .ln_eps = 1e-6f,
+                .deepstack_layers = {1, 2}};
+  p.push_back(tq3);
+
+  // Qwen2.5-VL-3B: Qwen2.5-3B text (36 x 2048, 16 heads / 2 KV heads, ffn 11008, vocab 151936,
+  // tied, M-RoPE [16, 24, 24, 0]) + ViT 32 x 1280 (16 heads, SwiGLU 3420, patch 14, full
+  // attention in blocks 7, 15, 23, 31: n_wa_pattern 8).
+  ModelPreset q25;
+  q25.name = "qwen2.5vl-3b";
+  q25.description = "Qwen2.5-VL-3B shape: Qwen2.5-3B text + 32-block windowed ViT";
+  q25.text = {.n_layers = 36, .d_model = 2048, .n_heads = 16, .n_kv_heads = 2, .d_ff = 11008,
+              .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+              .n_vocab_base = 151643, .arch = "qwen2vl", .rope_sections = {16, 24, 24, 0}};
+  q25.vision = {.projector = ProjectorKind::kQwen25vl, .image_size = 560, .patch_size = 14,
+                .n_layers = 32, .d_model = 1280, .n_heads = 16, .d_ff = 3420, .ln_eps = 1e-6f,
+                .n_wa_pattern = 8};
+  p.push_back(q25);
+
+  // Qwen3-VL-2B: Qwen3-1.7B text (28 x 2048, 16 heads / 8 KV heads, head 128, ffn 6144, tied,
+  // interleaved M-RoPE [24, 20, 20, 0], 3 deepstack slices) + ViT 24 x 1024 (16 heads, GELU
+  // 4096, patch 16, 48 x 48 learned positions, deepstack from blocks 5, 11, 17).
+  ModelPreset q3;
+  q3.name = "qwen3vl-2b";
+  q3.description = "Qwen3-VL-2B shape: Qwen3-1.7B text + 24-block ViT with deepstack";
+  q3.text = {.n_layers = 28, .d_model = 2048, .n_heads = 16, .n_kv_heads = 8, .d_ff = 6144,
+             .n_ctx = 8192, .rope_theta = 5000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+             .n_vocab_base = 151643, .arch = "qwen3vl", .rope_sections = {24, 20, 20, 0},
+             .n_deepstack = 3};
+  q3.vision = {.projector = ProjectorKind::kQwen3vl, .image_size = 768, .patch_size = 16,
+               .n_layers = 24, .d_model = 1024, .n_heads = 16, .d_ff = 4096, .ln_eps = 1e-6f,
+               .deepstack_layers = {5, 11, 17}};
+  p.push_back(q3);
   return p;
 }
 

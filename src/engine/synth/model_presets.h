@@ -2,6 +2,7 @@
 // decoder (llama family, as llama.cpp names it in GGUF) plus an optional vision tower (mmproj).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,9 +22,21 @@ struct TextShape {
   float rms_eps = 1e-5f;
   bool tied_output = true;     // no output.weight: token_embd is the head (SmolLM2)
   int32_t n_vocab_base = 4096; // BPE vocabulary before the family's added tokens
+  // general.architecture: "llama", "qwen2vl" (q/k/v biases, M-RoPE) or "qwen3vl" (q/k norms,
+  // interleaved M-RoPE, deepstack); the Qwen ones need rope_sections (sum head_dim / 2).
+  std::string arch = "llama";
+  std::array<int32_t, 4> rope_sections{};
+  int32_t n_deepstack = 0;     // qwen3vl: image rows carry this many extra slices
 };
 
-enum class ProjectorKind { kNone, kMlp /* LLaVA */, kIdefics3 /* SmolVLM */ };
+enum class ProjectorKind {
+  kNone,
+  kMlp,       // LLaVA
+  kIdefics3,  // SmolVLM
+  kQwen2vl,   // qwen2vl_merger
+  kQwen25vl,  // qwen2.5vl_merger (RMSNorm, SwiGLU, window attention)
+  kQwen3vl,   // qwen3vl_merger (learned positions, fused qkv, deepstack)
+};
 
 struct VisionShape {
   ProjectorKind projector = ProjectorKind::kNone;
@@ -36,6 +49,8 @@ struct VisionShape {
   int32_t scale_factor = 2;    // idefics3 pixel shuffle
   int32_t preproc_image_size = 128;  // idefics3: longest edge after resize
   float ln_eps = 1e-6f;
+  int32_t n_wa_pattern = 0;    // qwen2.5vl: every n-th block full attention, the others windowed
+  std::vector<int32_t> deepstack_layers;  // qwen3vl: blocks whose output feeds the text model
 };
 
 struct ModelPreset {
@@ -47,7 +62,9 @@ struct ModelPreset {
 
 // Presets: "tiny" (test-sized SmolVLM-like), "demo" (the `make run` model), "smolvlm-256m"
 // (SmolLM2-135M text + SigLIP-B/16 at 512, the benchmark shape), "smollm2-135m" (text only),
-// "smolvlm-2b" (SmolLM2-1.7B-class text + SigLIP-so400m-class vision).
+// "smolvlm-2b" (SmolLM2-1.7B-class text + SigLIP-so400m-class vision); the Qwen VL line:
+// "tiny-qwen25vl" and "tiny-qwen3vl" (test-sized), "qwen2.5vl-3b" and "qwen3vl-2b" (the
+// published shapes, for benchmarks).
 std::optional<ModelPreset> FindPreset(std::string_view name);
 std::vector<std::string> PresetNames();
 

@@ -117,6 +117,88 @@ constexpr std::string_view kChatMlTemplate =
     " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// The Qwen VL mmproj (tensor and key names as llama.cpp's converter writes them; FAMILIES.md).
+Status WriteQwenMmproj(const ModelPreset& preset, const SynthOptions& opts, const std::string& path) {
+  const VisionShape& v = preset.vision;
+  const bool v25 = v.projector == ProjectorKind::kQwen25vl;
+  const bool v3 = v.projector == ProjectorKind::kQwen3vl;
+  const int64_t d = v.d_model, d4 = 4 * v.d_model;
+  const int64_t d_text = preset.text.d_model;
+  gguf::GgufWriter w;
+  w.SetString("general.architecture", "clip");
+  w.SetString("general.type", "mmproj");
+  SetCommonKeys(&w, preset, "mmproj", opts.vision_type);
+  w.SetBool("clip.has_vision_encoder", true);
+  w.SetString("clip.projector_type", v3 ? "qwen3vl_merger" : v25 ? "qwen2.5vl_merger" : "qwen2vl_merger");
+  w.SetU32("clip.vision.projection_dim", static_cast<uint32_t>(d_text));
+  w.SetU32("clip.vision.image_size", v.image_size);
+  w.SetU32("clip.vision.patch_size", v.patch_size);
+  w.SetU32("clip.vision.embedding_length", v.d_model);
+  w.SetU32("clip.vision.feed_forward_length", v.d_ff);
+  w.SetU32("clip.vision.block_count", v.n_layers);
+  w.SetU32("clip.vision.attention.head_count", v.n_heads);
+  w.SetF32("clip.vision.attention.layer_norm_epsilon", v.ln_eps);
+  const std::vector<float> half = {0.5f, 0.5f, 0.5f};
+  const std::vector<float> clip_mean = {0.48145466f, 0.4578275f, 0.40821073f};
+  const std::vector<float> clip_std = {0.26862954f, 0.26130258f, 0.27577711f};
+  w.SetF32Array("clip.vision.image_mean", v3 ? half : clip_mean);
+  w.SetF32Array("clip.vision.image_std", v3 ? half : clip_std);
+  if (v25) {
+    w.SetBool("clip.use_silu", true);
+    w.SetU32("clip.vision.n_wa_pattern", v.n_wa_pattern);
+  }
+  if (v3) {
+    w.SetBool("clip.use_gelu", true);
+    w.SetU32("clip.vision.spatial_merge_size", 2);
+  }
+  Rng rng(opts.seed ^ 0x5EED5EEDull);
+  TensorSink sink(&w, &rng);
+  const DType vt = opts.vision_type;
+  for (const char* k : {"v.patch_embd.weight", "v.patch_embd.weight.1"}) {
+    VLMD_RETURN_IF_ERROR(sink.Add(k, {v.patch_size, v.patch_size, 3, d}, DType::kF16, Init::kMatrix));
+  }
+  if (v3) {
+    const int64_t side = v.image_size / v.patch_size;
+    VLMD_RETURN_IF_ERROR(sink.Add("v.patch_embd.bias", {d}, DType::kF32, Init::kBias));
+    VLMD_RETURN_IF_ERROR(
+        sink.Add("v.position_embd.weight", {d, side * side}, DType::kF32, Init::kPositional));
+  }
+  auto norm = [&](const std::string& name, int64_t n) -> Status {
+    VLMD_RETURN_IF_ERROR(sink.Add(name + ".weight", {n}, DType::kF32, Init::kNorm));
+    if (v25) return Status::Ok();  // RMSNorm: no bias
+    return sink.Add(name + ".bias", {n}, DType::kF32, Init::kBias);
+  };
+  auto linear = [&](const std::string& name, int64_t k, int64_t n) -> Status {
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix(name + ".weight", k, n, vt));
+    return sink.Add(name + ".bias", {n}, DType::kF32, Init::kBias);
+  };
+  for (int32_t l = 0; l < v.n_layers; ++l) {
+    const std::string b = "v.blk." + std::to_string(l) + ".";
+    VLMD_RETURN_IF_ERROR(norm(b + "ln1", d));
+    VLMD_RETURN_IF_ERROR(norm(b + "ln2", d));
+    if (v3) {
+      VLMD_RETURN_IF_ERROR(linear(b + "attn_qkv", d, 3 * d));
+    } else {
+      for (const char* m : {"attn_q", "attn_k", "attn_v"}) VLMD_RETURN_IF_ERROR(linear(b + m, d, d));
+    }
+    VLMD_RETURN_IF_ERROR(linear(b + "attn_out", d, d));
+    VLMD_RETURN_IF_ERROR(linear(b + "ffn_up", d, v.d_ff));
+    if (v25) VLMD_RETURN_IF_ERROR(linear(b + "ffn_gate", d, v.d_ff));
+    VLMD_RETURN_IF_ERROR(linear(b + "ffn_down", v.d_ff, d));
+  }
+  for (int32_t l : v.deepstack_layers) {
+    const std::string b = "v.deepstack." + std::to_string(l) + ".";
+    VLMD_RETURN_IF_ERROR(sink.Add(b + "norm.weight", {d4}, DType::kF32, Init::kNorm));
+    VLMD_RETURN_IF_ERROR(sink.Add(b + "norm.bias", {d4}, DType::kF32, Init::kBias));
+    VLMD_RETURN_IF_ERROR(linear(b + "fc1", d4, d4));
+    VLMD_RETURN_IF_ERROR(linear(b + "fc2", d4, d_text));
+  }
+  VLMD_RETURN_IF_ERROR(norm("v.post_ln", d));
+  VLMD_RETURN_IF_ERROR(linear("mm.0", d4, d4));
+  VLMD_RETURN_IF_ERROR(linear("mm.2", d4, d_text));
+  return w.WriteFile(path);
+}
+
 }  // namespace
 
 Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
@@ -127,26 +209,35 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   }
   const TextShape& t = preset.text;
   const bool vlm = preset.vision.projector == ProjectorKind::kIdefics3;
-  const SyntheticVocab vocab = BuildSyntheticVocab(t.n_vocab_base, vlm, opts.seed);
+  const bool qwen = t.arch == "qwen2vl" || t.arch == "qwen3vl";
+  if (!qwen && t.arch != "llama") {
+    return InvalidArgumentError("cannot write text architecture '" + t.arch + "'");
+  }
+  const SyntheticVocab vocab = BuildSyntheticVocab(
+      t.n_vocab_base, vlm ? AddedTokens::kSmolVlm : qwen ? AddedTokens::kQwenVl : AddedTokens::kNone,
+      opts.seed);
   const int64_t n_vocab = static_cast<int64_t>(vocab.tokens.size());
   const int64_t head_dim = t.d_model / t.n_heads;
   const int64_t kv_dim = head_dim * t.n_kv_heads;
 
   gguf::GgufWriter w;
-  w.SetString("general.architecture", "llama");
+  const std::string a = t.arch + ".";
+  w.SetString("general.architecture", t.arch);
   SetCommonKeys(&w, preset, "text", opts.text_type);
-  w.SetU32("llama.context_length", t.n_ctx);
-  w.SetU32("llama.embedding_length", t.d_model);
-  w.SetU32("llama.block_count", t.n_layers);
-  w.SetU32("llama.feed_forward_length", t.d_ff);
-  w.SetU32("llama.attention.head_count", t.n_heads);
-  w.SetU32("llama.attention.head_count_kv", t.n_kv_heads);
-  w.SetF32("llama.attention.layer_norm_rms_epsilon", t.rms_eps);
-  w.SetF32("llama.rope.freq_base", t.rope_theta);
-  w.SetU32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
-  w.SetU32("llama.vocab_size", static_cast<uint32_t>(n_vocab));
+  w.SetU32(a + "context_length", t.n_ctx);
+  w.SetU32(a + "embedding_length", t.d_model);
+  w.SetU32(a + "block_count", t.n_layers);
+  w.SetU32(a + "feed_forward_length", t.d_ff);
+  w.SetU32(a + "attention.head_count", t.n_heads);
+  w.SetU32(a + "attention.head_count_kv", t.n_kv_heads);
+  w.SetF32(a + "attention.layer_norm_rms_epsilon", t.rms_eps);
+  w.SetF32(a + "rope.freq_base", t.rope_theta);
+  w.SetU32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.SetU32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
+  if (qwen) w.SetI32Array(a + "rope.dimension_sections", t.rope_sections);
+  if (t.arch == "qwen3vl") w.SetU32(a + "n_deepstack_layers", static_cast<uint32_t>(t.n_deepstack));
   w.SetString("tokenizer.ggml.model", "gpt2");
-  w.SetString("tokenizer.ggml.pre", "smollm");
+  w.SetString("tokenizer.ggml.pre", qwen ? "qwen2" : "smollm");
   w.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
   w.SetI32Array("tokenizer.ggml.token_type", vocab.token_types);
   w.SetStringArray("tokenizer.ggml.merges", vocab.merges);
@@ -167,6 +258,15 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_q.weight", t.d_model, t.d_model, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_k.weight", t.d_model, kv_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_v.weight", t.d_model, kv_dim, opts.text_type));
+    if (t.arch == "qwen2vl") {
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q.bias", {t.d_model}, DType::kF32, Init::kBias));
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k.bias", {kv_dim}, DType::kF32, Init::kBias));
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_v.bias", {kv_dim}, DType::kF32, Init::kBias));
+    }
+    if (t.arch == "qwen3vl") {
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q_norm.weight", {head_dim}, DType::kF32, Init::kNorm));
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k_norm.weight", {head_dim}, DType::kF32, Init::kNorm));
+    }
     VLMD_RETURN_IF_ERROR(
         sink.AddMatrix(b + "attn_output.weight", t.d_model, t.d_model, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
@@ -190,6 +290,10 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
   if (!FindQuantizeRowFn(opts.vision_type)) {
     return InvalidArgumentError("cannot write vision weights of type " +
                                 std::string(DTypeName(opts.vision_type)));
+  }
+  if (v.projector == ProjectorKind::kQwen2vl || v.projector == ProjectorKind::kQwen25vl ||
+      v.projector == ProjectorKind::kQwen3vl) {
+    return WriteQwenMmproj(preset, opts, path);
   }
   const bool idefics3 = v.projector == ProjectorKind::kIdefics3;
   const int64_t grid = v.image_size / v.patch_size;

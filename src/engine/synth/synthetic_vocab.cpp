@@ -95,7 +95,7 @@ std::string ByteToToken(uint8_t b) {
   return EncodeUtf8(cp[b]);
 }
 
-SyntheticVocab BuildSyntheticVocab(int32_t n_base, bool smolvlm_tokens, uint64_t seed) {
+SyntheticVocab BuildSyntheticVocab(int32_t n_base, AddedTokens added, uint64_t seed) {
   VLMD_CHECK(n_base >= 512);
   SyntheticVocab v;
   VocabBuilder b(&v);
@@ -132,7 +132,13 @@ SyntheticVocab BuildSyntheticVocab(int32_t n_base, bool smolvlm_tokens, uint64_t
     if (b.Merge(left, right)) pieces.push_back(left + right);
   }
 
-  if (smolvlm_tokens) {
+  if (added == AddedTokens::kQwenVl) {
+    for (const char* t : {"<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
+                          "<|video_pad|>"}) {
+      b.Add(t, kTokenControl);
+    }
+  }
+  if (added == AddedTokens::kSmolVlm) {
     b.Add("<global-img>", kTokenUserDefined);
     for (int r = 1; r <= 6; ++r) {
       for (int c = 1; c <= 6; ++c) {

@@ -24,11 +24,20 @@ struct SyntheticVocab {
   int32_t pad_id = 2;
 };
 
-// Builds n_base tokens (specials + 256 bytes + merges); with `smolvlm_tokens` appends the
-// SmolVLM/Idefics3 added tokens (<global-img>, <row_R_col_C>, <fake_token_around_image>,
-// <image>, reserved ones, and <end_of_utterance> last, which becomes EOS): 128 tokens.
-// Deterministic for a given (n_base, seed). n_base must be >= 512.
-SyntheticVocab BuildSyntheticVocab(int32_t n_base, bool smolvlm_tokens, uint64_t seed);
+// The family's added tokens after the base vocabulary.
+enum class AddedTokens {
+  kNone,
+  // SmolVLM/Idefics3: <global-img>, <row_R_col_C>, <fake_token_around_image>, <image>, reserved
+  // ones, and <end_of_utterance> last, which becomes EOS: 128 tokens.
+  kSmolVlm,
+  // Qwen VL: <|vision_start|>, <|vision_end|>, <|vision_pad|>, <|image_pad|>, <|video_pad|>
+  // (control tokens, as the Qwen vocabularies have them); EOS stays <|im_end|>.
+  kQwenVl,
+};
+
+// Builds n_base tokens (specials + 256 bytes + merges), then the family's added tokens.
+// Deterministic for a given (n_base, added, seed). n_base must be >= 512.
+SyntheticVocab BuildSyntheticVocab(int32_t n_base, AddedTokens added, uint64_t seed);
 
 // The GPT-2 byte-to-unicode alphabet: the UTF-8 text of the token for raw byte b.
 std::string ByteToToken(uint8_t b);
