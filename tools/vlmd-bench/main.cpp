@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   model->add_option("--mmproj", mopts.mmproj_path, "vision GGUF: also measure image encoding");
   model->add_option("--image-size", mopts.image_side, "side of the square test image (pixels)")
       ->capture_default_str();
+  model->add_option("--image-height", mopts.image_height,
+                    "height of the test image (default: square); --image-size is then its width");
   model->add_option("-t,--threads", mopts.threads, "thread counts to run (default: 1 2)");
   model->add_option("-p,--prompt-tokens", mopts.prompt_tokens, "prefill length")->capture_default_str();
   model->add_option("-n,--gen-tokens", mopts.gen_tokens, "decode length")->capture_default_str();

@@ -36,15 +36,32 @@ double VitFlopsPerTile(const engine::models::VisionConfig& c) {
   return patch + c.n_layers * block;
 }
 
+// The same count for a Qwen VL image of width x height pixels (as preprocessed): every block
+// over its patches, attention over the whole image in full-attention blocks and over a window
+// (up to 16 merged tokens, 64 patches) in 2.5-VL's windowed ones; the merger's 4d x 4d product.
+double QwenVitFlops(const engine::models::VisionConfig& c, int width, int height) {
+  const double pos = (width / c.patch_size) * static_cast<double>(height / c.patch_size);
+  const double d = c.d_model, ff = c.d_ff, win = std::min(pos, 64.0);
+  const double ffn = c.ffn_act == engine::ops::Activation::kSilu ? 3.0 * d * ff : 2.0 * d * ff;
+  double flops = 2.0 * 2.0 * pos * 3.0 * c.patch_size * c.patch_size * d;  // two kernels
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool windowed = c.n_wa_pattern > 0 && (l + 1) % c.n_wa_pattern != 0;
+    flops += 2.0 * pos * (4.0 * d * d + ffn) + 2.0 * 2.0 * pos * (windowed ? win : pos) * d;
+  }
+  return flops + 2.0 * (pos / 4) * 16.0 * d * d;
+}
+
 // A deterministic test picture (gradients and a grid): the encoder's time does not depend on
 // the content, the preprocessing only on the size.
-engine::image::Image TestImage(int side) {
+engine::image::Image TestImage(int width, int height) {
   engine::image::Image img;
-  img.width = img.height = side;
-  img.rgb.resize(static_cast<size_t>(side) * side * 3);
-  for (int y = 0; y < side; ++y) {
-    for (int x = 0; x < side; ++x) {
-      uint8_t* p = &img.rgb[(static_cast<size_t>(y) * side + x) * 3];
+  img.width = width;
+  img.height = height;
+  const int side = std::max(width, height);
+  img.rgb.resize(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &img.rgb[(static_cast<size_t>(y) * width + x) * 3];
       p[0] = static_cast<uint8_t>(x * 255 / side);
       p[1] = static_cast<uint8_t>(y * 255 / side);
       p[2] = static_cast<uint8_t>(((x / 32) + (y / 32)) % 2 ? 220 : 30);
@@ -58,9 +75,10 @@ struct EncodeResult {
   double ms_per_image = 0, ms_per_tile = 0, gflops = 0;
 };
 
-Status MeasureEncode(engine::runtime::TextEngine& e, int side, int reps, EncodeResult* r) {
+Status MeasureEncode(engine::runtime::TextEngine& e, int width, int height, int reps,
+                     EncodeResult* r) {
   engine::runtime::ImageTimings t;
-  VLMD_ASSIGN_OR_RETURN(auto prepared, e.PreprocessDecoded(TestImage(side), 0, &t));
+  VLMD_ASSIGN_OR_RETURN(auto prepared, e.PreprocessDecoded(TestImage(width, height), 0, &t));
   std::vector<double> ms;
   for (int rep = 0; rep < reps + 1; ++rep) {  // the first run warms up and is dropped
     engine::runtime::ImageTimings ti;
@@ -70,13 +88,18 @@ Status MeasureEncode(engine::runtime::TextEngine& e, int side, int reps, EncodeR
   r->tiles = prepared.tiles.n_tiles;
   r->ms_per_image = Median(ms);
   r->ms_per_tile = r->ms_per_image / static_cast<double>(r->tiles);
-  r->gflops = VitFlopsPerTile(e.vision()->config()) * r->tiles / (r->ms_per_image / 1e3) / 1e9;
+  const engine::models::VisionConfig& c = e.vision()->config();
+  const double flops = engine::models::IsQwenVl(c.projector)
+                           ? QwenVitFlops(c, prepared.tiles.width, prepared.tiles.height)
+                           : VitFlopsPerTile(c) * static_cast<double>(r->tiles);
+  r->gflops = flops / (r->ms_per_image / 1e3) / 1e9;
   return Status::Ok();
 }
 
 }  // namespace
 
 int RunModelBench(const ModelBenchOptions& opts) {
+  const int image_height = opts.image_height > 0 ? opts.image_height : opts.image_side;
   nlohmann::json all = nlohmann::json::array();
   for (int threads : opts.threads) {
     engine::runtime::EngineOptions eo;
@@ -148,12 +171,13 @@ int RunModelBench(const ModelBenchOptions& opts) {
     EncodeResult enc;
     double peak = 0;
     if (!opts.mmproj_path.empty()) {
-      if (Status s = MeasureEncode(e, opts.image_side, opts.reps, &enc); !s.ok()) {
+      if (Status s = MeasureEncode(e, opts.image_side, image_height, opts.reps, &enc); !s.ok()) {
         std::fprintf(stderr, "vlmd-bench: error: %s\n", s.ToString().c_str());
         return 1;
       }
       peak = MeasureFmaPeak(e.pool());
-      j["image_side"] = opts.image_side;
+      j["image_width"] = opts.image_side;
+      j["image_height"] = image_height;
       j["image_tiles"] = enc.tiles;
       j["encode_ms_per_image"] = enc.ms_per_image;
       j["encode_ms_per_tile"] = enc.ms_per_tile;
@@ -174,7 +198,7 @@ int RunModelBench(const ModelBenchOptions& opts) {
       if (!opts.mmproj_path.empty()) {
         std::printf("  encode %dx%d image: %lld tiles, %.1f ms per image, %.1f ms per tile, "
                     "%.1f GFLOP/s = %.2f of the f32 FMA peak (%.1f GFLOP/s)\n",
-                    opts.image_side, opts.image_side, static_cast<long long>(enc.tiles),
+                    opts.image_side, image_height, static_cast<long long>(enc.tiles),
                     enc.ms_per_image, enc.ms_per_tile, enc.gflops, enc.gflops / peak, peak);
       }
     }

@@ -11,6 +11,7 @@ struct ModelBenchOptions {
   std::string model_path;
   std::string mmproj_path;  // when set: also image encode time of one image_side^2 image
   int image_side = 512;
+  int image_height = 0;  // 0: a square image_side x image_side image
   std::vector<int> threads = {1, 2};
   int prompt_tokens = 512;
   int gen_tokens = 128;
