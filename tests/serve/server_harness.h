@@ -74,6 +74,21 @@ inline std::string ReadText(const std::string& path) {
   return std::string(b.begin(), b.end());
 }
 
+// A 64 x 48 binary PPM: white left of column `split`, dark blue right of it (camera frames whose
+// motion the split sets).
+inline std::string SplitFrame(int split) {
+  std::string ppm = "P6\n64 48\n255\n";
+  for (int y = 0; y < 48; ++y) {
+    for (int x = 0; x < 64; ++x) {
+      const bool white = x < split;
+      ppm += static_cast<char>(white ? 255 : 10);
+      ppm += static_cast<char>(white ? 255 : 20);
+      ppm += static_cast<char>(white ? 255 : 90);
+    }
+  }
+  return ppm;
+}
+
 inline std::string FixtureImage(const std::string& name, const std::string& fixture = "tiny-smolvlm") {
   return ReadText(vlmd::testing::FixturePath(fixture + "/images/" + name));
 }

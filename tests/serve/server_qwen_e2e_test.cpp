@@ -123,19 +123,7 @@ TEST(ServerQwen, TokenBudgetShrinksInTokenUnitsAndSaysSo) {
   EXPECT_EQ(b["http"], 422) << b.dump();
 }
 
-// A 64 x 48 binary PPM: white left of column `split`, dark blue right of it.
-std::string Frame(int split) {
-  std::string ppm = "P6\n64 48\n255\n";
-  for (int y = 0; y < 48; ++y) {
-    for (int x = 0; x < 64; ++x) {
-      const bool white = x < split;
-      ppm += static_cast<char>(white ? 255 : 10);
-      ppm += static_cast<char>(white ? 255 : 20);
-      ppm += static_cast<char>(white ? 255 : 90);
-    }
-  }
-  return ppm;
-}
+using testing::SplitFrame;
 
 TEST(ServerQwen, StreamFramesJoinTheNextRequest) {
   HarnessOptions o = QwenOptions();
@@ -143,11 +131,11 @@ TEST(ServerQwen, StreamFramesJoinTheNextRequest) {
   Harness h(o);
   auto c = h.Client();
   json first{{"prompt", "What changed?"}, {"max_tokens", 3}, {"stream_id", "cam-q"},
-             {"image_base64", api::EncodeBase64(Frame(8))}};
+             {"image_base64", api::EncodeBase64(SplitFrame(8))}};
   const json a = Post(*c, "/v1/vlm/invoke", first);
   ASSERT_EQ(a["http"], 200) << a.dump();
   json second = first;
-  second["image_base64"] = api::EncodeBase64(Frame(56));  // most of the picture changed
+  second["image_base64"] = api::EncodeBase64(SplitFrame(56));  // most of the picture changed
   const json b = Post(*c, "/v1/vlm/invoke", second);
   ASSERT_EQ(b["http"], 200) << b.dump();
   EXPECT_GE(b["stream"]["context_frames"].get<int>(), 1) << b.dump();

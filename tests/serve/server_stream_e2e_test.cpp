@@ -16,19 +16,7 @@ using nlohmann::json;
 using testing::Harness;
 using testing::HarnessOptions;
 
-// A 64 x 48 binary PPM: white left of column `split`, dark blue right of it.
-std::string Frame(int split) {
-  std::string ppm = "P6\n64 48\n255\n";
-  for (int y = 0; y < 48; ++y) {
-    for (int x = 0; x < 64; ++x) {
-      const bool white = x < split;
-      ppm += static_cast<char>(white ? 255 : 10);
-      ppm += static_cast<char>(white ? 255 : 20);
-      ppm += static_cast<char>(white ? 255 : 90);
-    }
-  }
-  return ppm;
-}
+using testing::SplitFrame;
 
 json Invoke(const std::vector<std::string>& frames, const std::string& stream_id) {
   json req{{"prompt", "What changed?"}, {"max_tokens", 6}};
@@ -53,7 +41,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   o.scheduler.prefix_cache_entries = 0;  // every prompt computed afresh: nothing shared
   Harness h(o);
   auto c = h.Client();
-  const std::string a = Frame(8), b = Frame(56);  // b: most of the picture changed
+  const std::string a = SplitFrame(8), b = SplitFrame(56);  // b: most of the picture changed
 
   json r = Post(*c, Invoke({a}, "cam-1"));
   ASSERT_EQ(r["http"], 200) << r.dump();
@@ -110,15 +98,15 @@ TEST(ServerStream, TheTokenBudgetDropsTheOldestEarlierFramesFirst) {
   HarnessOptions o;
   o.server.streams.max_frames = 4;
   Harness probe(o);
-  const json first = Post(*probe.Client(), Invoke({Frame(8)}, "cam"));
+  const json first = Post(*probe.Client(), Invoke({SplitFrame(8)}, "cam"));
   ASSERT_EQ(first["http"], 200) << first.dump();
   const int64_t prompt = first["usage"]["prompt_tokens"], frame = first["usage"]["image_tokens"];
   // Room for the new frame and one earlier frame, not two.
   o.server.prepare.token_budget = prompt + frame + frame / 2;
   Harness h(o);
   auto c = h.Client();
-  for (int split : {8, 30}) ASSERT_EQ(Post(*c, Invoke({Frame(split)}, "cam"))["http"], 200);
-  const json r = Post(*c, Invoke({Frame(60)}, "cam"));
+  for (int split : {8, 30}) ASSERT_EQ(Post(*c, Invoke({SplitFrame(split)}, "cam"))["http"], 200);
+  const json r = Post(*c, Invoke({SplitFrame(60)}, "cam"));
   ASSERT_EQ(r["http"], 200) << r.dump();
   EXPECT_EQ(r["stream"]["context_frames"], 1);
   EXPECT_EQ(r["stream"]["dropped_for_budget"], 1);
@@ -137,7 +125,7 @@ TEST(ServerStream, StreamsArePrivateToTheirClientKey) {
   Harness h(o);
   auto c = h.Client();
   const httplib::Headers one{{"Authorization", "Bearer " + k1}}, two{{"Authorization", "Bearer " + k2}};
-  ASSERT_EQ(Post(*c, Invoke({Frame(8)}, "lobby"), one)["http"], 200);
+  ASSERT_EQ(Post(*c, Invoke({SplitFrame(8)}, "lobby"), one)["http"], 200);
   // The same stream id under another key is another stream: nothing of key one's frames.
   const json r = Post(*c, Invoke({}, "lobby"), two);
   ASSERT_EQ(r["http"], 200) << r.dump();

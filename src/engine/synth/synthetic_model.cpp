@@ -117,6 +117,31 @@ constexpr std::string_view kChatMlTemplate =
     " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// The keys every mmproj has: architecture, projector, the ViT's shape, and the image
+// normalization (SigLIP-style 0.5 / 0.5, or OpenAI CLIP's mean and std).
+void SetVisionKeys(gguf::GgufWriter* w, const ModelPreset& preset, const SynthOptions& opts,
+                   std::string_view projector_type, bool half_normalization) {
+  const VisionShape& v = preset.vision;
+  w->SetString("general.architecture", "clip");
+  w->SetString("general.type", "mmproj");
+  SetCommonKeys(w, preset, "mmproj", opts.vision_type);
+  w->SetBool("clip.has_vision_encoder", true);
+  w->SetString("clip.projector_type", projector_type);
+  w->SetU32("clip.vision.projection_dim", static_cast<uint32_t>(preset.text.d_model));
+  w->SetU32("clip.vision.image_size", v.image_size);
+  w->SetU32("clip.vision.patch_size", v.patch_size);
+  w->SetU32("clip.vision.embedding_length", v.d_model);
+  w->SetU32("clip.vision.feed_forward_length", v.d_ff);
+  w->SetU32("clip.vision.block_count", v.n_layers);
+  w->SetU32("clip.vision.attention.head_count", v.n_heads);
+  w->SetF32("clip.vision.attention.layer_norm_epsilon", v.ln_eps);
+  const std::vector<float> half = {0.5f, 0.5f, 0.5f};
+  const std::vector<float> clip_mean = {0.48145466f, 0.4578275f, 0.40821073f};
+  const std::vector<float> clip_std = {0.26862954f, 0.26130258f, 0.27577711f};
+  w->SetF32Array("clip.vision.image_mean", half_normalization ? half : clip_mean);
+  w->SetF32Array("clip.vision.image_std", half_normalization ? half : clip_std);
+}
+
 // The Qwen VL mmproj (tensor and key names as llama.cpp's converter writes them; FAMILIES.md).
 Status WriteQwenMmproj(const ModelPreset& preset, const SynthOptions& opts, const std::string& path) {
   const VisionShape& v = preset.vision;
@@ -125,24 +150,8 @@ Status WriteQwenMmproj(const ModelPreset& preset, const SynthOptions& opts, cons
   const int64_t d = v.d_model, d4 = 4 * v.d_model;
   const int64_t d_text = preset.text.d_model;
   gguf::GgufWriter w;
-  w.SetString("general.architecture", "clip");
-  w.SetString("general.type", "mmproj");
-  SetCommonKeys(&w, preset, "mmproj", opts.vision_type);
-  w.SetBool("clip.has_vision_encoder", true);
-  w.SetString("clip.projector_type", v3 ? "qwen3vl_merger" : v25 ? "qwen2.5vl_merger" : "qwen2vl_merger");
-  w.SetU32("clip.vision.projection_dim", static_cast<uint32_t>(d_text));
-  w.SetU32("clip.vision.image_size", v.image_size);
-  w.SetU32("clip.vision.patch_size", v.patch_size);
-  w.SetU32("clip.vision.embedding_length", v.d_model);
-  w.SetU32("clip.vision.feed_forward_length", v.d_ff);
-  w.SetU32("clip.vision.block_count", v.n_layers);
-  w.SetU32("clip.vision.attention.head_count", v.n_heads);
-  w.SetF32("clip.vision.attention.layer_norm_epsilon", v.ln_eps);
-  const std::vector<float> half = {0.5f, 0.5f, 0.5f};
-  const std::vector<float> clip_mean = {0.48145466f, 0.4578275f, 0.40821073f};
-  const std::vector<float> clip_std = {0.26862954f, 0.26130258f, 0.27577711f};
-  w.SetF32Array("clip.vision.image_mean", v3 ? half : clip_mean);
-  w.SetF32Array("clip.vision.image_std", v3 ? half : clip_std);
+  SetVisionKeys(&w, preset, opts,
+                v3 ? "qwen3vl_merger" : v25 ? "qwen2.5vl_merger" : "qwen2vl_merger", v3);
   if (v25) {
     w.SetBool("clip.use_silu", true);
     w.SetU32("clip.vision.n_wa_pattern", v.n_wa_pattern);
@@ -301,24 +310,7 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
   const int64_t d_text = preset.text.d_model;
 
   gguf::GgufWriter w;
-  w.SetString("general.architecture", "clip");
-  w.SetString("general.type", "mmproj");
-  SetCommonKeys(&w, preset, "mmproj", opts.vision_type);
-  w.SetBool("clip.has_vision_encoder", true);
-  w.SetString("clip.projector_type", idefics3 ? "idefics3" : "mlp");
-  w.SetU32("clip.vision.projection_dim", static_cast<uint32_t>(d_text));
-  w.SetU32("clip.vision.image_size", v.image_size);
-  w.SetU32("clip.vision.patch_size", v.patch_size);
-  w.SetU32("clip.vision.embedding_length", v.d_model);
-  w.SetU32("clip.vision.feed_forward_length", v.d_ff);
-  w.SetU32("clip.vision.block_count", v.n_layers);
-  w.SetU32("clip.vision.attention.head_count", v.n_heads);
-  w.SetF32("clip.vision.attention.layer_norm_epsilon", v.ln_eps);
-  const std::vector<float> siglip_norm = {0.5f, 0.5f, 0.5f};
-  const std::vector<float> clip_mean = {0.48145466f, 0.4578275f, 0.40821073f};
-  const std::vector<float> clip_std = {0.26862954f, 0.26130258f, 0.27577711f};
-  w.SetF32Array("clip.vision.image_mean", idefics3 ? siglip_norm : clip_mean);
-  w.SetF32Array("clip.vision.image_std", idefics3 ? siglip_norm : clip_std);
+  SetVisionKeys(&w, preset, opts, idefics3 ? "idefics3" : "mlp", idefics3);
   w.SetBool("clip.use_gelu", true);
   if (idefics3) {
     w.SetU32("clip.vision.projector.scale_factor", v.scale_factor);
