@@ -36,7 +36,7 @@ test-tsan: deps
 	bash scripts/sanitizer_build.sh build-tsan thread
 	cmake --build build-tsan --target vlmd_serve_tests vlmd_runtime_tests vlmd_core_tests -j$(JOBS)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/serve/tsan.supp" \
-	  ctest --test-dir build-tsan --output-on-failure -L "serve|unit" -R "Server|Batched|TextEngine|Metrics|Job|ThreadPool|LargeAlloc" -j1
+	  ctest --test-dir build-tsan --output-on-failure -L "serve|unit" -R "Server|Batched|VlmEngine|Metrics|Job|ThreadPool|LargeAlloc" -j1
 
 # Every libFuzzer target for FUZZ_SECONDS each, over a copy of its seed corpus (build-asan).
 fuzz: deps

@@ -14,7 +14,7 @@
 #include "core/status.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sequence.h"
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "serve/stream_window.h"
 
 namespace vlmd::serve {

@@ -55,7 +55,7 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   h->spec_ = spec;
   engine::runtime::EngineOptions eo = spec.engine;
   eo.mmproj_path = spec.mmproj_path;
-  VLMD_ASSIGN_OR_RETURN(h->engine_, engine::runtime::TextEngine::Load(spec.text_path, eo));
+  VLMD_ASSIGN_OR_RETURN(h->engine_, engine::runtime::VlmEngine::Load(spec.text_path, eo));
   std::vector<std::string> files{spec.text_path};
   if (!spec.mmproj_path.empty()) files.push_back(spec.mmproj_path);
   VLMD_ASSIGN_OR_RETURN(h->hash_, HashFiles(files));

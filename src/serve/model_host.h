@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "serve/image_cache.h"
 #include "serve/scheduler.h"
 #include "serve/server_metrics.h"
@@ -58,7 +58,7 @@ class ModelHost {
   const MemoryPlan& memory_plan() const { return memory_plan_; }
   // Const engine queries (tokenizer, templates, image preparation) are safe from any thread;
   // everything else belongs to the scheduler thread.
-  const engine::runtime::TextEngine& engine() const { return *engine_; }
+  const engine::runtime::VlmEngine& engine() const { return *engine_; }
   Scheduler& scheduler() { return *scheduler_; }
 
  private:
@@ -66,7 +66,7 @@ class ModelHost {
   ModelSpec spec_;
   std::string hash_;
   MemoryPlan memory_plan_;
-  std::unique_ptr<engine::runtime::TextEngine> engine_;
+  std::unique_ptr<engine::runtime::VlmEngine> engine_;
   std::unique_ptr<ImageCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;  // declared last: stops first
 };

@@ -21,7 +21,7 @@ std::string WithoutMarkers(std::string text) {
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream) {
-  const rt::TextEngine& e = model.engine();
+  const rt::VlmEngine& e = model.engine();
   PreparedJob job;
   JobInput& in = job.input;
   if (!request.image_urls.empty()) {

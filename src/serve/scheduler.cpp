@@ -43,7 +43,7 @@ std::vector<uint64_t> RowIds(const engine::runtime::PromptRows& rows,
 
 }  // namespace
 
-Scheduler::Scheduler(engine::runtime::TextEngine* engine, ImageCache* cache, ServerMetrics* metrics,
+Scheduler::Scheduler(engine::runtime::VlmEngine* engine, ImageCache* cache, ServerMetrics* metrics,
                      SchedulerOptions options)
     : engine_(engine),
       cache_(cache),

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "serve/image_cache.h"
 #include "serve/job.h"
 #include "serve/server_metrics.h"
@@ -42,7 +42,7 @@ struct SchedulerOptions {
 class Scheduler {
  public:
   // `engine`, `cache` and `metrics` must outlive the scheduler. Starts the thread.
-  Scheduler(engine::runtime::TextEngine* engine, ImageCache* cache, ServerMetrics* metrics,
+  Scheduler(engine::runtime::VlmEngine* engine, ImageCache* cache, ServerMetrics* metrics,
             SchedulerOptions options);
   // Stops the thread; jobs still queued or running fail with UNAVAILABLE.
   ~Scheduler();
@@ -94,7 +94,7 @@ class Scheduler {
   // Keeps a finished slot's cache for later prompts that extend it.
   void Park(Slot* slot);
 
-  engine::runtime::TextEngine* engine_;
+  engine::runtime::VlmEngine* engine_;
   ImageCache* cache_;
   ServerMetrics* metrics_;
   const SchedulerOptions options_;

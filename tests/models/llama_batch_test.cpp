@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "engine/gguf/gguf_reader.h"
-#include "engine/models/llama_model.h"
+#include "engine/models/text_decoder.h"
 #include "test_util.h"
 
 namespace vlmd::engine::models {
@@ -16,7 +16,7 @@ class LlamaBatchTest : public ::testing::Test {
   void SetUp() override {
     auto file = gguf::GgufFile::Open(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"));
     ASSERT_TRUE(file.ok()) << file.status().ToString();
-    auto m = LlamaModel::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)));
+    auto m = TextDecoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)));
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(*m);
     auto isa = kernels::SelectIsa();
@@ -40,7 +40,7 @@ class LlamaBatchTest : public ::testing::Test {
     return logits;
   }
 
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<TextDecoder> model_;
   ForwardContext ctx_;
   std::unique_ptr<ThreadPool> pool_;
 };

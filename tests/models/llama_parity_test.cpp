@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/gguf/gguf_reader.h"
-#include "engine/models/llama_model.h"
+#include "engine/models/text_decoder.h"
 #include "fixture_json.h"
 #include "test_util.h"
 
@@ -63,7 +63,7 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
   // Prefills the golden chunks of `c` in one batch. M-RoPE models (golden chunks with pos_start)
   // get llama.cpp's positions (FAMILIES.md): a text token p -> [p, p, p, p]; image token k of a
   // gw x gh grid starting at p0 -> [p0, p0 + k / gw, p0 + k % gw, 0].
-  void Prefill(const json& c, const LlamaModel& model, KvCache* cache, std::vector<float>* logits) {
+  void Prefill(const json& c, const TextDecoder& model, KvCache* cache, std::vector<float>* logits) {
     const int64_t d = model.config().n_embd_inp();
     const bool mrope = model.config().multi_rope();
     std::vector<int32_t> tokens, slot, seq, rope_pos;
@@ -104,7 +104,7 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
     }
     const int32_t last = static_cast<int32_t>(n - 1);
     ForwardBatch b{n, tokens.data(), embd.data(), slot.data(), seq.data(), &last, 1};
-    b.prompt = true;  // in fast precision on AMX: the tile route, as TextEngine's prompts
+    b.prompt = true;  // in fast precision on AMX: the tile route, as VlmEngine's prompts
     if (mrope) {
       b.rope_pos = rope_pos.data();
       b.rope_pos_per_row = 4;
@@ -137,7 +137,7 @@ TEST_P(LlamaParityTest, LogitsAndGreedyMatchReference) {
     if (ctx_.kernels->packed_matmul == nullptr) GTEST_SKIP() << "no packed int8 matmul on this CPU";
     packing = {ctx_.kernels, pc.layout == "fast" ? ops::Precision::kFast : ops::Precision::kExact};
   }
-  auto model = LlamaModel::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)), packing);
+  auto model = TextDecoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)), packing);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   if (pc.layout != "gguf") {
     ASSERT_GT((*model)->packed_matrices(), 0u) << "nothing was packed";

@@ -2,24 +2,24 @@
 // leaving at different steps, produce exactly the tokens each produces alone (greedy).
 #include <gtest/gtest.h>
 
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "test_util.h"
 
 namespace vlmd::engine::runtime {
 namespace {
 
 // The tiny SmolVLM fixture's text model on 2 threads.
-Result<std::unique_ptr<TextEngine>> LoadTinyEngine(int32_t n_ctx) {
+Result<std::unique_ptr<VlmEngine>> LoadTinyEngine(int32_t n_ctx) {
   EngineOptions o;
   o.threads = 2;
   o.n_ctx = n_ctx;
-  return TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+  return VlmEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
 }
 
 TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
   auto e = LoadTinyEngine(128);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  TextEngine& engine = **e;
+  VlmEngine& engine = **e;
   const char* texts[] = {"hello there", "a cat sat on the", "1 2 3 4 5 6 7"};
   const int32_t max_tokens[] = {9, 5, 12};
   std::vector<PromptRows> prompts(3);
@@ -75,7 +75,7 @@ TEST(BatchedDecodeTest, JoinAndLeaveGivesSameTokensAsAlone) {
 TEST(BatchedDecodeTest, ANonFiniteSequenceFailsAloneItsNeighboursContinue) {
   auto e = LoadTinyEngine(64);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
-  TextEngine& engine = **e;
+  VlmEngine& engine = **e;
   PromptRows prompt;
   prompt.tokens = *engine.tokenizer().Tokenize("a cat sat on the", true, true);
   GenerateParams p;

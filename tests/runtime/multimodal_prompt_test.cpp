@@ -2,7 +2,7 @@
 // prompt rows. The row sequence (text ids and image-token slots) must equal llama.cpp's chunks
 // exactly, and for the LLaVA cases (whose embeddings match to NMSE 1e-6) greedy decoding must
 // give the golden ids.
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -39,7 +39,7 @@ TEST_P(MultimodalPromptTest, RowsEqualReferenceChunks) {
   o.threads = 2;
   o.n_ctx = 512;
   o.mmproj_path = vlmd::testing::FixturePath(c.fixture + "/mmproj.gguf");
-  auto e = TextEngine::Load(vlmd::testing::FixturePath(c.fixture + "/text.gguf"), o);
+  auto e = VlmEngine::Load(vlmd::testing::FixturePath(c.fixture + "/text.gguf"), o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
 
   std::vector<EncodedImage> images;
@@ -105,7 +105,7 @@ TEST_P(MultimodalPromptTest, RowsEqualReferenceChunks) {
     // to the first step whose golden top-1/top-2 gap is below the fixtures' threshold, and the
     // prompt's logits within the quantized tolerance.
     o.precision = ops::Precision::kFast;
-    auto fast = TextEngine::Load(vlmd::testing::FixturePath(c.fixture + "/text.gguf"), o);
+    auto fast = VlmEngine::Load(vlmd::testing::FixturePath(c.fixture + "/text.gguf"), o);
     ASSERT_TRUE(fast.ok()) << fast.status().ToString();
     std::vector<EncodedImage> fast_images;
     for (const json& img : (*gc)["images"]) {
@@ -161,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MultimodalPromptTest,
 TEST(MultimodalPromptErrors, MarkerCountMustMatchImages) {
   EngineOptions o;
   o.mmproj_path = vlmd::testing::FixturePath("tiny-llava/mmproj.gguf");
-  auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), o);
+  auto e = VlmEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), o);
   ASSERT_TRUE(e.ok());
   const auto bytes = vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath("tiny-llava/images/img-32x32.png"));
   const uint64_t before = (*e)->activation_bytes();
@@ -191,15 +191,15 @@ namespace {
 // A prompt long enough for the blocked prefill attention grows its K/V scratch; with
 // max_idle_scratch_bytes 0 the engine frees it when the prompt is complete (memory accounting
 // shows the difference), and the logits do not change.
-TEST(TextEngineMemory, LargePrefillScratchIsFreedAfterThePrompt) {
+TEST(VlmEngineMemory, LargePrefillScratchIsFreedAfterThePrompt) {
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + 7 * i % 50);
   EngineOptions keep;
   keep.threads = 1;
   EngineOptions release = keep;
   release.max_idle_scratch_bytes = 0;
-  auto a = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), keep);
-  auto b = TextEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), release);
+  auto a = VlmEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), keep);
+  auto b = VlmEngine::Load(vlmd::testing::FixturePath("tiny-llava/text.gguf"), release);
   ASSERT_TRUE(a.ok() && b.ok());
   auto la = (*a)->PromptLogits(prompt);
   auto lb = (*b)->PromptLogits(prompt);

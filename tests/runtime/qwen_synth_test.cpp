@@ -3,7 +3,7 @@
 // the image encoded at once; positions continue after an image in decode.
 #include <gtest/gtest.h>
 
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
 
@@ -36,7 +36,7 @@ TEST_P(QwenSynthTest, GeneratesAndEncodesInWorkUnitsAsAtOnce) {
   o.threads = 2;
   o.n_ctx = 512;
   o.mmproj_path = dir + "-mmproj.gguf";
-  auto e = TextEngine::Load(dir + "-text.gguf", o);
+  auto e = VlmEngine::Load(dir + "-text.gguf", o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
 
   const std::string ppm = GradientPpm();

@@ -5,7 +5,7 @@
 // earlier frames, and the OpenAI endpoint takes image_url.
 #include <gtest/gtest.h>
 
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "fixture_json.h"
 #include "serve/api/requests.h"
 #include "server_harness.h"
@@ -51,7 +51,7 @@ TEST(ServerQwen, InvokeAnswersAsTheEngineAndRepeatsHitTheCaches) {
   eo.threads = 2;
   eo.n_ctx = 512;
   eo.mmproj_path = vlmd::testing::FixturePath(std::string(kFixture) + "/mmproj.gguf");
-  auto engine = engine::runtime::TextEngine::Load(
+  auto engine = engine::runtime::VlmEngine::Load(
       vlmd::testing::FixturePath(std::string(kFixture) + "/text.gguf"), eo);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   engine::runtime::ImageTimings t;

@@ -14,7 +14,7 @@
 
 #include "core/cpu_features.h"
 #include "engine/image/image.h"
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "engine/tensor/dtype.h"
 #include "machine_limits.h"
 
@@ -75,7 +75,7 @@ struct EncodeResult {
   double ms_per_image = 0, ms_per_tile = 0, gflops = 0;
 };
 
-Status MeasureEncode(engine::runtime::TextEngine& e, int width, int height, int reps,
+Status MeasureEncode(engine::runtime::VlmEngine& e, int width, int height, int reps,
                      EncodeResult* r) {
   engine::runtime::ImageTimings t;
   VLMD_ASSIGN_OR_RETURN(auto prepared, e.PreprocessDecoded(TestImage(width, height), 0, &t));
@@ -107,7 +107,7 @@ int RunModelBench(const ModelBenchOptions& opts) {
     eo.precision = engine::ops::ParsePrecision(opts.precision).value_or(engine::ops::Precision::kFast);
     eo.n_ctx = opts.prompt_tokens + opts.gen_tokens + 8;
     eo.mmproj_path = opts.mmproj_path;
-    auto engine = engine::runtime::TextEngine::Load(opts.model_path, eo);
+    auto engine = engine::runtime::VlmEngine::Load(opts.model_path, eo);
     if (!engine.ok()) {
       std::fprintf(stderr, "vlmd-bench: error: %s\n", engine.status().ToString().c_str());
       return 2;

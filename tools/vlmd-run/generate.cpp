@@ -8,14 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/gguf/gguf_reader.h"
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "vlmd-run/commands.h"
 
 namespace vlmd::tools {
 namespace {
 
-using engine::runtime::TextEngine;
+using engine::runtime::VlmEngine;
 
 int Fail(std::ostream& err, const Status& s) {
   err << "vlmd-run: error: " << s.ToString() << "\n";
@@ -75,7 +75,7 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   if (!opts.images.empty() && opts.mmproj_path.empty()) {
     return Fail(err, InvalidArgumentError("--image needs --mmproj"));
   }
-  auto engine = TextEngine::Load(opts.model_path, eo);
+  auto engine = VlmEngine::Load(opts.model_path, eo);
   if (!engine.ok()) return Fail(err, engine.status());
   std::vector<engine::runtime::EncodedImage> images;
   engine::runtime::ImageTimings image_timings;

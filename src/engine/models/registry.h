@@ -11,7 +11,7 @@
 
 namespace vlmd::engine::models {
 
-// What distinguishes the text decoders (all run by LlamaModel's one decoder stack).
+// What distinguishes the text decoders (all run by TextDecoder's one decoder stack).
 struct TextArchitecture {
   std::string_view name;     // general.architecture, also the key prefix
   bool rope_neox = false;    // rotary pairs (i, i + n_rot/2) instead of (2i, 2i+1)

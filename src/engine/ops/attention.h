@@ -58,7 +58,7 @@ struct AttentionArgs {
   // The engine's fast precision: round Q, K and V to bf16 and run on the AMX tile unit
   // (kernels::TileAttentionArgs: products and sums f32) where the kernel table has it, for any
   // number of query rows, so that a row's result does not depend on how many share the call
-  // (LlamaModel sets it for prompt rows, never for decode steps). Off: the f32 paths above.
+  // (TextDecoder sets it for prompt rows, never for decode steps). Off: the f32 paths above.
   bool bf16_tiles = false;
 };
 

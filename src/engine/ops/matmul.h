@@ -26,7 +26,7 @@ namespace vlmd::engine::ops {
 //   kNever:    the int8 kernel (exact precision, or a caller that needs the int8 numbers).
 //   kManyRows: from ~32 rows, where the tiles are faster (PackWeight's choice in fast precision).
 //   kAlways:   every row count, so that a row's result does not depend on how many rows share the
-//              call (LlamaModel's prompt rows, however a prompt is cut into chunks).
+//              call (TextDecoder's prompt rows, however a prompt is cut into chunks).
 // Without the tile kernel in the table it is always the int8 kernel.
 enum class PackedTileRoute : uint8_t { kNever, kManyRows, kAlways };
 

@@ -1,5 +1,5 @@
 // The generation state of one request: its KV cache, sampler, token history and the text it has
-// produced so far (UTF-8 safe, stop strings held back until they are decided). TextEngine fills
+// produced so far (UTF-8 safe, stop strings held back until they are decided). VlmEngine fills
 // it with a prefill and then advances it one token per decode step, alone (Generate) or batched
 // with other sequences (DecodeStep, the server's continuous batching).
 // Not thread-safe: one owner (the scheduler thread, or the Generate caller) at a time.
@@ -21,7 +21,7 @@
 namespace vlmd::engine::runtime {
 
 struct PromptRows;  // multimodal_prompt.h
-class TextEngine;
+class VlmEngine;
 
 struct GenerateParams {
   SamplingParams sampling;
@@ -50,7 +50,7 @@ class Sequence {
   const Status& error() const { return error_; }  // OK unless Fail()ed
 
   bool finished() const { return !finish_reason_.empty(); }
-  // True from TextEngine::BeginSequence until PrefillChunk computed the last prompt row (and
+  // True from VlmEngine::BeginSequence until PrefillChunk computed the last prompt row (and
   // sampled the first token): not yet ready for DecodeStep.
   bool prefilling() const { return prefill_ != nullptr; }
   // Prompt rows still to compute while prefilling (0 otherwise).
@@ -85,8 +85,8 @@ class Sequence {
   std::string finish_reason_;
   Status error_;
 
-  // Chunked prefill state, owned by TextEngine (BeginSequence / PrefillChunk).
-  friend class TextEngine;
+  // Chunked prefill state, owned by VlmEngine (BeginSequence / PrefillChunk).
+  friend class VlmEngine;
   std::unique_ptr<PromptRows> prefill_;  // the prompt; released once it is all in the cache
   int64_t prefill_next_ = 0;             // first row not yet in the cache
   // RoPE position of a generated row = its slot + position_shift_ (PromptRows::position_shift).

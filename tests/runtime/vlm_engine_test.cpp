@@ -1,6 +1,6 @@
-// TextEngine on the parity fixture: prompt logits equal the model's, stop strings cut the text,
+// VlmEngine on the parity fixture: prompt logits equal the model's, stop strings cut the text,
 // budgets and bad input give errors, and the stream callback sees exactly the returned text.
-#include "engine/runtime/text_engine.h"
+#include "engine/runtime/vlm_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -10,13 +10,13 @@
 namespace vlmd::engine::runtime {
 namespace {
 
-class TextEngineTest : public ::testing::Test {
+class VlmEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     EngineOptions o;
     o.threads = 2;
     o.n_ctx = 128;
-    auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+    auto e = VlmEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(*e);
     auto ids = engine_->tokenizer().Tokenize("<|im_start|>User: hello<end_of_utterance>\nAssistant:",
@@ -24,11 +24,11 @@ class TextEngineTest : public ::testing::Test {
     ASSERT_TRUE(ids.ok());
     prompt_ = *ids;
   }
-  std::unique_ptr<TextEngine> engine_;
+  std::unique_ptr<VlmEngine> engine_;
   std::vector<int32_t> prompt_;
 };
 
-TEST_F(TextEngineTest, StreamedTextEqualsResultAndStopStringCuts) {
+TEST_F(VlmEngineTest, StreamedTextEqualsResultAndStopStringCuts) {
   GenerateParams p;
   p.max_tokens = 12;
   p.ignore_eos = true;
@@ -57,7 +57,7 @@ TEST_F(TextEngineTest, StreamedTextEqualsResultAndStopStringCuts) {
   EXPECT_EQ(streamed2, cut->text);
 }
 
-TEST_F(TextEngineTest, CallbackCancels) {
+TEST_F(VlmEngineTest, CallbackCancels) {
   GenerateParams p;
   p.max_tokens = 20;
   p.ignore_eos = true;
@@ -68,7 +68,7 @@ TEST_F(TextEngineTest, CallbackCancels) {
   EXPECT_LT(r->tokens.size(), 20u);
 }
 
-TEST_F(TextEngineTest, RejectsOverBudgetEmptyAndBadIds) {
+TEST_F(VlmEngineTest, RejectsOverBudgetEmptyAndBadIds) {
   GenerateParams p;
   p.max_tokens = 200;  // prompt + 200 > n_ctx 128
   auto over = engine_->Generate(prompt_, p);
@@ -83,7 +83,7 @@ TEST_F(TextEngineTest, RejectsOverBudgetEmptyAndBadIds) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(TextEngineTest, TokenStatsWhenAsked) {
+TEST_F(VlmEngineTest, TokenStatsWhenAsked) {
   GenerateParams p;
   p.max_tokens = 4;
   p.ignore_eos = true;
@@ -102,7 +102,7 @@ TEST_F(TextEngineTest, TokenStatsWhenAsked) {
 // through in one call of 60 rows or in calls of 7 (and of 1). Without the tile kernels the chunk
 // sizes pick different attention paths (streaming below 16 rows, blocked above), whose sums
 // differ in rounding, so there is nothing bitwise to check.
-TEST(TextEngineChunking, FastPromptLogitsDoNotDependOnChunking) {
+TEST(VlmEngineChunking, FastPromptLogitsDoNotDependOnChunking) {
   const auto isa = kernels::SelectIsa();
   ASSERT_TRUE(isa.ok());
   const kernels::KernelTable& kt = kernels::GetKernelTable(*isa);
@@ -116,7 +116,7 @@ TEST(TextEngineChunking, FastPromptLogitsDoNotDependOnChunking) {
     o.n_ctx = 128;
     o.n_batch = n_batch;
     o.precision = ops::Precision::kFast;
-    auto e = TextEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+    auto e = VlmEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     std::vector<int32_t> prompt;
     for (int i = 0; i < 60; ++i) prompt.push_back(1 + (i * 37) % 200);

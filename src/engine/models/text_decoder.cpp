@@ -1,8 +1,8 @@
-// llama-family forward pass (see llama_model.h). Numerics follow llama.cpp's CPU backend where it
+// llama-family forward pass (see text_decoder.h). Numerics follow llama.cpp's CPU backend where it
 // matters for parity: activations are converted to each weight type's activation format inside
 // MatMul, K/V are stored as F16, and Q is rounded to F16 before the K.Q products (what
 // llama.cpp's flash-attention path does); accumulation is f32 throughout.
-#include "engine/models/llama_model.h"
+#include "engine/models/text_decoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -46,9 +46,9 @@ void SplitQkv(const float* qkv, int64_t n, int64_t qd, int64_t kvd, float* q, fl
 
 }  // namespace
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf::GgufFile> file,
+Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const gguf::GgufFile> file,
                                                      const ops::WeightPacking& packing) {
-  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  std::unique_ptr<TextDecoder> m(new TextDecoder());
   m->file_ = std::move(file);
   m->bf16_attention_ = packing.precision == ops::Precision::kFast;
   const gguf::GgufFile& f = *m->file_;
@@ -118,11 +118,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(std::shared_ptr<const gguf:
   return m;
 }
 
-std::unique_ptr<KvCache> LlamaModel::NewCache(int32_t n_ctx) const {
+std::unique_ptr<KvCache> TextDecoder::NewCache(int32_t n_ctx) const {
   return std::make_unique<KvCache>(config_.n_layers, n_ctx, config_.kv_dim());
 }
 
-Status LlamaModel::EmbedToken(int32_t token, float* out) const {
+Status TextDecoder::EmbedToken(int32_t token, float* out) const {
   if (token < 0 || token >= config_.n_vocab) {
     return InvalidArgumentError("token id " + std::to_string(token) + " outside the vocabulary [0, " +
                                 std::to_string(config_.n_vocab) + ")");
@@ -130,7 +130,7 @@ Status LlamaModel::EmbedToken(int32_t token, float* out) const {
   return DequantizeMatrixRow(token_embd_, token, out);
 }
 
-Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
+Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
                           ForwardContext* ctx) const {
   const TextConfig& c = config_;
   const int64_t kv_dim = c.kv_dim();
@@ -179,7 +179,7 @@ Status LlamaModel::Attend(const ForwardBatch& b, std::span<KvCache* const> cache
   return Status::Ok();
 }
 
-Status LlamaModel::Forward(const ForwardBatch& b, std::span<KvCache* const> caches,
+Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> caches,
                            ForwardContext* ctx, float* logits) const {
   const TextConfig& c = config_;
   const int64_t n = b.n_tokens;

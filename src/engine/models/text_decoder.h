@@ -60,11 +60,11 @@ struct ForwardContext {
   std::vector<int32_t> kv_pos;
 };
 
-class LlamaModel {
+class TextDecoder {
  public:
   // Validates the config and every tensor's presence and shape. Keeps `file` alive. `packing`
   // repacks the matrices for the packed int8 matmul where it applies (ops::PackWeight).
-  static Result<std::unique_ptr<LlamaModel>> Load(std::shared_ptr<const gguf::GgufFile> file,
+  static Result<std::unique_ptr<TextDecoder>> Load(std::shared_ptr<const gguf::GgufFile> file,
                                                   const ops::WeightPacking& packing = {});
 
   const TextConfig& config() const { return config_; }
@@ -110,7 +110,7 @@ class LlamaModel {
     std::vector<float> q_norm, k_norm;       // [head_dim], qwen3vl only
   };
 
-  LlamaModel() = default;
+  TextDecoder() = default;
   Status Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
                 ForwardContext* ctx) const;
 

@@ -1,4 +1,4 @@
-// The text-generation facade over one loaded model: tokenizer + llama-family decoder + sampler.
+// The VLM engine over one loaded model: tokenizer, text decoder, vision encoder and sampler.
 // Used by vlmd-run and vlmd-bench; the server's scheduler drives the same model API in batches.
 #pragma once
 
@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "engine/models/llama_model.h"
+#include "engine/models/text_decoder.h"
 #include "engine/image/image.h"
 #include "engine/models/vision_encoder.h"
 #include "engine/runtime/multimodal_prompt.h"
@@ -65,15 +65,15 @@ struct PreparedImage {
 // Called with each new chunk of valid UTF-8 text; return false to stop generating (cancel).
 using TextCallback = std::function<bool(std::string_view)>;
 
-class TextEngine {
+class VlmEngine {
  public:
   // Opens and validates the model. NOT_FOUND / DATA_LOSS / UNIMPLEMENTED from the loaders;
   // INVALID_ARGUMENT for bad options or VLMD_FORCE_ISA.
-  static Result<std::unique_ptr<TextEngine>> Load(const std::string& model_path,
+  static Result<std::unique_ptr<VlmEngine>> Load(const std::string& model_path,
                                                   const EngineOptions& opts);
 
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
-  const models::LlamaModel& model() const { return *model_; }
+  const models::TextDecoder& model() const { return *model_; }
   // The vision encoder, or nullptr for a text-only engine.
   const models::VisionEncoder* vision() const { return vision_.get(); }
   ThreadPool& pool() { return *pool_; }
@@ -165,7 +165,7 @@ class TextEngine {
   uint64_t activation_bytes() const;
 
  private:
-  TextEngine() = default;
+  VlmEngine() = default;
   EncodedImage EncodedFromTiles(const PreparedImage& image, std::vector<float> embeddings) const;
   // Runs prompt rows [first_row, end_row) (end_row < 0: to the end) through the model in n_batch
   // chunks (rows before first_row are already in the cache); `logits` receives the last row's
@@ -176,7 +176,7 @@ class TextEngine {
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<models::LlamaModel> model_;
+  std::unique_ptr<models::TextDecoder> model_;
   std::unique_ptr<models::VisionEncoder> vision_;
   std::string chat_template_source_;  // tokenizer.chat_template, may be empty
   models::ForwardContext ctx_;

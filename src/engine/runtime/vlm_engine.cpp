@@ -1,5 +1,5 @@
-// TextEngine: prompt prefill in batches, then one decode step per token (see text_engine.h).
-#include "engine/runtime/text_engine.h"
+// VlmEngine: prompt prefill in batches, then one decode step per token (see vlm_engine.h).
+#include "engine/runtime/vlm_engine.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,10 +22,10 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_path,
+Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path,
                                                      const EngineOptions& opts) {
   if (opts.n_ctx < 1 || opts.n_batch < 1) return InvalidArgumentError("n_ctx and n_batch must be >= 1");
-  std::unique_ptr<TextEngine> e(new TextEngine());
+  std::unique_ptr<VlmEngine> e(new VlmEngine());
   e->opts_ = opts;
   VLMD_ASSIGN_OR_RETURN(kernels::Isa isa, kernels::SelectIsa());
   e->ctx_.kernels = &kernels::GetKernelTable(isa);
@@ -33,7 +33,7 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
   std::shared_ptr<const gguf::GgufFile> shared(std::move(file));
   VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
-  VLMD_ASSIGN_OR_RETURN(e->model_, models::LlamaModel::Load(shared, {e->ctx_.kernels, opts.precision}));
+  VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, {e->ctx_.kernels, opts.precision}));
   if (shared->Find("tokenizer.chat_template") != nullptr) {
     auto src = shared->GetString("tokenizer.chat_template");
     if (src.ok()) e->chat_template_source_ = std::string(*src);
@@ -65,9 +65,9 @@ Result<std::unique_ptr<TextEngine>> TextEngine::Load(const std::string& model_pa
   return e;
 }
 
-std::string_view TextEngine::isa_name() const { return kernels::IsaName(ctx_.kernels->isa); }
+std::string_view VlmEngine::isa_name() const { return kernels::IsaName(ctx_.kernels->isa); }
 
-Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
+Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
                            int64_t first_row, int64_t end_row) {
   const int64_t n = static_cast<int64_t>(prompt.tokens.size());
   const int64_t end = end_row < 0 ? n : std::min(end_row, n);
@@ -118,16 +118,16 @@ Status TextEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, flo
   return Status::Ok();
 }
 
-int32_t TextEngine::MaxShrinkLevel(int32_t width, int32_t height) const {
+int32_t VlmEngine::MaxShrinkLevel(int32_t width, int32_t height) const {
   return vision_ ? vision_->MaxShrinkLevel(width, height) : 0;
 }
 
-models::ImagePlan TextEngine::PlanImage(int32_t width, int32_t height, int32_t level) const {
+models::ImagePlan VlmEngine::PlanImage(int32_t width, int32_t height, int32_t level) const {
   if (!vision_ || width < 1 || height < 1) return {};
   return vision_->PlanImage(width, height, level);
 }
 
-Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
+Result<PreparedImage> VlmEngine::PrepareImage(std::span<const uint8_t> bytes,
                                                const image::DecodeLimits& limits,
                                                int32_t level, ImageTimings* timings) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
@@ -137,7 +137,7 @@ Result<PreparedImage> TextEngine::PrepareImage(std::span<const uint8_t> bytes,
   return PreprocessDecoded(img, level, timings);
 }
 
-Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int32_t level,
+Result<PreparedImage> VlmEngine::PreprocessDecoded(const image::Image& img, int32_t level,
                                                     ImageTimings* timings) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const auto t0 = std::chrono::steady_clock::now();
@@ -156,7 +156,7 @@ Result<PreparedImage> TextEngine::PreprocessDecoded(const image::Image& img, int
   return out;
 }
 
-Result<int64_t> TextEngine::CountPromptRows(std::string_view prompt,
+Result<int64_t> VlmEngine::CountPromptRows(std::string_view prompt,
                                             std::span<const EncodedImage> encoded,
                                             std::span<const models::ImagePlan> planned) const {
   if (encoded.empty() && planned.empty()) {
@@ -198,7 +198,7 @@ Result<int64_t> TextEngine::CountPromptRows(std::string_view prompt,
   return CountMultimodalPromptRows(*tokenizer_, c, prompt, layouts, vision_->n_embd());
 }
 
-Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
+Result<EncodedImage> VlmEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float> embeddings(
@@ -208,23 +208,23 @@ Result<EncodedImage> TextEngine::EncodePrepared(const PreparedImage& image, Imag
   return EncodedFromTiles(image, std::move(embeddings));
 }
 
-Result<std::unique_ptr<models::ImageEncoding>> TextEngine::BeginEncode(
+Result<std::unique_ptr<models::ImageEncoding>> VlmEngine::BeginEncode(
     const PreparedImage& image) const {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   return vision_->BeginEncode(image.tiles);
 }
 
-Status TextEngine::EncodeUnits(models::ImageEncoding* encoding, int64_t max_units) {
+Status VlmEngine::EncodeUnits(models::ImageEncoding* encoding, int64_t max_units) {
   if (!vision_) return FailedPreconditionError("this engine has no vision encoder (no --mmproj)");
   return vision_->EncodeUnits(encoding, max_units, &vision_ctx_);
 }
 
-EncodedImage TextEngine::EncodedFrom(const PreparedImage& image,
+EncodedImage VlmEngine::EncodedFrom(const PreparedImage& image,
                                      models::ImageEncoding* encoding) const {
   return EncodedFromTiles(image, encoding->TakeEmbeddings());
 }
 
-EncodedImage TextEngine::EncodedFromTiles(const PreparedImage& image,
+EncodedImage VlmEngine::EncodedFromTiles(const PreparedImage& image,
                                           std::vector<float> embeddings) const {
   EncodedImage out;
   out.embeddings = std::move(embeddings);
@@ -240,7 +240,7 @@ EncodedImage TextEngine::EncodedFromTiles(const PreparedImage& image,
   return out;
 }
 
-Result<EncodedImage> TextEngine::EncodeImage(std::span<const uint8_t> bytes, ImageTimings* timings) {
+Result<EncodedImage> VlmEngine::EncodeImage(std::span<const uint8_t> bytes, ImageTimings* timings) {
   ImageTimings t;
   VLMD_ASSIGN_OR_RETURN(PreparedImage prepared, PrepareImage(bytes, image::DecodeLimits{}, 0, &t));
   VLMD_ASSIGN_OR_RETURN(EncodedImage out, EncodePrepared(prepared, &t));
@@ -248,15 +248,15 @@ Result<EncodedImage> TextEngine::EncodeImage(std::span<const uint8_t> bytes, Ima
   return out;
 }
 
-std::string TextEngine::ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const {
+std::string VlmEngine::ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const {
   return tokenizer::ChatTemplate::Detect(chat_template_source_).Apply(messages, true);
 }
 
-bool TextEngine::chat_template_is_fallback() const {
+bool VlmEngine::chat_template_is_fallback() const {
   return tokenizer::ChatTemplate::Detect(chat_template_source_).is_fallback();
 }
 
-Result<PromptRows> TextEngine::BuildPrompt(std::string_view text,
+Result<PromptRows> VlmEngine::BuildPrompt(std::string_view text,
                                            std::span<const EncodedImage> images, bool raw) const {
   std::string prompt(text);
   if (!raw) {
@@ -273,13 +273,13 @@ Result<PromptRows> TextEngine::BuildPrompt(std::string_view text,
   return BuildMultimodalPrompt(*tokenizer_, vision_->config(), prompt, images, vision_->n_embd());
 }
 
-Result<std::vector<float>> TextEngine::PromptLogits(std::span<const int32_t> prompt) {
+Result<std::vector<float>> VlmEngine::PromptLogits(std::span<const int32_t> prompt) {
   PromptRows rows;
   rows.tokens.assign(prompt.begin(), prompt.end());
   return PromptLogits(rows);
 }
 
-Result<std::vector<float>> TextEngine::PromptLogits(const PromptRows& rows) {
+Result<std::vector<float>> VlmEngine::PromptLogits(const PromptRows& rows) {
   const std::span<const int32_t> prompt(rows.tokens);
   if (prompt.empty()) return InvalidArgumentError("empty prompt");
   if (static_cast<int64_t>(prompt.size()) > opts_.n_ctx) {
@@ -292,7 +292,7 @@ Result<std::vector<float>> TextEngine::PromptLogits(const PromptRows& rows) {
   return logits;
 }
 
-Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
+Result<GenerateResult> VlmEngine::Generate(std::span<const int32_t> prompt,
                                             const GenerateParams& params,
                                             const TextCallback& on_text) {
   PromptRows rows;
@@ -300,7 +300,7 @@ Result<GenerateResult> TextEngine::Generate(std::span<const int32_t> prompt,
   return Generate(rows, params, on_text);
 }
 
-Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& rows,
+Result<std::unique_ptr<Sequence>> VlmEngine::StartSequence(const PromptRows& rows,
                                                             const GenerateParams& params,
                                                             const models::KvCache* prefix,
                                                             int32_t prefix_len) {
@@ -310,7 +310,7 @@ Result<std::unique_ptr<Sequence>> TextEngine::StartSequence(const PromptRows& ro
   return seq;
 }
 
-Result<std::unique_ptr<Sequence>> TextEngine::BeginSequence(PromptRows rows,
+Result<std::unique_ptr<Sequence>> VlmEngine::BeginSequence(PromptRows rows,
                                                             const GenerateParams& params,
                                                             const models::KvCache* prefix,
                                                             int32_t prefix_len) {
@@ -342,7 +342,7 @@ Result<std::unique_ptr<Sequence>> TextEngine::BeginSequence(PromptRows rows,
   return seq;
 }
 
-Status TextEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {
+Status VlmEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {
   if (seq == nullptr || !seq->prefilling()) return Status::Ok();
   if (max_rows < 1) return InvalidArgumentError("PrefillChunk: max_rows < 1");
   const PromptRows& rows = *seq->prefill_;
@@ -360,7 +360,7 @@ Status TextEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {
   return Status::Ok();
 }
 
-uint64_t TextEngine::activation_bytes() const {
+uint64_t VlmEngine::activation_bytes() const {
   uint64_t b = ctx_.matmul_scratch.capacity() + step_logits_.capacity() * sizeof(float) +
                vision_ctx_.bytes();
   for (const std::vector<float>* v :
@@ -371,7 +371,7 @@ uint64_t TextEngine::activation_bytes() const {
   return b;
 }
 
-Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
+Status VlmEngine::DecodeStep(std::span<Sequence* const> seqs) {
   std::vector<Sequence*> active;
   std::vector<models::KvCache*> caches;
   for (Sequence* s : seqs) {
@@ -413,7 +413,7 @@ Status TextEngine::DecodeStep(std::span<Sequence* const> seqs) {
   return Status::Ok();
 }
 
-Result<GenerateResult> TextEngine::Generate(const PromptRows& rows, const GenerateParams& params,
+Result<GenerateResult> VlmEngine::Generate(const PromptRows& rows, const GenerateParams& params,
                                             const TextCallback& on_text) {
   GenerateResult r;
   r.prompt_tokens = static_cast<int32_t>(rows.tokens.size());
