@@ -179,7 +179,8 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
     VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
     VLMD_ASSIGN_OR_RETURN(L.b_down, GetF32(f, p + "ffn_down.bias", {d}));
     to_pack.insert(to_pack.end(), {&L.wo, &L.w_up, &L.w_down});
-    if (!v3) to_pack.insert(to_pack.end(), {&L.wq, &L.wk, &L.wv});
+    // 3-VL: the row slices of the fused qkv matrix, each packed on its own.
+    to_pack.insert(to_pack.end(), {&L.wq, &L.wk, &L.wv});
     if (v25) {
       VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
       VLMD_ASSIGN_OR_RETURN(L.b_gate, GetF32(f, p + "ffn_gate.bias", {ff}));
