@@ -41,6 +41,10 @@ TEST_P(QwenVisionParityTest, EveryImageChunkMatchesLlamaCpp) {
   auto le = LoadEncoder(qc.fixture, &error, qc.precision);
   ASSERT_NE(le->encoder, nullptr) << error;
   const auto& enc = *le->encoder;
+  if (qc.precision == Precision::kFast && le->ctx.kernels->tile_attention != nullptr) {
+    EXPECT_TRUE(enc.UsesTileBlocks(*le->ctx.kernels))
+        << "fast precision on AMX must run the blocks on tiles";
+  }
   const double tol = qc.precision == Precision::kExact
                          ? golden["tolerance"]["image_embeddings_nmse"].get<double>()
                          : 1e-3;

@@ -8,33 +8,14 @@
 #include <cmath>
 
 #include "engine/models/clip_vit.h"
+#include "engine/models/vit_attention.h"
+#include "engine/models/vit_tiles.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/norm.h"
 #include "engine/ops/parallel.h"
 
 namespace vlmd::engine::models {
 namespace {
-
-int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-
-// A bf16 buffer of `rows` rows of `stride` values whose rows [valid, rows) are zero (tile loads
-// read whole 16-row tiles; the padding rows only feed outputs that are never written).
-uint16_t* Bf16Rows(Bf16Buffer* buf, int64_t rows, int64_t valid, int64_t stride) {
-  buf->resize(static_cast<size_t>(rows * stride));
-  std::fill(buf->data() + valid * stride, buf->data() + rows * stride, uint16_t{0});
-  return buf->data();
-}
-
-// Zeroes columns [width, width rounded up to 32) of rows [0, rows): the tile products read whole
-// 32-value steps, and the weights' padding is zero only where the activations' is too (a NaN
-// left there by an earlier call would still poison the sums).
-void ZeroPadColumns(uint16_t* buf, int64_t rows, int64_t stride, int64_t width) {
-  const int64_t padded = kernels::TileBf16Matrix::PaddedK(width);
-  if (padded == width) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    std::fill(buf + r * stride + width, buf + r * stride + padded, uint16_t{0});
-  }
-}
 
 const float* OrNull(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
@@ -49,9 +30,7 @@ kernels::UnaryFn TileBlockActivation(const kernels::KernelTable& kt, ops::Activa
 
 }  // namespace
 
-float ClipVit::TileQueryScale(int64_t head_dim) {
-  return 1.44269504f / std::sqrt(static_cast<float>(head_dim));  // log2(e) / sqrt(head_dim)
-}
+float ClipVit::TileQueryScale(int64_t head_dim) { return models::TileQueryScale(head_dim); }
 
 bool ClipVit::UsesTileBlocks(const kernels::KernelTable& kt) const {
   if (!fast_ || kt.tile_bf16_matmul == nullptr || kt.to_bf16 == nullptr ||
@@ -66,63 +45,11 @@ bool ClipVit::UsesTileBlocks(const kernels::KernelTable& kt) const {
   return true;
 }
 
-// Attention from bf16 Q (pre-scaled by log2(e) / sqrt(head_dim)), K and V rows [n, ld] to bf16
-// output rows: one job per (tile, head). K and V of the head are packed once as tile operands (K
-// as the columns of the score product, V^T as those of the output product; head_dim and n_pos
-// padded with zeros to whole 32-value tile steps), then the fused kernel runs every query
-// (kernels::TileAttentionArgs: scores and probabilities of 32 queries x 128 keys at a time, in L1).
+// Attention on tiles of every tile of the image: each tile's rows are one span.
 Status ClipVit::AttendTiles(int64_t n_tiles, VisionContext* ctx) const {
-  const VisionConfig& c = config_;
-  const int64_t d = c.d_model, npos = n_positions_, hd = c.head_dim, heads = c.n_heads;
-  const int64_t ld = kernels::TileRowStride(d);
-  const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
-  const int64_t npos_pad = kernels::TileBf16Matrix::PaddedK(npos);
-  // A head's queries are read in place when they fill whole tile steps; otherwise (head_dim not a
-  // multiple of 32) they are copied with zero padding, since the next head's values follow.
-  const bool q_in_place = hd == hd_pad;
-  const int64_t q_rows = RoundUp(npos, 32);  // the kernel reads whole 32-row blocks
-  const kernels::KernelTable& kt = *ctx->kernels;
-  const kernels::TilePackFn pack_rows = kt.tile_pack_rows != nullptr
-                                            ? kt.tile_pack_rows
-                                            : &kernels::TileBf16Matrix::PackRows;
-  const kernels::TilePackFn pack_columns = kt.tile_pack_columns != nullptr
-                                               ? kt.tile_pack_columns
-                                               : &kernels::TileBf16Matrix::PackColumns;
-  const size_t o_block_bytes = static_cast<size_t>(32 * (hd_pad + 16)) * sizeof(float);
-  const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
-  ctx->attention_work.resize(static_cast<size_t>(workers));
-  for (auto& w : ctx->attention_work) {
-    if (!q_in_place) {
-      w.q_bf16.resize(static_cast<size_t>(q_rows * hd_pad));
-      std::fill(w.q_bf16.data(), w.q_bf16.data() + q_rows * hd_pad, uint16_t{0});
-    }
-    w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(npos, hd_pad));
-    w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, npos_pad));
-    w.o_block.Reserve(o_block_bytes);
-  }
-  return ops::internal::ForJobs(ctx->pool, n_tiles * heads, [&](int64_t job, int worker) {
-    const int64_t h = job % heads, r0 = (job / heads) * npos;
-    VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
-    const int64_t head_offset = r0 * ld + h * hd;
-    pack_rows(ctx->k16.data() + head_offset, ld, npos, hd, hd_pad, w.k_tiles.data());
-    pack_columns(ctx->v16.data() + head_offset, ld, hd, npos, npos_pad, w.v_tiles.data());
-    kernels::TileAttentionArgs args{.q = ctx->q16.data() + head_offset, .ldq = ld,
-                                    .k_tiles = w.k_tiles.data(), .v_tiles = w.v_tiles.data(),
-                                    .v_k = npos_pad, .n_q = npos, .n_kv = npos, .hd = hd,
-                                    .hd_pad = hd_pad, .out = ctx->attn16.data() + head_offset,
-                                    .ldo = ld,
-                                    .o_scratch = reinterpret_cast<float*>(
-                                        w.o_block.Reserve(o_block_bytes))};
-    if (!q_in_place) {  // rows past npos stay zero from the resize above
-      for (int64_t i = 0; i < npos; ++i) {
-        std::copy_n(args.q + i * ld, hd, w.q_bf16.data() + i * hd_pad);
-      }
-      args.q = w.q_bf16.data();
-      args.ldq = hd_pad;
-    }
-    kt.tile_attention(args);
-    return Status::Ok();
-  });
+  std::vector<RowSpan> spans(static_cast<size_t>(n_tiles));
+  for (int64_t t = 0; t < n_tiles; ++t) spans[static_cast<size_t>(t)] = {t * n_positions_, n_positions_};
+  return VitSpanAttentionTiles(ctx, spans, config_.d_model, config_.n_heads, config_.head_dim);
 }
 
 Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
@@ -131,7 +58,7 @@ Status ClipVit::RunTileBlocks(int64_t n_tiles, VisionContext* ctx) const {
   const int64_t ld = kernels::TileRowStride(d), ld_ff = kernels::TileRowStride(ff);
   // Whole tiles of rows, plus 32 for the attention's in-place query reads, which start at any
   // row and read whole blocks of 32.
-  const int64_t rows = RoundUp(n, kernels::kTileRows) + 32;
+  const int64_t rows = RoundUpTo(n, kernels::kTileRows) + 32;
   uint16_t* xn16 = Bf16Rows(&ctx->xn16, rows, n, ld);     // LayerNorm output
   uint16_t* q16 = Bf16Rows(&ctx->q16, rows, n, ld);
   uint16_t* k16 = Bf16Rows(&ctx->k16, rows, n, ld);

@@ -121,6 +121,7 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
   const bool v3 = c.projector == ProjectorType::kQwen3vl;
   const bool v25 = c.projector == ProjectorType::kQwen25vl;
   m->rms_norm_ = v25;
+  m->fast_ = packing.precision == ops::Precision::kFast;
   const int64_t d = c.d_model, ff = c.d_ff, d4 = 4 * d;
   VLMD_ASSIGN_OR_RETURN(m->patch_w0_, GetPatchKernel(f, "v.patch_embd.weight", c.patch_size, d));
   VLMD_ASSIGN_OR_RETURN(m->patch_w1_, GetPatchKernel(f, "v.patch_embd.weight.1", c.patch_size, d));
@@ -329,7 +330,8 @@ Status QwenVit::RunBlock(State* st, VisionContext* ctx) const {
   if (st == nullptr || ctx == nullptr || st->next_layer >= st->n_layers) {
     return InvalidArgumentError("qwen vision encode: no block left to run");
   }
-  VLMD_RETURN_IF_ERROR(RunLayer(st->next_layer, st, ctx));
+  VLMD_RETURN_IF_ERROR(UsesTileBlocks(*ctx->kernels) ? RunLayerTiles(st->next_layer, st, ctx)
+                                                      : RunLayer(st->next_layer, st, ctx));
   ++st->next_layer;
   return Status::Ok();
 }
@@ -338,7 +340,7 @@ Status QwenVit::RunLayer(int32_t l, State* st, VisionContext* ctx) const {
   const VisionConfig& c = config_;
   const kernels::KernelTable& kt = *ctx->kernels;
   ThreadPool* pool = ctx->pool;
-  const int64_t n = st->n, n_tok = st->n_tok;
+  const int64_t n = st->n;
   const int64_t d = c.d_model, hd = c.head_dim, ff = c.d_ff;
   Grow(ctx->xn, n * d);
   Grow(ctx->q, n * d);
@@ -384,17 +386,23 @@ Status QwenVit::RunLayer(int32_t l, State* st, VisionContext* ctx) const {
   }
   VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
   for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-  if (L.deepstack) {  // the block output, 4 rows per merged token: LayerNorm(4d) -> MLP
-    const size_t k = static_cast<size_t>(
-        std::find(deepstack_layers_.begin(), deepstack_layers_.end(), l) - deepstack_layers_.begin());
-    Grow(ctx->proj_in, n * d);
-    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, pool, x, L.ds_norm_w.data(), L.ds_norm_b.data(),
-                                        ctx->proj_in.data(), n_tok, 4 * d, c.eps));
-    st->deepstack[k].resize(static_cast<size_t>(n_tok * c.projection_dim));
-    VLMD_RETURN_IF_ERROR(Mlp(L.ds_fc1, L.ds_fc1_b, L.ds_fc2, L.ds_fc2_b, ctx->proj_in.data(),
-                             n_tok, ctx, st->deepstack[k].data(), c.projection_dim));
-  }
-  return Status::Ok();
+  return Deepstack(l, st, ctx);
+}
+
+Status QwenVit::Deepstack(int32_t l, State* st, VisionContext* ctx) const {
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  if (!L.deepstack) return Status::Ok();
+  // The block output, 4 rows per merged token: LayerNorm(4d) -> fc1 -> GELU -> fc2.
+  const VisionConfig& c = config_;
+  const size_t k = static_cast<size_t>(
+      std::find(deepstack_layers_.begin(), deepstack_layers_.end(), l) - deepstack_layers_.begin());
+  Grow(ctx->proj_in, st->n * c.d_model);
+  VLMD_RETURN_IF_ERROR(ops::LayerNorm(*ctx->kernels, ctx->pool, st->x.data(), L.ds_norm_w.data(),
+                                      L.ds_norm_b.data(), ctx->proj_in.data(), st->n_tok,
+                                      4 * int64_t{c.d_model}, c.eps));
+  st->deepstack[k].resize(static_cast<size_t>(st->n_tok * c.projection_dim));
+  return Mlp(L.ds_fc1, L.ds_fc1_b, L.ds_fc2, L.ds_fc2_b, ctx->proj_in.data(), st->n_tok, ctx,
+             st->deepstack[k].data(), c.projection_dim);
 }
 
 Status QwenVit::Finish(State* st, VisionContext* ctx, float* out) const {

@@ -52,6 +52,10 @@ class QwenVit {
   Status Finish(State* state, VisionContext* ctx, float* out) const;
   // Blocks still to run before Finish.
   static int32_t BlocksLeft(const State& state);
+  // Whether the blocks run on the tile unit with `kt` (fast precision, every block weight packed
+  // as bf16 tiles, the table with the tile kernels): bf16 activations between the products and
+  // attention on tiles; else f32 activations and f32 attention.
+  bool UsesTileBlocks(const kernels::KernelTable& kt) const;
 
  private:
   struct Layer {
@@ -68,6 +72,9 @@ class QwenVit {
 
   QwenVit() = default;
   Status RunLayer(int32_t l, State* st, VisionContext* ctx) const;
+  Status RunLayerTiles(int32_t l, State* st, VisionContext* ctx) const;  // qwen_vit_tiles.cpp
+  // After block l: its deepstack features (3-VL layers that have them; else nothing).
+  Status Deepstack(int32_t l, State* st, VisionContext* ctx) const;
   // x [n, d] normalized per row into y with the family's norm (LayerNorm or RMSNorm).
   Status Norm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
               const std::vector<float>& w, const std::vector<float>& b, float* y, int64_t rows,
@@ -79,6 +86,7 @@ class QwenVit {
 
   VisionConfig config_;
   bool rms_norm_ = false;  // 2.5-VL
+  bool fast_ = false;      // fast precision: the blocks may run on tiles
   ops::PackedStore packed_;
   uint64_t released_ = 0;
   ops::WeightView patch_w0_, patch_w1_;   // [d_model, 3 p p] each: the two temporal slices

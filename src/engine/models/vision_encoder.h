@@ -71,6 +71,10 @@ class VisionEncoder {
   int64_t n_embd() const { return qwen_ ? qwen_->n_embd_out() : config_.projection_dim; }
   // The CLIP / SigLIP ViT of the tiled families; nullptr for Qwen VL.
   const ClipVit* vit() const { return vit_.get(); }
+  // Whether the ViT blocks run on the tile unit with `kt` (ClipVit / QwenVit::UsesTileBlocks).
+  bool UsesTileBlocks(const kernels::KernelTable& kt) const {
+    return vit_ ? vit_->UsesTileBlocks(kt) : qwen_->UsesTileBlocks(kt);
+  }
   // Visual tokens of a preprocessed image (every tile, or a Qwen VL image's merged grid).
   int64_t ImageTokens(const PreprocessedImage& image) const;
   // The highest shrink level of a width x height image (0: it cannot shrink), and its plan at a

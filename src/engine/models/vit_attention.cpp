@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/kernels/tile_bf16.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/parallel.h"
 
@@ -96,6 +97,73 @@ Status VitSpanAttention(VisionContext* ctx, std::span<const RowSpan> spans, int6
                       ctx->attn.data() + (r0 + q0) * d + h * hd, d, nullptr);
     }
     return s;
+  });
+}
+
+Status VitSpanAttentionTiles(VisionContext* ctx, std::span<const RowSpan> spans, int64_t d_model,
+                             int64_t n_heads, int64_t head_dim) {
+  if (ctx == nullptr || ctx->kernels == nullptr || n_heads < 1 || head_dim < 1 ||
+      n_heads * head_dim != d_model) {
+    return InvalidArgumentError("vit tile attention: bad shape or context");
+  }
+  const kernels::KernelTable& kt = *ctx->kernels;
+  if (kt.tile_attention == nullptr) return UnimplementedError("vit tile attention: no tile kernel");
+  int64_t max_len = 0;
+  for (const RowSpan& s : spans) {
+    if (s.len < 1 || s.start < 0) return InvalidArgumentError("vit tile attention: empty span");
+    max_len = std::max(max_len, s.len);
+  }
+  const int64_t d = d_model, hd = head_dim;
+  const int64_t ld = kernels::TileRowStride(d);
+  const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
+  const int64_t max_pad = kernels::TileBf16Matrix::PaddedK(max_len);
+  // A head's queries are read in place when they fill whole tile steps; otherwise (head_dim not a
+  // multiple of 32) they are copied with zero padding, since the next head's values follow.
+  const bool q_in_place = hd == hd_pad;
+  const int64_t q_rows = (max_len + 31) / 32 * 32;  // the kernel reads whole 32-row blocks
+  const kernels::TilePackFn pack_rows =
+      kt.tile_pack_rows != nullptr ? kt.tile_pack_rows : &kernels::TileBf16Matrix::PackRows;
+  const kernels::TilePackFn pack_columns = kt.tile_pack_columns != nullptr
+                                               ? kt.tile_pack_columns
+                                               : &kernels::TileBf16Matrix::PackColumns;
+  const size_t o_block_bytes = static_cast<size_t>(32 * (hd_pad + 16)) * sizeof(float);
+  const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
+  ctx->attention_work.resize(static_cast<size_t>(workers));
+  for (auto& w : ctx->attention_work) {
+    if (!q_in_place) {
+      w.q_bf16.resize(static_cast<size_t>(q_rows * hd_pad));
+      std::fill(w.q_bf16.data(), w.q_bf16.data() + q_rows * hd_pad, uint16_t{0});
+    }
+    w.k_tiles.resize(kernels::TileBf16Matrix::PanelElements(max_len, hd_pad));
+    w.v_tiles.resize(kernels::TileBf16Matrix::PanelElements(hd, max_pad));
+    w.o_block.Reserve(o_block_bytes);
+  }
+  const int64_t jobs = static_cast<int64_t>(spans.size()) * n_heads;
+  return ops::internal::ForJobs(ctx->pool, jobs, [&](int64_t job, int worker) {
+    const RowSpan& span = spans[static_cast<size_t>(job / n_heads)];
+    const int64_t h = job % n_heads, npos = span.len;
+    const int64_t npos_pad = kernels::TileBf16Matrix::PaddedK(npos);
+    VisionContext::AttentionWork& w = ctx->attention_work[static_cast<size_t>(worker)];
+    const int64_t head_offset = span.start * ld + h * hd;
+    pack_rows(ctx->k16.data() + head_offset, ld, npos, hd, hd_pad, w.k_tiles.data());
+    pack_columns(ctx->v16.data() + head_offset, ld, hd, npos, npos_pad, w.v_tiles.data());
+    kernels::TileAttentionArgs args{.q = ctx->q16.data() + head_offset, .ldq = ld,
+                                    .k_tiles = w.k_tiles.data(), .v_tiles = w.v_tiles.data(),
+                                    .v_k = npos_pad, .n_q = npos, .n_kv = npos, .hd = hd,
+                                    .hd_pad = hd_pad, .out = ctx->attn16.data() + head_offset,
+                                    .ldo = ld,
+                                    .o_scratch = reinterpret_cast<float*>(
+                                        w.o_block.Reserve(o_block_bytes))};
+    if (!q_in_place) {  // rows past npos: zero from the resize above, or an earlier span's
+      std::fill(w.q_bf16.data(), w.q_bf16.data() + (npos + 31) / 32 * 32 * hd_pad, uint16_t{0});
+      for (int64_t i = 0; i < npos; ++i) {
+        std::copy_n(args.q + i * ld, hd, w.q_bf16.data() + i * hd_pad);
+      }
+      args.q = w.q_bf16.data();
+      args.ldq = hd_pad;
+    }
+    kt.tile_attention(args);
+    return Status::Ok();
   });
 }
 

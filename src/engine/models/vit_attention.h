@@ -24,4 +24,13 @@ struct RowSpan {
 Status VitSpanAttention(VisionContext* ctx, std::span<const RowSpan> spans, int64_t d_model,
                         int64_t n_heads, int64_t head_dim, float scale);
 
+// The same on the tile unit (fast precision; the table's tile_attention): bf16 rows of
+// ctx->q16 / k16 / v16 [n, TileRowStride(d_model)], the queries pre-scaled by
+// TileQueryScale(head_dim), to bf16 rows of ctx->attn16. The buffers must hold whole 32-row
+// blocks past the last row (in-place query reads). One job per (span, head): K and V of the
+// head are packed once as tile operands, then the fused kernel runs every query of the span.
+// UNIMPLEMENTED without the tile kernels.
+Status VitSpanAttentionTiles(VisionContext* ctx, std::span<const RowSpan> spans, int64_t d_model,
+                             int64_t n_heads, int64_t head_dim);
+
 }  // namespace vlmd::engine::models
