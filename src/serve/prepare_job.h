@@ -1,6 +1,6 @@
 // Turns a parsed API request into a scheduler job on the handler's thread: applies the chat
 // template, decodes and preprocesses the images (in parallel with the scheduler, SPEC S8),
-// and enforces the token budget by tiling images smaller step by step (SPEC S7).
+// and enforces the token budget by shrinking images in their family's steps (SPEC S7).
 #pragma once
 
 #include <array>
@@ -24,8 +24,8 @@ struct PrepareOptions {
 };
 
 struct BudgetAction {  // what the budget did to the first image that had to shrink
-  std::array<int32_t, 2> from{};  // tiled size before
-  std::array<int32_t, 2> to{};    // tiled size after
+  std::array<int32_t, 2> from{};  // the size the encoder would have seen (models::ImagePlan)
+  std::array<int32_t, 2> to{};    // the size the budget chose
 };
 
 // A stream's part in a request (SPEC S6): what its window put before the new frame.
@@ -56,11 +56,11 @@ struct PreparedJob {
 
 // INVALID_ARGUMENT for a request the model cannot take (images without an mmproj, ...);
 // the image decoder's errors (DATA_LOSS corrupt, UNIMPLEMENTED unsupported format, OUT_OF_RANGE
-// too large); RESOURCE_EXHAUSTED when the prompt cannot fit the budget even at the smallest
-// tiling. Thread-safe (only const engine calls). With `stream` (a request with a stream_id), the
+// too large); RESOURCE_EXHAUSTED when the prompt cannot fit the budget even with every
+// image at its smallest. Thread-safe (only const engine calls). With `stream` (a request with a stream_id), the
 // earlier frames it returns go before the request's image (an image marker each when the prompt
 // has markers), and count towards the token budget: over it, the oldest are left out first,
-// before the new frame is tiled smaller. INVALID_ARGUMENT for a stream request with more than
+// before the new frame shrinks. INVALID_ARGUMENT for a stream request with more than
 // one image.
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream = {});
