@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts BUILD_DIR/bin/vlmd on a free port with the tiny-smolvlm fixture, waits for /ready, runs
-# the given command with VLMD_URL set, then stops the server whatever happened.
+# Starts BUILD_DIR/bin/vlmd on a free port with the tiny-smolvlm fixture (WITH_VLMD_DEMO=1: the
+# demo model), waits for /ready, runs the given command with VLMD_URL set, then stops the server
+# whatever happened.
 # Usage (from anywhere): with_vlmd.sh BUILD_DIR COMMAND [ARGS...]; exit status: the command's.
 set -euo pipefail
 
@@ -13,7 +14,10 @@ shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 fixtures="$root/tests/fixtures/tiny-smolvlm"
 vlmd="$build_dir/bin/vlmd"
-for f in "$vlmd" "$fixtures/text.gguf" "$fixtures/mmproj.gguf"; do
+# WITH_VLMD_DEMO=1: no model arguments, so vlmd serves its generated demo model (make run).
+model_args=(-m "$fixtures/text.gguf" --mmproj "$fixtures/mmproj.gguf")
+if [[ "${WITH_VLMD_DEMO:-}" == 1 ]]; then model_args=(); fi
+for f in "$vlmd" "${model_args[@]:1:1}" "${model_args[@]:3:1}"; do
   if [[ ! -e "$f" ]]; then
     echo "with_vlmd: missing $f" >&2
     exit 2
@@ -21,8 +25,7 @@ for f in "$vlmd" "$fixtures/text.gguf" "$fixtures/mmproj.gguf"; do
 done
 
 log=$(mktemp "${TMPDIR:-/tmp}/vlmd-test.XXXXXX.log")
-"$vlmd" -m "$fixtures/text.gguf" --mmproj "$fixtures/mmproj.gguf" --port 0 -t "${VLMD_TEST_THREADS:-1}" \
-  >"$log" 2>&1 &
+"$vlmd" "${model_args[@]}" --port 0 -t "${VLMD_TEST_THREADS:-1}" >"$log" 2>&1 &
 pid=$!
 stop_server() {
   if kill -0 "$pid" 2>/dev/null; then
