@@ -11,6 +11,10 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)             # SHA-256 (image ke
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP server/client of serve
+# cpp-httplib listens with a backlog of 5: a burst of more simultaneous connections overflows the
+# accept queue, and the dropped handshakes wait for the client's SYN retry (1 s, then 3 s, ...).
+# Every translation unit sees the same value (the header's inline functions must not differ).
+add_compile_definitions(CPPHTTPLIB_LISTEN_BACKLOG=1024)
 find_package(spdlog REQUIRED)                                   # structured server logs
 if(VLMD_BUILD_TESTS)
   find_package(GTest REQUIRED)

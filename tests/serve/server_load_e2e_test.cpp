@@ -37,6 +37,7 @@ TEST(ServerLoadTest, SixteenConcurrentClientsGetTheirOneAtATimeAnswers) {
   constexpr int kClients = 16;
   std::vector<std::string> alone(kClients), together(kClients);
   std::vector<int> status(kClients, 0);
+  std::vector<std::string> client_error(kClients);
   {
     auto c = h.Client();
     for (int i = 0; i < kClients; ++i) {
@@ -51,14 +52,17 @@ TEST(ServerLoadTest, SixteenConcurrentClientsGetTheirOneAtATimeAnswers) {
     threads.emplace_back([&, i] {
       auto c = h.Client();
       auto r = c->Post("/v1/vlm/invoke", InvokeBody(i).dump(), "application/json");
-      if (!r) return;
+      if (!r) {
+        client_error[i] = httplib::to_string(r.error());
+        return;
+      }
       status[i] = r->status;
       if (r->status == 200) together[i] = json::parse(r->body)["text"];
     });
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(status[i], 200) << "client " << i;
+    EXPECT_EQ(status[i], 200) << "client " << i << " " << client_error[i];
     EXPECT_EQ(together[i], alone[i]) << "client " << i;
   }
   // Continuous batching really batched: some decode step ran more than one sequence.
