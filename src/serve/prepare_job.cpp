@@ -118,7 +118,10 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     l.tokens_per_tile = f.encoded->tokens_per_tile;
     context_layouts.push_back(std::move(l));
   }
-  std::vector<int32_t> level(decoded.size(), 0);
+  std::vector<int32_t> level(decoded.size(), 0), max_level(decoded.size(), 0);
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    max_level[i] = e.MaxShrinkLevel(decoded[i].width, decoded[i].height);
+  }
   std::vector<engine::models::ImagePlan> plans(decoded.size());
   auto plan_all = [&] {
     for (size_t i = 0; i < decoded.size(); ++i) {
@@ -131,7 +134,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   while (total > options.token_budget) {
     int best = -1;
     for (size_t i = 0; i < decoded.size(); ++i) {
-      if (level[i] < e.MaxShrinkLevel(decoded[i].width, decoded[i].height) &&
+      if (level[i] < max_level[i] &&
           (best < 0 || plans[i].rows > plans[static_cast<size_t>(best)].rows)) {
         best = static_cast<int>(i);
       }

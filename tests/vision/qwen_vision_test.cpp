@@ -118,6 +118,14 @@ TEST(QwenPreprocessTest, SizeRuleOnTheDocumentedExamples) {
   EXPECT_LE(int64_t{rw / 28} * (rh / 28), 4096);
   EXPECT_EQ(rw % 28, 0);
   EXPECT_NEAR(static_cast<double>(rw) / rh, 4.0 / 3.0, 0.03);
+  // An extreme aspect ratio (a 50-megapixel image one pixel high) stays within the limit.
+  engine::models::QwenResizedSize(c, 50'000'000, 1, 0, &rw, &rh);
+  EXPECT_EQ(rh, 28);
+  EXPECT_LE(int64_t{rw / 28} * (rh / 28), 4096);
+  EXPECT_GE(int64_t{rw / 28} * (rh / 28), 4000);
+  engine::models::QwenResizedSize(c, 1, 50'000'000, 0, &rw, &rh);
+  EXPECT_EQ(rw, 28);
+  EXPECT_LE(int64_t{rw / 28} * (rh / 28), 4096);
   // A lower limit (token budgets) shrinks in 28-pixel units.
   engine::models::QwenResizedSize(c, 4000, 3000, 64, &rw, &rh);
   EXPECT_LE(int64_t{rw / 28} * (rh / 28), 64);

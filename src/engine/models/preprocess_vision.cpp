@@ -45,6 +45,17 @@ void QwenResizedSize(const VisionConfig& c, int32_t width, int32_t height, int32
     h = ceil_by(static_cast<float>(height) * beta);
     w = ceil_by(static_cast<float>(width) * beta);
   }
+  // Past an aspect ratio of about max_tokens : 1 the short side stays at `align` and the rule
+  // above still gives more than max_tokens (llama.cpp then encodes them all: a 50-megapixel
+  // 1-pixel-high image would be hundreds of thousands of tokens). The long side is cut to the
+  // limit instead; every other image is unchanged.
+  if (static_cast<int64_t>(h) * w > max_pixels) {
+    if (w >= h) {
+      w = std::max<int32_t>(align, static_cast<int32_t>(max_pixels / h / align * align));
+    } else {
+      h = std::max<int32_t>(align, static_cast<int32_t>(max_pixels / w / align * align));
+    }
+  }
   *out_width = w;
   *out_height = h;
 }

@@ -54,7 +54,8 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& config, RgbView im
 // The size a Qwen VL image of width x height is resized to (llama.cpp's smart resize,
 // calc_size_preserved_ratio in float32): each side rounded to a multiple of align = patch_size *
 // spatial_merge (at least align); then, over max_tokens merged tokens, scaled down (floor), under
-// min_tokens, scaled up (ceil). max_tokens < 1: the config's. The merged grid is out / align.
+// min_tokens, scaled up (ceil); an extreme aspect ratio that still exceeds max_tokens has its
+// long side cut to the limit. max_tokens < 1: the config's. The merged grid is out / align.
 void QwenResizedSize(const VisionConfig& config, int32_t width, int32_t height, int32_t max_tokens,
                      int32_t* out_width, int32_t* out_height);
 

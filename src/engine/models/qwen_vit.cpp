@@ -326,6 +326,12 @@ Result<std::unique_ptr<QwenVit::State>> QwenVit::Begin(const float* pixels, int3
 
 int32_t QwenVit::BlocksLeft(const State& st) { return st.n_layers - st.next_layer; }
 
+std::span<const RowSpan> QwenVit::AttentionSpans(int32_t l, const State& st,
+                                                 std::span<const RowSpan> whole) const {
+  const bool windowed = config_.n_wa_pattern > 0 && (l + 1) % config_.n_wa_pattern != 0;
+  return windowed ? std::span<const RowSpan>(st.windows) : whole;
+}
+
 Status QwenVit::RunBlock(State* st, VisionContext* ctx) const {
   if (st == nullptr || ctx == nullptr || st->next_layer >= st->n_layers) {
     return InvalidArgumentError("qwen vision encode: no block left to run");
@@ -366,12 +372,10 @@ Status QwenVit::RunLayer(int32_t l, State* st, VisionContext* ctx) const {
                                           st->rope.data(), hd, /*neox=*/true));
   VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_heads, hd, 0,
                                           st->rope.data(), hd, /*neox=*/true));
-  const bool windowed = c.n_wa_pattern > 0 && (l + 1) % c.n_wa_pattern != 0;
   const RowSpan whole[] = {{0, n}};
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  VLMD_RETURN_IF_ERROR(VitSpanAttention(
-      ctx, windowed ? std::span<const RowSpan>(st->windows) : std::span<const RowSpan>(whole), d,
-      c.n_heads, hd, scale));
+  VLMD_RETURN_IF_ERROR(
+      VitSpanAttention(ctx, AttentionSpans(l, *st, whole), d, c.n_heads, hd, scale));
   VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
   for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
   VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln2_w, L.ln2_b, xn, n, d));

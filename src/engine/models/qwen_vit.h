@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -73,6 +74,9 @@ class QwenVit {
   QwenVit() = default;
   Status RunLayer(int32_t l, State* st, VisionContext* ctx) const;
   Status RunLayerTiles(int32_t l, State* st, VisionContext* ctx) const;  // qwen_vit_tiles.cpp
+  // The spans block l attends within: 2.5-VL's windows in its windowed blocks, else `whole`.
+  std::span<const RowSpan> AttentionSpans(int32_t l, const State& st,
+                                          std::span<const RowSpan> whole) const;
   // After block l: its deepstack features (3-VL layers that have them; else nothing).
   Status Deepstack(int32_t l, State* st, VisionContext* ctx) const;
   // x [n, d] normalized per row into y with the family's norm (LayerNorm or RMSNorm).

@@ -101,11 +101,8 @@ Status QwenVit::RunLayerTiles(int32_t l, State* st, VisionContext* ctx) const {
     kt.to_bf16(qr, q16 + r * ld, d);
     kt.to_bf16(ctx->k.data() + r * d, k16 + r * ld, d);
   }
-  const bool windowed = c.n_wa_pattern > 0 && (l + 1) % c.n_wa_pattern != 0;
   const RowSpan whole[] = {{0, n}};
-  VLMD_RETURN_IF_ERROR(VitSpanAttentionTiles(
-      ctx, windowed ? std::span<const RowSpan>(st->windows) : std::span<const RowSpan>(whole), d,
-      c.n_heads, hd));
+  VLMD_RETURN_IF_ERROR(VitSpanAttentionTiles(ctx, AttentionSpans(l, *st, whole), d, c.n_heads, hd));
   VLMD_RETURN_IF_ERROR(product(L.wo, add_to_x(attn16, ld, OrNull(L.bo))));
   VLMD_RETURN_IF_ERROR(norm_to_bf16(L.ln2_w, L.ln2_b));
   if (L.w_gate.data != nullptr) {  // 2.5-VL: down(silu(gate x) * up x), the product in f32

@@ -87,6 +87,11 @@ ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level)
     const int32_t align = c.patch_size * c.spatial_merge;
     p.rows = int64_t{p.width / align} * (p.height / align);
     p.work_units = int64_t{c.n_layers} + 1;
+    p.layout.width = p.width;
+    p.layout.height = p.height;
+    p.layout.grid_cols = p.width / align;
+    p.layout.grid_rows = p.height / align;
+    p.layout.n_tiles = 1;
     return p;
   }
   if (c.projector == ProjectorType::kIdefics3) {
@@ -95,11 +100,16 @@ ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level)
                         &p.width, &p.height);
     p.work_units = int64_t{p.width / c.image_size} * (p.height / c.image_size) + 1;  // + global
     p.rows = p.work_units * tokens_per_tile_;
-    return p;
+    p.layout.grid_cols = p.width / c.image_size;
+    p.layout.grid_rows = p.height / c.image_size;
+    p.layout.has_global = true;
+  } else {
+    p.width = p.height = c.image_size;
+    p.work_units = 1;
+    p.rows = tokens_per_tile_;
   }
-  p.width = p.height = c.image_size;
-  p.work_units = 1;
-  p.rows = tokens_per_tile_;
+  p.layout.tile_size = p.layout.width = p.layout.height = c.image_size;
+  p.layout.n_tiles = p.work_units;
   return p;
 }
 

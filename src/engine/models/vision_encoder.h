@@ -25,6 +25,9 @@ struct ImagePlan {
   int32_t level = 0;
   int32_t width = 0;   // pixels the encoder's preprocessing produces (tiled: the refined image)
   int32_t height = 0;
+  // The layout PreprocessImage will give (PreprocessedImage without pixels): what the prompt
+  // builder needs to count and wrap the image's rows.
+  PreprocessedImage layout;
   int64_t rows = 0;        // visual embedding rows in the prompt (wrapper text tokens excluded)
   int64_t work_units = 0;  // ImageEncoding units
   // The family parameter that selects this size, passed to PreprocessImage: Idefics3's longest

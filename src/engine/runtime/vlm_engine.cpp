@@ -172,30 +172,13 @@ Result<int64_t> VlmEngine::CountPromptRows(std::string_view prompt,
     l.tokens_per_tile = e.tokens_per_tile;
     layouts.push_back(std::move(l));
   }
-  const models::VisionConfig& c = vision_->config();
   for (const models::ImagePlan& p : planned) {
     EncodedImage l;
+    l.layout = p.layout;
     l.tokens_per_tile = vision_->tokens_per_tile();
-    l.layout.width = p.width;
-    l.layout.height = p.height;
-    if (models::IsQwenVl(c.projector)) {
-      const int32_t align = c.patch_size * c.spatial_merge;
-      l.layout.grid_cols = p.width / align;
-      l.layout.grid_rows = p.height / align;
-      l.layout.n_tiles = 1;
-    } else if (c.projector == models::ProjectorType::kIdefics3) {
-      l.layout.tile_size = c.image_size;
-      l.layout.grid_cols = p.width / c.image_size;
-      l.layout.grid_rows = p.height / c.image_size;
-      l.layout.has_global = true;
-      l.layout.n_tiles = int64_t{l.layout.grid_cols} * l.layout.grid_rows + 1;
-    } else {
-      l.layout.tile_size = c.image_size;
-      l.layout.n_tiles = 1;
-    }
     layouts.push_back(std::move(l));
   }
-  return CountMultimodalPromptRows(*tokenizer_, c, prompt, layouts, vision_->n_embd());
+  return CountMultimodalPromptRows(*tokenizer_, vision_->config(), prompt, layouts, vision_->n_embd());
 }
 
 Result<EncodedImage> VlmEngine::EncodePrepared(const PreparedImage& image, ImageTimings* timings) {
