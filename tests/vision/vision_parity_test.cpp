@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/models/preprocess_vision.h"
+#include "engine/ops/activation.h"
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
 #include "engine/tensor/fp16.h"
@@ -285,7 +286,7 @@ TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
   const auto& kt = engine::kernels::GetKernelTable(engine::kernels::Isa::kRef);
   std::vector<float> x = {10.0f, 10.001f, 123.456f, -10.0f, -10.5f, 9.99f, -9.99f, 0.3333f};
   std::vector<float> y = x;
-  ASSERT_TRUE(engine::models::ActivateLikeGgml(kt, nullptr, engine::ops::Activation::kGeluTanh,
+  ASSERT_TRUE(engine::ops::ActivateLikeGgml(kt, nullptr, engine::ops::Activation::kGeluTanh,
                                                y.data(), static_cast<int64_t>(y.size()))
                   .ok());
   EXPECT_EQ(y[0], 10.0f);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/models/weights.h"
+#include "engine/ops/activation.h"
 
 namespace vlmd::engine::models {
 
@@ -46,7 +47,7 @@ Status MlpProjector::Project(const ClipVit& vit, const float* vit_out, int64_t n
       for (int64_t i = 0; i < w0_.n; ++i) mid[r * w0_.n + i] += b0_[i];
     }
   }
-  VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, ctx->pool, ops::Activation::kGeluTanh, mid,
+  VLMD_RETURN_IF_ERROR(ops::ActivateLikeGgml(kt, ctx->pool, ops::Activation::kGeluTanh, mid,
                                         rows * w0_.n));
   VLMD_RETURN_IF_ERROR(ops::MatMul(kt, ctx->pool, w2_, mid, rows, w2_.k, out, w2_.n,
                                    &ctx->matmul_scratch));

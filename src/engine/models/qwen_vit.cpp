@@ -1,37 +1,22 @@
 // Qwen VL vision encoders (see qwen_vit.h). Numerics follow llama.cpp's CPU backend where parity
-// needs it: F16 weights see F16-rounded activations (inside MatMul), attention is the encoder's
-// flash-attention arithmetic (vit_attention.h), GELU variants go through ggml's 16-bit tables
-// (ActivateLikeGgml); SiLU of 2.5-VL's gated FFN is computed exactly, as ggml does.
+// needs it: the blocks as vit_block.cpp says, the merger's GELU through ggml's 16-bit tables
+// (ops::ActivateLikeGgml).
 #include "engine/models/qwen_vit.h"
 
 #include <algorithm>
 #include <cmath>
 #include <span>
 
-#include "engine/models/vit_attention.h"
 #include "engine/models/weights.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/norm.h"
 #include "engine/ops/numerics.h"
-#include "engine/ops/rope.h"
 
 namespace vlmd::engine::models {
 namespace {
 
-void Grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
 ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
   return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
-}
-
-// Rows [first, first + n) of a weight view (the q / k / v thirds of a fused qkv matrix).
-ops::WeightView RowSlice(const ops::WeightView& w, int64_t first, int64_t n) {
-  ops::WeightView s = w;
-  s.n = n;
-  s.data = static_cast<const uint8_t*>(w.data) + first * static_cast<int64_t>(w.row_bytes);
-  return s;
 }
 
 // A patch's place: (row, column) in patch units.
@@ -120,9 +105,12 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
   m->config_ = c;
   const bool v3 = c.projector == ProjectorType::kQwen3vl;
   const bool v25 = c.projector == ProjectorType::kQwen25vl;
-  m->rms_norm_ = v25;
-  m->fast_ = packing.precision == ops::Precision::kFast;
-  const int64_t d = c.d_model, ff = c.d_ff, d4 = 4 * d;
+  const int64_t d = c.d_model, d4 = 4 * d;
+  m->block_ = VitBlockSpec{.d_model = d, .d_ff = c.d_ff, .n_heads = c.n_heads,
+                           .head_dim = c.head_dim, .eps = c.eps,
+                           .norm = v25 ? VitNorm::kRmsNorm : VitNorm::kLayerNorm,
+                           .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};
+  const VitBlockTensors tensors{.fused_qkv = v3, .gated_ffn = v25, .biases_required = true};
   VLMD_ASSIGN_OR_RETURN(m->patch_w0_, GetPatchKernel(f, "v.patch_embd.weight", c.patch_size, d));
   VLMD_ASSIGN_OR_RETURN(m->patch_w1_, GetPatchKernel(f, "v.patch_embd.weight.1", c.patch_size, d));
   if (v3) {
@@ -138,7 +126,7 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
     VLMD_ASSIGN_OR_RETURN(m->pos_embd_, GetF32(f, "v.position_embd.weight", {d, n_pos}));
   }
   VLMD_ASSIGN_OR_RETURN(m->post_ln_w_, GetF32(f, "v.post_ln.weight", {d}));
-  if (!m->rms_norm_) {
+  if (!v25) {
     VLMD_ASSIGN_OR_RETURN(m->post_ln_b_, GetF32(f, "v.post_ln.bias", {d}));
   }
   VLMD_ASSIGN_OR_RETURN(m->mm0_, GetMatrix(f, "mm.0.weight", d4, d4));
@@ -146,61 +134,25 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
   VLMD_ASSIGN_OR_RETURN(m->mm2_, GetMatrix(f, "mm.2.weight", d4, c.projection_dim));
   VLMD_ASSIGN_OR_RETURN(m->mm2_b_, GetF32(f, "mm.2.bias", {c.projection_dim}));
   std::vector<ops::WeightView*> to_pack = {&m->mm0_, &m->mm2_};
-  m->layers_.resize(c.n_layers);
   for (int32_t l = 0; l < c.n_layers; ++l) {
-    Layer& L = m->layers_[l];
-    const std::string p = "v.blk." + std::to_string(l) + ".";
-    VLMD_ASSIGN_OR_RETURN(L.ln1_w, GetF32(f, p + "ln1.weight", {d}));
-    VLMD_ASSIGN_OR_RETURN(L.ln2_w, GetF32(f, p + "ln2.weight", {d}));
-    if (!m->rms_norm_) {
-      VLMD_ASSIGN_OR_RETURN(L.ln1_b, GetF32(f, p + "ln1.bias", {d}));
-      VLMD_ASSIGN_OR_RETURN(L.ln2_b, GetF32(f, p + "ln2.bias", {d}));
-    }
-    if (v3) {
-      VLMD_ASSIGN_OR_RETURN(ops::WeightView qkv, GetMatrix(f, p + "attn_qkv.weight", d, 3 * d));
-      VLMD_ASSIGN_OR_RETURN(std::vector<float> bqkv, GetF32(f, p + "attn_qkv.bias", {3 * d}));
-      L.wq = RowSlice(qkv, 0, d);
-      L.wk = RowSlice(qkv, d, d);
-      L.wv = RowSlice(qkv, 2 * d, d);
-      L.bq.assign(bqkv.begin(), bqkv.begin() + d);
-      L.bk.assign(bqkv.begin() + d, bqkv.begin() + 2 * d);
-      L.bv.assign(bqkv.begin() + 2 * d, bqkv.end());
-    } else {
-      VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", d, d));
-      VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", d, d));
-      VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", d, d));
-      VLMD_ASSIGN_OR_RETURN(L.bq, GetF32(f, p + "attn_q.bias", {d}));
-      VLMD_ASSIGN_OR_RETURN(L.bk, GetF32(f, p + "attn_k.bias", {d}));
-      VLMD_ASSIGN_OR_RETURN(L.bv, GetF32(f, p + "attn_v.bias", {d}));
-    }
-    VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_out.weight", d, d));
-    VLMD_ASSIGN_OR_RETURN(L.bo, GetF32(f, p + "attn_out.bias", {d}));
-    VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
-    VLMD_ASSIGN_OR_RETURN(L.b_up, GetF32(f, p + "ffn_up.bias", {ff}));
-    VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
-    VLMD_ASSIGN_OR_RETURN(L.b_down, GetF32(f, p + "ffn_down.bias", {d}));
-    to_pack.insert(to_pack.end(), {&L.wo, &L.w_up, &L.w_down});
-    // 3-VL: the row slices of the fused qkv matrix, each packed on its own.
-    to_pack.insert(to_pack.end(), {&L.wq, &L.wk, &L.wv});
-    if (v25) {
-      VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
-      VLMD_ASSIGN_OR_RETURN(L.b_gate, GetF32(f, p + "ffn_gate.bias", {ff}));
-      to_pack.push_back(&L.w_gate);
-    }
+    VLMD_ASSIGN_OR_RETURN(VitBlockWeights block,
+                          LoadVitBlock(f, l, m->block_, tensors, packing, &m->packed_,
+                                       &m->released_));
+    m->blocks_.push_back(std::move(block));
     // Deepstack layers are known by their tensors (as llama.cpp detects them).
     const std::string ds = "v.deepstack." + std::to_string(l) + ".";
     if (v3 && f.FindTensor(ds + "fc1.weight") != nullptr) {
-      L.deepstack = true;
-      VLMD_ASSIGN_OR_RETURN(L.ds_norm_w, GetF32(f, ds + "norm.weight", {d4}));
-      VLMD_ASSIGN_OR_RETURN(L.ds_norm_b, GetF32(f, ds + "norm.bias", {d4}));
-      VLMD_ASSIGN_OR_RETURN(L.ds_fc1, GetMatrix(f, ds + "fc1.weight", d4, d4));
-      VLMD_ASSIGN_OR_RETURN(L.ds_fc1_b, GetF32(f, ds + "fc1.bias", {d4}));
-      VLMD_ASSIGN_OR_RETURN(L.ds_fc2, GetMatrix(f, ds + "fc2.weight", d4, c.projection_dim));
-      VLMD_ASSIGN_OR_RETURN(L.ds_fc2_b, GetF32(f, ds + "fc2.bias", {c.projection_dim}));
-      to_pack.insert(to_pack.end(), {&L.ds_fc1, &L.ds_fc2});
-      m->deepstack_layers_.push_back(l);
+      DeepstackMerger& m_ds = m->deepstack_.emplace_back();
+      m_ds.layer = l;
+      VLMD_ASSIGN_OR_RETURN(m_ds.norm_w, GetF32(f, ds + "norm.weight", {d4}));
+      VLMD_ASSIGN_OR_RETURN(m_ds.norm_b, GetF32(f, ds + "norm.bias", {d4}));
+      VLMD_ASSIGN_OR_RETURN(m_ds.fc1, GetMatrix(f, ds + "fc1.weight", d4, d4));
+      VLMD_ASSIGN_OR_RETURN(m_ds.fc1_b, GetF32(f, ds + "fc1.bias", {d4}));
+      VLMD_ASSIGN_OR_RETURN(m_ds.fc2, GetMatrix(f, ds + "fc2.weight", d4, c.projection_dim));
+      VLMD_ASSIGN_OR_RETURN(m_ds.fc2_b, GetF32(f, ds + "fc2.bias", {c.projection_dim}));
     }
   }
+  for (DeepstackMerger& m_ds : m->deepstack_) to_pack.insert(to_pack.end(), {&m_ds.fc1, &m_ds.fc2});
   for (ops::WeightView* w : to_pack) {
     VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, &m->packed_));
     m->released_ += ReleasePackedRows(f, *w);
@@ -208,23 +160,15 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
   return m;
 }
 
-Status QwenVit::Norm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
-                     const std::vector<float>& w, const std::vector<float>& b, float* y,
-                     int64_t rows, int64_t dim) const {
-  if (rms_norm_) return ops::RmsNorm(kt, pool, x, w.data(), y, rows, dim, config_.eps);
-  return ops::LayerNorm(kt, pool, x, w.data(), b.empty() ? nullptr : b.data(), y, rows, dim,
-                        config_.eps);
-}
-
 Status QwenVit::Mlp(const ops::WeightView& w1, const std::vector<float>& b1,
                     const ops::WeightView& w2, const std::vector<float>& b2, const float* in,
                     int64_t rows, VisionContext* ctx, float* out, int64_t ldo) const {
   const kernels::KernelTable& kt = *ctx->kernels;
-  Grow(ctx->proj_mid, rows * w1.n);
+  GrowScratch(ctx->proj_mid, rows * w1.n);
   const ops::MatmulEpilogue ep1 = BiasEpilogue(b1), ep2 = BiasEpilogue(b2);
   VLMD_RETURN_IF_ERROR(ops::MatMul(kt, ctx->pool, w1, in, rows, w1.k, ctx->proj_mid.data(), w1.n,
                                    &ctx->matmul_scratch, &ep1));
-  VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, ctx->pool, ops::Activation::kGeluTanh,
+  VLMD_RETURN_IF_ERROR(ops::ActivateLikeGgml(kt, ctx->pool, ops::Activation::kGeluTanh,
                                         ctx->proj_mid.data(), rows * w1.n));
   return ops::MatMul(kt, ctx->pool, w2, ctx->proj_mid.data(), rows, w2.k, out, ldo,
                      &ctx->matmul_scratch, &ep2);
@@ -266,8 +210,8 @@ Result<std::unique_ptr<QwenVit::State>> QwenVit::Begin(const float* pixels, int3
   }
 
   // Patch embedding: the two convolutions summed (a still image is both temporal slices).
-  Grow(ctx->patches, n * kp);
-  Grow(ctx->xn, n * d);
+  GrowScratch(ctx->patches, n * kp);
+  GrowScratch(ctx->xn, n * d);
   st->x.resize(static_cast<size_t>(n * d));
   float* x = st->x.data();     // [n, d] residual stream
   float* xn = ctx->xn.data();  // [n, d] scratch
@@ -320,7 +264,7 @@ Result<std::unique_ptr<QwenVit::State>> QwenVit::Begin(const float* pixels, int3
       t[half + j] = static_cast<float>(std::sin(theta));
     }
   }
-  st->deepstack.resize(deepstack_layers_.size());
+  st->deepstack.resize(deepstack_.size());
   return st;
 }
 
@@ -336,76 +280,37 @@ Status QwenVit::RunBlock(State* st, VisionContext* ctx) const {
   if (st == nullptr || ctx == nullptr || st->next_layer >= st->n_layers) {
     return InvalidArgumentError("qwen vision encode: no block left to run");
   }
-  VLMD_RETURN_IF_ERROR(UsesTileBlocks(*ctx->kernels) ? RunLayerTiles(st->next_layer, st, ctx)
-                                                      : RunLayer(st->next_layer, st, ctx));
+  if (ctx->kernels != st->kernels) {  // the tile decision belongs to a kernel table
+    st->kernels = ctx->kernels;
+    st->on_tiles = UsesTileBlocks(*ctx->kernels);
+  }
+  const int32_t l = st->next_layer;
+  const RowSpan whole[] = {{0, st->n}};
+  const VitBlockRows rows{.x = st->x.data(), .n = st->n, .spans = AttentionSpans(l, *st, whole),
+                          .rope = st->rope.data()};
+  VLMD_RETURN_IF_ERROR(RunVitBlock(block_, blocks_[static_cast<size_t>(l)], rows, st->on_tiles, ctx));
+  VLMD_RETURN_IF_ERROR(Deepstack(l, st, ctx));
   ++st->next_layer;
   return Status::Ok();
 }
 
-Status QwenVit::RunLayer(int32_t l, State* st, VisionContext* ctx) const {
-  const VisionConfig& c = config_;
-  const kernels::KernelTable& kt = *ctx->kernels;
-  ThreadPool* pool = ctx->pool;
-  const int64_t n = st->n;
-  const int64_t d = c.d_model, hd = c.head_dim, ff = c.d_ff;
-  Grow(ctx->xn, n * d);
-  Grow(ctx->q, n * d);
-  Grow(ctx->k, n * d);
-  Grow(ctx->v, n * d);
-  Grow(ctx->attn, n * d);
-  Grow(ctx->ff, 2 * n * ff);
-  float* x = st->x.data();
-  float* xn = ctx->xn.data();
-  auto matmul = [&](const ops::WeightView& w, const float* in, float* o,
-                    const ops::MatmulEpilogue& ep) {
-    return ops::MatMul(kt, pool, w, in, n, w.k, o, w.n, &ctx->matmul_scratch, &ep);
-  };
-  const Layer& L = layers_[static_cast<size_t>(l)];
-  VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln1_w, L.ln1_b, xn, n, d));
-  const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
-  float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};
-  const ops::MatmulEpilogue qkv_ep[] = {BiasEpilogue(L.bq), BiasEpilogue(L.bk), BiasEpilogue(L.bv)};
-  const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
-  VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
-                                         &ctx->matmul_scratch, qkv_ep_ptr));
-  VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, hd, 0,
-                                          st->rope.data(), hd, /*neox=*/true));
-  VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_heads, hd, 0,
-                                          st->rope.data(), hd, /*neox=*/true));
-  const RowSpan whole[] = {{0, n}};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  VLMD_RETURN_IF_ERROR(
-      VitSpanAttention(ctx, AttentionSpans(l, *st, whole), d, c.n_heads, hd, scale));
-  VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
-  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-  VLMD_RETURN_IF_ERROR(Norm(kt, pool, x, L.ln2_w, L.ln2_b, xn, n, d));
-  float* up = ctx->ff.data();  // [n, ff]
-  VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, up, BiasEpilogue(L.b_up)));
-  if (L.w_gate.data != nullptr) {  // 2.5-VL: down(silu(gate x) * up x)
-    float* gate = ctx->ff.data() + n * ff;
-    VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, gate, BiasEpilogue(L.b_gate)));
-    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
-  } else {
-    VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, c.ffn_act, up, n * ff));
-  }
-  VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
-  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
-  return Deepstack(l, st, ctx);
+bool QwenVit::UsesTileBlocks(const kernels::KernelTable& kt) const {
+  return VitBlocksOnTiles(block_, blocks_, kt);
 }
 
 Status QwenVit::Deepstack(int32_t l, State* st, VisionContext* ctx) const {
-  const Layer& L = layers_[static_cast<size_t>(l)];
-  if (!L.deepstack) return Status::Ok();
+  const auto it = std::find_if(deepstack_.begin(), deepstack_.end(),
+                               [l](const DeepstackMerger& m) { return m.layer == l; });
+  if (it == deepstack_.end()) return Status::Ok();
   // The block output, 4 rows per merged token: LayerNorm(4d) -> fc1 -> GELU -> fc2.
   const VisionConfig& c = config_;
-  const size_t k = static_cast<size_t>(
-      std::find(deepstack_layers_.begin(), deepstack_layers_.end(), l) - deepstack_layers_.begin());
-  Grow(ctx->proj_in, st->n * c.d_model);
-  VLMD_RETURN_IF_ERROR(ops::LayerNorm(*ctx->kernels, ctx->pool, st->x.data(), L.ds_norm_w.data(),
-                                      L.ds_norm_b.data(), ctx->proj_in.data(), st->n_tok,
+  const size_t k = static_cast<size_t>(it - deepstack_.begin());
+  GrowScratch(ctx->proj_in, st->n * c.d_model);
+  VLMD_RETURN_IF_ERROR(ops::LayerNorm(*ctx->kernels, ctx->pool, st->x.data(), it->norm_w.data(),
+                                      it->norm_b.data(), ctx->proj_in.data(), st->n_tok,
                                       4 * int64_t{c.d_model}, c.eps));
   st->deepstack[k].resize(static_cast<size_t>(st->n_tok * c.projection_dim));
-  return Mlp(L.ds_fc1, L.ds_fc1_b, L.ds_fc2, L.ds_fc2_b, ctx->proj_in.data(), st->n_tok, ctx,
+  return Mlp(it->fc1, it->fc1_b, it->fc2, it->fc2_b, ctx->proj_in.data(), st->n_tok, ctx,
              st->deepstack[k].data(), c.projection_dim);
 }
 
@@ -418,8 +323,14 @@ Status QwenVit::Finish(State* st, VisionContext* ctx, float* out) const {
   const int64_t n = st->n, n_tok = st->n_tok, d = c.d_model, pd = c.projection_dim;
   const int64_t out_w = n_embd_out();
   // Merger: norm per patch, 4 rows -> one 4d row, mm.0 -> GELU -> mm.2.
-  Grow(ctx->xn, n * d);
-  VLMD_RETURN_IF_ERROR(Norm(kt, ctx->pool, st->x.data(), post_ln_w_, post_ln_b_, ctx->xn.data(), n, d));
+  GrowScratch(ctx->xn, n * d);
+  if (block_.norm == VitNorm::kRmsNorm) {
+    VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, ctx->pool, st->x.data(), post_ln_w_.data(),
+                                      ctx->xn.data(), n, d, c.eps));
+  } else {
+    VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, ctx->pool, st->x.data(), post_ln_w_.data(),
+                                        post_ln_b_.data(), ctx->xn.data(), n, d, c.eps));
+  }
   std::vector<float> merged(static_cast<size_t>(n_tok * pd));
   VLMD_RETURN_IF_ERROR(Mlp(mm0_, mm0_b_, mm2_, mm2_b_, ctx->xn.data(), n_tok, ctx, merged.data(), pd));
   // Back to raster order over the merged grid: [main | deepstack 0 | deepstack 1 ...] per token.

@@ -3,7 +3,8 @@
 // one dynamic-size image, patches embedded by two summed convolutions and kept in 2x2
 // merge-unit order, 2-D RoPE in every block, LayerNorm (2-VL, 3-VL) or RMSNorm (2.5-VL), window
 // attention in 2.5-VL's windowed layers, learned positions resized to the grid and deepstack
-// features in 3-VL, and the merger: norm, 4 patches concatenated, mm.0 -> GELU -> mm.2.
+// features in 3-VL, and the merger: norm, 4 patches concatenated, mm.0 -> GELU -> mm.2. The
+// blocks are vit_block.h's.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +14,9 @@
 
 #include "core/status.h"
 #include "engine/gguf/gguf_reader.h"
-#include "engine/models/clip_vit.h"
 #include "engine/models/vision_config.h"
-#include "engine/models/vit_attention.h"
+#include "engine/models/vision_context.h"
+#include "engine/models/vit_block.h"
 #include "engine/ops/matmul.h"
 
 namespace vlmd::engine::models {
@@ -30,7 +31,7 @@ class QwenVit {
 
   const VisionConfig& config() const { return config_; }
   // Deepstack layers (3-VL): each adds projection_dim values to every output row.
-  int32_t n_deepstack() const { return static_cast<int32_t>(deepstack_layers_.size()); }
+  int32_t n_deepstack() const { return static_cast<int32_t>(deepstack_.size()); }
   // Width of an output row: the merger's projection_dim, then each deepstack layer's.
   int64_t n_embd_out() const { return int64_t{config_.projection_dim} * (1 + n_deepstack()); }
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
@@ -59,38 +60,27 @@ class QwenVit {
   bool UsesTileBlocks(const kernels::KernelTable& kt) const;
 
  private:
-  struct Layer {
-    std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases empty for RMSNorm
-    ops::WeightView wq, wk, wv, wo;                 // 3-VL: wq/wk/wv are row slices of attn_qkv
-    std::vector<float> bq, bk, bv, bo;
-    ops::WeightView w_up, w_gate, w_down;           // w_gate: 2.5-VL only
-    std::vector<float> b_up, b_gate, b_down;
-    // Deepstack (3-VL): LayerNorm(4 d_model) -> fc1 -> GELU -> fc2 on merged rows.
-    bool deepstack = false;
-    std::vector<float> ds_norm_w, ds_norm_b, ds_fc1_b, ds_fc2_b;
-    ops::WeightView ds_fc1, ds_fc2;
+  // A 3-VL deepstack merger after block `layer`: LayerNorm(4 d_model) -> fc1 -> GELU -> fc2 on
+  // merged rows.
+  struct DeepstackMerger {
+    int32_t layer = 0;
+    std::vector<float> norm_w, norm_b, fc1_b, fc2_b;
+    ops::WeightView fc1, fc2;
   };
 
   QwenVit() = default;
-  Status RunLayer(int32_t l, State* st, VisionContext* ctx) const;
-  Status RunLayerTiles(int32_t l, State* st, VisionContext* ctx) const;  // qwen_vit_tiles.cpp
   // The spans block l attends within: 2.5-VL's windows in its windowed blocks, else `whole`.
   std::span<const RowSpan> AttentionSpans(int32_t l, const State& st,
                                           std::span<const RowSpan> whole) const;
   // After block l: its deepstack features (3-VL layers that have them; else nothing).
   Status Deepstack(int32_t l, State* st, VisionContext* ctx) const;
-  // x [n, d] normalized per row into y with the family's norm (LayerNorm or RMSNorm).
-  Status Norm(const kernels::KernelTable& kt, ThreadPool* pool, const float* x,
-              const std::vector<float>& w, const std::vector<float>& b, float* y, int64_t rows,
-              int64_t dim) const;
   // The two-layer MLP of the merger and of deepstack layers: out = w2(GELU(w1 in + b1)) + b2.
   Status Mlp(const ops::WeightView& w1, const std::vector<float>& b1, const ops::WeightView& w2,
              const std::vector<float>& b2, const float* in, int64_t rows, VisionContext* ctx,
              float* out, int64_t ldo) const;
 
   VisionConfig config_;
-  bool rms_norm_ = false;  // 2.5-VL
-  bool fast_ = false;      // fast precision: the blocks may run on tiles
+  VitBlockSpec block_;
   ops::PackedStore packed_;
   uint64_t released_ = 0;
   ops::WeightView patch_w0_, patch_w1_;   // [d_model, 3 p p] each: the two temporal slices
@@ -100,13 +90,16 @@ class QwenVit {
   std::vector<float> post_ln_w_, post_ln_b_;
   ops::WeightView mm0_, mm2_;             // [4d, 4d], [4d -> projection_dim]
   std::vector<float> mm0_b_, mm2_b_;
-  std::vector<Layer> layers_;
-  std::vector<int32_t> deepstack_layers_;  // layer indices, ascending
+  std::vector<VitBlockWeights> blocks_;
+  std::vector<DeepstackMerger> deepstack_;  // by layer, ascending
 };
 
 // An image between QwenVit::Begin and Finish.
 struct QwenVit::State {
   int32_t width = 0, height = 0, next_layer = 0, n_layers = 0;
+  // The blocks on the tile unit with `kernels` (VitBlocksOnTiles), decided at the first block.
+  const kernels::KernelTable* kernels = nullptr;
+  bool on_tiles = false;
   int64_t n = 0, n_tok = 0;          // patch rows, merged tokens
   std::vector<int32_t> units;         // the merged token of each group of 4 rows (raster index)
   std::vector<RowSpan> windows;       // 2.5-VL: each window's rows

@@ -12,14 +12,6 @@
 #include "engine/ops/parallel.h"
 
 namespace vlmd::engine::models {
-namespace {
-
-void Grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
-}  // namespace
-
 Status VitSpanAttention(VisionContext* ctx, std::span<const RowSpan> spans, int64_t d_model,
                         int64_t n_heads, int64_t head_dim, float scale) {
   constexpr int64_t kQueryBlock = 1024;
@@ -38,16 +30,16 @@ Status VitSpanAttention(VisionContext* ctx, std::span<const RowSpan> spans, int6
       static_cast<int64_t>(ctx->v.size()) < n_rows * d_model) {
     return InvalidArgumentError("vit attention: q/k/v hold fewer rows than the spans cover");
   }
-  Grow(ctx->attn, n_rows * d_model);
+  GrowScratch(ctx->attn, n_rows * d_model);
   const kernels::KernelTable& kt = *ctx->kernels;
   const int64_t hd = head_dim, d = d_model;
   const int workers = ctx->pool != nullptr ? ctx->pool->size() : 1;
   ctx->attention_work.resize(static_cast<size_t>(workers));
   for (auto& w : ctx->attention_work) {
-    Grow(w.k_head, max_len * hd);
-    Grow(w.v_head_t, hd * max_len);
-    Grow(w.v_head, max_len * hd);
-    Grow(w.scores, std::min(kQueryBlock, max_len) * max_len);
+    GrowScratch(w.k_head, max_len * hd);
+    GrowScratch(w.v_head_t, hd * max_len);
+    GrowScratch(w.v_head, max_len * hd);
+    GrowScratch(w.scores, std::min(kQueryBlock, max_len) * max_len);
   }
   // Jobs: (span, head, query block), enumerated through a prefix sum of each span's blocks.
   std::vector<int64_t> first_job(spans.size() + 1, 0);

@@ -7,7 +7,7 @@
 #include <span>
 
 #include "core/status.h"
-#include "engine/models/clip_vit.h"
+#include "engine/models/vision_context.h"
 
 namespace vlmd::engine::models {
 

@@ -1,6 +1,7 @@
 // Activation ops: flat buffers split into cache-line-aligned ranges over the pool.
 #include "engine/ops/activation.h"
 
+#include <algorithm>
 #include <string>
 
 #include "engine/ops/parallel.h"
@@ -83,6 +84,33 @@ Status SwiGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float*
     }
   });
   return Status::Ok();
+}
+
+Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, Activation act,
+                        float* x, int64_t n) {
+  if (n < 0 || (n > 0 && x == nullptr)) return InvalidArgumentError("activation: bad buffer");
+  // Chunks small enough for a stack copy of their inputs, spread over the pool.
+  constexpr int64_t kChunk = 2048;
+  const bool gelu_clamp = act == Activation::kGeluTanh;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  return internal::ForJobs(pool, chunks, [&](int64_t c, int /*worker*/) {
+    float* p = x + c * kChunk;
+    const int64_t len = std::min(kChunk, n - c * kChunk);
+    float orig[kChunk];
+    // ggml's GELU passes inputs >= 10 through unchanged and maps <= -10 to 0 (its f16 table
+    // covers the rest): remember the originals to apply that after the rounded activation.
+    if (gelu_clamp) std::copy_n(p, len, orig);
+    kt.round_f16(p, p, len);
+    Status s = Activate(kt, nullptr, act, p, p, len);
+    kt.round_f16(p, p, len);
+    if (gelu_clamp) {
+      for (int64_t i = 0; i < len; ++i) {
+        if (orig[i] <= -10.0f) p[i] = 0.0f;
+        if (orig[i] >= 10.0f) p[i] = orig[i];
+      }
+    }
+    return s;
+  });
 }
 
 }  // namespace vlmd::engine::ops

@@ -39,4 +39,10 @@ Status SwiGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gat
 Status SwiGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate_up,
                   int64_t n_rows, int64_t d_ff, float* y);
 
+// x[i] = act(x[i]) as ggml's CPU backend computes it (parity with llama.cpp): through 16-bit
+// lookup tables, y = f16(act(f16(x))), and for GELU only for |x| < 10 (beyond, 0 or x).
+// Same contract as Activate, in place.
+Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, Activation act,
+                        float* x, int64_t n);
+
 }  // namespace vlmd::engine::ops

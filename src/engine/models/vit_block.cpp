@@ -1,0 +1,316 @@
+// The vision transformer block (see vit_block.h). Numerics of the f32 path follow llama.cpp's
+// CPU backend where parity needs it: F16 weights see F16-rounded activations (inside MatMul),
+// attention is the encoder's flash-attention arithmetic (vit_attention.h), GELU variants go
+// through ggml's 16-bit tables in the exact precision; SiLU of the gated FFN is computed exactly,
+// as ggml does.
+//
+// The tile path (fast precision on AMX): between the tile products the activations stay bf16
+// rows, written by the product before them (its epilogue adds the bias, applies the activation
+// and rounds to bf16 while each 16 x 16 block is in L1), so no pass converts f32 activations and
+// no f32 intermediate goes through memory. Only the residual stream x stays f32: the norm reads
+// it and writes bf16 rows, the output projection and the FFN's down projection add into it (with
+// their biases) in their epilogues. With RoPE, q and k leave their products as f32 rows, are
+// rotated there and rounded to bf16 after; the gated FFN's product is formed in f32 too.
+#include "engine/models/vit_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/kernels/tile_bf16.h"
+#include "engine/models/weights.h"
+#include "engine/ops/norm.h"
+#include "engine/ops/rope.h"
+
+namespace vlmd::engine::models {
+namespace {
+
+const float* OrNull(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
+  return ops::MatmulEpilogue{OrNull(b), nullptr};
+}
+
+// Rows [first, first + n) of a weight view (the q / k / v thirds of a fused qkv matrix).
+ops::WeightView RowSlice(const ops::WeightView& w, int64_t first, int64_t n) {
+  ops::WeightView s = w;
+  s.n = n;
+  s.data = static_cast<const uint8_t*>(w.data) + first * static_cast<int64_t>(w.row_bytes);
+  return s;
+}
+
+int64_t RoundUpTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// A bf16 buffer of `rows` rows of `stride` values whose rows [valid, rows) are zero (tile loads
+// read whole 16-row tiles; the padding rows only feed outputs that are never written).
+uint16_t* Bf16Rows(Bf16Buffer* buf, int64_t rows, int64_t valid, int64_t stride) {
+  buf->resize(static_cast<size_t>(rows * stride));
+  std::fill(buf->data() + valid * stride, buf->data() + rows * stride, uint16_t{0});
+  return buf->data();
+}
+
+// Zeroes columns [width, width rounded up to 32) of rows [0, rows): the tile products read whole
+// 32-value steps, and the weights' padding is zero only where the activations' is too (a NaN
+// left there by an earlier call would still poison the sums).
+void ZeroPadColumns(uint16_t* buf, int64_t rows, int64_t stride, int64_t width) {
+  const int64_t padded = kernels::TileBf16Matrix::PaddedK(width);
+  if (padded == width) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(buf + r * stride + width, buf + r * stride + padded, uint16_t{0});
+  }
+}
+
+// The FFN activation of the tile blocks: its output is rounded to bf16, so a cheaper form
+// accurate to 1e-4 serves where the table has one.
+kernels::UnaryFn TileBlockActivation(const kernels::KernelTable& kt, ops::Activation act) {
+  if (act == ops::Activation::kGeluTanh && kt.gelu_tanh_for_bf16 != nullptr) {
+    return kt.gelu_tanh_for_bf16;
+  }
+  return ops::ActivationKernel(kt, act);
+}
+
+Status Norm(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
+            const float* x, const std::vector<float>& w, const std::vector<float>& b, float* y,
+            int64_t rows) {
+  if (spec.norm == VitNorm::kRmsNorm) {
+    return ops::RmsNorm(kt, pool, x, w.data(), y, rows, spec.d_model, spec.eps);
+  }
+  return ops::LayerNorm(kt, pool, x, w.data(), OrNull(b), y, rows, spec.d_model, spec.eps);
+}
+
+Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
+            float* qk, const VitBlockRows& rows) {
+  return ops::RopeWithTable(kt, pool, qk, rows.n, spec.n_heads, spec.head_dim, 0, rows.rope,
+                            spec.head_dim, /*neox=*/true);
+}
+
+// The block on f32 activations: biases (and in the fast precision the FFN activation) are
+// applied by the matmul's epilogue while the outputs are in cache, not in passes of their own.
+Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const VitBlockRows& rows,
+                   VisionContext* ctx) {
+  const int64_t n = rows.n, d = spec.d_model, ff = spec.d_ff, hd = spec.head_dim;
+  const bool gated = L.w_gate.data != nullptr;
+  GrowScratch(ctx->xn, n * d);
+  GrowScratch(ctx->q, n * d);
+  GrowScratch(ctx->k, n * d);
+  GrowScratch(ctx->v, n * d);
+  GrowScratch(ctx->attn, n * d);
+  GrowScratch(ctx->ff, (gated ? 2 : 1) * n * ff);
+  const kernels::KernelTable& kt = *ctx->kernels;
+  ThreadPool* pool = ctx->pool;
+  auto matmul = [&](const ops::WeightView& w, const float* in, float* o,
+                    const ops::MatmulEpilogue& ep) {
+    return ops::MatMul(kt, pool, w, in, n, w.k, o, w.n, &ctx->matmul_scratch, &ep);
+  };
+  float* x = rows.x;           // [n, d] residual stream
+  float* xn = ctx->xn.data();  // [n, d] block input after the norm, then each branch's output
+  VLMD_RETURN_IF_ERROR(Norm(spec, kt, pool, x, L.ln1_w, L.ln1_b, xn, n));
+  const ops::WeightView* qkv_w[] = {&L.wq, &L.wk, &L.wv};
+  float* const qkv_out[] = {ctx->q.data(), ctx->k.data(), ctx->v.data()};  // [n, d] each
+  const ops::MatmulEpilogue qkv_ep[] = {BiasEpilogue(L.bq), BiasEpilogue(L.bk), BiasEpilogue(L.bv)};
+  const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
+  VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
+                                         &ctx->matmul_scratch, qkv_ep_ptr));
+  if (rows.rope != nullptr) {
+    VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
+    VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  VLMD_RETURN_IF_ERROR(VitSpanAttention(ctx, rows.spans, d, spec.n_heads, hd, scale));
+  VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
+  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  VLMD_RETURN_IF_ERROR(Norm(spec, kt, pool, x, L.ln2_w, L.ln2_b, xn, n));
+  float* up = ctx->ff.data();  // [n, d_ff]
+  ops::MatmulEpilogue up_ep = BiasEpilogue(L.b_up);
+  if (spec.fast && !gated) {
+    up_ep.act = ops::ActivationKernel(kt, spec.ffn_act);
+    if (up_ep.act == nullptr) return UnimplementedError("vision encode: no kernel for the FFN activation");
+  }
+  VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, up, up_ep));
+  if (gated) {  // down(silu(gate x) * up x)
+    float* gate = ctx->ff.data() + n * ff;
+    VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, gate, BiasEpilogue(L.b_gate)));
+    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
+  } else if (!spec.fast) {
+    VLMD_RETURN_IF_ERROR(ops::ActivateLikeGgml(kt, pool, spec.ffn_act, up, n * ff));
+  }
+  VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
+  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  return Status::Ok();
+}
+
+Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const VitBlockRows& rows,
+                     VisionContext* ctx) {
+  const kernels::KernelTable& kt = *ctx->kernels;
+  ThreadPool* pool = ctx->pool;
+  const int64_t n = rows.n, d = spec.d_model, hd = spec.head_dim, ff = spec.d_ff;
+  const int64_t ld = kernels::TileRowStride(d), ld_ff = kernels::TileRowStride(ff);
+  // Whole tiles of rows, plus 32 for the attention's in-place query reads, which start at any
+  // row and read whole blocks of 32.
+  const int64_t padded_rows = RoundUpTo(n, kernels::kTileRows) + 32;
+  uint16_t* xn16 = Bf16Rows(&ctx->xn16, padded_rows, n, ld);  // norm output
+  uint16_t* q16 = Bf16Rows(&ctx->q16, padded_rows, n, ld);
+  uint16_t* k16 = Bf16Rows(&ctx->k16, padded_rows, n, ld);
+  uint16_t* v16 = Bf16Rows(&ctx->v16, padded_rows, n, ld);
+  uint16_t* attn16 = Bf16Rows(&ctx->attn16, padded_rows, n, ld);
+  uint16_t* ff16 = Bf16Rows(&ctx->ff16, padded_rows, n, ld_ff);  // FFN hidden after activation
+  // The products' inputs of widths that are not whole tile steps (e.g. SigLIP-so400m's
+  // d_ff = 4304): nothing writes their padding columns, so zero them.
+  ZeroPadColumns(xn16, n, ld, d);
+  ZeroPadColumns(q16, n, ld, d);
+  ZeroPadColumns(k16, n, ld, d);
+  ZeroPadColumns(attn16, n, ld, d);
+  ZeroPadColumns(ff16, n, ld_ff, ff);
+  float* x = rows.x;
+  auto product = [&](const ops::WeightView& w, kernels::TileBf16Args args) {
+    return ops::TileMatMul(kt, pool, *w.tiles, args, n);
+  };
+  auto to_bf16 = [](const uint16_t* a, int64_t lda, uint16_t* out, int64_t ldo, const float* b) {
+    return kernels::TileBf16Args{.a = a, .lda = lda, .bias = b, .out_bf16 = out, .ldo_bf16 = ldo};
+  };
+  auto to_f32 = [](const uint16_t* a, int64_t lda, float* out, int64_t ldo, const float* b) {
+    return kernels::TileBf16Args{.a = a, .lda = lda, .out = out, .ldo = ldo, .bias = b};
+  };
+  auto add_to_x = [&](const uint16_t* a, int64_t lda, const float* b) {
+    return kernels::TileBf16Args{.a = a, .lda = lda, .out = x, .ldo = d, .accumulate = true,
+                                 .bias = b};
+  };
+  // The norm into bf16 rows: LayerNorm in one pass; RMSNorm in f32, then rounded.
+  auto norm_to_bf16 = [&](const std::vector<float>& w, const std::vector<float>& b) -> Status {
+    if (spec.norm == VitNorm::kLayerNorm) {
+      return ops::LayerNormToBf16(kt, pool, x, w.data(), OrNull(b), xn16, ld, n, d, spec.eps);
+    }
+    GrowScratch(ctx->xn, n * d);
+    VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, w.data(), ctx->xn.data(), n, d, spec.eps));
+    for (int64_t r = 0; r < n; ++r) kt.to_bf16(ctx->xn.data() + r * d, xn16 + r * ld, d);
+    return Status::Ok();
+  };
+  const float q_scale = TileQueryScale(hd);
+  VLMD_RETURN_IF_ERROR(norm_to_bf16(L.ln1_w, L.ln1_b));
+  if (rows.rope == nullptr) {
+    // (x Wq^T + bq) log2(e) / sqrt(head_dim) straight to bf16: bq_scaled = bq * q_scale.
+    kernels::TileBf16Args q_args = to_bf16(xn16, ld, q16, ld, OrNull(L.bq_scaled));
+    q_args.scale = q_scale;
+    VLMD_RETURN_IF_ERROR(product(L.wq, q_args));
+    VLMD_RETURN_IF_ERROR(product(L.wk, to_bf16(xn16, ld, k16, ld, OrNull(L.bk))));
+  } else {
+    GrowScratch(ctx->q, n * d);
+    GrowScratch(ctx->k, n * d);
+    VLMD_RETURN_IF_ERROR(product(L.wq, to_f32(xn16, ld, ctx->q.data(), d, OrNull(L.bq))));
+    VLMD_RETURN_IF_ERROR(product(L.wk, to_f32(xn16, ld, ctx->k.data(), d, OrNull(L.bk))));
+    VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
+    VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
+    for (int64_t r = 0; r < n; ++r) {
+      float* qr = ctx->q.data() + r * d;
+      for (int64_t i = 0; i < d; ++i) qr[i] *= q_scale;
+      kt.to_bf16(qr, q16 + r * ld, d);
+      kt.to_bf16(ctx->k.data() + r * d, k16 + r * ld, d);
+    }
+  }
+  VLMD_RETURN_IF_ERROR(product(L.wv, to_bf16(xn16, ld, v16, ld, OrNull(L.bv))));
+  VLMD_RETURN_IF_ERROR(VitSpanAttentionTiles(ctx, rows.spans, d, spec.n_heads, hd));
+  VLMD_RETURN_IF_ERROR(product(L.wo, add_to_x(attn16, ld, OrNull(L.bo))));
+  VLMD_RETURN_IF_ERROR(norm_to_bf16(L.ln2_w, L.ln2_b));
+  if (L.w_gate.data != nullptr) {  // down(silu(gate x) * up x), the product in f32
+    GrowScratch(ctx->ff, 2 * n * ff);
+    float* up = ctx->ff.data();
+    float* gate = ctx->ff.data() + n * ff;
+    VLMD_RETURN_IF_ERROR(product(L.w_up, to_f32(xn16, ld, up, ff, OrNull(L.b_up))));
+    VLMD_RETURN_IF_ERROR(product(L.w_gate, to_f32(xn16, ld, gate, ff, OrNull(L.b_gate))));
+    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
+    for (int64_t r = 0; r < n; ++r) kt.to_bf16(up + r * ff, ff16 + r * ld_ff, ff);
+  } else {
+    kernels::TileBf16Args up_args = to_bf16(xn16, ld, ff16, ld_ff, OrNull(L.b_up));
+    up_args.act = TileBlockActivation(kt, spec.ffn_act);
+    VLMD_RETURN_IF_ERROR(product(L.w_up, up_args));
+  }
+  return product(L.w_down, add_to_x(ff16, ld_ff, OrNull(L.b_down)));
+}
+
+}  // namespace
+
+float TileQueryScale(int64_t head_dim) {
+  return 1.44269504f / std::sqrt(static_cast<float>(head_dim));
+}
+
+Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const VitBlockSpec& spec,
+                                     const VitBlockTensors& tensors,
+                                     const ops::WeightPacking& packing, ops::PackedStore* store,
+                                     uint64_t* released_bytes) {
+  VitBlockWeights L;
+  const int64_t d = spec.d_model, ff = spec.d_ff;
+  const std::string p = "v.blk." + std::to_string(l) + ".";
+  auto bias = [&](const char* name, int64_t len) {
+    return tensors.biases_required ? GetF32(f, p + name, {len}) : GetOptionalF32(f, p + name, {len});
+  };
+  VLMD_ASSIGN_OR_RETURN(L.ln1_w, GetF32(f, p + "ln1.weight", {d}));
+  VLMD_ASSIGN_OR_RETURN(L.ln2_w, GetF32(f, p + "ln2.weight", {d}));
+  if (spec.norm == VitNorm::kLayerNorm) {
+    VLMD_ASSIGN_OR_RETURN(L.ln1_b, bias("ln1.bias", d));
+    VLMD_ASSIGN_OR_RETURN(L.ln2_b, bias("ln2.bias", d));
+  }
+  if (tensors.fused_qkv) {
+    VLMD_ASSIGN_OR_RETURN(ops::WeightView qkv, GetMatrix(f, p + "attn_qkv.weight", d, 3 * d));
+    VLMD_ASSIGN_OR_RETURN(std::vector<float> bqkv, bias("attn_qkv.bias", 3 * d));
+    L.wq = RowSlice(qkv, 0, d);  // each third packed on its own below
+    L.wk = RowSlice(qkv, d, d);
+    L.wv = RowSlice(qkv, 2 * d, d);
+    if (!bqkv.empty()) {
+      L.bq.assign(bqkv.begin(), bqkv.begin() + d);
+      L.bk.assign(bqkv.begin() + d, bqkv.begin() + 2 * d);
+      L.bv.assign(bqkv.begin() + 2 * d, bqkv.end());
+    }
+  } else {
+    VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", d, d));
+    VLMD_ASSIGN_OR_RETURN(L.bq, bias("attn_q.bias", d));
+    VLMD_ASSIGN_OR_RETURN(L.bk, bias("attn_k.bias", d));
+    VLMD_ASSIGN_OR_RETURN(L.bv, bias("attn_v.bias", d));
+  }
+  VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_out.weight", d, d));
+  VLMD_ASSIGN_OR_RETURN(L.bo, bias("attn_out.bias", d));
+  VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
+  VLMD_ASSIGN_OR_RETURN(L.b_up, bias("ffn_up.bias", ff));
+  VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
+  VLMD_ASSIGN_OR_RETURN(L.b_down, bias("ffn_down.bias", d));
+  if (tensors.gated_ffn) {
+    VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
+    VLMD_ASSIGN_OR_RETURN(L.b_gate, bias("ffn_gate.bias", ff));
+  }
+  if (spec.fast) {
+    const float q_scale = TileQueryScale(spec.head_dim);
+    for (float b : L.bq) L.bq_scaled.push_back(b * q_scale);
+  }
+  for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
+    if (w->data == nullptr) continue;
+    VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, store));
+    *released_bytes += ReleasePackedRows(f, *w);  // runs from the packed copy from now on
+  }
+  return L;
+}
+
+bool VitBlocksOnTiles(const VitBlockSpec& spec, std::span<const VitBlockWeights> blocks,
+                      const kernels::KernelTable& kt) {
+  if (!spec.fast || kt.tile_bf16_matmul == nullptr || kt.to_bf16 == nullptr ||
+      kt.tile_attention == nullptr || TileBlockActivation(kt, spec.ffn_act) == nullptr) {
+    return false;
+  }
+  for (const VitBlockWeights& L : blocks) {
+    for (const ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
+      if (w->data != nullptr && w->tiles == nullptr) return false;
+    }
+  }
+  return true;
+}
+
+Status RunVitBlock(const VitBlockSpec& spec, const VitBlockWeights& w, const VitBlockRows& rows,
+                   bool on_tiles, VisionContext* ctx) {
+  if (ctx == nullptr || ctx->kernels == nullptr || rows.x == nullptr || rows.n < 1 ||
+      rows.spans.empty()) {
+    return InvalidArgumentError("vit block: no rows, no spans or no context");
+  }
+  return on_tiles ? RunBlockTiles(spec, w, rows, ctx) : RunBlockF32(spec, w, rows, ctx);
+}
+
+}  // namespace vlmd::engine::models
