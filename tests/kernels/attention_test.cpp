@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/ops/attention.h"
+#include "engine/tensor/fp16.h"
 #include "kernels/op_test_util.h"
 
 namespace vlmd::testing {
@@ -23,6 +24,7 @@ using engine::kernels::Isa;
 using engine::kernels::IsaName;
 using engine::kernels::KernelTable;
 using engine::ops::AttentionArgs;
+using engine::ops::RowSpan;
 
 struct Case {
   const char* name;
@@ -483,6 +485,149 @@ TEST(Attention, TilePathStaysWithinBf16Rounding) {
   }
 }
 
+
+// Self-attention in spans, as the vision encoders use it: q, k and v are the same n rows
+// [n, heads * hd] (f32) and row i attends within its span only.
+struct SpanProblem {
+  int64_t n = 0, heads = 0, hd = 0;
+  std::vector<float> q, k, v;  // [n, heads * hd]
+};
+
+SpanProblem MakeSpanProblem(int64_t n, int64_t heads, int64_t hd, uint32_t seed) {
+  SpanProblem p{n, heads, hd};
+  p.q = RandomNormal(static_cast<size_t>(n * heads * hd), seed);
+  p.k = RandomNormal(static_cast<size_t>(n * heads * hd), seed + 1);
+  p.v = RandomNormal(static_cast<size_t>(n * heads * hd), seed + 2, 1.0f, 0.5f);
+  return p;
+}
+
+// Naive double attention of row i, head h, over the rows of `span`; *v_max: the largest |v|.
+std::vector<double> NaiveSpanRow(const SpanProblem& p, const RowSpan& span, int64_t i, int64_t h,
+                                 double scale, double* v_max) {
+  const int64_t w = p.heads * p.hd;
+  std::vector<double> s;
+  for (int64_t j = span.start; j < span.start + span.len; ++j) {
+    double dot = 0;
+    for (int64_t d = 0; d < p.hd; ++d) dot += scale * p.q[i * w + h * p.hd + d] * p.k[j * w + h * p.hd + d];
+    s.push_back(dot);
+  }
+  const double m = *std::max_element(s.begin(), s.end());
+  double z = 0;
+  for (double x : s) z += std::exp(x - m);
+  std::vector<double> o(static_cast<size_t>(p.hd), 0.0);
+  *v_max = 0;
+  for (int64_t j = 0; j < span.len; ++j) {
+    for (int64_t d = 0; d < p.hd; ++d) {
+      const double v = p.v[(span.start + j) * w + h * p.hd + d];
+      o[d] += std::exp(s[j] - m) / z * v;
+      *v_max = std::max(*v_max, std::fabs(v));
+    }
+  }
+  return o;
+}
+
+// Spans of 5 (the streaming path), 40 and 20 rows (the blocked path) with rows 65..69 in none:
+// every ISA, f32 operands; a row outside every span is left as it was.
+TEST(Attention, SpansAttendWithinTheirOwnRowsOnly) {
+  const SpanProblem p = MakeSpanProblem(70, 3, 24, 500);
+  const RowSpan spans[] = {{0, 5}, {5, 40}, {45, 20}};
+  const int64_t w = p.heads * p.hd;
+  ThreadPool pool(2);
+  for (Isa isa : AvailableIsas()) {
+    std::vector<float> out(static_cast<size_t>(p.n * w), -7.0f);
+    AttentionArgs a;
+    a.q = p.q.data();
+    a.k = p.k.data();
+    a.v = p.v.data();
+    a.kv_type = DType::kF32;
+    a.out = out.data();
+    a.n_q = a.n_kv = p.n;
+    a.n_heads = a.n_kv_heads = p.heads;
+    a.head_dim = p.hd;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(p.hd));
+    a.spans = spans;
+    ASSERT_TRUE(engine::ops::Attention(GetKernelTable(isa), &pool, a).ok()) << IsaName(isa);
+    for (const RowSpan& span : spans) {
+      for (int64_t i = span.start; i < span.start + span.len; ++i) {
+        for (int64_t h = 0; h < p.heads; ++h) {
+          double v_max = 0;
+          const std::vector<double> want = NaiveSpanRow(p, span, i, h, a.scale, &v_max);
+          for (int64_t d = 0; d < p.hd; ++d) {
+            ASSERT_NEAR(out[i * w + h * p.hd + d], want[d], 1e-5 * (1 + v_max))
+                << IsaName(isa) << " span at " << span.start << " i=" << i << " h=" << h;
+          }
+        }
+      }
+    }
+    for (int64_t e = 65 * w; e < p.n * w; ++e) ASSERT_EQ(out[e], -7.0f) << IsaName(isa);
+  }
+}
+
+// The vision encoders' tile path: bf16 q (pre-scaled by scale * log2(e)), k, v and out rows at a
+// stride wider than the heads, in spans; head_dim 64 reads the queries in place, 40 copies them.
+TEST(Attention, Bf16OperandsOnTilesInSpans) {
+  const KernelTable* kt = nullptr;
+  for (Isa isa : AvailableIsas()) {
+    if (GetKernelTable(isa).tile_attention != nullptr) kt = &GetKernelTable(isa);
+  }
+  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+  ThreadPool pool(2);
+  for (int64_t hd : {64, 40}) {
+    SpanProblem p = MakeSpanProblem(150, 2, hd, 900 + static_cast<uint32_t>(hd));
+    const int64_t w = p.heads * hd, ld = w + 32, rows = p.n + 32;  // 32 readable rows past the end
+    // The values the op sees: bf16. The reference reads the same rounded values.
+    for (std::vector<float>* x : {&p.q, &p.k, &p.v}) {
+      for (float& f : *x) f = engine::BF16ToF32(engine::F32ToBF16(f));
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const float q_mult = static_cast<float>(scale * 1.4426950408889634);
+    std::vector<uint16_t> q16(static_cast<size_t>(rows * ld), 0), k16(q16.size(), 0),
+        v16(q16.size(), 0), out16(q16.size(), 0x7fc0);  // out: NaN where nothing is written
+    for (int64_t r = 0; r < p.n; ++r) {
+      for (int64_t e = 0; e < w; ++e) {
+        q16[r * ld + e] = engine::F32ToBF16(p.q[r * w + e] * q_mult);
+        k16[r * ld + e] = engine::F32ToBF16(p.k[r * w + e]);
+        v16[r * ld + e] = engine::F32ToBF16(p.v[r * w + e]);
+      }
+    }
+    // The reference takes the queries the kernel sees: bf16(q * q_mult) / q_mult.
+    for (int64_t r = 0; r < p.n; ++r) {
+      for (int64_t e = 0; e < w; ++e) p.q[r * w + e] = engine::BF16ToF32(q16[r * ld + e]) / q_mult;
+    }
+    const RowSpan spans[] = {{0, 130}, {130, 20}};
+    AttentionArgs a;
+    a.q_bf16 = q16.data();
+    a.k = k16.data();
+    a.v = v16.data();
+    a.kv_type = DType::kBF16;
+    a.out_bf16 = out16.data();
+    a.n_q = a.n_kv = p.n;
+    a.n_heads = a.n_kv_heads = p.heads;
+    a.head_dim = hd;
+    a.q_row_stride = a.out_row_stride = a.kv_row_stride = ld;
+    a.scale = 1.0f;
+    a.spans = spans;
+    a.bf16_tiles = true;
+    ASSERT_TRUE(engine::ops::Attention(*kt, &pool, a).ok());
+    for (const RowSpan& span : spans) {
+      for (int64_t i = span.start; i < span.start + span.len; ++i) {
+        for (int64_t h = 0; h < p.heads; ++h) {
+          double v_max = 0;
+          const std::vector<double> want = NaiveSpanRow(p, span, i, h, scale, &v_max);
+          for (int64_t d = 0; d < hd; ++d) {
+            // Probabilities and the output are rounded to bf16 (8 bits): a few units of 2^-9.
+            ASSERT_NEAR(engine::BF16ToF32(out16[i * ld + h * hd + d]), want[d], 0x1p-6 * v_max)
+                << "hd=" << hd << " i=" << i << " h=" << h << " d=" << d;
+          }
+        }
+      }
+      for (int64_t e = w; e < ld; ++e) {  // the gap after the heads stays untouched
+        ASSERT_EQ(out16[span.start * ld + e], 0x7fc0) << "hd=" << hd << " e=" << e;
+      }
+    }
+  }
+}
+
 TEST(Attention, RejectsInconsistentArguments) {
   Problem p = Make({"bad", 2, 10, 4, 2, 8, true, 9}, DType::kF16, 6);
   std::vector<float> out(2 * 4 * 8);
@@ -513,6 +658,30 @@ TEST(Attention, RejectsInconsistentArguments) {
   a = p.args;
   a.scale = NAN;
   expect_invalid(a, "scale nan");
+  const RowSpan spans[] = {{0, 2}};
+  a = p.args;
+  a.spans = spans;
+  expect_invalid(a, "spans with a causal mask and n_q != n_kv");
+  Problem self = Make({"self", 6, 6, 4, 2, 8, false}, DType::kF32, 7);
+  std::vector<float> self_out(6 * 4 * 8);
+  self.args.out = self_out.data();
+  const RowSpan outside[] = {{4, 3}};
+  a = self.args;
+  a.spans = outside;
+  expect_invalid(a, "span past the rows");
+  a = self.args;
+  a.kv_type = DType::kBF16;
+  expect_invalid(a, "bf16 operands without bf16_tiles");
+  a.bf16_tiles = true;
+  expect_invalid(a, "bf16 operands without q_bf16 / out_bf16");
+  std::vector<uint16_t> q16(6 * 32 * 2), o16(6 * 32 * 2);
+  a.q_bf16 = q16.data();
+  a.out_bf16 = o16.data();
+  EXPECT_EQ(engine::ops::Attention(kt, nullptr, a).code(), StatusCode::kUnimplemented)
+      << "bf16 operands on a table without the tile kernels";
+  a = self.args;
+  a.spans = {};
+  EXPECT_TRUE(engine::ops::Attention(kt, nullptr, a).ok());
   EXPECT_TRUE(engine::ops::Attention(kt, nullptr, p.args).ok());
 }
 

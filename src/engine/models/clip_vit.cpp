@@ -115,7 +115,7 @@ Status ClipVit::Encode(const float* pixels, int64_t n_tiles, VisionContext* ctx,
                                         c.eps));
   }
   // Each tile attends within its own rows.
-  std::vector<RowSpan> spans(static_cast<size_t>(n_tiles));
+  std::vector<ops::RowSpan> spans(static_cast<size_t>(n_tiles));
   for (int64_t t = 0; t < n_tiles; ++t) spans[static_cast<size_t>(t)] = {t * npos, npos};
   const VitBlockRows rows{.x = x, .n = n, .spans = spans};
   const bool on_tiles = UsesTileBlocks(kt);

@@ -43,7 +43,7 @@ std::vector<PatchPos> MergeOrder(int32_t px, int32_t py) {
 // top-left (the last row / column of windows partial). Returns the units (raster indices) in
 // window order: windows in raster order, units of a window in raster order; spans receives each
 // window's rows (4 per unit) in that order.
-std::vector<int32_t> WindowOrder(int32_t gw, int32_t gh, int32_t win, std::vector<RowSpan>* spans) {
+std::vector<int32_t> WindowOrder(int32_t gw, int32_t gh, int32_t win, std::vector<ops::RowSpan>* spans) {
   std::vector<int32_t> units;
   units.reserve(static_cast<size_t>(gw) * gh);
   for (int32_t wy = 0; wy < gh; wy += win) {
@@ -270,10 +270,10 @@ Result<std::unique_ptr<QwenVit::State>> QwenVit::Begin(const float* pixels, int3
 
 int32_t QwenVit::BlocksLeft(const State& st) { return st.n_layers - st.next_layer; }
 
-std::span<const RowSpan> QwenVit::AttentionSpans(int32_t l, const State& st,
-                                                 std::span<const RowSpan> whole) const {
+std::span<const ops::RowSpan> QwenVit::AttentionSpans(int32_t l, const State& st,
+                                                 std::span<const ops::RowSpan> whole) const {
   const bool windowed = config_.n_wa_pattern > 0 && (l + 1) % config_.n_wa_pattern != 0;
-  return windowed ? std::span<const RowSpan>(st.windows) : whole;
+  return windowed ? std::span<const ops::RowSpan>(st.windows) : whole;
 }
 
 Status QwenVit::RunBlock(State* st, VisionContext* ctx) const {
@@ -285,7 +285,7 @@ Status QwenVit::RunBlock(State* st, VisionContext* ctx) const {
     st->on_tiles = UsesTileBlocks(*ctx->kernels);
   }
   const int32_t l = st->next_layer;
-  const RowSpan whole[] = {{0, st->n}};
+  const ops::RowSpan whole[] = {{0, st->n}};
   const VitBlockRows rows{.x = st->x.data(), .n = st->n, .spans = AttentionSpans(l, *st, whole),
                           .rope = st->rope.data()};
   VLMD_RETURN_IF_ERROR(RunVitBlock(block_, blocks_[static_cast<size_t>(l)], rows, st->on_tiles, ctx));

@@ -70,8 +70,8 @@ class QwenVit {
 
   QwenVit() = default;
   // The spans block l attends within: 2.5-VL's windows in its windowed blocks, else `whole`.
-  std::span<const RowSpan> AttentionSpans(int32_t l, const State& st,
-                                          std::span<const RowSpan> whole) const;
+  std::span<const ops::RowSpan> AttentionSpans(int32_t l, const State& st,
+                                          std::span<const ops::RowSpan> whole) const;
   // After block l: its deepstack features (3-VL layers that have them; else nothing).
   Status Deepstack(int32_t l, State* st, VisionContext* ctx) const;
   // The two-layer MLP of the merger and of deepstack layers: out = w2(GELU(w1 in + b1)) + b2.
@@ -102,7 +102,7 @@ struct QwenVit::State {
   bool on_tiles = false;
   int64_t n = 0, n_tok = 0;          // patch rows, merged tokens
   std::vector<int32_t> units;         // the merged token of each group of 4 rows (raster index)
-  std::vector<RowSpan> windows;       // 2.5-VL: each window's rows
+  std::vector<ops::RowSpan> windows;       // 2.5-VL: each window's rows
   std::vector<float> x;               // [n, d_model] residual stream
   std::vector<float> rope;            // [n, head_dim] 2-D RoPE table
   std::vector<std::vector<float>> deepstack;  // [n_tok, projection_dim] per deepstack layer

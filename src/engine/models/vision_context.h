@@ -31,15 +31,7 @@ struct VisionContext {
   std::vector<float> patches, x, xn, q, k, v, attn, ff, proj_in, proj_mid;
   // The blocks on tiles (fast precision on AMX): bf16 activation rows between the products.
   Bf16Buffer xn16, q16, k16, v16, attn16, ff16;
-  // Per pool worker, f32 attention: one head's K [n_pos, head_dim], V transposed
-  // [head_dim, n_pos] and a block of attention scores [query rows, n_pos]; on tiles: the tile
-  // operands (queries when copied, K, V^T) and the fused kernel's output block.
-  struct AttentionWork {
-    std::vector<float> k_head, v_head, v_head_t, scores;
-    Bf16Buffer q_bf16, k_tiles, v_tiles;
-    ops::MatmulScratch o_block;
-  };
-  std::vector<AttentionWork> attention_work;
+  std::vector<float> attention_scratch;  // ops::AttentionArgs::kv_scratch
 
   // Bytes held by all of the above (memory accounting of the activations).
   uint64_t bytes() const;

@@ -1,6 +1,6 @@
 // The vision transformer block (see vit_block.h). Numerics of the f32 path follow llama.cpp's
 // CPU backend where parity needs it: F16 weights see F16-rounded activations (inside MatMul),
-// attention is the encoder's flash-attention arithmetic (vit_attention.h), GELU variants go
+// attention is the encoder's flash-attention arithmetic (AttendF32 below), GELU variants go
 // through ggml's 16-bit tables in the exact precision; SiLU of the gated FFN is computed exactly,
 // as ggml does.
 //
@@ -20,6 +20,7 @@
 #include "engine/kernels/tile_bf16.h"
 #include "engine/models/weights.h"
 #include "engine/ops/norm.h"
+#include "engine/ops/parallel.h"
 #include "engine/ops/rope.h"
 
 namespace vlmd::engine::models {
@@ -84,6 +85,54 @@ Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool
                             spec.head_dim, /*neox=*/true);
 }
 
+// Attention of ctx->q, k, v [n, d_model] into ctx->attn, within the spans. llama.cpp's encoder
+// runs flash attention: K and V cast to F16 and Q rounded to F16 (f32 accumulation); rounded in
+// place here, the f32 attention multiplies exactly those numbers.
+Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionContext* ctx) {
+  const kernels::KernelTable& kt = *ctx->kernels;
+  const int64_t values = rows.n * spec.d_model;
+  constexpr int64_t kChunk = 1 << 14;
+  for (float* buf : {ctx->q.data(), ctx->k.data(), ctx->v.data()}) {
+    ops::internal::ForTasks(ctx->pool, (values + kChunk - 1) / kChunk, [&](int64_t c, int) {
+      kt.round_f16(buf + c * kChunk, buf + c * kChunk, std::min(kChunk, values - c * kChunk));
+    });
+  }
+  ops::AttentionArgs a;
+  a.q = ctx->q.data();
+  a.k = ctx->k.data();
+  a.v = ctx->v.data();
+  a.kv_type = DType::kF32;
+  a.out = ctx->attn.data();
+  a.n_q = a.n_kv = rows.n;
+  a.n_heads = a.n_kv_heads = spec.n_heads;
+  a.head_dim = spec.head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
+  a.spans = rows.spans;
+  a.kv_scratch = &ctx->attention_scratch;
+  return ops::Attention(kt, ctx->pool, a);
+}
+
+// The same on tiles: bf16 rows [n, ld] in and out, the queries pre-scaled by TileQueryScale.
+Status AttendTiles(const VitBlockSpec& spec, const VitBlockRows& rows, const uint16_t* q16,
+                   const uint16_t* k16, const uint16_t* v16, int64_t ld, uint16_t* out16,
+                   VisionContext* ctx) {
+  ops::AttentionArgs a;
+  a.q_bf16 = q16;
+  a.k = k16;
+  a.v = v16;
+  a.kv_type = DType::kBF16;
+  a.out_bf16 = out16;
+  a.n_q = a.n_kv = rows.n;
+  a.n_heads = a.n_kv_heads = spec.n_heads;
+  a.head_dim = spec.head_dim;
+  a.q_row_stride = a.out_row_stride = a.kv_row_stride = ld;
+  a.scale = 1.0f;  // applied to q16 already
+  a.spans = rows.spans;
+  a.kv_scratch = &ctx->attention_scratch;
+  a.bf16_tiles = true;
+  return ops::Attention(*ctx->kernels, ctx->pool, a);
+}
+
 // The block on f32 activations: biases (and in the fast precision the FFN activation) are
 // applied by the matmul's epilogue while the outputs are in cache, not in passes of their own.
 Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const VitBlockRows& rows,
@@ -115,8 +164,7 @@ Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const Vit
     VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
     VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  VLMD_RETURN_IF_ERROR(VitSpanAttention(ctx, rows.spans, d, spec.n_heads, hd, scale));
+  VLMD_RETURN_IF_ERROR(AttendF32(spec, rows, ctx));
   VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
   for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
   VLMD_RETURN_IF_ERROR(Norm(spec, kt, pool, x, L.ln2_w, L.ln2_b, xn, n));
@@ -208,7 +256,7 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
     }
   }
   VLMD_RETURN_IF_ERROR(product(L.wv, to_bf16(xn16, ld, v16, ld, OrNull(L.bv))));
-  VLMD_RETURN_IF_ERROR(VitSpanAttentionTiles(ctx, rows.spans, d, spec.n_heads, hd));
+  VLMD_RETURN_IF_ERROR(AttendTiles(spec, rows, q16, k16, v16, ld, attn16, ctx));
   VLMD_RETURN_IF_ERROR(product(L.wo, add_to_x(attn16, ld, OrNull(L.bo))));
   VLMD_RETURN_IF_ERROR(norm_to_bf16(L.ln2_w, L.ln2_b));
   if (L.w_gate.data != nullptr) {  // down(silu(gate x) * up x), the product in f32

@@ -6,7 +6,8 @@
 // the Qwen ViTs or none (learned positions are added before the first block), and the spans the
 // tiles of a tiled image, the windows of a windowed layer, or the whole image. Two executions of
 // the same math: f32 activations (exact precision, or any CPU), and on the AMX tile unit in the
-// fast precision (bf16 activation rows between the products, attention on tiles).
+// fast precision (bf16 activation rows between the products, attention on tiles). Attention is
+// ops::Attention's, the decoder's, in spans.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +18,8 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/models/vision_context.h"
-#include "engine/models/vit_attention.h"
 #include "engine/ops/activation.h"
+#include "engine/ops/attention.h"
 #include "engine/ops/matmul.h"
 
 namespace vlmd::engine::models {
@@ -64,7 +65,7 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& file, int32_t l, cons
 struct VitBlockRows {
   float* x = nullptr;                // [n, d_model] residual stream, updated in place
   int64_t n = 0;
-  std::span<const RowSpan> spans;    // attention groups (cover [0, n), no overlap)
+  std::span<const ops::RowSpan> spans;  // attention groups (cover [0, n), no overlap)
   const float* rope = nullptr;       // [n, head_dim] NeoX table (cos | sin halves) or nullptr
 };
 

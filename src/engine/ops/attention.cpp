@@ -61,11 +61,25 @@ Status Validate(const AttentionArgs& a) {
     return bad("n_heads " + std::to_string(a.n_heads) + " is not a multiple of n_kv_heads " +
                std::to_string(a.n_kv_heads));
   }
-  if (a.kv_type != DType::kF16 && a.kv_type != DType::kF32) {
-    return bad("kv_type " + std::string(DTypeName(a.kv_type)) + " is not f16 or f32");
+  const bool bf16 = a.kv_type == DType::kBF16;
+  if (a.kv_type != DType::kF16 && a.kv_type != DType::kF32 && !bf16) {
+    return bad("kv_type " + std::string(DTypeName(a.kv_type)) + " is not f16, f32 or bf16");
   }
+  if (bf16 && (!a.bf16_tiles || a.causal)) return bad("bf16 operands need bf16_tiles, not causal");
   if (!std::isfinite(a.scale)) return bad("scale is not finite");
-  if (a.n_q > 0 && (a.q == nullptr || a.out == nullptr)) return bad("null q or out");
+  if (a.n_q > 0 && !bf16 && (a.q == nullptr || a.out == nullptr)) return bad("null q or out");
+  if (a.n_q > 0 && bf16 && (a.q_bf16 == nullptr || a.out_bf16 == nullptr)) {
+    return bad("null q_bf16 or out_bf16");
+  }
+  if (!a.spans.empty()) {
+    if (a.causal || a.n_q != a.n_kv) return bad("spans need self-attention (n_q == n_kv), not causal");
+    for (const RowSpan& span : a.spans) {
+      if (span.start < 0 || span.len < 1 || span.start + span.len > a.n_q) {
+        return bad("span [" + std::to_string(span.start) + ", +" + std::to_string(span.len) +
+                   ") outside the " + std::to_string(a.n_q) + " rows");
+      }
+    }
+  }
   if (a.n_kv > 0 && (a.k == nullptr || a.v == nullptr)) return bad("null k or v");
   if (a.causal && ((a.n_q > 0 && a.q_pos == nullptr) || (a.n_kv > 0 && a.kv_pos == nullptr))) {
     return bad("causal mask needs q_pos and kv_pos");
@@ -312,8 +326,9 @@ constexpr int64_t kMaxTileHeadDim = 512;  // the q row's f32 staging buffer belo
 
 bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p) {
   const AttentionArgs& a = *p.a;
-  const bool converts =
-      a.kv_type == DType::kF16 ? kt.f16_to_bf16 != nullptr : kt.to_bf16 != nullptr;
+  const bool converts = a.kv_type == DType::kBF16  ? true
+                        : a.kv_type == DType::kF16 ? kt.f16_to_bf16 != nullptr
+                                                   : kt.to_bf16 != nullptr;
   return a.bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr && converts &&
          a.n_kv > 0 && a.head_dim <= kMaxTileHeadDim && (!a.causal || p.sorted_kv_pos);
 }
@@ -368,6 +383,13 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
 
   // 1. K and V of each kv head to bf16 rows, then to tiles.
   internal::ForTasks(pool, a.n_kv_heads, [&](int64_t g, int worker) {
+    if (a.kv_type == DType::kBF16) {  // packed straight from the caller's rows
+      const auto* k16 = static_cast<const uint16_t*>(a.k) + g * a.kv_head_stride;
+      const auto* v16 = static_cast<const uint16_t*>(a.v) + g * a.kv_head_stride;
+      pack_rows(k16, a.kv_row_stride, n_kv, hd, hd_pad, k_tiles(g));
+      pack_columns(v16, a.kv_row_stride, hd, n_kv, kv_pad, v_tiles(g));
+      return;
+    }
     uint16_t* k16 = mine(worker);
     uint16_t* v16 = k16 + n_kv * hd_pad;
     const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
@@ -397,32 +419,68 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
     uint16_t* q16 = mine(worker) + whole_lines(rows_elems);
     uint16_t* o16 = q16 + whole_lines(q_elems);
     auto* o_block = reinterpret_cast<float*>(o16 + whole_lines(q_elems));
-    float row[kMaxTileHeadDim];
-    for (int64_t i = 0; i < kTileQueryBlock; ++i) {
-      uint16_t* dst = q16 + i * hd_pad;
-      if (i < rows) {
-        const float* q = a.q + (i0 + i) * a.q_row_stride + h * hd;
-        for (int64_t e = 0; e < hd; ++e) row[e] = q[e] * q_scale;
-        kt.to_bf16(row, dst, hd);
-        std::fill(dst + hd, dst + hd_pad, uint16_t{0});
-      } else {
-        std::fill(dst, dst + hd_pad, uint16_t{0});  // the kernel reads whole 32-row blocks
-      }
-    }
     const int64_t g = h / p.group;
     kernels::TileAttentionArgs t{.q = q16, .ldq = hd_pad, .k_tiles = k_tiles(g),
                                  .v_tiles = v_tiles(g), .v_k = kv_pad, .n_q = rows,
                                  .n_kv = n_kv, .hd = hd, .hd_pad = hd_pad, .out = o16,
                                  .ldo = hd_pad, .o_scratch = o_block};
+    if (a.q_bf16 != nullptr) {
+      const uint16_t* q = a.q_bf16 + i0 * a.q_row_stride + h * hd;
+      if (hd == hd_pad) {  // whole tile steps: read in place
+        t.q = q;
+        t.ldq = a.q_row_stride;
+      } else {  // the next head's values follow: copy with zero padding
+        for (int64_t i = 0; i < kTileQueryBlock; ++i) {
+          uint16_t* dst = q16 + i * hd_pad;
+          if (i < rows) std::copy_n(q + i * a.q_row_stride, hd, dst);
+          std::fill(dst + (i < rows ? hd : 0), dst + hd_pad, uint16_t{0});
+        }
+      }
+      t.out = a.out_bf16 + i0 * a.out_row_stride + h * hd;
+      t.ldo = a.out_row_stride;
+    } else {
+      float row[kMaxTileHeadDim];
+      for (int64_t i = 0; i < kTileQueryBlock; ++i) {
+        uint16_t* dst = q16 + i * hd_pad;
+        if (i < rows) {
+          const float* q = a.q + (i0 + i) * a.q_row_stride + h * hd;
+          for (int64_t e = 0; e < hd; ++e) row[e] = q[e] * q_scale;
+          kt.to_bf16(row, dst, hd);
+          std::fill(dst + hd, dst + hd_pad, uint16_t{0});
+        } else {
+          std::fill(dst, dst + hd_pad, uint16_t{0});  // the kernel reads whole 32-row blocks
+        }
+      }
+    }
     if (a.causal) {
       t.q_pos = a.q_pos + i0;
       t.kv_pos = a.kv_pos;
     }
     kt.tile_attention(t);
+    if (a.out_bf16 != nullptr) return;  // written in place
     for (int64_t i = 0; i < rows; ++i) {
       BF16ToF32Row(o16 + i * hd_pad, a.out + (i0 + i) * a.out_row_stride + h * hd, hd);
     }
   });
+  return Status::Ok();
+}
+
+// Each span as a self-attention call of its own over its rows (Validate checked them).
+Status AttentionInSpans(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& a) {
+  const size_t elem_bytes = a.kv_type == DType::kF32 ? 4 : 2;
+  for (const RowSpan& span : a.spans) {
+    AttentionArgs sub = a;
+    sub.spans = {};
+    sub.n_q = sub.n_kv = span.len;
+    const size_t kv_offset = static_cast<size_t>(span.start * a.kv_row_stride) * elem_bytes;
+    sub.k = static_cast<const uint8_t*>(a.k) + kv_offset;
+    sub.v = static_cast<const uint8_t*>(a.v) + kv_offset;
+    if (a.q != nullptr) sub.q = a.q + span.start * a.q_row_stride;
+    if (a.out != nullptr) sub.out = a.out + span.start * a.out_row_stride;
+    if (a.q_bf16 != nullptr) sub.q_bf16 = a.q_bf16 + span.start * a.q_row_stride;
+    if (a.out_bf16 != nullptr) sub.out_bf16 = a.out_bf16 + span.start * a.out_row_stride;
+    VLMD_RETURN_IF_ERROR(Attention(kt, pool, sub));
+  }
   return Status::Ok();
 }
 
@@ -436,6 +494,7 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   if (a.kv_row_stride == 0) a.kv_row_stride = a.n_kv_heads * a.head_dim;
   if (a.kv_head_stride == 0) a.kv_head_stride = a.head_dim;
   if (a.n_q == 0) return Status::Ok();
+  if (!a.spans.empty()) return AttentionInSpans(kt, pool, a);
 
   Plan p;
   p.a = &a;
@@ -443,11 +502,14 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.dot = f16 ? kt.dot_rows_f16 : kt.dot_rows_f32;
   p.axpy = f16 ? kt.axpy_rows_f16 : kt.axpy_rows_f32;
   p.exp_sub_sum = kt.exp_sub_sum;
-  p.elem_bytes = f16 ? 2 : 4;
+  p.elem_bytes = a.kv_type == DType::kF32 ? 4 : 2;
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
   if (UsesTileAttention(kt, p)) return AttentionTiles(kt, pool, p);
+  if (a.kv_type == DType::kBF16) {
+    return UnimplementedError("Attention: bf16 operands without the tile kernels");
+  }
   if (a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos)) {
     return AttentionBlocked(kt, pool, p);
   }

@@ -1,11 +1,12 @@
 // Scaled dot-product attention over a KV cache (F16 or F32), with grouped-query heads and an
-// optional causal mask by positions. A few query rows (decode) stream over the cache with an
+// optional causal mask by positions, or self-attention within row spans (vision encoders). A few query rows (decode) stream over the cache with an
 // online softmax in O(head_dim) memory per thread; many rows (prefill) run as two f32 GEMMs per
 // (kv head, 64-row query block), with one [64, n_kv] score block per thread, or in the fast
 // precision on AMX (bf16_tiles) as the fused bf16 tile kernel per (head, 128 queries).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -14,6 +15,12 @@
 #include "engine/tensor/dtype.h"
 
 namespace vlmd::engine::ops {
+
+// A group of consecutive rows: [start, start + len).
+struct RowSpan {
+  int64_t start = 0;
+  int64_t len = 0;
+};
 
 // All buffers are owned by the caller. Strides are in elements; 0 selects the contiguous layout
 // written next to each buffer.
@@ -24,7 +31,9 @@ struct AttentionArgs {
   // [n_kv_heads, n_ctx, head_dim] is kv_row_stride = head_dim, kv_head_stride = n_ctx * head_dim.
   const void* k = nullptr;
   const void* v = nullptr;
-  DType kv_type = DType::kF16;  // kF16 (the llama.cpp default cache type) or kF32
+  // kF16 (the llama.cpp default cache type) or kF32; kBF16 on the tile path only (bf16_tiles,
+  // not causal, with q_bf16 / out_bf16 below: the vision encoders' bf16 activation rows).
+  DType kv_type = DType::kF16;
   float* out = nullptr;  // [n_q, n_heads, head_dim]; may be q when the strides match
 
   int64_t n_q = 0;         // query rows (1 for a decode step)
@@ -47,6 +56,19 @@ struct AttentionArgs {
   bool causal = false;
   const int32_t* q_pos = nullptr;   // [n_q]
   const int32_t* kv_pos = nullptr;  // [n_kv]
+
+  // Self-attention in groups (vision encoders: the tiles of an image, the windows of a windowed
+  // layer): when not empty, the query rows are the kv rows (n_q == n_kv, not causal) and row i
+  // attends to exactly the rows of the span holding it. Spans must lie in [0, n_q) and not
+  // overlap; rows outside every span are not written.
+  std::span<const RowSpan> spans;
+
+  // The tile path's bf16 operands (kv_type kBF16), instead of q and out: rows at q_row_stride /
+  // out_row_stride. q_bf16 holds the queries already multiplied by scale * log2(e) (the tile
+  // kernel's base-2 softmax; scale is then unused) and, when head_dim is a multiple of 32, must
+  // be readable for whole 32-row blocks past the last query row (it is read in place).
+  const uint16_t* q_bf16 = nullptr;
+  uint16_t* out_bf16 = nullptr;
 
   // Optional caller-owned scratch, grown as needed and reused so that the layers of a prefill
   // or decode step do not allocate; nullptr allocates per call. The blocked (many-query) path
