@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "serve/config.h"
+#include "serve/config/config.h"
 #include "test_util.h"
 
 namespace vlmd::serve {

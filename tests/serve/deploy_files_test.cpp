@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "serve/config.h"
+#include "serve/config/config.h"
 #include "server_harness.h"
 
 namespace vlmd::serve {

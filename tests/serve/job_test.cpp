@@ -1,7 +1,7 @@
 // Job: the scheduler -> handler channel. A waiter without a text sink must sleep through text
 // (a non-streaming handler would otherwise spin a core per request), a streaming waiter wakes on
 // each piece, and completion wakes both.
-#include "serve/job.h"
+#include "serve/hosting/job.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "serve/server.h"
+#include "serve/http/server.h"
 #include "test_util.h"
 
 namespace vlmd::serve::testing {

@@ -1,5 +1,5 @@
 // Stream windows (SPEC S6): thumbnails, motion, the adaptive window and its limits.
-#include "serve/stream_window.h"
+#include "serve/hosting/stream_window.h"
 
 #include <gtest/gtest.h>
 

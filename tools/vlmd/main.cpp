@@ -8,8 +8,8 @@
 
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
-#include "serve/config.h"
-#include "serve/server.h"
+#include "serve/config/config.h"
+#include "serve/http/server.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Distributed tracing (SPEC O2): the W3C Trace Context `traceparent` header
 // (https://www.w3.org/TR/trace-context/), spans, and their OTLP/JSON encoding (the OpenTelemetry
 // protocol's JSON mapping, which collectors accept on POST /v1/traces). Pure functions; the
-// exporter that sends them is serve/span_exporter.h.
+// exporter that sends them is serve/http/span_exporter.h.
 #pragma once
 
 #include <array>

@@ -1,5 +1,5 @@
 // Router: name -> host table and route settings (see router.h).
-#include "serve/router.h"
+#include "serve/config/router.h"
 
 #include <algorithm>
 #include <set>

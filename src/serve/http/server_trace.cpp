@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "serve/server_handlers.h"
+#include "serve/http/server_handlers.h"
 
 namespace vlmd::serve {
 namespace {

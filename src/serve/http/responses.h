@@ -9,9 +9,9 @@
 #include <string_view>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "serve/job.h"
+#include "serve/hosting/job.h"
+#include "serve/hosting/prepare_job.h"
 #include "serve/policy/trust.h"
-#include "serve/prepare_job.h"
 
 namespace vlmd::serve {
 

@@ -1,5 +1,5 @@
 // ImageCache: byte-bounded LRU of encoded images (see image_cache.h).
-#include "serve/image_cache.h"
+#include "serve/hosting/image_cache.h"
 
 namespace vlmd::serve {
 

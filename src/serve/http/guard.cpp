@@ -1,5 +1,5 @@
 // Guard: the guard-rail objects of one server and their decision counters (see guard.h).
-#include "serve/guard.h"
+#include "serve/http/guard.h"
 
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/server_handlers.h"
+#include "serve/http/server_handlers.h"
 
 namespace vlmd::serve {
 namespace {

@@ -1,5 +1,5 @@
 // Registration of the server's metrics (names and buckets are part of the API: dashboards use them).
-#include "serve/server_metrics.h"
+#include "serve/obs/server_metrics.h"
 
 #include <cstdlib>
 #include <fstream>

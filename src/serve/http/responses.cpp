@@ -1,5 +1,5 @@
 // Reply bodies of the generation endpoints (see responses.h).
-#include "serve/responses.h"
+#include "serve/http/responses.h"
 
 #include <nlohmann/json.hpp>
 

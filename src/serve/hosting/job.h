@@ -15,7 +15,7 @@
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sequence.h"
 #include "engine/runtime/vlm_engine.h"
-#include "serve/stream_window.h"
+#include "serve/hosting/stream_window.h"
 
 namespace vlmd::serve {
 

@@ -1,6 +1,6 @@
 // Everything the Server is configured with: HTTP limits, request limits, job preparation, and
 // the guard rails (keys, allowlist, word filter, audit, trust). Plain values; filled from the
-// command line and/or the config file (serve/config.h).
+// command line and/or the config file (config.h).
 #pragma once
 
 #include <cstdint>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "serve/api/requests.h"
+#include "serve/hosting/prepare_job.h"
+#include "serve/hosting/stream_window.h"
 #include "serve/policy/word_filter.h"
-#include "serve/prepare_job.h"
-#include "serve/stream_window.h"
 
 namespace vlmd::serve {
 

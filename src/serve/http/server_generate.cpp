@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/image/image.h"
-#include "serve/client_socket.h"
-#include "serve/image_fetch.h"
+#include "serve/http/client_socket.h"
+#include "serve/http/image_fetch.h"
+#include "serve/http/server_handlers.h"
 #include "serve/policy/complexity.h"
 #include "serve/policy/traffic_split.h"
-#include "serve/server_handlers.h"
 
 namespace vlmd::serve {
 namespace {

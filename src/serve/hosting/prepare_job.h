@@ -11,9 +11,9 @@
 #include "core/status.h"
 #include "engine/image/image.h"
 #include "serve/api/requests.h"
-#include "serve/job.h"
-#include "serve/model_host.h"
-#include "serve/stream_window.h"
+#include "serve/hosting/job.h"
+#include "serve/hosting/model_host.h"
+#include "serve/hosting/stream_window.h"
 
 namespace vlmd::serve {
 

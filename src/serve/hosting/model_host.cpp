@@ -1,5 +1,5 @@
 // ModelHost: load, hash and start one served model (see model_host.h).
-#include "serve/model_host.h"
+#include "serve/hosting/model_host.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // PrepareJob: template, images and token budget of one request (see prepare_job.h).
-#include "serve/prepare_job.h"
+#include "serve/hosting/prepare_job.h"
 
 #include <algorithm>
 #include <string>

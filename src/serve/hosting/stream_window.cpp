@@ -1,5 +1,5 @@
 // Stream windows: thumbnails, motion, and the per-stream frames (see stream_window.h).
-#include "serve/stream_window.h"
+#include "serve/hosting/stream_window.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // OTLP/HTTP JSON span export (see span_exporter.h).
-#include "serve/span_exporter.h"
+#include "serve/http/span_exporter.h"
 
 #include <httplib.h>
 

@@ -1,5 +1,5 @@
 // ClientConnection (see client_socket.h).
-#include "serve/client_socket.h"
+#include "serve/http/client_socket.h"
 
 #include <dirent.h>
 #include <httplib.h>

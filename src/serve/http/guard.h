@@ -14,11 +14,11 @@
 
 #include "core/status.h"
 #include "serve/api/errors.h"
-#include "serve/job.h"
+#include "serve/config/server_options.h"
+#include "serve/hosting/job.h"
+#include "serve/obs/server_metrics.h"
 #include "serve/policy/trust.h"
 #include "serve/policy/word_filter.h"
-#include "serve/server_metrics.h"
-#include "serve/server_options.h"
 
 namespace vlmd::serve {
 namespace policy {

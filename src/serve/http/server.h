@@ -16,14 +16,14 @@
 
 #include "core/status.h"
 #include "serve/api/requests.h"
-#include "serve/model_host.h"
+#include "serve/config/router.h"
+#include "serve/config/server_options.h"
+#include "serve/hosting/model_host.h"
+#include "serve/hosting/prepare_job.h"
+#include "serve/hosting/stream_window.h"
+#include "serve/http/span_exporter.h"
 #include "serve/obs/metrics.h"
-#include "serve/prepare_job.h"
-#include "serve/router.h"
-#include "serve/server_options.h"
-#include "serve/server_metrics.h"
-#include "serve/span_exporter.h"
-#include "serve/stream_window.h"
+#include "serve/obs/server_metrics.h"
 
 namespace httplib {
 class Server;

@@ -1,6 +1,6 @@
 // Server: construction, start/stop, the plain routes, models and hot swap (see server.h).
 // Generation endpoints: server_generate.cpp; admin endpoints: server_admin.cpp.
-#include "serve/server.h"
+#include "serve/http/server.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/api/errors.h"
-#include "serve/guard.h"
-#include "serve/responses.h"
-#include "serve/server_handlers.h"
+#include "serve/http/guard.h"
+#include "serve/http/responses.h"
+#include "serve/http/server_handlers.h"
 
 namespace vlmd::serve {
 namespace {

@@ -1,5 +1,5 @@
 // Config file parsing (see config.h): strict JSON, every key checked, paths made absolute.
-#include "serve/config.h"
+#include "serve/config/config.h"
 
 #include <cmath>
 #include <filesystem>

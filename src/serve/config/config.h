@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serve/model_host.h"
+#include "serve/config/server_options.h"
+#include "serve/hosting/model_host.h"
 #include "serve/policy/complexity.h"
-#include "serve/server_options.h"
 
 namespace vlmd::serve {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serve/config.h"
-#include "serve/model_host.h"
+#include "serve/config/config.h"
+#include "serve/hosting/model_host.h"
 
 namespace vlmd::serve {
 

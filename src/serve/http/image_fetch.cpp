@@ -1,5 +1,5 @@
 // Image URL fetching over cpp-httplib's client (see image_fetch.h).
-#include "serve/image_fetch.h"
+#include "serve/http/image_fetch.h"
 
 #include <httplib.h>
 

@@ -1,5 +1,5 @@
 // Job: the scheduler -> handler channel (see job.h).
-#include "serve/job.h"
+#include "serve/hosting/job.h"
 
 namespace vlmd::serve {
 

@@ -8,9 +8,9 @@
 
 #include "core/status.h"
 #include "engine/runtime/vlm_engine.h"
-#include "serve/image_cache.h"
-#include "serve/scheduler.h"
-#include "serve/server_metrics.h"
+#include "serve/hosting/image_cache.h"
+#include "serve/hosting/scheduler.h"
+#include "serve/obs/server_metrics.h"
 
 namespace vlmd::serve {
 

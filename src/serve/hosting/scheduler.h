@@ -18,9 +18,9 @@
 
 #include "core/status.h"
 #include "engine/runtime/vlm_engine.h"
-#include "serve/image_cache.h"
-#include "serve/job.h"
-#include "serve/server_metrics.h"
+#include "serve/hosting/image_cache.h"
+#include "serve/hosting/job.h"
+#include "serve/obs/server_metrics.h"
 
 namespace vlmd::serve {
 

@@ -1,5 +1,5 @@
 // Scheduler: admission, batched decode steps and completion of jobs (see scheduler.h).
-#include "serve/scheduler.h"
+#include "serve/hosting/scheduler.h"
 
 #include <algorithm>
 #include <functional>

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "serve/api/errors.h"
+#include "serve/hosting/job.h"
+#include "serve/hosting/prepare_job.h"
+#include "serve/http/guard.h"
+#include "serve/http/responses.h"
+#include "serve/http/server.h"
 #include "serve/obs/trace.h"
-#include "serve/guard.h"
-#include "serve/job.h"
-#include "serve/prepare_job.h"
-#include "serve/responses.h"
-#include "serve/server.h"
 
 namespace httplib {
 class Server;
