@@ -91,6 +91,40 @@ TEST_F(LlamaBatchTest, TwoSequencesInOneStepMatchSoloRuns) {
   EXPECT_EQ(bb->n_filled(), static_cast<int32_t>(b.size() + 1));
 }
 
+// A bidirectional span (Gemma 3's image rows): its rows see each other in both directions, the
+// rows around it stay causal. Checked by logits: row 2 of a span [1, 4) changes when the token
+// of row 3 does (it cannot under the causal mask); the row before the span does not change.
+TEST_F(LlamaBatchTest, BidirectionalSpanSeesItsLaterRows) {
+  const int64_t nv = model_->config().n_vocab;
+  auto run = [&](const std::vector<int32_t>& tokens, bool span) {
+    std::vector<int32_t> pos(tokens.size()), seq(tokens.size(), 0);
+    for (size_t i = 0; i < tokens.size(); ++i) pos[i] = static_cast<int32_t>(i);
+    const int32_t rows[] = {0, 2, 3, 5};
+    const ops::RowSpan spans[] = {{1, 3}};
+    ForwardBatch b{static_cast<int64_t>(tokens.size()), tokens.data(), nullptr, pos.data(),
+                   seq.data(), rows, 4};
+    if (span) b.bidirectional = spans;
+    auto cache = model_->NewCache(16);
+    KvCache* caches[] = {cache.get()};
+    std::vector<float> logits(4 * nv);
+    Status s = model_->Forward(b, caches, &ctx_, logits.data());
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return logits;
+  };
+  auto row = [&](const std::vector<float>& l, int i) {
+    return std::vector<float>(l.begin() + i * nv, l.begin() + (i + 1) * nv);
+  };
+  const std::vector<int32_t> t1 = {1, 100, 200, 300, 400, 500};
+  std::vector<int32_t> t2 = t1;
+  t2[3] = 4321;  // the span's last row
+  const std::vector<float> causal = run(t1, false), span1 = run(t1, true), span2 = run(t2, true);
+  const std::vector<float> causal2 = run(t2, false);
+  EXPECT_EQ(row(span1, 0), row(causal, 0));           // before the span: untouched
+  EXPECT_EQ(row(causal2, 1), row(causal, 1));         // causal row 2 cannot see row 3...
+  EXPECT_GT(vlmd::testing::Nmse(row(span2, 1), row(span1, 1)), 1e-4);  // ...the span's can
+  EXPECT_GT(vlmd::testing::Nmse(row(span1, 1), row(causal, 1)), 1e-4);
+}
+
 TEST_F(LlamaBatchTest, RefusesMalformedBatches) {
   auto cache = model_->NewCache(8);
   KvCache* caches[] = {cache.get()};
@@ -112,6 +146,18 @@ TEST_F(LlamaBatchTest, RefusesMalformedBatches) {
   ForwardBatch b4{9, toks.data(), nullptr, pos.data(), seqs.data(), &last, 1};
   EXPECT_EQ(model_->Forward(b4, caches, &ctx_, logits.data()).code(),
             StatusCode::kResourceExhausted);
+  // Bidirectional spans outside the batch, or across two sequences.
+  auto other = model_->NewCache(8);
+  KvCache* two[] = {cache.get(), other.get()};
+  const int32_t toks2[] = {1, 2, 3, 4}, pos2[] = {0, 1, 0, 1}, seq2[] = {0, 0, 1, 1};
+  const int32_t last2 = 3;
+  for (ops::RowSpan bad : {ops::RowSpan{2, 3}, ops::RowSpan{1, 2}, ops::RowSpan{-1, 2},
+                           ops::RowSpan{0, 0}}) {
+    ForwardBatch b5{4, toks2, nullptr, pos2, seq2, &last2, 1};
+    b5.bidirectional = std::span<const ops::RowSpan>(&bad, 1);
+    EXPECT_EQ(model_->Forward(b5, two, &ctx_, logits.data()).code(), StatusCode::kInvalidArgument)
+        << bad.start << " +" << bad.len;
+  }
 }
 
 }  // namespace

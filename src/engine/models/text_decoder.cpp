@@ -131,6 +131,7 @@ Status TextDecoder::EmbedToken(int32_t token, float* out) const {
 }
 
 Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
+                           const int32_t* mask_pos,
                           ForwardContext* ctx) const {
   const TextConfig& c = config_;
   const int64_t kv_dim = c.kv_dim();
@@ -169,7 +170,7 @@ Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> cach
     a.head_dim = c.head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     a.causal = true;
-    a.q_pos = b.slot + r0;
+    a.q_pos = mask_pos + r0;
     a.kv_pos = ctx->kv_pos.data();
     a.kv_scratch = &ctx->attention_kv;
     a.bf16_tiles = bf16_attention_ && b.prompt;
@@ -218,6 +219,25 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     if (b.logit_rows == nullptr || b.logit_rows[i] < 0 || b.logit_rows[i] >= n) {
       return InvalidArgumentError("logit row outside the batch");
     }
+  }
+  // The causal mask's position of each row: its slot, raised to the last slot of its
+  // bidirectional span (the span's rows are consecutive slots of one sequence, so "kv slot <=
+  // the span's last slot" is "causal, or inside the span").
+  const int32_t* mask_pos = b.slot;
+  if (!b.bidirectional.empty()) {
+    ctx->mask_pos.assign(b.slot, b.slot + n);
+    for (const ops::RowSpan& span : b.bidirectional) {
+      const int64_t last = span.start + span.len - 1;
+      if (span.start < 0 || span.len < 1 || last >= n ||
+          std::any_of(b.seq + span.start, b.seq + last + 1,
+                      [&](int32_t s) { return s != b.seq[span.start]; })) {
+        return InvalidArgumentError("bidirectional span [" + std::to_string(span.start) + ", +" +
+                                    std::to_string(span.len) +
+                                    ") is not inside one sequence's rows of the batch");
+      }
+      for (int64_t r = span.start; r <= last; ++r) ctx->mask_pos[r] = b.slot[last];
+    }
+    mask_pos = ctx->mask_pos.data();
   }
   const int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.d_ff;
   Grow(ctx->x, n * d);
@@ -309,7 +329,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_kv_heads, c.head_dim,
                                             0, ctx->rope_table.data(), c.n_rot, c.rope_neox));
     kt.round_f16(ctx->q.data(), ctx->q.data(), n * qd);  // SIMD, bit-exact with F32ToF16
-    VLMD_RETURN_IF_ERROR(Attend(b, caches, l, ctx));                 // attn [n, q_dim]
+    VLMD_RETURN_IF_ERROR(Attend(b, caches, l, mask_pos, ctx));                 // attn [n, q_dim]
     VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.wo, ctx->attn.data()));   // x += attn Wo^T
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
     if (L.w_gate_up.packed && kt.packed_matmul) {

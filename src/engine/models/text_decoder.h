@@ -16,6 +16,7 @@
 #include "engine/kernels/kernel_table.h"
 #include "engine/models/kv_cache.h"
 #include "engine/models/text_config.h"
+#include "engine/ops/attention.h"
 #include "engine/ops/matmul.h"
 
 namespace vlmd::engine::models {
@@ -47,6 +48,11 @@ struct ForwardBatch {
   // position; an M-RoPE model uses it for all four sections) or 4 ((t, h, w, e), M-RoPE models).
   const int32_t* rope_pos = nullptr;
   int32_t rope_pos_per_row = 1;
+  // Rows that attend to each other in both directions (Gemma 3's image tokens): spans of batch
+  // rows, each within one sequence's rows of this batch, so that all of a span is in the cache
+  // when any of its rows attends (a prompt chunk must not cut one). A row of a span sees the
+  // cache up to the span's last row; every other row stays causal.
+  std::span<const ops::RowSpan> bidirectional;
 };
 
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
@@ -58,6 +64,7 @@ struct ForwardContext {
   std::vector<float> x, xn, q, k, v, qkv, attn, gate, up, rope_table, logit_in;
   std::vector<float> attention_kv;  // prefill attention's f32 K / V^T (ops::AttentionArgs)
   std::vector<int32_t> kv_pos;
+  std::vector<int32_t> mask_pos;  // [n_tokens] causal-mask position of each row (bidirectional)
 };
 
 class TextDecoder {
@@ -111,8 +118,10 @@ class TextDecoder {
   };
 
   TextDecoder() = default;
+  // Attention of layer `layer`; mask_pos [n_tokens]: each row's causal-mask position (its slot,
+  // or its bidirectional span's last slot).
   Status Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
-                ForwardContext* ctx) const;
+                const int32_t* mask_pos, ForwardContext* ctx) const;
 
   std::shared_ptr<const gguf::GgufFile> file_;
   TextConfig config_;
