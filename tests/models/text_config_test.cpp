@@ -5,6 +5,7 @@
 
 #include "engine/gguf/gguf_writer.h"
 #include "engine/models/text_config.h"
+#include "engine/models/text_decoder.h"
 #include "test_util.h"
 
 namespace vlmd::engine::models {
@@ -47,6 +48,30 @@ TEST(TextConfigTest, QwenVlConfigsAsTheFixturesSay) {
   EXPECT_FALSE(c3->qkv_bias);
   EXPECT_EQ(c3->n_deepstack, 2);
   EXPECT_EQ(c3->n_embd_inp(), 3 * c3->d_model);
+}
+
+// The decoder's per-layer specs: Qwen3-VL normalizes q and k in every layer and adds deepstack
+// slices 1..n after its first n layers; SmolLM2 (llama) does neither; both one RoPE set, the
+// config's.
+TEST(TextConfigTest, DecoderLayerSpecsFollowTheFamily) {
+  for (const char* fixture : {"tiny-qwen3vl", "tiny-smolvlm"}) {
+    auto file = GgufFile::Open(vlmd::testing::FixturePath(std::string(fixture) + "/text.gguf"));
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto m = TextDecoder::Load(std::shared_ptr<const GgufFile>(std::move(*file)));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const TextConfig& c = (*m)->config();
+    ASSERT_EQ((*m)->rope_sets().size(), 1u) << fixture;
+    EXPECT_EQ((*m)->rope_sets()[0].freq_base, c.rope_theta);
+    EXPECT_EQ((*m)->rope_sets()[0].sections, c.rope_sections);
+    const bool qwen3 = std::string(fixture) == "tiny-qwen3vl";
+    EXPECT_EQ(c.n_deepstack, qwen3 ? 2 : 0);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      const DecoderLayerSpec& spec = (*m)->layer_spec(l);
+      EXPECT_EQ(spec.rope, 0);
+      EXPECT_EQ(spec.qk_norm, qwen3) << fixture << " layer " << l;
+      EXPECT_EQ(spec.deepstack_slice, qwen3 && l < 2 ? l + 1 : 0) << fixture << " layer " << l;
+    }
+  }
 }
 
 TEST(TextConfigTest, HostileQwenVlKeysAreNamed) {

@@ -63,9 +63,15 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     m->output_ = m->token_embd_;  // tied head (SmolLM2)
   }
   uint64_t bytes = m->output_.row_bytes * static_cast<uint64_t>(m->output_.n);
+  m->rope_sets_ = {ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta,
+                                   .freq_scale = c.rope_freq_scale, .neox = c.rope_neox,
+                                   .sections = c.rope_sections,
+                                   .interleaved = c.rope_interleaved}};
   m->layers_.resize(c.n_layers);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     Layer& L = m->layers_[l];
+    L.spec = DecoderLayerSpec{.rope = 0, .qk_norm = c.qk_norm,
+                              .deepstack_slice = l < c.n_deepstack ? l + 1 : 0};
     const std::string p = "blk." + std::to_string(l) + ".";
     VLMD_ASSIGN_OR_RETURN(L.attn_norm, GetF32(f, p + "attn_norm.weight", {c.d_model}));
     VLMD_ASSIGN_OR_RETURN(L.ffn_norm, GetF32(f, p + "ffn_norm.weight", {c.d_model}));
@@ -79,7 +85,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {c.q_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {c.kv_dim()}));
     VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {c.kv_dim()}));
-    if (c.qk_norm) {
+    if (L.spec.qk_norm) {
       VLMD_ASSIGN_OR_RETURN(L.q_norm, GetF32(f, p + "attn_q_norm.weight", {c.head_dim}));
       VLMD_ASSIGN_OR_RETURN(L.k_norm, GetF32(f, p + "attn_k_norm.weight", {c.head_dim}));
     }
@@ -249,7 +255,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
   Grow(ctx->gate, n * ff);
   Grow(ctx->up, n * 2 * ff);  // the fused [gate | up] output when w_gate_up is packed
   Grow(ctx->qkv, n * (qd + 2 * kvd));
-  Grow(ctx->rope_table, n * c.n_rot);
+  Grow(ctx->rope_table, static_cast<int64_t>(rope_sets_.size()) * n * c.n_rot);
   int32_t max_ctx = 0;
   for (KvCache* cache : caches) {
     if (cache) max_ctx = std::max(max_ctx, cache->n_ctx());
@@ -273,12 +279,11 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
       std::copy_n(b.embeddings + r * w_inp, d, x + r * d);
     }
   }
-  ops::RopeParams rope{.n_rot = c.n_rot, .freq_base = c.rope_theta,
-                       .freq_scale = c.rope_freq_scale, .neox = c.rope_neox,
-                       .sections = c.rope_sections, .interleaved = c.rope_interleaved};
-  VLMD_RETURN_IF_ERROR(ops::BuildRopeTable(rope, b.rope_pos ? b.rope_pos : b.slot, n,
-                                           ctx->rope_table.data(),
-                                           b.rope_pos ? b.rope_pos_per_row : 1));
+  for (size_t i = 0; i < rope_sets_.size(); ++i) {
+    VLMD_RETURN_IF_ERROR(ops::BuildRopeTable(rope_sets_[i], b.rope_pos ? b.rope_pos : b.slot, n,
+                                             ctx->rope_table.data() + static_cast<int64_t>(i) * n * c.n_rot,
+                                             b.rope_pos ? b.rope_pos_per_row : 1));
+  }
 
   // The layers' products over packed matrices: prompt rows on the tile unit at any row count,
   // other rows never (ForwardBatch::prompt). The head below keeps the int8 kernel: it runs on
@@ -318,16 +323,18 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     AddBias(ctx->q.data(), L.bq, n);
     AddBias(ctx->k.data(), L.bk, n);
     AddBias(ctx->v.data(), L.bv, n);
-    if (c.qk_norm) {  // per head: rows of head_dim
+    if (L.spec.qk_norm) {  // per head: rows of head_dim
       VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->q.data(), L.q_norm.data(), ctx->q.data(),
                                         n * c.n_heads, c.head_dim, c.rms_eps));
       VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, ctx->k.data(), L.k_norm.data(), ctx->k.data(),
                                         n * c.n_kv_heads, c.head_dim, c.rms_eps));
     }
+    const ops::RopeParams& rope = rope_sets_[static_cast<size_t>(L.spec.rope)];
+    const float* rope_table = ctx->rope_table.data() + L.spec.rope * n * c.n_rot;
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->q.data(), n, c.n_heads, c.head_dim, 0,
-                                            ctx->rope_table.data(), c.n_rot, c.rope_neox));
+                                            rope_table, rope.n_rot, rope.neox));
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_kv_heads, c.head_dim,
-                                            0, ctx->rope_table.data(), c.n_rot, c.rope_neox));
+                                            0, rope_table, rope.n_rot, rope.neox));
     kt.round_f16(ctx->q.data(), ctx->q.data(), n * qd);  // SIMD, bit-exact with F32ToF16
     VLMD_RETURN_IF_ERROR(Attend(b, caches, l, mask_pos, ctx));                 // attn [n, q_dim]
     VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.wo, ctx->attn.data()));   // x += attn Wo^T
@@ -342,10 +349,11 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
                                        ctx->gate.data(), n * ff));
     }
     VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
-    if (l < c.n_deepstack && b.embeddings != nullptr) {
-      // Deepstack: image rows add their slice l + 1 (text rows' slices are zero).
+    if (L.spec.deepstack_slice > 0 && b.embeddings != nullptr) {
+      // Deepstack: image rows add their slice (text rows' slices are zero).
+      const int64_t slice = L.spec.deepstack_slice;
       for (int64_t r = 0; r < n; ++r) {
-        if (b.tokens[r] < 0) AddInPlace(x + r * d, b.embeddings + r * w_inp + (l + 1) * d, d);
+        if (b.tokens[r] < 0) AddInPlace(x + r * d, b.embeddings + r * w_inp + slice * d, d);
       }
     }
   }

@@ -18,6 +18,7 @@
 #include "engine/models/text_config.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/matmul.h"
+#include "engine/ops/rope.h"
 
 namespace vlmd::engine::models {
 
@@ -55,13 +56,24 @@ struct ForwardBatch {
   std::span<const ops::RowSpan> bidirectional;
 };
 
+// What one decoder layer does where layers differ: the one stack (RMSNorm, GQA attention with
+// RoPE, SwiGLU FFN) runs every architecture, and the family and the file set these per layer
+// (Gemma 3's local layers will add their own RoPE base and window here).
+struct DecoderLayerSpec {
+  int32_t rope = 0;             // index into TextDecoder::rope_sets() (sets share n_rot)
+  bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (qwen3vl)
+  int32_t deepstack_slice = 0;  // > 0: image rows add this slice of their embedding row after
+                                // the layer (qwen3vl deepstack; text rows' slices are zero)
+};
+
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
 // the largest batch seen and are reused.
 struct ForwardContext {
   const kernels::KernelTable* kernels = nullptr;
   ThreadPool* pool = nullptr;
   ops::MatmulScratch matmul_scratch;
-  std::vector<float> x, xn, q, k, v, qkv, attn, gate, up, rope_table, logit_in;
+  std::vector<float> x, xn, q, k, v, qkv, attn, gate, up, logit_in;
+  std::vector<float> rope_table;    // [rope sets][n_tokens, n_rot]
   std::vector<float> attention_kv;  // prefill attention's f32 K / V^T (ops::AttentionArgs)
   std::vector<int32_t> kv_pos;
   std::vector<int32_t> mask_pos;  // [n_tokens] causal-mask position of each row (bidirectional)
@@ -105,8 +117,13 @@ class TextDecoder {
   // The f32 embedding of `token` into out[0 .. d_model).
   Status EmbedToken(int32_t token, float* out) const;
 
+  // Per layer: what it does beyond the shared stack; the RoPE parameter sets the layers name.
+  const DecoderLayerSpec& layer_spec(int32_t l) const { return layers_[static_cast<size_t>(l)].spec; }
+  const std::vector<ops::RopeParams>& rope_sets() const { return rope_sets_; }
+
  private:
   struct Layer {
+    DecoderLayerSpec spec;
     std::vector<float> attn_norm, ffn_norm;  // [d_model]
     ops::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
     // Packed fusions (packed == nullptr when not fused): [q | k | v] and [gate | up] outputs from
@@ -114,7 +131,7 @@ class TextDecoder {
     // instead of three / two. When set, the parts above keep only their GGUF rows.
     ops::WeightView wqkv, w_gate_up;
     std::vector<float> bq, bk, bv;           // qwen2 / qwen2vl only
-    std::vector<float> q_norm, k_norm;       // [head_dim], qwen3vl only
+    std::vector<float> q_norm, k_norm;       // [head_dim] when spec.qk_norm
   };
 
   TextDecoder() = default;
@@ -129,6 +146,7 @@ class TextDecoder {
   ops::WeightView output_;  // token_embd_ when tied
   std::vector<float> output_norm_;
   std::vector<Layer> layers_;
+  std::vector<ops::RopeParams> rope_sets_;  // one table per set and batch (DecoderLayerSpec::rope)
   uint64_t weight_bytes_ = 0;
   uint64_t released_bytes_ = 0;  // mapped pages dropped after packing (GgufFile::ReleasePages)
   ops::PackedStore packed_;  // owns what the views' `packed` point at
