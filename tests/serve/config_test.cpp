@@ -46,6 +46,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(g.audit_path, "/var/log/vlmd/audit.jsonl");
   EXPECT_TRUE(g.audit_fsync);
   EXPECT_EQ(g.audit_keep_files, 10);
+  EXPECT_EQ(g.audit_refusal_interval_s, 10.0);
   EXPECT_DOUBLE_EQ(g.trust_flag_entropy_bits, 4.0);
   EXPECT_EQ(c->server.tracing.otlp_endpoint, "http://otel-collector:4318/v1/traces");
   EXPECT_DOUBLE_EQ(c->server.tracing.sample_ratio, 0.25);
@@ -116,6 +117,7 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"security": {"word_filter": {"words": ["x"], "action": "drop"}}})", "mask or block"},
       {R"({"security": {"word_filter": {"words": "x"}}})", "array of strings"},
       {R"({"audit": {"path": "a", "max_mb": 0}})", "max_mb: must be >= 1"},
+      {R"({"audit": {"path": "a", "refusal_interval_s": -1}})", "refusal_interval_s"},
       {R"({"trust": {"flag_entropy": 2}})", "unknown key 'flag_entropy'"},
       {R"({"server": {"port": 70000}})", "must be <= 65535"},
       {R"({"server": {"max_batch": 9999999999}})", "server.max_batch: out of range"},

@@ -332,6 +332,7 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
                        .dump());
   o.guard.admin_key = "admin-key-0123456789abcdef";
   o.guard.audit_path = dir.Path("audit.jsonl");
+  o.guard.audit_refusal_interval_s = 0;  // every refusal's own line (flood sampling: below)
   auto server = StartServer(o);
   auto c = ClientOf(*server);
   const std::string body = ChatRequest("hi", 2).dump();
@@ -387,6 +388,58 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(all.find(fast), std::string::npos);
   EXPECT_EQ(all.find(slow), std::string::npos);
   EXPECT_NE(all.find("\"key_id\":\"team-slow\""), std::string::npos);
+}
+
+// A flood of refusals before authentication writes one line per address and interval and one
+// summary line with the count at shutdown, so that it cannot rotate the real trail away; an
+// authenticated request still gets its own line. Request ids carry the start's random prefix.
+TEST(ServerGuard, RefusalFloodIsSummarizedNotWrittenLineByLine) {
+  TempDir dir;
+  const std::string key = "client-key-0123456789abcdef";
+  ServerOptions o;
+  o.guard.api_key = key;
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  o.guard.audit_refusal_interval_s = 3600;
+  std::string first_id;
+  {
+    auto server = StartServer(o);
+    auto c = ClientOf(*server);
+    for (int i = 0; i < 50; ++i) {
+      auto r = i % 2 ? c->Get("/v1/models") : c->Post("/v1/chat/completions", "{}", "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 401);
+      if (i == 0) first_id = r->get_header_value("X-Request-Id");
+    }
+    auto ok = c->Post("/v1/chat/completions", Bearer(key), ChatRequest("hi", 2).dump(), "application/json");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+  }  // the server stops: the open interval's summary is written
+  std::ifstream in(o.guard.audit_path);
+  std::string line;
+  int refusals = 0, ok_lines = 0, summaries = 0;
+  while (std::getline(in, line)) {
+    const json rec = json::parse(line);
+    if (rec.value("event", "") == "refusals_left_out") {
+      ++summaries;
+      EXPECT_EQ(rec["count"], 49) << line;
+      EXPECT_EQ(rec["remote_addr"], "127.0.0.1") << line;
+      EXPECT_TRUE(rec.contains("first") && rec.contains("last") && rec.contains("time")) << line;
+    } else if (rec["status"] == 401) {
+      ++refusals;
+      EXPECT_EQ(rec["request_id"], first_id);
+    } else if (rec["status"] == 200) {
+      ++ok_lines;
+    }
+  }
+  EXPECT_EQ(refusals, 1);
+  EXPECT_EQ(summaries, 1);
+  EXPECT_EQ(ok_lines, 1);
+  // "req-<8 hex digits>-<n>", the prefix new at every start.
+  ASSERT_EQ(first_id.size(), 14u) << first_id;
+  EXPECT_EQ(first_id.substr(0, 4), "req-");
+  EXPECT_EQ(first_id.find_first_not_of("0123456789abcdef", 4), 12u) << first_id;
+  EXPECT_EQ(first_id.substr(12), "-1");
+  EXPECT_NE(RandomInstanceId(), RandomInstanceId());  // 2^-32 odds of a false failure
 }
 
 TEST(ServerGuard, AdminKeyMustBeLongAndDistinctFromClientKeys) {

@@ -283,7 +283,8 @@ Status ParseSecurity(const Section& s, const std::string& base_dir, GuardOptions
 }
 
 Status ParseAudit(const Section& s, const std::string& base_dir, GuardOptions* g) {
-  VLMD_RETURN_IF_ERROR(s.CheckObject({"path", "max_mb", "keep", "fsync", "log_prompts"}));
+  VLMD_RETURN_IF_ERROR(
+      s.CheckObject({"path", "max_mb", "keep", "fsync", "log_prompts", "refusal_interval_s"}));
   VLMD_RETURN_IF_ERROR(s.Get("path", &g->audit_path));
   g->audit_path = Resolve(base_dir, g->audit_path);
   int64_t max_mb = int64_t(g->audit_max_bytes >> 20);
@@ -293,6 +294,7 @@ Status ParseAudit(const Section& s, const std::string& base_dir, GuardOptions* g
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("keep", &g->audit_keep_files));
   VLMD_RETURN_IF_ERROR(s.Get("fsync", &g->audit_fsync));
   VLMD_RETURN_IF_ERROR(s.Get("log_prompts", &g->audit_prompts));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("refusal_interval_s", &g->audit_refusal_interval_s));
   return Status::Ok();
 }
 

@@ -37,6 +37,9 @@ struct GuardOptions {
   int audit_keep_files = 5;
   bool audit_fsync = false;
   bool audit_prompts = false;  // prompt text is logged only when this is set
+  // Refusals before authentication: per client address and interval of this many seconds, the
+  // first is written and the rest summarized in one line (policy/refusal_sampler.h); 0: all.
+  double audit_refusal_interval_s = 10;
   // Trust signals: a reply is flagged when its mean token entropy exceeds this (bits; <= 0: never).
   double trust_flag_entropy_bits = 4.0;
 };

@@ -1,6 +1,8 @@
 // Guard: the guard-rail objects of one server and their decision counters (see guard.h).
 #include "serve/http/guard.h"
 
+#include <limits>
+
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +16,7 @@
 #include "serve/policy/audit_log.h"
 #include "serve/policy/image_allowlist.h"
 #include "serve/policy/rate_limiter.h"
+#include "serve/policy/refusal_sampler.h"
 
 namespace vlmd::serve {
 namespace {
@@ -35,8 +38,12 @@ bool SameSecret(std::string_view a, std::string_view b) {
 }
 
 // RFC 3339 UTC time with milliseconds.
-std::string UtcNow() {
-  const auto now = std::chrono::system_clock::now();
+// Wall-clock seconds since the epoch (the refusal sampler's clock).
+double UnixSeconds(std::chrono::system_clock::time_point t = std::chrono::system_clock::now()) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+std::string UtcAt(std::chrono::system_clock::time_point now) {
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
@@ -45,6 +52,14 @@ std::string UtcNow() {
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
+}
+
+std::string UtcNow() { return UtcAt(std::chrono::system_clock::now()); }
+
+std::string UtcAtSeconds(double unix_s) {
+  return UtcAt(std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(unix_s))));
 }
 
 }  // namespace
@@ -56,7 +71,10 @@ api::ApiError ForbiddenImage(const Status& status) {
 Guard::Guard(GuardOptions options, ServerMetrics* metrics)
     : options_(std::move(options)), metrics_(metrics) {}
 
-Guard::~Guard() = default;
+Guard::~Guard() {
+  // The refusals still being counted get their summary lines before the log closes.
+  if (refusals_) WriteRefusalSummaries(std::numeric_limits<double>::infinity());
+}
 
 Result<std::unique_ptr<Guard>> Guard::Create(const GuardOptions& options, ServerMetrics* metrics) {
   std::unique_ptr<Guard> g(new Guard(options, metrics));
@@ -100,6 +118,7 @@ Result<std::unique_ptr<Guard>> Guard::Create(const GuardOptions& options, Server
     ao.keep_files = options.audit_keep_files;
     ao.fsync = options.audit_fsync;
     VLMD_ASSIGN_OR_RETURN(g->audit_, policy::AuditLog::Open(ao));
+    g->refusals_ = std::make_unique<policy::RefusalSampler>(options.audit_refusal_interval_s);
     spdlog::info("audit log: {}{}", ao.path, options.audit_prompts ? " (with prompt text)" : "");
   }
   return g;
@@ -210,8 +229,32 @@ policy::TrustSignals Guard::Trust(const JobResult& r) {
   return t;
 }
 
+Status Guard::AuditRefusal(nlohmann::json record, const std::string& remote_addr) {
+  if (!audit_) return Status::Ok();
+  const double now = UnixSeconds();
+  WriteRefusalSummaries(now);
+  if (refusals_ && !refusals_->Admit(remote_addr, now)) {
+    Count("audit", "left_out");
+    return Status::Ok();
+  }
+  return Audit(std::move(record));
+}
+
+void Guard::WriteRefusalSummaries(double now_s) {
+  if (!refusals_) return;
+  for (const policy::RefusalSampler::Summary& sum : refusals_->TakeEnded(now_s)) {
+    nlohmann::json line{{"event", "refusals_left_out"}, {"remote_addr", sum.addr},
+                        {"count", sum.left_out}, {"first", UtcAtSeconds(sum.first_s)},
+                        {"last", UtcAtSeconds(sum.last_s)}, {"time", UtcNow()}};
+    Status s = audit_->Append(line);
+    Count("audit", s.ok() ? "written" : "failed");
+    if (!s.ok()) spdlog::error("audit log: {}", s.ToString());
+  }
+}
+
 Status Guard::Audit(nlohmann::json record) {
   if (!audit_) return Status::Ok();
+  WriteRefusalSummaries(UnixSeconds());
   record["time"] = UtcNow();
   Status s = audit_->Append(record);
   Count("audit", s.ok() ? "written" : "failed");

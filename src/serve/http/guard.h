@@ -24,6 +24,7 @@ namespace vlmd::serve {
 namespace policy {
 class ApiKeyStore;
 class AuditLog;
+class RefusalSampler;
 class ImageAllowlist;
 class RateLimiter;
 }  // namespace policy
@@ -74,12 +75,18 @@ class Guard {
   // Appends one audit line (adds "time"); OK when the audit log is off. An error means the
   // line is NOT durable: the caller fails the request (500) rather than answer unaudited.
   Status Audit(nlohmann::json record);
+  // The same for a refusal before authentication (401, or 429 at the door) from remote_addr:
+  // written when it is the address's first in the refusal interval, else only counted; a
+  // summary line per address and interval ("event": "refusals_left_out", "count": N) follows
+  // with the next audit line after the interval, or at shutdown.
+  Status AuditRefusal(nlohmann::json record, const std::string& remote_addr);
 
   const GuardOptions& options() const { return options_; }
 
  private:
   Guard(GuardOptions options, ServerMetrics* metrics);
   void Count(const char* policy, const char* decision);
+  void WriteRefusalSummaries(double now_s);  // the refusal intervals over by now_s
 
   GuardOptions options_;
   ServerMetrics* metrics_;
@@ -88,6 +95,7 @@ class Guard {
   std::unique_ptr<policy::ImageAllowlist> allowlist_;
   std::shared_ptr<const policy::WordFilter> filter_;
   std::unique_ptr<policy::AuditLog> audit_;
+  std::unique_ptr<policy::RefusalSampler> refusals_;  // with the audit log
 };
 
 // The 403 for an image refused by the allowlist.

@@ -6,7 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "serve/api/errors.h"
 #include "serve/http/guard.h"
@@ -104,6 +106,13 @@ void Server::Handlers::Register(httplib::Server& http) {
   });
 }
 
+std::string RandomInstanceId() {
+  std::random_device rd;
+  char buf[9];
+  std::snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(rd()));
+  return buf;
+}
+
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
       registry_(std::make_unique<obs::Registry>()),
@@ -131,9 +140,10 @@ Server::Server(ServerOptions options)
       const std::string id = NextRequestId();
       res.set_header("X-Request-Id", id);
       SendError(res, e);
-      (void)guard_->Audit({{"request_id", id}, {"key_id", ""}, {"route", req.path},
-                           {"remote_addr", req.remote_addr}, {"status", e.http_status},
-                           {"error", e.code}});
+      (void)guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", req.path},
+                                  {"remote_addr", req.remote_addr}, {"status", e.http_status},
+                                  {"error", e.code}},
+                                 req.remote_addr);
       return R::Handled;
     };
     if (req.path.rfind("/admin/", 0) == 0) {

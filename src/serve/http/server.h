@@ -33,6 +33,9 @@ namespace vlmd::serve {
 
 class Guard;
 
+// 8 random hex digits (std::random_device): the request-id prefix of one server start.
+std::string RandomInstanceId();
+
 class Server {
  public:
   explicit Server(ServerOptions options);
@@ -65,8 +68,11 @@ class Server {
   bool Drain(std::chrono::milliseconds timeout);
   int in_flight() const { return in_flight_.load(); }
   bool draining() const { return draining_.load(); }
-  // "req-N": the id of each request (X-Request-Id, replies, audit lines). Thread-safe.
-  std::string NextRequestId() { return "req-" + std::to_string(next_request_id_.fetch_add(1) + 1); }
+  // "req-<instance>-N": the id of each request (X-Request-Id, replies, audit lines), unique
+  // across restarts and replicas by the random instance prefix of this server. Thread-safe.
+  std::string NextRequestId() {
+    return "req-" + instance_id_ + "-" + std::to_string(next_request_id_.fetch_add(1) + 1);
+  }
   // Stops accepting, waits for the listener thread. Idempotent.
   void Stop();
 
@@ -101,6 +107,7 @@ class Server {
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
+  const std::string instance_id_ = RandomInstanceId();  // 8 hex digits, new at every start
   std::atomic<uint64_t> next_request_id_{0};   // generation requests accepted and not yet answered
   std::atomic<bool> stopped_{false};
 };
