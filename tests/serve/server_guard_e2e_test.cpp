@@ -413,6 +413,15 @@ TEST(ServerGuard, RefusalFloodIsSummarizedNotWrittenLineByLine) {
     auto ok = c->Post("/v1/chat/completions", Bearer(key), ChatRequest("hi", 2).dump(), "application/json");
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200);
+    // Every refusal is counted, under a bounded route label.
+    EXPECT_EQ(c->Get("/v1/no-such-route")->status, 401);
+    auto m = c->Get("/metrics");
+    ASSERT_TRUE(m);
+    for (const char* series : {"vlm_requests_total{route=\"/v1/models\",status=\"401\"} 25",
+                               "vlm_requests_total{route=\"/v1/chat/completions\",status=\"401\"} 25",
+                               "vlm_requests_total{route=\"other\",status=\"401\"} 1"}) {
+      EXPECT_NE(m->body.find(series), std::string::npos) << series;
+    }
   }  // the server stops: the open interval's summary is written
   std::ifstream in(o.guard.audit_path);
   std::string line;
@@ -421,7 +430,7 @@ TEST(ServerGuard, RefusalFloodIsSummarizedNotWrittenLineByLine) {
     const json rec = json::parse(line);
     if (rec.value("event", "") == "refusals_left_out") {
       ++summaries;
-      EXPECT_EQ(rec["count"], 49) << line;
+      EXPECT_EQ(rec["count"], 50) << line;  // 49 of the flood + the unknown route
       EXPECT_EQ(rec["remote_addr"], "127.0.0.1") << line;
       EXPECT_TRUE(rec.contains("first") && rec.contains("last") && rec.contains("time")) << line;
     } else if (rec["status"] == 401) {

@@ -40,6 +40,15 @@ std::string LogSafe(std::string_view text) {
   return out;
 }
 
+// The route label of a request refused before routing, bounded: a path of the client's choosing
+// would make one metric series per path.
+std::string RefusedRouteLabel(const std::string& path) {
+  for (const char* known : {"/v1/vlm/invoke", "/v1/chat/completions", "/v1/models"}) {
+    if (path == known) return path;
+  }
+  return path.rfind("/admin/", 0) == 0 ? "/admin/*" : "other";
+}
+
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -140,6 +149,7 @@ Server::Server(ServerOptions options)
       const std::string id = NextRequestId();
       res.set_header("X-Request-Id", id);
       SendError(res, e);
+      metrics_->requests.With({RefusedRouteLabel(req.path), std::to_string(e.http_status)}).Inc();
       (void)guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", req.path},
                                   {"remote_addr", req.remote_addr}, {"status", e.http_status},
                                   {"error", e.code}},
