@@ -173,6 +173,76 @@ int Connect(int port) {
   return fd;
 }
 
+// Sends `raw` on a fresh connection and reads until the server closes it (or 5 s pass).
+struct RawReply {
+  std::string bytes;
+  bool closed = false;  // the server closed the connection
+  int replies() const {  // status lines in the bytes
+    int n = 0;
+    for (size_t at = bytes.find("HTTP/1.1 "); at != std::string::npos; at = bytes.find("HTTP/1.1 ", at + 1)) ++n;
+    return n;
+  }
+};
+RawReply Exchange(int port, const std::string& raw) {
+  RawReply r;
+  const int fd = Connect(port);
+  if (fd < 0) return r;
+  if (write(fd, raw.data(), raw.size()) != static_cast<ssize_t>(raw.size())) {
+    close(fd);
+    return r;
+  }
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) r.bytes.append(buf, static_cast<size_t>(n));
+  r.closed = n == 0;
+  close(fd);
+  return r;
+}
+
+// Ambiguous framing (RFC 9112 6.3) is refused and the connection closed, so that a request
+// hidden in the body is never read as the next one (request smuggling); a header flood is 431.
+TEST(ServerLoadTest, AmbiguousFramingAndHeaderFloodsAreRefused) {
+  Harness h;
+  const std::string body = R"({"prompt":"hi","max_tokens":2})";
+  const std::string hidden = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string len = std::to_string(body.size());
+  const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  struct Case {
+    const char* name;
+    std::string raw;
+    const char* status;
+  };
+  const Case cases[] = {
+      {"two Content-Lengths that differ",
+       head + "Content-Length: " + len + "\r\nContent-Length: " + std::to_string(body.size() + hidden.size()) +
+           "\r\n\r\n" + body + hidden,
+       "HTTP/1.1 400"},
+      {"Content-Length with Transfer-Encoding",
+       head + "Content-Length: " + len + "\r\nTransfer-Encoding: chunked\r\n\r\n" + body + hidden,
+       "HTTP/1.1 400"},
+      {"150 header lines", [&] {
+         std::string r = head + "Content-Length: " + len + "\r\n";
+         for (int i = 0; i < 150; ++i) r += "X-Pad-" + std::to_string(i) + ": 1\r\n";
+         return r + "\r\n" + body;
+       }(),
+       "HTTP/1.1 431"},
+  };
+  for (const Case& c : cases) {
+    const RawReply r = Exchange(h.port(), c.raw);
+    EXPECT_EQ(r.bytes.rfind(c.status, 0), 0u) << c.name << ": " << r.bytes;
+    EXPECT_EQ(r.replies(), 1) << c.name << ": the hidden request was answered: " << r.bytes;
+    EXPECT_TRUE(r.closed) << c.name << ": the connection stayed open";
+    EXPECT_NE(r.bytes.find("\"code\""), std::string::npos) << c.name << ": no JSON error";
+  }
+  // Two equal Content-Lengths are one length: served.
+  const RawReply same = Exchange(
+      h.port(), head + "Content-Length: " + len + "\r\nContent-Length: " + len +
+                    "\r\nConnection: close\r\n\r\n" + body);
+  EXPECT_EQ(same.bytes.rfind("HTTP/1.1 200", 0), 0u) << same.bytes;
+}
+
 TEST(ServerLoadTest, SlowLorisClientsAreDroppedAndDoNotBlockOthers) {
   HarnessOptions o;
   o.server.http_threads = 2;
