@@ -30,7 +30,8 @@ std::string Invoke(const std::string& extra) {
 }
 
 // Expects failure with `code` and a message containing `needle` (the field path, usually).
-void ExpectError(const Result<GenerationRequest>& r, StatusCode code, const std::string& needle) {
+template <typename T>
+void ExpectError(const Result<T>& r, StatusCode code, const std::string& needle) {
   ASSERT_FALSE(r.ok()) << "expected an error mentioning " << needle;
   EXPECT_EQ(r.status().code(), code) << r.status().ToString();
   EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
@@ -391,9 +392,36 @@ INSTANTIATE_TEST_SUITE_P(
             "messages[0].content[0].image_url.url: empty image"},
         ChatCase{Parts("user", R"({"type":"image_url","image_url":{"url":"data:image/png,abc"}})"),
                  "messages[0].content[0].image_url.url: data URI: only ';base64'"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+                 "tools: tool calling is not supported"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})",
+                 "tool_choice: tool calling is not supported"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"functions":[{}]})",
+                 "functions: tool calling"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+                 "response_format: a response format other than"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"42":5}})",
+                 "logit_bias: logit bias is not supported"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"audio":{"voice":"x"}})",
+                 "audio: audio output"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]})",
+                 "modalities: an output modality other than text"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"prediction":{"type":"content"}})",
+                 "prediction: predicted output"},
         ChatCase{R"([{"role":"user","content":"x"}])", "body: not a JSON object"},
         ChatCase{R"({"messages":[{"role":"user","content":"x"}]} trailing)",
                  "body: invalid JSON"}));
+
+// Unimplemented OpenAI fields at their no-op values (or null, "not given") are accepted, as are
+// harmless fields vlmd does not use.
+TEST(ApiChat, UnimplementedFieldsAtNoOpValuesAreAccepted) {
+  auto r = ParseChatCompletion(
+      R"({"messages":[{"role":"user","content":"x"}],"n":1,"tools":[],"tool_choice":"none",
+          "functions":null,"response_format":{"type":"text"},"logit_bias":{},"audio":null,
+          "modalities":["text"],"prediction":null,"user":"u1","store":false,"metadata":{"a":"b"}})",
+      RequestLimits{});
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+}
 
 TEST(ApiInvoke, PromptWithImages) {
   const std::string body = R"({"prompt":"What is this?","image_base64":")" + EncodeBase64(kPng) +
@@ -494,6 +522,22 @@ TEST(ApiInvokeMultipart, RequestPartAndImages) {
   auto empty_json = ParseInvokeMultipart("", {kPng}, RequestLimits{});
   ASSERT_TRUE(empty_json.ok()) << empty_json.status().ToString();
   EXPECT_EQ(empty_json->messages[0].text, "");
+}
+
+TEST(ApiInvokeMultipart, PartsSortedByNameAndUnknownPartsRefused) {
+  auto sorted = SortMultipartParts({{"image2", "c"}, {"image", "a"}, {"request", "{}"},
+                                    {"image10", "d"}, {"image", "b"}, {"image0", "z"}});
+  ASSERT_TRUE(sorted.ok()) << sorted.status().ToString();
+  EXPECT_EQ(sorted->request_json, "{}");
+  // "image" parts as sent, then image<N> by N (10 after 2, not between 1 and 2).
+  EXPECT_EQ(sorted->images, (std::vector<std::string>{"a", "b", "z", "c", "d"}));
+  EXPECT_TRUE(SortMultipartParts({})->images.empty());
+  ExpectError(SortMultipartParts({{"img", "x"}}), StatusCode::kInvalidArgument,
+              "multipart: unknown part 'img'");
+  ExpectError(SortMultipartParts({{"imagefile", "x"}}), StatusCode::kInvalidArgument,
+              "unknown part 'imagefile'");
+  ExpectError(SortMultipartParts({{"request", "{}"}, {"request", "{}"}}),
+              StatusCode::kInvalidArgument, "more than one \"request\" part");
 }
 
 TEST(ApiInvokeMultipart, Rules) {

@@ -104,6 +104,32 @@ TEST_F(ServerApiTest, InvokeJsonAndMultipartGiveTheSameTextAndTheCacheSkipsTheEn
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_duration_seconds_count"), 1);
 }
 
+// A misnamed multipart part is a 400 naming it (it used to be dropped: the model answered without
+// the image); a JSON endpoint refuses other media types; an OpenAI feature vlmd lacks is a 400.
+TEST_F(ServerApiTest, StrictPartsMediaTypesAndUnimplementedFields) {
+  auto c = Shared().Client();
+  const std::string png = FixtureImage("img-128x96.png");
+  httplib::MultipartFormDataItems misnamed{{"img", png, "x.png", "image/png"},
+                                           {"request", R"({"prompt":"what?"})", "", "application/json"}};
+  auto r = c->Post("/v1/vlm/invoke", misnamed);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("unknown part 'img'"), std::string::npos) << r->body;
+  const json chat_req{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
+  const std::string chat = chat_req.dump();
+  for (const char* type : {"text/plain", "application/x-www-form-urlencoded"}) {
+    auto t = c->Post("/v1/chat/completions", chat, type);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->status, 415) << type << ": " << t->body;
+  }
+  json tools = chat_req;
+  tools["tools"] = json::array({{{"type", "function"}}});
+  auto u = c->Post("/v1/chat/completions", tools.dump(), "application/json");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, 400) << u->body;
+  EXPECT_NE(u->body.find("tools: tool calling is not supported"), std::string::npos) << u->body;
+}
+
 TEST_F(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
   Harness& h = Shared();
   auto c = h.Client();

@@ -114,8 +114,51 @@ Result<ChatMessage> ParseMessage(const Json& msg, const std::string& path, Image
   return out;
 }
 
+// OpenAI fields that change what a reply is and that vlmd does not implement: refused naming the
+// field rather than ignored (a client asking for a tool call or a JSON object must not get plain
+// text as if it had). Harmless fields (user, store, metadata, ...) stay ignored; a field at its
+// no-op value (tool_choice: "none", response_format text, empty logit_bias) is accepted. (n > 1
+// is refused with the sampling fields.)
+Status RefuseUnimplementedFields(const Json& obj) {
+  auto present = [&](std::string_view key) {
+    const Json* v = FindField(obj, key);
+    return v != nullptr && !v->is_null() ? v : nullptr;
+  };
+  auto refuse = [](std::string_view key, std::string_view what) {
+    return InvalidArgumentError(std::string(key) + ": " + std::string(what) +
+                                " is not supported by this server");
+  };
+  for (std::string_view key : {"tools", "functions"}) {
+    if (const Json* v = present(key); v && !(v->is_array() && v->empty())) {
+      return refuse(key, "tool calling");
+    }
+  }
+  for (std::string_view key : {"tool_choice", "function_call"}) {
+    if (const Json* v = present(key); v && !(v->is_string() && v->get_ref<const Json::string_t&>() == "none")) {
+      return refuse(key, "tool calling");
+    }
+  }
+  if (const Json* v = present("response_format")) {
+    const Json* type = v->is_object() ? FindField(*v, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get_ref<const Json::string_t&>() != "text") {
+      return refuse("response_format", "a response format other than {\"type\": \"text\"}");
+    }
+  }
+  if (const Json* v = present("logit_bias"); v && !(v->is_object() && v->empty())) {
+    return refuse("logit_bias", "logit bias");
+  }
+  if (present("audio")) return refuse("audio", "audio output");
+  if (const Json* v = present("modalities");
+      v && !(v->is_array() && v->size() == 1 && (*v)[0] == "text")) {
+    return refuse("modalities", "an output modality other than text");
+  }
+  if (present("prediction")) return refuse("prediction", "predicted output");
+  return Status::Ok();
+}
+
 Result<GenerationRequest> ParseChatImpl(std::string_view body, const RequestLimits& limits) {
   VLMD_ASSIGN_OR_RETURN(const Json obj, internal::ParseJsonObject(body, "body"));
+  VLMD_RETURN_IF_ERROR(RefuseUnimplementedFields(obj));
   GenerationRequest req;
   VLMD_RETURN_IF_ERROR(internal::ParseSharedFields(obj, "", limits, &req));
   const Json* messages = FindField(obj, "messages");

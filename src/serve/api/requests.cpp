@@ -2,6 +2,7 @@
 // Chat completions live in chat_request.cpp; shared fields in request_fields.cpp.
 #include "serve/api/requests.h"
 
+#include <algorithm>
 #include <exception>
 #include <new>
 
@@ -131,6 +132,33 @@ Result<GenerationRequest> ParseInvokeMultipartImpl(std::string_view request_json
 // become a Status, never an exception into the HTTP layer.
 Result<GenerationRequest> ParseInvokeJson(std::string_view body, const RequestLimits& limits) {
   return internal::AtExceptionBoundary("body", [&] { return ParseInvokeJsonImpl(body, limits); });
+}
+
+Result<MultipartParts> SortMultipartParts(
+    std::vector<std::pair<std::string, std::string>> parts) {
+  MultipartParts out;
+  bool have_request = false;
+  std::vector<std::pair<int64_t, std::string>> images;  // (order key, bytes); "image" is -1
+  for (auto& [name, content] : parts) {
+    if (name == "request") {
+      if (have_request) return InvalidArgumentError("multipart: more than one \"request\" part");
+      have_request = true;
+      out.request_json = std::move(content);
+      continue;
+    }
+    const std::string_view digits = std::string_view(name).substr(name.rfind("image", 0) == 0 ? 5 : 0);
+    const bool numbered = name.rfind("image", 0) == 0 && !digits.empty() && digits.size() <= 6 &&
+                          digits.find_first_not_of("0123456789") == std::string_view::npos;
+    if (name != "image" && !numbered) {
+      return InvalidArgumentError("multipart: unknown part " + internal::Quote(name) +
+                                  " (send \"image\" or \"image<N>\" parts and one \"request\" part)");
+    }
+    images.emplace_back(numbered ? std::stoll(std::string(digits)) : -1, std::move(content));
+  }
+  std::stable_sort(images.begin(), images.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [key, bytes] : images) out.images.push_back(std::move(bytes));
+  return out;
 }
 
 Result<GenerationRequest> ParseInvokeMultipart(std::string_view request_json,

@@ -69,6 +69,15 @@ inline constexpr std::string_view kMediaMarker = "<__media__>";
 // INVALID_ARGUMENT (malformed JSON, wrong types, bad values, bad base64 / data URI) naming the
 // field; OUT_OF_RANGE when a limit (images, bytes, max_tokens) is exceeded.
 Result<GenerationRequest> ParseInvokeJson(std::string_view body, const RequestLimits& limits);
+// The parts of a multipart invoke request, by name as received (name, content): "request" (at
+// most one) and the images, "image" parts in the order sent, then "image<N>" parts by N. Any
+// other part is INVALID_ARGUMENT naming it (a misnamed image must not be dropped silently).
+struct MultipartParts {
+  std::string request_json;  // empty when no "request" part
+  std::vector<std::string> images;
+};
+Result<MultipartParts> SortMultipartParts(
+    std::vector<std::pair<std::string, std::string>> parts);
 // Multipart variant: `request_json` is the "request" part (may be empty: then prompt is ""),
 // `images` the image parts' bytes.
 Result<GenerationRequest> ParseInvokeMultipart(std::string_view request_json,

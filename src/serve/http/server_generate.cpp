@@ -131,20 +131,25 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   if (!s_.ready_.load()) return fail({503, "server_error", "not_ready", "the model is still loading"});
   const api::RequestLimits& limits = s_.options_.limits;
   Result<api::GenerationRequest> parsed = InvalidArgumentError("unreachable");
+  const std::string content_type = req.get_header_value("Content-Type");
   if (kind == Kind::kChat) {
+    if (content_type.rfind("application/json", 0) != 0) {
+      return fail({415, "invalid_request_error", "unsupported_media_type",
+                   "send application/json, not " + (content_type.empty() ? std::string("no Content-Type") : content_type)});
+    }
     parsed = api::ParseChatCompletion(req.body, limits);
   } else if (req.is_multipart_form_data()) {
-    std::vector<std::string> images;
-    for (const auto& [name, part] : req.files) {
-      if (name == "image") images.push_back(part.content);
-    }
-    const std::string request_json = req.has_file("request") ? req.get_file_value("request").content : "";
-    parsed = api::ParseInvokeMultipart(request_json, std::move(images), limits);
+    std::vector<std::pair<std::string, std::string>> parts;
+    for (const auto& [name, part] : req.files) parts.emplace_back(name, part.content);
+    Result<api::MultipartParts> sorted = api::SortMultipartParts(std::move(parts));
+    parsed = sorted.ok() ? api::ParseInvokeMultipart(sorted->request_json,
+                                                     std::move(sorted->images), limits)
+                         : Result<api::GenerationRequest>(sorted.status());
   } else {
-    const std::string ct = req.get_header_value("Content-Type");
-    if (!ct.empty() && ct.rfind("application/json", 0) != 0) {
+    if (content_type.rfind("application/json", 0) != 0) {
       return fail({415, "invalid_request_error", "unsupported_media_type",
-                   "send application/json or multipart/form-data, not " + ct});
+                   "send application/json or multipart/form-data, not " +
+                       (content_type.empty() ? std::string("no Content-Type") : content_type)});
     }
     parsed = api::ParseInvokeJson(req.body, limits);
   }
