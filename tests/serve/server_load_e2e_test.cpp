@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "serve/api/requests.h"
@@ -47,6 +49,36 @@ TEST(ServerLoadTest, SixteenConcurrentClientsGetTheirOneAtATimeAnswers) {
       alone[i] = json::parse(r->body)["text"];
     }
   }
+  // An anchor that decodes long: the 16 are sent once it streams its first token, so they join
+  // its decode steps whatever the machine's speed (the batching check below does not hang on
+  // 16 threads happening to start together).
+  std::mutex started_mu;
+  std::condition_variable started_cv;
+  bool started = false;
+  int anchor_status = 0;
+  std::thread anchor([&] {
+    auto c = h.Client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/vlm/invoke";
+    req.body = json{{"prompt", "count slowly"}, {"max_tokens", 300}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      std::lock_guard<std::mutex> lock(started_mu);
+      started = true;
+      started_cv.notify_all();
+      return true;
+    };
+    auto r = c->send(req);
+    anchor_status = r ? r->status : -1;
+    std::lock_guard<std::mutex> lock(started_mu);
+    started = true;  // also when it failed: the assertions below name it
+    started_cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(started_mu);
+    started_cv.wait(lock, [&] { return started; });
+  }
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
@@ -61,11 +93,14 @@ TEST(ServerLoadTest, SixteenConcurrentClientsGetTheirOneAtATimeAnswers) {
     });
   }
   for (auto& t : threads) t.join();
+  anchor.join();
+  EXPECT_EQ(anchor_status, 200);
   for (int i = 0; i < kClients; ++i) {
     EXPECT_EQ(status[i], 200) << "client " << i << " " << client_error[i];
     EXPECT_EQ(together[i], alone[i]) << "client " << i;
   }
-  // Continuous batching really batched: some decode step ran more than one sequence.
+  // Continuous batching really batched: decode steps ran several sequences (the anchor's 300
+  // tokens alone would take 300 steps).
   const std::string m = h.Client()->Get("/metrics")->body;
   const double steps = testing::MetricValue(m, "vlm_decode_steps_total");
   const double tokens = testing::MetricValue(m, "vlm_generated_tokens_total");
@@ -81,6 +116,36 @@ TEST(ServerLoadTest, FullQueueGives429WithRetryAfterAndNothingHangs) {
   constexpr int kClients = 8;
   std::vector<int> status(kClients, 0);
   std::vector<std::string> retry(kClients);
+  // An anchor that decodes long: the 16 are sent once it streams its first token, so they join
+  // its decode steps whatever the machine's speed (the batching check below does not hang on
+  // 16 threads happening to start together).
+  std::mutex started_mu;
+  std::condition_variable started_cv;
+  bool started = false;
+  int anchor_status = 0;
+  std::thread anchor([&] {
+    auto c = h.Client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/vlm/invoke";
+    req.body = json{{"prompt", "count slowly"}, {"max_tokens", 300}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      std::lock_guard<std::mutex> lock(started_mu);
+      started = true;
+      started_cv.notify_all();
+      return true;
+    };
+    auto r = c->send(req);
+    anchor_status = r ? r->status : -1;
+    std::lock_guard<std::mutex> lock(started_mu);
+    started = true;  // also when it failed: the assertions below name it
+    started_cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(started_mu);
+    started_cv.wait(lock, [&] { return started; });
+  }
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
