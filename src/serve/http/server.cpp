@@ -11,6 +11,7 @@
 #include <random>
 
 #include "serve/api/errors.h"
+#include "serve/http/bounded_body.h"
 #include "serve/http/guard.h"
 #include "serve/http/responses.h"
 #include "serve/http/server_handlers.h"
@@ -128,12 +129,30 @@ void Server::Handlers::Register(httplib::Server& http) {
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
-  http.Post("/v1/vlm/invoke", [this](const httplib::Request& req, httplib::Response& res) {
-    Generate(Kind::kInvoke, req, res);
-  });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    Generate(Kind::kChat, req, res);
-  });
+  // The generation endpoints read their bodies themselves, within --max-body-mb, chunked or not.
+  for (const auto& [path, kind] : {std::pair{"/v1/vlm/invoke", Kind::kInvoke},
+                                   std::pair{"/v1/chat/completions", Kind::kChat}}) {
+    http.Post(path, [this, kind, path](const httplib::Request& head, httplib::Response& res,
+                                       const httplib::ContentReader& reader) {
+      httplib::Request req;
+      const BodyRead read = ReadBoundedBody(head, reader, s_.options_.max_body_bytes, &req);
+      if (read != BodyRead::kOk) {
+        s_.metrics_->requests.With({path, read == BodyRead::kTooLarge ? "413" : "400"}).Inc();
+      }
+      switch (read) {
+        case BodyRead::kOk: return Generate(kind, req, res);
+        case BodyRead::kTooLarge:
+          res.set_header("Connection", "close");  // the rest of the body is never read
+          return SendError(res, {413, "invalid_request_error", "payload_too_large",
+                                 "request body over the limit of " +
+                                     std::to_string(s_.options_.max_body_bytes) + " bytes"});
+        case BodyRead::kFailed:
+          res.set_header("Connection", "close");
+          return SendError(res, {400, "invalid_request_error", "bad_request",
+                                 "the request body could not be read"});
+      }
+    });
+  }
 }
 
 std::string RandomInstanceId() {
