@@ -332,6 +332,27 @@ TEST_F(ServerApiTest, TopLogprobsListTheBestTokensBestFirst) {
     EXPECT_DOUBLE_EQ(t["logprob"].get<double>(), top[0]["logprob"].get<double>());
     EXPECT_LE(top[0]["logprob"].get<double>(), 0.0);
   }
+  // Streamed, the chunks' logprobs lists together are the same tokens (here in the final chunk).
+  json streamed = req;
+  streamed["stream"] = true;
+  auto sr = c->Post("/v1/chat/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(sr);
+  ASSERT_EQ(sr->status, 200) << sr->body;
+  json all = json::array();
+  for (size_t at = sr->body.find("data: {"); at != std::string::npos;
+       at = sr->body.find("data: {", at + 1)) {
+    const json chunk = json::parse(sr->body.substr(at + 6, sr->body.find("\n\n", at) - at - 6));
+    if (chunk["choices"].empty()) continue;
+    const json& lp = chunk["choices"][0]["logprobs"];
+    if (lp.is_object()) {
+      for (const json& t : lp["content"]) all.push_back(t);
+    }
+  }
+  ASSERT_EQ(all.size(), content.size()) << sr->body;
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i]["token"], content[i]["token"]) << i;
+    EXPECT_EQ(all[i]["top_logprobs"].size(), 3u) << i;
+  }
   // Without logprobs it is refused, as OpenAI does.
   json bad = req;
   bad["logprobs"] = false;

@@ -139,6 +139,17 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
   return Dump(j);
 }
 
+std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
+                            const engine::tokenizer::Tokenizer& tok) {
+  json choice{{"index", 0},
+              {"delta", json::object()},
+              {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)},
+              {"finish_reason", std::string(OpenAiFinishReason(r.finish_reason))}};
+  json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
+  AddGuardFields(ctx, &j);
+  return Dump(j);
+}
+
 std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r) {
   json j = ChatObject(ctx, "chat.completion.chunk", json::array());
   j["usage"] = UsageJson(r);

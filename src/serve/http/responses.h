@@ -42,6 +42,12 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
                       std::optional<std::string_view> content,
                       std::optional<std::string_view> finish_reason);
+// The final chunk (finish_reason): with the request's logprobs, logprobs.content lists every token
+// of the reply here, so that a client that concatenates the chunks' lists gets them all (the text
+// chunks pass the word filter, which may hold text back across tokens, so tokens are not tied to
+// the chunks that carry their text).
+std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
+                            const engine::tokenizer::Tokenizer& tok);
 // The extra last chunk of a stream with stream_options.include_usage: "choices": [] and usage.
 std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r);
 // OpenAI finish_reason for a sequence's reason ("stop", "length"; others pass through).

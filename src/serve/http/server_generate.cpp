@@ -449,7 +449,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
             send(api::ErrorBody({500, "server_error", "audit_unavailable",
                                  "the audit log cannot be written"}));
           } else if (call->kind == Kind::kChat) {
-            send(ChatChunk(call->reply, std::nullopt, std::nullopt, OpenAiFinishReason(r.finish_reason)));
+            send(ChatFinishChunk(call->reply, r, call->model->engine().tokenizer()));
             if (call->include_usage) send(ChatUsageChunk(call->reply, r));
           } else {
             KeepStreamFrame(*call, r);  // audited: the frame joins its stream
