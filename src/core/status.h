@@ -56,6 +56,7 @@ inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimpleme
 inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
 // Result<T>: a value or a non-OK Status. Access value() only after checking ok().
 template <typename T>

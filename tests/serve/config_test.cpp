@@ -123,6 +123,8 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"max_batch": 9999999999}})", "server.max_batch: out of range"},
       {R"({"server": {"max_batch": 2.5}})", "expected an integer"},
       {R"({"server": {"memory_budget_mb": -1}})", "server.memory_budget_mb: must be >= 0"},
+      {R"({"server": {"max_image_mpixels": 0}})", "server.max_image_mpixels: must be 0.01 to 1000"},
+      {R"({"server": {"decode_budget_mb": -5}})", "server.decode_budget_mb: must be >= 0"},
       {R"({"tracing": {"otlp_endpoint": "collector:4318"}})", "tracing.otlp_endpoint: expected an http(s) URL"},
       {R"({"tracing": {"sample_ratio": 1.5}})", "tracing.sample_ratio: must be in [0, 1]"},
       {R"({"tracing": {"endpoint": "http://x"}})", "unknown key 'endpoint'"},

@@ -130,6 +130,36 @@ TEST_F(ServerApiTest, StrictPartsMediaTypesAndUnimplementedFields) {
   EXPECT_NE(u->body.find("tools: tool calling is not supported"), std::string::npos) << u->body;
 }
 
+// The server's image decodes share its decode budget, and the pixel limit is its option: an
+// image larger than the whole budget, or over the pixel limit, is a 413 naming the limit.
+TEST(ServerImageMemory, DecodeBudgetAndPixelLimitAreTheServers) {
+  const std::string png = FixtureImage("img-128x96.png");  // 128 x 96: 49,152 bytes reserved
+  const json req{{"prompt", "what?"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(png)}};
+  {
+    HarnessOptions o;
+    o.server.decode_budget_bytes = 40000;
+    Harness h(o);
+    auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << r->body;
+    EXPECT_NE(r->body.find("decode budget"), std::string::npos) << r->body;
+  }
+  {
+    HarnessOptions o;
+    o.server.prepare.decode_limits.max_pixels = 128 * 96 - 1;
+    Harness h(o);
+    auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << r->body;
+    EXPECT_NE(r->body.find("exceeds the limit of 12287 pixels"), std::string::npos) << r->body;
+  }
+  HarnessOptions o;  // the defaults (1 GiB, 50 Mpixels) take it
+  Harness h(o);
+  auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
 TEST_F(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
   Harness& h = Shared();
   auto c = h.Client();

@@ -117,6 +117,17 @@ int main(int argc, char** argv) {
                  "host that image_url http(s) URLs may name (repeat; none: URLs refused)");
   app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "request body limit")->capture_default_str();
+  int64_t decode_budget_mb = int64_t(so.decode_budget_bytes >> 20);
+  app.add_option("--decode-budget-mb", decode_budget_mb,
+                 "decoded image bytes in flight across requests; over it a request waits, then "
+                 "gets 503 (0: no bound)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  double max_image_mpixels = double(so.prepare.decode_limits.max_pixels) / 1e6;
+  app.add_option("--max-image-mpixels", max_image_mpixels,
+                 "largest image accepted, in millions of pixels (413 beyond)")
+      ->check(CLI::Range(0.01, 1000.0))
+      ->capture_default_str();
   app.add_option("--timeout", timeout_s, "per-request deadline, seconds")->capture_default_str();
   app.add_option("--drain-timeout", drain_s,
                  "on SIGTERM/SIGINT, seconds to let accepted requests finish")->capture_default_str();
@@ -140,6 +151,8 @@ int main(int argc, char** argv) {
   so.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
   so.limits.max_image_bytes = so.max_body_bytes;
   so.prepare.decode_limits.max_bytes = so.max_body_bytes;
+  so.prepare.decode_limits.max_pixels = static_cast<uint64_t>(max_image_mpixels * 1e6);
+  so.decode_budget_bytes = static_cast<uint64_t>(decode_budget_mb) << 20;
   so.prepare.timeout = std::chrono::seconds(timeout_s);
   so.limits.max_tokens_limit = spec.engine.n_ctx;
 

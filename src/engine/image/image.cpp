@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/sha256.h"
+#include "engine/image/decode_budget.h"
 #include "engine/image/decoders.h"
 
 namespace vlmd::engine::image {
@@ -24,6 +25,10 @@ Status CheckDimensions(const char* format, int64_t width, int64_t height,
                            std::to_string(height) + " exceeds the limit of " +
                            std::to_string(limits.max_pixels) +
                            " pixels (possible decompression bomb)");
+  }
+  // The budget: reserved at the first check (JPEG checks its SOF scan and then its header).
+  if (limits.budget != nullptr && limits.reservation != nullptr && *limits.reservation == nullptr) {
+    VLMD_ASSIGN_OR_RETURN(*limits.reservation, limits.budget->Reserve(w * h * 4));
   }
   return Status::Ok();
 }
@@ -53,15 +58,20 @@ Result<Image> DecodeImage(std::span<const uint8_t> bytes, const DecodeLimits& li
     return OutOfRangeError("image: encoded size " + std::to_string(bytes.size()) +
                            " bytes exceeds the limit of " + std::to_string(limits.max_bytes));
   }
+  std::shared_ptr<const void> reservation;  // the decode budget's, once the header is read
+  DecodeLimits with_hold = limits;
+  with_hold.reservation = &reservation;
+  Result<Image> image = UnimplementedError("unsupported image format");
   switch (SniffFormat(bytes)) {
-    case ImageFormat::kJpeg: return internal::DecodeJpeg(bytes, limits);
-    case ImageFormat::kPng: return internal::DecodePng(bytes, limits);
-    case ImageFormat::kWebp: return internal::DecodeWebp(bytes, limits);
-    case ImageFormat::kBmp: return internal::DecodeBmp(bytes, limits);
-    case ImageFormat::kPnm: return internal::DecodePnm(bytes, limits);
+    case ImageFormat::kJpeg: image = internal::DecodeJpeg(bytes, with_hold); break;
+    case ImageFormat::kPng: image = internal::DecodePng(bytes, with_hold); break;
+    case ImageFormat::kWebp: image = internal::DecodeWebp(bytes, with_hold); break;
+    case ImageFormat::kBmp: image = internal::DecodeBmp(bytes, with_hold); break;
+    case ImageFormat::kPnm: image = internal::DecodePnm(bytes, with_hold); break;
     case ImageFormat::kUnknown: break;
   }
-  return UnimplementedError("unsupported image format");
+  if (image.ok()) image->budget_hold = std::move(reservation);
+  return image;
 }
 
 std::string ImageKey(const Image& image) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,11 +17,20 @@ struct Image {
   int32_t width = 0;
   int32_t height = 0;
   std::vector<uint8_t> rgb;
+  // The decode budget's reservation for these pixels (DecodeLimits::budget), released with the
+  // image; empty without a budget.
+  std::shared_ptr<const void> budget_hold;
 };
+
+class DecodeBudget;  // decode_budget.h
 
 struct DecodeLimits {
   uint64_t max_bytes = 32ull << 20;   // encoded size, bytes
   uint64_t max_pixels = 50'000'000;   // width * height of the decoded image
+  // Decoded bytes in flight across callers (decode_budget.h); nullptr: unbounded.
+  std::shared_ptr<DecodeBudget> budget;
+  // Internal to DecodeImage: where the dimension check leaves the budget's reservation.
+  std::shared_ptr<const void>* reservation = nullptr;
 };
 
 enum class ImageFormat : uint8_t { kUnknown, kJpeg, kPng, kWebp, kBmp, kPnm };
@@ -31,7 +41,9 @@ ImageFormat SniffFormat(std::span<const uint8_t> bytes);
 // Decodes `bytes` (not retained) into RGB. Alpha is composited on white; grayscale is expanded;
 // JPEG EXIF orientation (1-8) is applied. Failure results:
 //   OUT_OF_RANGE   encoded size over limits.max_bytes, or header dimensions whose product exceeds
-//                  limits.max_pixels (checked before pixels are allocated or decoded);
+//                  limits.max_pixels (checked before pixels are allocated or decoded), or
+//                  pixels that exceed the whole decode budget;
+//   UNAVAILABLE    the decode budget stayed full for its whole wait;
 //   UNIMPLEMENTED  "unsupported image format" (unknown magic) or an unsupported variant
 //                  (e.g. animated WebP, palette BMP);
 //   DATA_LOSS      truncated or corrupt data; the message names the format and the problem.

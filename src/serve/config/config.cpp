@@ -89,7 +89,8 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
                                       "prefill_chunk", "encode_tiles", "ctx", "precision",
                                       "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
-                                      "image_url_hosts", "memory_budget_mb"}));
+                                      "image_url_hosts", "memory_budget_mb", "decode_budget_mb",
+                                      "max_image_mpixels"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
   if (so->port > 65535) return InvalidArgumentError(s.path("port") + ": must be <= 65535");
@@ -118,6 +119,15 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
   so->max_body_bytes = size_t(body_mb) << 20;
   so->limits.max_image_bytes = so->max_body_bytes;
   so->prepare.decode_limits.max_bytes = so->max_body_bytes;
+  int64_t decode_mb = int64_t(so->decode_budget_bytes >> 20);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("decode_budget_mb", &decode_mb));
+  so->decode_budget_bytes = uint64_t(decode_mb) << 20;
+  double mpixels = double(so->prepare.decode_limits.max_pixels) / 1e6;
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_image_mpixels", &mpixels));
+  if (mpixels < 0.01 || mpixels > 1000) {
+    return InvalidArgumentError(s.path("max_image_mpixels") + ": must be 0.01 to 1000");
+  }
+  so->prepare.decode_limits.max_pixels = uint64_t(mpixels * 1e6);
   int64_t timeout_s = std::chrono::duration_cast<std::chrono::seconds>(so->prepare.timeout).count();
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("timeout_s", &timeout_s));
   if (timeout_s < 1) return InvalidArgumentError(s.path("timeout_s") + ": must be >= 1");

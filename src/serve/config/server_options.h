@@ -3,6 +3,7 @@
 // command line and/or the config file (config.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -61,6 +62,10 @@ struct ServerOptions {
   // (bounded by read_timeout_s) and while it idles between keep-alive requests (keep_alive_s).
   int http_threads = 64;
   size_t max_body_bytes = 32u << 20;   // larger bodies get 413
+  // Decoded image bytes in flight across requests (engine/image/decode_budget.h; 0: no bound):
+  // a request whose image does not fit waits up to decode_wait, then gets 503.
+  uint64_t decode_budget_bytes = 1ull << 30;
+  std::chrono::milliseconds decode_wait{10000};
   int read_timeout_s = 10;             // a client that stalls longer is dropped (slow loris)
   int write_timeout_s = 30;
   int keep_alive_s = 2;                // idle keep-alive connections close after this

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "engine/image/decode_budget.h"
 #include "serve/api/errors.h"
 #include "serve/http/bounded_body.h"
 #include "serve/http/guard.h"
@@ -170,6 +171,10 @@ Server::Server(ServerOptions options)
       http_(std::make_unique<httplib::Server>()),
       handlers_(std::make_unique<Handlers>(this)) {
   metrics_->memory_budget_bytes.With().Set(static_cast<double>(options_.memory_budget_bytes));
+  if (options_.decode_budget_bytes > 0) {  // shared by every request's image decodes
+    options_.prepare.decode_limits.budget = std::make_shared<engine::image::DecodeBudget>(
+        options_.decode_budget_bytes, options_.decode_wait);
+  }
   httplib::Server& http = *http_;
   const int threads = options_.http_threads < 1 ? 1 : options_.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
