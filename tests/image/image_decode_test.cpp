@@ -260,6 +260,52 @@ TEST(ImageJpeg, TwelveBitIsUnimplemented) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << r.status().ToString();
 }
 
+// A caller that needs less than the whole image gets a JPEG decoded at the largest DCT scale that
+// still covers it (libjpeg's sizes: ceil(side / d)); the need is in the shown orientation.
+TEST(ImageJpeg, DecodesAtTheDctScaleTheCallerNeeds) {
+  const int w = 400, h = 300;
+  Bytes rgb;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) rgb.push_back(Pattern(x, y, c));
+    }
+  }
+  const Bytes jpeg = testing::EncodeJpeg(rgb, w, h, 3, 90);
+  struct Case { int need_w, need_h, want_w, want_h; };
+  for (const Case& c : {Case{90, 70, 100, 75},    // 1/4: 100x75 covers 90x70, 1/8 (50x38) not
+                        Case{50, 38, 50, 38},     // 1/8
+                        Case{201, 10, 400, 300},  // 1/2 would give 200 < 201: full size
+                        Case{0, 0, 50, 38}}) {    // nothing needed: the smallest scale
+    DecodeLimits limits;
+    int asked_w = 0, asked_h = 0;
+    limits.needed_size = [&](int32_t iw, int32_t ih) {
+      asked_w = iw;
+      asked_h = ih;
+      return ImageSize{c.need_w, c.need_h};
+    };
+    const Image img = MustDecode(jpeg, limits);
+    EXPECT_EQ(asked_w, w);
+    EXPECT_EQ(asked_h, h);
+    EXPECT_EQ(img.width, c.want_w) << c.need_w << "x" << c.need_h;
+    EXPECT_EQ(img.height, c.want_h) << c.need_w << "x" << c.need_h;
+  }
+  // Rotated 90 degrees by EXIF (orientation 6): shown 300x400, the need is asked that way.
+  const Bytes rotated = testing::EncodeJpeg(rgb, w, h, 3, 90, testing::ExifApp1(6, false));
+  DecodeLimits limits;
+  limits.needed_size = [&](int32_t iw, int32_t ih) {
+    EXPECT_EQ(iw, h);
+    EXPECT_EQ(ih, w);
+    return ImageSize{70, 90};  // shown sides: 1/4 gives 75x100
+  };
+  const Image img = MustDecode(rotated, limits);
+  EXPECT_EQ(img.width, 75);
+  EXPECT_EQ(img.height, 100);
+  // Other formats ignore the hint (decoded whole).
+  DecodeLimits png_limits;
+  png_limits.needed_size = [](int32_t, int32_t) { return ImageSize{1, 1}; };
+  EXPECT_EQ(MustDecode(testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, rgb), png_limits).width, w);
+}
+
 TEST(ImageJpeg, ExifOrientationIsApplied) {
   const int w = 32, h = 16;  // non-square so that 90-degree rotations swap dimensions
   const Bytes rgb = Quadrants(w, h);

@@ -1,9 +1,11 @@
 // JPEG decoding with libjpeg-turbo (errors caught with longjmp, never exit()) and EXIF
 // orientation from APP1, parsed here with explicit bounds checks.
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -64,6 +66,24 @@ bool ScanSofDimensions(std::span<const uint8_t> b, uint32_t* width, uint32_t* he
   return false;
 }
 
+// The largest libjpeg DCT scale denominator (8, 4, 2; 1: full size) at which a width x height
+// JPEG still covers what the caller needs. `transposed`: EXIF orientation 5-8, whose shown image
+// swaps the stored sides.
+unsigned DctDenominator(uint32_t width, uint32_t height, bool transposed,
+                        const std::function<ImageSize(int32_t, int32_t)>& needed_size) {
+  const uint32_t shown_w = transposed ? height : width, shown_h = transposed ? width : height;
+  ImageSize need = needed_size(static_cast<int32_t>(shown_w), static_cast<int32_t>(shown_h));
+  if (transposed) std::swap(need.width, need.height);  // back to stored sides
+  for (unsigned d : {8u, 4u, 2u}) {
+    // libjpeg's scaled size: ceil(side / d).
+    if ((width + d - 1) / d >= static_cast<uint32_t>(std::max(need.width, 1)) &&
+        (height + d - 1) / d >= static_cast<uint32_t>(std::max(need.height, 1))) {
+      return d;
+    }
+  }
+  return 1;
+}
+
 // The setjmp frame holds only trivially destructible locals; everything with a destructor lives
 // in the caller (`out`), so a longjmp never skips a destructor.
 bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, Image* out,
@@ -103,6 +123,11 @@ bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, I
   }
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  if (limits.needed_size) {
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = DctDenominator(cinfo.image_width, cinfo.image_height,
+                                       ExifOrientation(*exif) >= 5, limits.needed_size);
+  }
   jpeg_start_decompress(&cinfo);
   AllocateRgb(static_cast<int32_t>(cinfo.output_width), static_cast<int32_t>(cinfo.output_height),
               out);

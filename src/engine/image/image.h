@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,11 +25,20 @@ struct Image {
 
 class DecodeBudget;  // decode_budget.h
 
+struct ImageSize {
+  int32_t width = 0;
+  int32_t height = 0;
+};
+
 struct DecodeLimits {
   uint64_t max_bytes = 32ull << 20;   // encoded size, bytes
   uint64_t max_pixels = 50'000'000;   // width * height of the decoded image
   // Decoded bytes in flight across callers (decode_budget.h); nullptr: unbounded.
   std::shared_ptr<DecodeBudget> budget;
+  // The smallest size the caller will use from an image of the given (shown) size, e.g. the
+  // model's preprocessing target: JPEG then decodes at the largest DCT scale (1/2, 1/4, 1/8)
+  // whose result still covers it, in less time and memory. Empty: full size.
+  std::function<ImageSize(int32_t width, int32_t height)> needed_size;
   // Internal to DecodeImage: where the dimension check leaves the budget's reservation.
   std::shared_ptr<const void>* reservation = nullptr;
 };

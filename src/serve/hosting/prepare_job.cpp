@@ -56,6 +56,13 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // Decode every image, then choose each one's tiling from its size alone, then preprocess once.
   std::vector<engine::image::Image> decoded;
   std::vector<double> ms(request.images.size(), 0.0);
+  // A JPEG decodes at the smallest DCT scale that still covers the model's preprocessing size of
+  // the image (its plan at level 0): a 4000x3000 photo for a 1288x966 Qwen image decodes at 1/2.
+  engine::image::DecodeLimits limits = options.decode_limits;
+  limits.needed_size = [&e](int32_t w, int32_t h) {
+    const engine::models::ImagePlan plan = e.PlanImage(w, h, 0);
+    return engine::image::ImageSize{plan.width, plan.height};
+  };
   for (size_t i = 0; i < request.images.size(); ++i) {
     const std::string& bytes = request.images[i];
     const auto t0 = Clock::now();
@@ -63,7 +70,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                           engine::image::DecodeImage(
                               std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
                                                        bytes.size()),
-                              options.decode_limits));
+                              limits));
     ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     decoded.push_back(std::move(img));
   }
