@@ -131,8 +131,11 @@ void Server::Handlers::Register(httplib::Server& http) {
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
   // The generation endpoints read their bodies themselves, within --max-body-mb, chunked or not.
-  for (const auto& [path, kind] : {std::pair{"/v1/vlm/invoke", Kind::kInvoke},
-                                   std::pair{"/v1/chat/completions", Kind::kChat}}) {
+  // (Plain locals, not structured bindings: clang 14, the sanitizer builds', cannot capture those.)
+  for (const std::pair<const char*, Kind>& endpoint :
+       {std::pair{"/v1/vlm/invoke", Kind::kInvoke}, std::pair{"/v1/chat/completions", Kind::kChat}}) {
+    const char* path = endpoint.first;
+    const Kind kind = endpoint.second;
     http.Post(path, [this, kind, path](const httplib::Request& head, httplib::Response& res,
                                        const httplib::ContentReader& reader) {
       httplib::Request req;
