@@ -72,5 +72,24 @@ TEST(DecodeBudget, DecodedImagesHoldTheirPixelsBytesUntilTheyAreGone) {
   EXPECT_EQ(DecodeImage(png, limits).status().code(), StatusCode::kOutOfRange);
 }
 
+// One request's second image that cannot fit beside its first is refused at once (it would wait
+// for bytes its own request holds), not after the wait.
+TEST(DecodeBudget, ARequestsImagesThatCannotFitTogetherAreRefusedAtOnce) {
+  const int w = 64, h = 48;
+  const testing::Bytes png =
+      testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, testing::Bytes(size_t(w) * h * 3, 7));
+  DecodeLimits limits;
+  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 6, std::chrono::seconds(30));
+  Result<Image> first = DecodeImage(png, limits);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->budget_bytes, uint64_t(w) * h * 4);
+  limits.budget_held = first->budget_bytes;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Image> second = DecodeImage(png, limits);
+  EXPECT_EQ(second.status().code(), StatusCode::kOutOfRange) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("images"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));  // not the 30 s wait
+}
+
 }  // namespace
 }  // namespace vlmd::engine::image

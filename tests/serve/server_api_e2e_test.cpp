@@ -153,6 +153,23 @@ TEST(ServerImageMemory, DecodeBudgetAndPixelLimitAreTheServers) {
     EXPECT_EQ(r->status, 413) << r->body;
     EXPECT_NE(r->body.find("exceeds the limit of 12287 pixels"), std::string::npos) << r->body;
   }
+  {
+    // Room for one image: a request with two is refused at once (its second image would wait
+    // for its first), one with one is served.
+    HarnessOptions o;
+    o.server.decode_budget_bytes = 60000;
+    Harness h(o);
+    json two = req;
+    two.erase("image_base64");
+    two["images_base64"] = {api::EncodeBase64(png), api::EncodeBase64(png)};
+    auto r = h.Client()->Post("/v1/vlm/invoke", two.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << r->body;
+    EXPECT_NE(r->body.find("the request's images"), std::string::npos) << r->body;
+    auto one = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
+    ASSERT_TRUE(one);
+    EXPECT_EQ(one->status, 200) << one->body;
+  }
   HarnessOptions o;  // the defaults (1 GiB, 50 Mpixels) take it
   Harness h(o);
   auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");

@@ -4,11 +4,15 @@
 
 namespace vlmd::engine::image {
 
-Result<std::shared_ptr<const void>> DecodeBudget::Reserve(uint64_t bytes) {
-  if (bytes > capacity_) {
-    return OutOfRangeError("image of " + std::to_string(bytes >> 20) +
-                           " MiB decoded exceeds the decode budget of " +
-                           std::to_string(capacity_ >> 20) + " MiB");
+Result<std::shared_ptr<const void>> DecodeBudget::Reserve(uint64_t bytes, uint64_t already_held) {
+  if (bytes > capacity_ || already_held > capacity_ - bytes) {
+    return OutOfRangeError(
+        already_held == 0
+            ? "image of " + std::to_string(bytes >> 20) + " MiB decoded exceeds the decode budget of " +
+                  std::to_string(capacity_ >> 20) + " MiB"
+            : "the request's images, " + std::to_string((already_held + bytes) >> 20) +
+                  " MiB decoded together, exceed the decode budget of " +
+                  std::to_string(capacity_ >> 20) + " MiB");
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (!freed_.wait_for(lock, max_wait_, [&] { return in_use_ + bytes <= capacity_; })) {

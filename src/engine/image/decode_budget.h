@@ -22,9 +22,11 @@ class DecodeBudget : public std::enable_shared_from_this<DecodeBudget> {
       : capacity_(capacity_bytes), max_wait_(max_wait) {}
 
   // Waits up to max_wait for `bytes` to be free and holds them until the returned handle (and
-  // its copies) are gone. OUT_OF_RANGE when bytes exceed the whole capacity (it can never fit);
-  // UNAVAILABLE when the wait runs out (the server is busy decoding: retry).
-  Result<std::shared_ptr<const void>> Reserve(uint64_t bytes);
+  // its copies) are gone. `already_held`: bytes the caller itself holds from this budget (the
+  // earlier images of one request), which cannot be freed while it waits. OUT_OF_RANGE when
+  // already_held + bytes exceed the whole capacity (it can never fit); UNAVAILABLE when the wait
+  // runs out (the server is busy decoding: retry).
+  Result<std::shared_ptr<const void>> Reserve(uint64_t bytes, uint64_t already_held = 0);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t in_use() const;

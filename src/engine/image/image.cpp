@@ -28,7 +28,8 @@ Status CheckDimensions(const char* format, int64_t width, int64_t height,
   }
   // The budget: reserved at the first check (JPEG checks its SOF scan and then its header).
   if (limits.budget != nullptr && limits.reservation != nullptr && *limits.reservation == nullptr) {
-    VLMD_ASSIGN_OR_RETURN(*limits.reservation, limits.budget->Reserve(w * h * 4));
+    VLMD_ASSIGN_OR_RETURN(*limits.reservation, limits.budget->Reserve(w * h * 4, limits.budget_held));
+    if (limits.reserved_bytes != nullptr) *limits.reserved_bytes = w * h * 4;
   }
   return Status::Ok();
 }
@@ -59,8 +60,10 @@ Result<Image> DecodeImage(std::span<const uint8_t> bytes, const DecodeLimits& li
                            " bytes exceeds the limit of " + std::to_string(limits.max_bytes));
   }
   std::shared_ptr<const void> reservation;  // the decode budget's, once the header is read
+  uint64_t reserved_bytes = 0;
   DecodeLimits with_hold = limits;
   with_hold.reservation = &reservation;
+  with_hold.reserved_bytes = &reserved_bytes;
   Result<Image> image = UnimplementedError("unsupported image format");
   switch (SniffFormat(bytes)) {
     case ImageFormat::kJpeg: image = internal::DecodeJpeg(bytes, with_hold); break;
@@ -70,7 +73,10 @@ Result<Image> DecodeImage(std::span<const uint8_t> bytes, const DecodeLimits& li
     case ImageFormat::kPnm: image = internal::DecodePnm(bytes, with_hold); break;
     case ImageFormat::kUnknown: break;
   }
-  if (image.ok()) image->budget_hold = std::move(reservation);
+  if (image.ok()) {
+    image->budget_hold = std::move(reservation);
+    image->budget_bytes = reserved_bytes;
+  }
   return image;
 }
 

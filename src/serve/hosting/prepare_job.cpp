@@ -72,6 +72,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                                        bytes.size()),
                               limits));
     ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    limits.budget_held += img.budget_bytes;  // the next image cannot wait for this one
     decoded.push_back(std::move(img));
   }
   // The rows an image adds to the prompt at a level: its visual rows and the family's wrapper
