@@ -135,46 +135,32 @@ TEST_F(ServerApiTest, StrictPartsMediaTypesAndUnimplementedFields) {
 TEST(ServerImageMemory, DecodeBudgetAndPixelLimitAreTheServers) {
   const std::string png = FixtureImage("img-128x96.png");  // 128 x 96: 49,152 bytes reserved
   const json req{{"prompt", "what?"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(png)}};
-  {
+  json two = req;
+  two.erase("image_base64");
+  two["images_base64"] = {api::EncodeBase64(png), api::EncodeBase64(png)};
+  // A server with `server` options answers `body` with `status`, its message containing `says`.
+  auto expect = [](const ServerOptions& server, const json& body, int status, const char* says) {
     HarnessOptions o;
-    o.server.decode_budget_bytes = 40000;
+    o.server = server;
     Harness h(o);
-    auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
+    auto r = h.Client()->Post("/v1/vlm/invoke", body.dump(), "application/json");
     ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 413) << r->body;
-    EXPECT_NE(r->body.find("decode budget"), std::string::npos) << r->body;
-  }
-  {
-    HarnessOptions o;
-    o.server.prepare.decode_limits.max_pixels = 128 * 96 - 1;
-    Harness h(o);
-    auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 413) << r->body;
-    EXPECT_NE(r->body.find("exceeds the limit of 12287 pixels"), std::string::npos) << r->body;
-  }
-  {
-    // Room for one image: a request with two is refused at once (its second image would wait
-    // for its first), one with one is served.
-    HarnessOptions o;
-    o.server.decode_budget_bytes = 60000;
-    Harness h(o);
-    json two = req;
-    two.erase("image_base64");
-    two["images_base64"] = {api::EncodeBase64(png), api::EncodeBase64(png)};
-    auto r = h.Client()->Post("/v1/vlm/invoke", two.dump(), "application/json");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 413) << r->body;
-    EXPECT_NE(r->body.find("the request's images"), std::string::npos) << r->body;
-    auto one = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
-    ASSERT_TRUE(one);
-    EXPECT_EQ(one->status, 200) << one->body;
-  }
-  HarnessOptions o;  // the defaults (1 GiB, 50 Mpixels) take it
-  Harness h(o);
-  auto r = h.Client()->Post("/v1/vlm/invoke", req.dump(), "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->status, status) << r->body;
+    EXPECT_NE(r->body.find(says), std::string::npos) << r->body;
+  };
+  ServerOptions small_budget;
+  small_budget.decode_budget_bytes = 40000;
+  expect(small_budget, req, 413, "decode budget");
+  ServerOptions few_pixels;
+  few_pixels.prepare.decode_limits.max_pixels = 128 * 96 - 1;
+  expect(few_pixels, req, 413, "exceeds the limit of 12287 pixels");
+  // Room for one image: a request with two is refused at once (its second image would wait for
+  // its first), one with one is served.
+  ServerOptions room_for_one;
+  room_for_one.decode_budget_bytes = 60000;
+  expect(room_for_one, two, 413, "the request's images");
+  expect(room_for_one, req, 200, "\"text\"");
+  expect(ServerOptions{}, req, 200, "\"text\"");  // the defaults (1 GiB, 50 Mpixels) take it
 }
 
 TEST_F(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {

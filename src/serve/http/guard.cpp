@@ -1,14 +1,13 @@
 // Guard: the guard-rail objects of one server and their decision counters (see guard.h).
 #include "serve/http/guard.h"
 
-#include <limits>
-
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
 
 #include <cctype>
 #include <chrono>
 #include <ctime>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/sha256.h"
@@ -37,12 +36,12 @@ bool SameSecret(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-// RFC 3339 UTC time with milliseconds.
 // Wall-clock seconds since the epoch (the refusal sampler's clock).
-double UnixSeconds(std::chrono::system_clock::time_point t = std::chrono::system_clock::now()) {
-  return std::chrono::duration<double>(t.time_since_epoch()).count();
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// RFC 3339 UTC time with milliseconds.
 std::string UtcAt(std::chrono::system_clock::time_point now) {
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);

@@ -125,18 +125,15 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
 }
 
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
-                      std::optional<std::string_view> content,
-                      std::optional<std::string_view> finish_reason) {
+                      std::optional<std::string_view> content) {
   json delta = json::object();
   if (role) delta["role"] = std::string(*role);
   if (content) delta["content"] = std::string(*content);
   json choice{{"index", 0},
               {"delta", delta},
               {"logprobs", nullptr},
-              {"finish_reason", finish_reason ? json(std::string(*finish_reason)) : json(nullptr)}};
-  json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
-  if (finish_reason) AddGuardFields(ctx, &j);
-  return Dump(j);
+              {"finish_reason", nullptr}};
+  return Dump(ChatObject(ctx, "chat.completion.chunk", json::array({choice})));
 }
 
 std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,

@@ -37,12 +37,10 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
 // OpenAI chat.completion (non-streaming).
 std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
                       const engine::tokenizer::Tokenizer& tok);
-// One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`, or the final
-// chunk with finish_reason (which also carries "trust" when the context has it).
+// One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`.
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
-                      std::optional<std::string_view> content,
-                      std::optional<std::string_view> finish_reason);
-// The final chunk (finish_reason): with the request's logprobs, logprobs.content lists every token
+                      std::optional<std::string_view> content);
+// The final chunk (finish_reason, and "trust" when the context has it): with the request's logprobs, logprobs.content lists every token
 // of the reply here, so that a client that concatenates the chunks' lists gets them all (the text
 // chunks pass the word filter, which may hold text back across tokens, so tokens are not tied to
 // the chunks that carry their text).

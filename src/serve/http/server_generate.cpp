@@ -402,7 +402,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         auto send_text = [&](const std::string& text) {
           if (text.empty()) return true;
           const std::string payload =
-              call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text, std::nullopt)
+              call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text)
                                         : json{{"text", text}}.dump(-1, ' ', false,
                                                                    json::error_handler_t::replace);
           return send(payload);
@@ -410,7 +410,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res
         if (!*started) {
           *started = true;
           if (call->kind == Kind::kChat &&
-              !send(ChatChunk(call->reply, "assistant", "", std::nullopt))) {
+              !send(ChatChunk(call->reply, "assistant", ""))) {
             call->job->Cancel();
             return false;
           }

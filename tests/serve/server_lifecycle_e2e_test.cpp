@@ -1,0 +1,310 @@
+// The server's lifecycle end to end over real HTTP on 127.0.0.1: hot swap under load, the
+// memory budget at load and reload, image URLs fetched from allowed hosts, and draining on
+// shutdown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/sha256.h"
+#include "serve/api/requests.h"
+#include "serve/obs/trace.h"
+#include "serve/policy/word_filter.h"
+#include "server_harness.h"
+#include "server_test_servers.h"
+
+namespace vlmd::serve {
+namespace {
+
+using testing::FixtureImage;
+
+TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {FixtureSpec("live", "v1")});
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::mutex mu;
+  std::set<std::string> versions;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      auto c = ClientOf(*server);
+      const std::string body =
+          json{{"prompt", "client " + std::to_string(t)}, {"max_tokens", 3}, {"stream", t % 2 == 1}}.dump();
+      while (!stop.load()) {
+        auto r = c->Post("/v1/vlm/invoke", body, "application/json");
+        if (!r || r->status != 200 || r->body.find("\"error\"") != std::string::npos) {
+          failed++;
+          continue;
+        }
+        ok++;
+        const size_t at = r->body.rfind("\"version\":\"");
+        if (at != std::string::npos) {
+          std::lock_guard<std::mutex> lock(mu);
+          versions.insert(r->body.substr(at + 11, 2));
+        }
+      }
+    });
+  }
+  auto admin = ClientOf(*server);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // A failed reload (missing file) leaves v1 serving.
+  auto bad = admin->Post("/admin/models/live/reload", Bearer(o.guard.admin_key),
+                         R"({"model":"/nonexistent/model.gguf","version":"v9"})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 409);
+  const ModelSpec next = FixtureSpec("live", "v2");
+  const json swap{{"model", next.text_path}, {"mmproj", next.mmproj_path}, {"version", "v2"}};
+  auto r = admin->Post("/admin/models/live/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 8);
+  EXPECT_TRUE(versions.count("v1"));
+  EXPECT_TRUE(versions.count("v2"));
+  EXPECT_EQ(server->router().Get("live")->spec().version, "v2");
+  // The old version is gone once its last request finished: its memory is no longer counted.
+  const auto& live = server->router().Get("live")->engine();
+  const double weights = double(live.model().memory_bytes() + live.vision()->memory_bytes());
+  EXPECT_EQ(testing::MetricValue(admin->Get("/metrics")->body, R"(vlm_memory_bytes{kind="weights"})"), weights);
+  const std::string metrics = admin->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="ok"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="failed"})"), 1);
+}
+
+TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
+  const ModelSpec spec = FixtureSpec("m", "v1");
+  auto unlimited = StartServer({}, {spec});
+  const ModelHost& probe = *unlimited->router().Get("m");
+  const MemoryPlan plan = probe.memory_plan();
+  // The plan's parts: the weights as loaded, K/V for a full batch plus the parked prefixes at the
+  // full context (what NewCache allocates), the image cache's limit.
+  const auto& engine = probe.engine();
+  EXPECT_EQ(plan.weights, engine.model().memory_bytes() + engine.vision()->memory_bytes());
+  EXPECT_EQ(plan.kv_sequences, spec.scheduler.max_batch + spec.scheduler.prefix_cache_entries);
+  // K/V: 2 (K and V) x layers x positions x kv width x 2 bytes (f16), as the cache holds it.
+  const auto cache = engine.model().NewCache(spec.engine.n_ctx);
+  EXPECT_EQ(plan.kv_per_sequence, uint64_t(2) * cache->n_layers() * cache->n_ctx() * cache->kv_dim() * 2);
+  EXPECT_EQ(plan.kv, uint64_t(plan.kv_sequences) * plan.kv_per_sequence);
+  EXPECT_EQ(plan.image_cache, spec.image_cache_bytes);
+  EXPECT_EQ(plan.total(), plan.weights + plan.kv + plan.image_cache);
+  EXPECT_EQ(testing::MetricValue(ClientOf(*unlimited)->Get("/metrics")->body, "vlm_memory_budget_bytes"), 0);
+  unlimited.reset();
+
+  // The stream windows' limit is reserved beside the models.
+  const uint64_t streams = uint64_t{1} << 20;
+  {  // One byte short: refused, nothing served.
+    ServerOptions o;
+    o.streams.max_bytes = streams;
+    o.memory_budget_bytes = plan.total() + streams - 1;
+    o.port = 0;
+    Server server(o);
+    auto host = ModelHost::Load(spec, &server.metrics());
+    ASSERT_TRUE(host.ok());
+    const Status s = server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(s.message().find("memory budget"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("K/V"), std::string::npos) << s.message();
+    EXPECT_TRUE(server.router().Models().empty());
+  }
+  // Room for one version, not two: the model serves, a reload (both versions held until the old
+  // one's requests finish) is refused and the old version keeps serving.
+  ServerOptions o;
+  o.streams.max_bytes = streams;
+  o.memory_budget_bytes = plan.total() + streams + plan.total() / 2;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {spec});
+  auto c = ClientOf(*server);
+  std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total() + streams));
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_budget_bytes"), double(o.memory_budget_bytes));
+  const json swap{{"model", spec.text_path}, {"mmproj", spec.mmproj_path}, {"version", "v2"}};
+  auto r = c->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409) << r->body;
+  EXPECT_NE(r->body.find("memory budget"), std::string::npos) << r->body;
+  EXPECT_EQ(server->router().Get("m")->spec().version, "v1");
+  auto ok = c->Post("/v1/vlm/invoke", json{{"prompt", "hi"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="m",result="failed"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_memory_planned_bytes"), double(plan.total() + streams));
+  // With room for two versions, the same reload goes through. The replaced version counts while
+  // anything still holds it (an in-flight request; here, `v1`): a second reload must wait.
+  ServerOptions roomy = o;
+  roomy.memory_budget_bytes = 2 * plan.total() + streams + plan.total() / 2;
+  auto server2 = StartServer(roomy, {spec});
+  auto c2 = ClientOf(*server2);
+  std::shared_ptr<ModelHost> v1 = server2->router().Get("m");
+  r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(server2->router().Get("m")->spec().version, "v2");
+  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), 2.0 * plan.total() + streams);
+  const json swap3{{"model", spec.text_path}, {"mmproj", spec.mmproj_path}, {"version", "v3"}};
+  r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 409) << r->body;  // v1 + v2 + v3 do not fit
+  v1.reset();  // v1's last user lets go
+  EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), double(plan.total() + streams));
+  r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(server2->router().Get("m")->spec().version, "v3");
+}
+
+}  // namespace
+}  // namespace vlmd::serve
+
+namespace vlmd::serve {
+namespace {
+
+// A local image host for the URL tests: /img.png (the fixture), /moved (302), /big (over the
+// limit), /missing (404).
+class ImageHost {
+ public:
+  explicit ImageHost(std::string png) : png_(std::move(png)) {
+    http_.Get("/img.png", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(png_, "image/png");
+    });
+    http_.Get("/moved", [](const httplib::Request&, httplib::Response& res) {
+      res.set_redirect("http://example.com/elsewhere.png");
+    });
+    http_.Get("/big", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(3u << 20, 'x'), "image/png");
+    });
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+  }
+  ~ImageHost() {
+    http_.stop();
+    thread_.join();
+  }
+  std::string Url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+
+ private:
+  std::string png_;
+  httplib::Server http_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+json ChatWithImage(const std::string& url) {
+  return {{"max_tokens", 4},
+          {"messages",
+           {{{"role", "user"},
+             {"content",
+              {{{"type", "text"}, {"text", "Describe this:"}},
+               {{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}}}};
+}
+
+TEST(ServerImageUrls, AllowlistedHostsAreFetchedOthersRefused) {
+  const std::string png = FixtureImage("img-50x100.png");
+  ImageHost host(png);
+  ServerOptions o;
+  o.limits.url_host_allowlist = {"127.0.0.1"};
+  o.limits.max_image_bytes = 1u << 20;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  auto post = [&](const json& req) { return c->Post("/v1/chat/completions", req.dump(), "application/json"); };
+
+  auto fetched = post(ChatWithImage(host.Url("/img.png")));
+  ASSERT_TRUE(fetched);
+  ASSERT_EQ(fetched->status, 200) << fetched->body;
+  auto inline_uri = post(ChatWithImage("data:image/png;base64," + api::EncodeBase64(png)));
+  ASSERT_EQ(inline_uri->status, 200);
+  EXPECT_EQ(json::parse(fetched->body)["choices"][0]["message"]["content"],
+            json::parse(inline_uri->body)["choices"][0]["message"]["content"]);
+
+  auto redirected = post(ChatWithImage(host.Url("/moved")));
+  EXPECT_EQ(redirected->status, 400);
+  EXPECT_NE(redirected->body.find("redirects are not followed"), std::string::npos);
+  auto missing = post(ChatWithImage(host.Url("/missing")));
+  EXPECT_EQ(missing->status, 400);
+  EXPECT_NE(missing->body.find("404"), std::string::npos);
+  auto big = post(ChatWithImage(host.Url("/big")));
+  EXPECT_EQ(big->status, 413);
+  std::string other = host.Url("/img.png");
+  other.replace(other.find("127.0.0.1"), 9, "localhost");
+  auto not_listed = post(ChatWithImage(other));
+  EXPECT_EQ(not_listed->status, 400);
+  EXPECT_NE(not_listed->body.find("not in the allowlist"), std::string::npos);
+  EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
+TEST(ServerImageUrls, RefusedWithoutAHostAllowlist) {
+  auto server = StartServer({});
+  auto c = ClientOf(*server);
+  auto r = c->Post("/v1/chat/completions", ChatWithImage("http://127.0.0.1:1/x.png").dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("not allowed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
+
+namespace vlmd::serve {
+namespace {
+
+// Graceful shutdown: a stream in flight when Drain starts finishes whole; new requests and
+// /ready get 503 meanwhile; Drain returns once nothing is left.
+TEST(ServerShutdown, DrainLetsAcceptedRequestsFinishAndRefusesNewOnes) {
+  auto server = StartServer({});
+  std::string streamed_body;
+  int streamed_status = 0;
+  std::atomic<bool> first_event{false};
+  std::thread streaming([&] {
+    auto c = ClientOf(*server);
+    const json req{{"prompt", "Count slowly."}, {"max_tokens", 400}, {"stream", true}};
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/vlm/invoke";
+    r.body = req.dump();
+    r.set_header("Content-Type", "application/json");
+    r.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      streamed_body.append(data, n);
+      first_event = true;
+      return true;
+    };
+    auto res = c->send(r);
+    streamed_status = res ? res->status : -1;
+  });
+  while (!first_event.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(server->in_flight(), 1);
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] { drained = server->Drain(std::chrono::seconds(60)); });
+  while (!server->draining()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto c = ClientOf(*server);
+  auto ready = c->Get("/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  auto refused = c->Post("/v1/vlm/invoke", R"({"prompt":"hi","max_tokens":1})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(json::parse(refused->body)["error"]["code"], "shutting_down");
+  drainer.join();
+  streaming.join();
+  EXPECT_TRUE(drained.load());
+  EXPECT_EQ(server->in_flight(), 0);
+  EXPECT_EQ(streamed_status, 200);
+  EXPECT_NE(streamed_body.find("[DONE]"), std::string::npos);
+  EXPECT_NE(streamed_body.find("\"finish_reason\":\"length\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
