@@ -10,7 +10,10 @@ pkg_check_modules(WEBP REQUIRED IMPORTED_TARGET libwebp)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)             # SHA-256 (image keys, allowlists)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP server/client of serve
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP clients (image URLs, OTLP, tests)
+# Boost.Asio + Boost.Beast (header-only): the server's event-driven connection layer and its
+# strict HTTP/1.1 parser (serve/http/http_front.cpp).
+find_package(Boost 1.81 REQUIRED)
 # cpp-httplib listens with a backlog of 5: a burst of more simultaneous connections overflows the
 # accept queue, and the dropped handshakes wait for the client's SYN retry (1 s, then 3 s, ...).
 # Every translation unit sees the same value (the header's inline functions must not differ).

@@ -19,7 +19,8 @@ PACKAGES=(
   libpng-dev            # PNG decoding of request images
   libwebp-dev           # WebP decoding of request images
   libssl-dev            # SHA-256 (libcrypto) for image cache keys and allowlists
-  libcpp-httplib-dev    # HTTP/1.1 server (thread pool, multipart, chunked SSE) and test client
+  libcpp-httplib-dev    # HTTP/1.1 clients: image URLs, OTLP span export, tests, vlmd-bench
+  libboost1.81-dev      # Boost.Asio + Beast: the server's event-driven connection layer
   libspdlog-dev         # server logs
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -131,8 +131,25 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout_s, "per-request deadline, seconds")->capture_default_str();
   app.add_option("--drain-timeout", drain_s,
                  "on SIGTERM/SIGINT, seconds to let accepted requests finish")->capture_default_str();
-  app.add_option("--http-threads", so.http_threads, "connections served at once")->capture_default_str();
-  app.add_option("--read-timeout", so.read_timeout_s, "seconds a client may stall while sending")->capture_default_str();
+  app.add_option("--http-threads", so.http_threads, "requests handled at once (not connections)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--max-connections", so.max_connections, "connections open at once (503 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-connections-per-address", so.max_connections_per_address,
+                 "connections from one client address (503 beyond; 0: no cap, e.g. behind a proxy)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--read-timeout", so.read_timeout_s, "seconds for a whole request head (408 after)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--body-timeout", so.body_timeout_s, "seconds for a whole request body (408 after)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--keep-alive", so.keep_alive_s, "seconds an idle connection is kept")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (so.guard.api_key.empty()) {
     if (const char* k = std::getenv("VLMD_API_KEY"); k != nullptr) so.guard.api_key = k;

@@ -89,6 +89,8 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
                                       "prefill_chunk", "encode_tiles", "ctx", "precision",
                                       "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
+                                      "body_timeout_s", "keep_alive_s", "max_connections",
+                                      "max_connections_per_address",
                                       "image_url_hosts", "memory_budget_mb", "decode_budget_mb",
                                       "max_image_mpixels"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
@@ -133,6 +135,16 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
   if (timeout_s < 1) return InvalidArgumentError(s.path("timeout_s") + ": must be >= 1");
   so->prepare.timeout = std::chrono::seconds(timeout_s);
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("read_timeout_s", &so->read_timeout_s));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("body_timeout_s", &so->body_timeout_s));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("keep_alive_s", &so->keep_alive_s));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_connections", &so->max_connections));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_connections_per_address", &so->max_connections_per_address));
+  for (const auto& [key, value] : {std::pair{"read_timeout_s", so->read_timeout_s},
+                                   std::pair{"body_timeout_s", so->body_timeout_s},
+                                   std::pair{"keep_alive_s", so->keep_alive_s},
+                                   std::pair{"max_connections", so->max_connections}}) {
+    if (value < 1) return InvalidArgumentError(s.path(key) + ": must be >= 1");
+  }
   VLMD_RETURN_IF_ERROR(s.Get("image_url_hosts", &so->limits.url_host_allowlist));
   int64_t budget_mb = int64_t(so->memory_budget_bytes >> 20);
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("memory_budget_mb", &budget_mb));

@@ -58,17 +58,20 @@ struct TracingOptions {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
-  // Connections served at once. Each open connection holds a thread while it sends a request
-  // (bounded by read_timeout_s) and while it idles between keep-alive requests (keep_alive_s).
+  // Requests handled at once (handler threads). Connections are not threads: one I/O thread
+  // holds them all (serve/http/http_front.h), within the caps below.
   int http_threads = 64;
+  int max_connections = 8192;              // open at once; beyond: 503 and close
+  int max_connections_per_address = 256;   // from one client address (0: no cap; behind a proxy)
   size_t max_body_bytes = 32u << 20;   // larger bodies get 413
   // Decoded image bytes in flight across requests (engine/image/decode_budget.h; 0: no bound):
   // a request whose image does not fit waits up to decode_wait, then gets 503.
   uint64_t decode_budget_bytes = 1ull << 30;
   std::chrono::milliseconds decode_wait{10000};
-  int read_timeout_s = 10;             // a client that stalls longer is dropped (slow loris)
-  int write_timeout_s = 30;
-  int keep_alive_s = 2;                // idle keep-alive connections close after this
+  int read_timeout_s = 10;             // a whole request head, from its first byte (else 408)
+  int body_timeout_s = 60;             // a whole request body, from the end of its head (else 408)
+  int write_timeout_s = 30;            // one write of a reply or of a streamed chunk
+  int keep_alive_s = 5;                // a connection with no request started closes after this
   api::RequestLimits limits;           // limits.url_host_allowlist: hosts image URLs may name
   int image_fetch_timeout_s = 10;      // connect / read timeout when fetching an image URL
   PrepareOptions prepare;

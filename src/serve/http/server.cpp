@@ -2,7 +2,6 @@
 // Generation endpoints: server_generate.cpp; admin endpoints: server_admin.cpp.
 #include "serve/http/server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -12,7 +11,6 @@
 
 #include "engine/image/decode_budget.h"
 #include "serve/api/errors.h"
-#include "serve/http/bounded_body.h"
 #include "serve/http/guard.h"
 #include "serve/http/responses.h"
 #include "serve/http/server_handlers.h"
@@ -22,7 +20,7 @@ namespace {
 using nlohmann::json;
 }  // namespace
 
-void SendError(httplib::Response& res, const api::ApiError& e) {
+void SendError(HttpResponse& res, const api::ApiError& e) {
   res.status = e.http_status;
   res.set_content(api::ErrorBody(e), "application/json");
 }
@@ -51,27 +49,6 @@ std::string RefusedRouteLabel(const std::string& path) {
   return path.rfind("/admin/", 0) == 0 ? "/admin/*" : "other";
 }
 
-// Header lines a request may carry: far above what clients send (curl ~5, browsers ~20), far
-// below the 10,000 lines that were accepted before.
-constexpr size_t kMaxHeaderLines = 100;
-
-// Why a request's framing is ambiguous (RFC 9112 6.3), or empty: Content-Length together with
-// Transfer-Encoding, or Content-Length headers that differ. A proxy in front may read such a
-// request's body one way and the server another (request smuggling), so it is refused and the
-// connection closed.
-std::string FramingError(const httplib::Request& req) {
-  const size_t n_length = req.get_header_value_count("Content-Length");
-  if (n_length > 0 && req.has_header("Transfer-Encoding")) {
-    return "Content-Length together with Transfer-Encoding";
-  }
-  for (size_t i = 1; i < n_length; ++i) {
-    if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0)) {
-      return "conflicting Content-Length headers";
-    }
-  }
-  return "";
-}
-
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -83,11 +60,12 @@ void Server::Handlers::Observe(const Call& call, int status) {
   ExportSpans(call, status);
 }
 
-void Server::Handlers::Register(httplib::Server& http) {
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+// Admin request bodies are small JSON objects.
+void Server::Handlers::Register() {
+  Get("/health", [](HttpRequest&, HttpResponse& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
-  http.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+  Get("/ready", [this](HttpRequest&, HttpResponse& res) {
     if (s_.draining_.load()) {
       SendError(res, {503, "server_error", "shutting_down", "the server is shutting down"});
       return;
@@ -99,14 +77,14 @@ void Server::Handlers::Register(httplib::Server& http) {
     // No model names here: /ready is unauthenticated, /v1/models is not.
     res.set_content(R"({"status":"ready"})", "application/json");
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  Get("/metrics", [this](HttpRequest&, HttpResponse& res) {
     s_.metrics_->UpdateProcessMemory();
     s_.UpdateMemoryPlanGauge();  // replaced versions drop out once their requests are done
     s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
     s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  Get("/v1/models", [this](HttpRequest&, HttpResponse& res) {
     json data = json::array();
     for (const auto& m : s_.router_.Models()) {
       json entry{{"id", m->spec().name},   {"object", "model"},
@@ -130,33 +108,127 @@ void Server::Handlers::Register(httplib::Server& http) {
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   });
-  // The generation endpoints read their bodies themselves, within --max-body-mb, chunked or not.
+  // The generation endpoints take bodies up to --max-body-mb (the front stops reading past it).
   // (Plain locals, not structured bindings: clang 14, the sanitizer builds', cannot capture those.)
   for (const std::pair<const char*, Kind>& endpoint :
        {std::pair{"/v1/vlm/invoke", Kind::kInvoke}, std::pair{"/v1/chat/completions", Kind::kChat}}) {
-    const char* path = endpoint.first;
     const Kind kind = endpoint.second;
-    http.Post(path, [this, kind, path](const httplib::Request& head, httplib::Response& res,
-                                       const httplib::ContentReader& reader) {
-      httplib::Request req;
-      const BodyRead read = ReadBoundedBody(head, reader, s_.options_.max_body_bytes, &req);
-      if (read != BodyRead::kOk) {
-        s_.metrics_->requests.With({path, read == BodyRead::kTooLarge ? "413" : "400"}).Inc();
-      }
-      switch (read) {
-        case BodyRead::kOk: return Generate(kind, req, res);
-        case BodyRead::kTooLarge:
-          res.set_header("Connection", "close");  // the rest of the body is never read
-          return SendError(res, {413, "invalid_request_error", "payload_too_large",
-                                 "request body over the limit of " +
-                                     std::to_string(s_.options_.max_body_bytes) + " bytes"});
-        case BodyRead::kFailed:
-          res.set_header("Connection", "close");
-          return SendError(res, {400, "invalid_request_error", "bad_request",
-                                 "the request body could not be read"});
-      }
-    });
+    Post(endpoint.first, s_.options_.max_body_bytes,
+         [this, kind](HttpRequest& req, HttpResponse& res) { Generate(kind, req, res); });
   }
+}
+
+const Server::Handlers::Route* Server::Handlers::FindRoute(const std::string& method,
+                                                           const std::string& path,
+                                                           std::vector<std::string>* matches,
+                                                           int* status) const {
+  *status = 404;
+  for (const Route& r : routes_) {
+    std::smatch m;
+    if (!std::regex_match(path, m, r.pattern)) continue;
+    if (r.method != method) {
+      *status = 405;
+      continue;
+    }
+    matches->assign(m.begin() + 1, m.end());
+    return &r;
+  }
+  return nullptr;
+}
+
+// Authentication before the body is read, so that clients without a valid key cannot make the
+// server buffer bodies: /admin/* needs the admin key, /v1/* a client key. /v1/models takes its
+// rate token here; the generation endpoints take theirs in Generate, which needs the client's
+// identity for routing and the audit log anyway.
+bool Server::Handlers::Admit(const HttpRequest& req, HttpResponse& res) {
+  const std::string auth(req.header("Authorization"));
+  auto refuse = [&](const api::ApiError& e) {
+    const std::string id = NextId();
+    res.set_header("X-Request-Id", id);
+    SendError(res, e);
+    s_.metrics_->requests.With({RefusedRouteLabel(req.path), std::to_string(e.http_status)}).Inc();
+    (void)s_.guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", req.path},
+                                   {"remote_addr", req.remote_addr}, {"status", e.http_status},
+                                   {"error", e.code}},
+                                  req.remote_addr);
+    return false;
+  };
+  if (req.path.rfind("/admin/", 0) == 0) {
+    if (!s_.guard_->admin_enabled()) return true;  // not registered: 404
+    if (s_.guard_->AdminAuthorized(auth)) return true;
+    return refuse({401, "invalid_request_error", "invalid_admin_key",
+                   "missing or wrong admin key (send Authorization: Bearer <admin key>)"});
+  }
+  if (req.path.rfind("/v1/", 0) != 0) return true;
+  const api::ApiError no_key{401, "invalid_request_error", "invalid_api_key",
+                             "missing or wrong API key (send Authorization: Bearer <key>)"};
+  if (req.path != "/v1/models") {
+    if (s_.guard_->KnownClient(auth)) return true;
+    // Counted and audited like every refusal; Generate never sees it.
+    (void)s_.guard_->Admit(auth, nullptr);
+    return refuse(no_key);
+  }
+  double retry_after_s = 0;
+  auto client = s_.guard_->Admit(auth, &retry_after_s);
+  if (client.ok()) return true;
+  if (client.status().code() == StatusCode::kResourceExhausted) {
+    res.set_header("Retry-After", std::to_string(std::max(1, int(retry_after_s + 0.999))));
+    return refuse({429, "rate_limit_error", "rate_limited", client.status().message()});
+  }
+  return refuse(no_key);
+}
+
+bool Server::Handlers::OnHead(const HttpRequest& head, HttpResponse& res, size_t* body_limit) {
+  if (!Admit(head, res)) return false;
+  std::vector<std::string> matches;
+  int status = 404;
+  const Route* route = FindRoute(head.method, head.path, &matches, &status);
+  if (route == nullptr) {
+    api::ApiError e{status, "invalid_request_error", "not_found", "no route " + head.method + " " + head.path};
+    if (status == 405) {
+      e.code = "method_not_allowed";
+      e.message = "method " + head.method + " not allowed on " + head.path;
+    }
+    SendError(res, e);
+    s_.metrics_->requests.With({RefusedRouteLabel(head.path), std::to_string(status)}).Inc();
+    return false;
+  }
+  *body_limit = route->body_limit;
+  return true;
+}
+
+void Server::Handlers::OnRequest(HttpRequest& req, HttpResponse& res) {
+  int status = 404;
+  const Route* route = FindRoute(req.method, req.path, &req.matches, &status);
+  if (route == nullptr) {  // OnHead let it through: an admin route appearing between the two
+    return SendError(res, {status, "invalid_request_error", "not_found", "no route " + req.path});
+  }
+  try {
+    route->handle(req, res);
+  } catch (const std::exception& e) {
+    spdlog::error("handler exception: {}", e.what());
+    res = HttpResponse{};
+    SendError(res, {500, "server_error", "internal_error", "internal error"});
+  }
+}
+
+HttpResponse Server::Handlers::FrontRefusal(const HttpRequest* head, int status, std::string_view code,
+                                            std::string_view message) {
+  HttpResponse res;
+  const char* type = status >= 500 ? "server_error" : "invalid_request_error";
+  SendError(res, {status, type, std::string(code), std::string(message)});
+  s_.metrics_->requests.With({head ? RefusedRouteLabel(head->path) : "other", std::to_string(status)}).Inc();
+  s_.metrics_->http_refusals.With({std::string(code)}).Inc();
+  if (status == 503) res.set_header("Retry-After", "1");
+  return res;
+}
+
+void Server::Handlers::OnDropped(std::string_view reason) {
+  s_.metrics_->http_dropped.With({std::string(reason)}).Inc();
+}
+
+void Server::Handlers::OnConnections(size_t open) {
+  s_.metrics_->http_connections.With().Set(static_cast<double>(open));
 }
 
 std::string RandomInstanceId() {
@@ -171,105 +243,13 @@ Server::Server(ServerOptions options)
       registry_(std::make_unique<obs::Registry>()),
       metrics_(std::make_unique<ServerMetrics>(registry_.get())),
       streams_(std::make_unique<StreamWindows>(options_.streams)),
-      http_(std::make_unique<httplib::Server>()),
       handlers_(std::make_unique<Handlers>(this)) {
   metrics_->memory_budget_bytes.With().Set(static_cast<double>(options_.memory_budget_bytes));
   if (options_.decode_budget_bytes > 0) {  // shared by every request's image decodes
     options_.prepare.decode_limits.budget = std::make_shared<engine::image::DecodeBudget>(
         options_.decode_budget_bytes, options_.decode_wait);
   }
-  httplib::Server& http = *http_;
-  const int threads = options_.http_threads < 1 ? 1 : options_.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http.set_payload_max_length(options_.max_body_bytes);
-  http.set_read_timeout(options_.read_timeout_s, 0);
-  http.set_write_timeout(options_.write_timeout_s, 0);
-  http.set_keep_alive_timeout(options_.keep_alive_s);
-  http.set_keep_alive_max_count(100);
-  // Replies and SSE events leave at once: with Nagle's algorithm a kept-alive connection's
-  // next reply waited for the client's delayed ACK (+40 ms per request after the first).
-  http.set_tcp_nodelay(true);
-  // Authentication before the body is read (httplib runs this first), so that clients without a
-  // valid key cannot make the server buffer bodies: /admin/* needs the admin key, /v1/* a client
-  // key. /v1/models takes its rate token here; the generation endpoints take theirs in Generate,
-  // which needs the client's identity for routing and the audit log anyway.
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    using R = httplib::Server::HandlerResponse;
-    const std::string auth = req.get_header_value("Authorization");
-    auto refuse = [&](const api::ApiError& e) {
-      const std::string id = NextRequestId();
-      res.set_header("X-Request-Id", id);
-      SendError(res, e);
-      metrics_->requests.With({RefusedRouteLabel(req.path), std::to_string(e.http_status)}).Inc();
-      (void)guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", req.path},
-                                  {"remote_addr", req.remote_addr}, {"status", e.http_status},
-                                  {"error", e.code}},
-                                 req.remote_addr);
-      return R::Handled;
-    };
-    // Before anything else, for every route: ambiguous framing and header floods.
-    if (const std::string framing = FramingError(req); !framing.empty()) {
-      res.set_header("Connection", "close");
-      return refuse({400, "invalid_request_error", "bad_framing", framing});
-    }
-    if (req.headers.size() > kMaxHeaderLines) {
-      res.set_header("Connection", "close");
-      return refuse({431, "invalid_request_error", "too_many_headers",
-                     std::to_string(req.headers.size()) + " header lines (at most " +
-                         std::to_string(kMaxHeaderLines) + ")"});
-    }
-    if (req.path.rfind("/admin/", 0) == 0) {
-      if (!guard_->admin_enabled()) return R::Unhandled;  // not registered: 404
-      if (guard_->AdminAuthorized(auth)) return R::Unhandled;
-      return refuse({401, "invalid_request_error", "invalid_admin_key",
-                     "missing or wrong admin key (send Authorization: Bearer <admin key>)"});
-    }
-    if (req.path.rfind("/v1/", 0) != 0) return R::Unhandled;
-    const api::ApiError no_key{401, "invalid_request_error", "invalid_api_key",
-                               "missing or wrong API key (send Authorization: Bearer <key>)"};
-    if (req.path != "/v1/models") {
-      if (guard_->KnownClient(auth)) return R::Unhandled;
-      // Counted and audited like every refusal; Generate never sees it.
-      (void)guard_->Admit(auth, nullptr);
-      return refuse(no_key);
-    }
-    double retry_after_s = 0;
-    auto client = guard_->Admit(auth, &retry_after_s);
-    if (client.ok()) return R::Unhandled;
-    if (client.status().code() == StatusCode::kResourceExhausted) {
-      res.set_header("Retry-After", std::to_string(std::max(1, int(retry_after_s + 0.999))));
-      return refuse({429, "rate_limit_error", "rate_limited", client.status().message()});
-    }
-    return refuse(no_key);
-  });
-  // httplib's own rejections (404, 413 body too large, 400 malformed request line or multipart)
-  // come without a body: give them the JSON error shape.
-  http.set_error_handler(httplib::Server::HandlerWithResponse(
-      [](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    api::ApiError e{res.status, res.status >= 500 ? "server_error" : "invalid_request_error", "", ""};
-    switch (res.status) {
-      case 404: e.code = "not_found"; e.message = "no route " + req.method + " " + req.path; break;
-      case 405: e.code = "method_not_allowed"; e.message = "method not allowed"; break;
-      case 413: e.code = "payload_too_large"; e.message = "request body too large"; break;
-      case 414: e.code = "uri_too_long"; e.message = "request URI too long"; break;
-      default: e.code = "bad_request"; e.message = "malformed HTTP request"; break;
-    }
-    SendError(res, e);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("handler exception: {}", what);
-    SendError(res, {500, "server_error", "internal_error", "internal error"});
-  });
-  handlers_->Register(http);
+  handlers_->Register();
 }
 
 Server::~Server() { Stop(); }
@@ -287,17 +267,20 @@ Status Server::Start() {
     VLMD_ASSIGN_OR_RETURN(exporter_, SpanExporter::Create(std::move(eo), &metrics_->trace_spans));
     spdlog::info("tracing: spans go to {} (sample ratio {})", tracing.otlp_endpoint, tracing.sample_ratio);
   }
-  if (guard_->admin_enabled()) handlers_->RegisterAdmin(*http_);
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-  } else {
-    port_ = http_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
-  }
-  if (port_ <= 0) {
-    return Status(StatusCode::kUnavailable, "cannot listen on " + options_.host + ":" +
-                                                std::to_string(options_.port));
-  }
-  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  if (guard_->admin_enabled()) handlers_->RegisterAdmin();
+  FrontOptions fo;
+  fo.host = options_.host;
+  fo.port = options_.port;
+  fo.handler_threads = std::max(1, options_.http_threads);
+  fo.max_connections = static_cast<size_t>(std::max(1, options_.max_connections));
+  fo.max_connections_per_address = static_cast<size_t>(std::max(0, options_.max_connections_per_address));
+  fo.head_timeout = std::chrono::seconds(std::max(1, options_.read_timeout_s));
+  fo.body_timeout = std::chrono::seconds(std::max(1, options_.body_timeout_s));
+  fo.idle_timeout = std::chrono::seconds(std::max(1, options_.keep_alive_s));
+  fo.write_timeout = std::chrono::seconds(std::max(1, options_.write_timeout_s));
+  front_ = std::make_unique<HttpFront>(fo, handlers_.get());
+  VLMD_RETURN_IF_ERROR(front_->Start());
+  port_ = front_->port();
   spdlog::info("vlmd listening on http://{}:{}", options_.host, port_);
   return Status::Ok();
 }
@@ -422,8 +405,7 @@ bool Server::Drain(std::chrono::milliseconds timeout) {
 
 void Server::Stop() {
   if (stopped_.exchange(true)) return;
-  http_->stop();
-  if (listener_.joinable()) listener_.join();
+  if (front_) front_->Stop();
   router_.Clear();
 }
 

@@ -25,13 +25,10 @@
 #include "serve/obs/metrics.h"
 #include "serve/obs/server_metrics.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace vlmd::serve {
 
 class Guard;
+class HttpFront;
 
 // 8 random hex digits (std::random_device): the request-id prefix of one server start.
 std::string RandomInstanceId();
@@ -73,7 +70,7 @@ class Server {
   std::string NextRequestId() {
     return "req-" + instance_id_ + "-" + std::to_string(next_request_id_.fetch_add(1) + 1);
   }
-  // Stops accepting, waits for the listener thread. Idempotent.
+  // Stops accepting, lets the requests being handled finish, closes the connections. Idempotent.
   void Stop();
 
  private:
@@ -96,13 +93,12 @@ class Server {
   std::unique_ptr<SpanExporter> exporter_;  // nullptr: no OTLP endpoint
   std::unique_ptr<StreamWindows> streams_;  // stream_id windows (SPEC S6)
   Router router_;
-  std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Handlers> handlers_;
+  std::unique_ptr<HttpFront> front_;  // after handlers_: stopped (and destroyed) before them
   std::mutex reload_mu_;
   // Versions a reload replaced: alive until their last request lets go (memory budget).
   std::mutex replaced_mu_;
   std::vector<std::weak_ptr<ModelHost>> replaced_;
-  std::thread listener_;
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

@@ -4,7 +4,6 @@
 //   POST /admin/models/{name}/reload         body (optional): {"model", "mmproj", "version"}
 //   GET  /admin/routes                       routes with their targets and weights
 //   POST /admin/routes/{name}/weights        body: {"weights": [{"model", "weight"}, ...]}
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
@@ -16,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-void SendJson(httplib::Response& res, const json& j) {
+void SendJson(HttpResponse& res, const json& j) {
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
@@ -45,15 +44,14 @@ json RouteJson(const RouteConfig& r) {
 
 }  // namespace
 
-void Server::Handlers::RegisterAdmin(httplib::Server& http) {
-  http.Get("/admin/models", [this](const httplib::Request&, httplib::Response& res) {
+void Server::Handlers::RegisterAdmin() {
+  Get("/admin/models", [this](HttpRequest&, HttpResponse& res) {
     json models = json::array();
     for (const auto& m : s_.router_.Models()) models.push_back(ModelJson(*m));
     SendJson(res, {{"models", models}});
   });
-  http.Post(R"(/admin/models/([^/]+)/reload)", [this](const httplib::Request& req,
-                                                     httplib::Response& res) {
-    const std::string name = req.matches[1];
+  Post(R"(/admin/models/([^/]+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
+    const std::string name = req.matches[0];
     auto answer = [&](int status, const json& body, const std::string& error) {
       if (status == 200) {
         SendJson(res, body);
@@ -103,14 +101,13 @@ void Server::Handlers::RegisterAdmin(httplib::Server& http) {
     if (!now) return answer(503, {{"message", "the server is stopping"}}, "not_ready");
     answer(200, {{"reloaded", ModelJson(*now)}, {"previous_version", previous}}, "");
   });
-  http.Get("/admin/routes", [this](const httplib::Request&, httplib::Response& res) {
+  Get("/admin/routes", [this](HttpRequest&, HttpResponse& res) {
     json routes = json::array();
     for (const RouteConfig& r : s_.router_.Routes()) routes.push_back(RouteJson(r));
     SendJson(res, {{"routes", routes}, {"default_model", s_.router_.DefaultName()}});
   });
-  http.Post(R"(/admin/routes/([^/]+)/weights)", [this](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    const std::string name = req.matches[1];
+  Post(R"(/admin/routes/([^/]+)/weights)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
+    const std::string name = req.matches[0];
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("weights") || !body["weights"].is_array()) {
       return SendError(res, BadRequest(R"(body: expected {"weights": [{"model": ..., "weight": ...}]})"));

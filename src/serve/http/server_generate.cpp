@@ -1,6 +1,5 @@
 // The generation endpoints: request -> guard rails -> route -> job -> (filtered) reply, and one
 // audit line per request (see server.h, guard.h).
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/image/image.h"
-#include "serve/http/client_socket.h"
+#include "serve/api/multipart.h"
 #include "serve/http/image_fetch.h"
 #include "serve/http/server_handlers.h"
 #include "serve/policy/complexity.h"
@@ -92,7 +91,7 @@ std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
   return std::nullopt;
 }
 
-void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib::Response& res) {
+void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse& res) {
   auto call = std::make_shared<Call>();
   call->kind = kind;
   call->route = kind == Kind::kInvoke ? "/v1/vlm/invoke" : "/v1/chat/completions";
@@ -115,7 +114,7 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
                  LogSafe(e.message));
   };
   double retry_after_s = 0;
-  auto client = s_.guard_->Admit(req.get_header_value("Authorization"), &retry_after_s);
+  auto client = s_.guard_->Admit(req.header("Authorization"), &retry_after_s);
   if (!client.ok()) {
     if (client.status().code() == StatusCode::kResourceExhausted) {
       res.set_header("Retry-After", std::to_string(std::max(1, int(std::ceil(retry_after_s)))));
@@ -131,16 +130,18 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
   if (!s_.ready_.load()) return fail({503, "server_error", "not_ready", "the model is still loading"});
   const api::RequestLimits& limits = s_.options_.limits;
   Result<api::GenerationRequest> parsed = InvalidArgumentError("unreachable");
-  const std::string content_type = req.get_header_value("Content-Type");
+  const std::string content_type(req.header("Content-Type"));
   if (kind == Kind::kChat) {
     if (content_type.rfind("application/json", 0) != 0) {
       return fail({415, "invalid_request_error", "unsupported_media_type",
                    "send application/json, not " + (content_type.empty() ? std::string("no Content-Type") : content_type)});
     }
     parsed = api::ParseChatCompletion(req.body, limits);
-  } else if (req.is_multipart_form_data()) {
+  } else if (api::IsMultipartFormData(content_type)) {
+    auto multipart = api::ParseMultipart(req.body, content_type);
+    if (!multipart.ok()) return fail(api::FromStatus(multipart.status()));
     std::vector<std::pair<std::string, std::string>> parts;
-    for (const auto& [name, part] : req.files) parts.emplace_back(name, part.content);
+    for (api::MultipartPart& part : *multipart) parts.emplace_back(part.name, std::move(part.content));
     Result<api::MultipartParts> sorted = api::SortMultipartParts(std::move(parts));
     parsed = sorted.ok() ? api::ParseInvokeMultipart(sorted->request_json,
                                                      std::move(sorted->images), limits)
@@ -219,7 +220,7 @@ void Server::Handlers::Generate(Kind kind, const httplib::Request& req, httplib:
     return fail(api::FromStatus(submitted));
   }
   if (call->request.stream) {
-    Stream(call, res);
+    Stream(call, req, res);
   } else {
     Reply(*call, req, res);
   }
@@ -326,13 +327,12 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
   return s_.guard_->Audit(std::move(rec));
 }
 
-void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::Response& res) {
+void Server::Handlers::Reply(Call& call, const HttpRequest& req, HttpResponse& res) {
   // The scheduler enforces the deadline; the extra grace only guards against a stuck engine.
   const Clock::time_point give_up = call.prepared.input.deadline + std::chrono::seconds(5);
   // With a word filter the text is read as it comes, so that a blocked reply stops generating
   // at once; without one, only the end is awaited (no wake-up per token).
   std::string text;
-  ClientConnection client(req);
   for (bool over = false; !over;) {
     // Wake a few times a second to see whether the client is still there: one that hung up
     // cancels its job, which frees its batch slot at the next step instead of at the end.
@@ -340,7 +340,7 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
                           call.filter ? &text : nullptr);
     if (call.filter) PassText(call, std::move(text));
     text.clear();
-    if (!over && client.Disconnected()) {
+    if (!over && req.PeerClosed()) {
       call.job->Cancel();
       res.status = 499;  // nobody reads it; for the access log and metrics
       (void)AuditCall(call, 499, nullptr, "client_closed");
@@ -387,89 +387,65 @@ void Server::Handlers::Reply(Call& call, const httplib::Request& req, httplib::R
 
 // Server-sent events: `data: <json>\n\n` per chunk, then `data: [DONE]`. Text passes the word
 // filter first (which holds back a possible partial match across chunks). A write that fails
-// (client gone) cancels the job, which frees its batch slot at the next decode step. The audit
-// line is written before the final event (the text is out by then: see README "audit").
-void Server::Handlers::Stream(std::shared_ptr<Call> call, httplib::Response& res) {
+// (client gone), or a client found gone while nothing is sent, cancels the job, which frees its
+// batch slot at the next decode step. The audit line is written before the final event (the text
+// is out by then: see README "audit").
+void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req, HttpResponse& res) {
   res.set_header("Cache-Control", "no-cache");
-  auto started = std::make_shared<bool>(false);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, call, started](size_t, httplib::DataSink& sink) {
-        auto send = [&](const std::string& payload) {
-          const std::string ev = "data: " + payload + "\n\n";
-          return sink.write(ev.data(), ev.size());
-        };
-        auto send_text = [&](const std::string& text) {
-          if (text.empty()) return true;
-          const std::string payload =
-              call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text)
-                                        : json{{"text", text}}.dump(-1, ' ', false,
-                                                                   json::error_handler_t::replace);
-          return send(payload);
-        };
-        if (!*started) {
-          *started = true;
-          if (call->kind == Kind::kChat &&
-              !send(ChatChunk(call->reply, "assistant", ""))) {
-            call->job->Cancel();
-            return false;
-          }
-        }
-        std::string text;
-        bool over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text);
-        if (!send_text(PassText(*call, std::move(text)))) {
-          call->job->Cancel();
-          return false;
-        }
-        if (!over) {
-          if (!sink.is_writable()) {
-            call->job->Cancel();
-            return false;
-          }
-          return true;
-        }
-        call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
-        if (!call->job->status().ok()) {
-          // Headers (200) are already out: the error travels as an event, as OpenAI does.
-          const api::ApiError e = api::FromStatus(call->job->status());
-          call->status = e.http_status;
-          (void)AuditCall(*call, e.http_status, nullptr, e.code);
-          send(api::ErrorBody(e));
-          spdlog::info("{} {} (stream) -> error {} {}", call->reply.id, call->route, e.http_status,
-                       LogSafe(e.message));
+  res.content_type = "text/event-stream";
+  res.stream = [this, call, peer_closed = req.peer_closed](ChunkWriter& out) {
+    auto send = [&](const std::string& payload) { return out.Write("data: " + payload + "\n\n"); };
+    auto send_text = [&](const std::string& text) {
+      if (text.empty()) return !(peer_closed && peer_closed());
+      const std::string payload =
+          call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text)
+                                    : json{{"text", text}}.dump(-1, ' ', false, json::error_handler_t::replace);
+      return send(payload);
+    };
+    bool ok = call->kind != Kind::kChat || send(ChatChunk(call->reply, "assistant", ""));
+    for (bool over = false; ok && !over;) {
+      std::string text;
+      over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text);
+      ok = send_text(PassText(*call, std::move(text)));
+    }
+    if (ok) {
+      call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
+      if (!call->job->status().ok()) {
+        // Headers (200) are already out: the error travels as an event, as OpenAI does.
+        const api::ApiError e = api::FromStatus(call->job->status());
+        call->status = e.http_status;
+        (void)AuditCall(*call, e.http_status, nullptr, e.code);
+        send(api::ErrorBody(e));
+        spdlog::info("{} {} (stream) -> error {} {}", call->reply.id, call->route, e.http_status,
+                     LogSafe(e.message));
+      } else {
+        std::string tail;
+        JobResult r = Finalize(*call, &tail);
+        send_text(tail);
+        spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms", call->reply.id,
+                     call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(), call->reply.latency_ms);
+        if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
+          call->status = 500;
+          send(api::ErrorBody({500, "server_error", "audit_unavailable", "the audit log cannot be written"}));
+        } else if (call->kind == Kind::kChat) {
+          send(ChatFinishChunk(call->reply, r, call->model->engine().tokenizer()));
+          if (call->include_usage) send(ChatUsageChunk(call->reply, r));
         } else {
-          std::string tail;
-          JobResult r = Finalize(*call, &tail);
-          send_text(tail);
-          spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms",
-                       call->reply.id, call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(),
-                       call->reply.latency_ms);
-          if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
-            call->status = 500;
-            send(api::ErrorBody({500, "server_error", "audit_unavailable",
-                                 "the audit log cannot be written"}));
-          } else if (call->kind == Kind::kChat) {
-            send(ChatFinishChunk(call->reply, r, call->model->engine().tokenizer()));
-            if (call->include_usage) send(ChatUsageChunk(call->reply, r));
-          } else {
-            KeepStreamFrame(*call, r);  // audited: the frame joins its stream
-            // The final event repeats the whole reply, as the client saw it (filtered).
-            send(InvokeReply(call->reply, call->prepared, r, call->model->engine().tokenizer()));
-          }
+          KeepStreamFrame(*call, r);  // audited: the frame joins its stream
+          // The final event repeats the whole reply, as the client saw it (filtered).
+          send(InvokeReply(call->reply, call->prepared, r, call->model->engine().tokenizer()));
         }
-        send("[DONE]");
-        sink.done();
-        return true;
-      },
-      [this, call](bool success) {
-        if (!success) {
-          call->job->Cancel();
-          call->status = 499;  // nginx's "client closed request"
-        }
-        // A client that left before the end still gets its audit line.
-        if (!call->audited) (void)AuditCall(*call, call->status, nullptr, "client_closed");
-        Observe(*call, call->status);
-      });
+      }
+      ok = send("[DONE]");
+    }
+    if (!ok) {
+      call->job->Cancel();
+      call->status = 499;  // nginx's "client closed request"
+    }
+    // A client that left before the end still gets its audit line.
+    if (!call->audited) (void)AuditCall(*call, call->status, nullptr, "client_closed");
+    Observe(*call, call->status);
+  };
 }
 
 }  // namespace vlmd::serve

@@ -1,12 +1,15 @@
 // Internal to the server: the route handlers (server.cpp registers them; generation lives in
-// server_generate.cpp, admin endpoints in server_admin.cpp). One instance per Server, called
-// concurrently from httplib's threads.
+// server_generate.cpp, admin endpoints in server_admin.cpp) and what the connection layer asks
+// of the server (FrontHandler: authentication before a body is read, routing, front refusals).
+// One instance per Server, called concurrently from the handler threads.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -14,26 +17,51 @@
 #include "serve/hosting/job.h"
 #include "serve/hosting/prepare_job.h"
 #include "serve/http/guard.h"
+#include "serve/http/http_front.h"
+#include "serve/http/http_message.h"
 #include "serve/http/responses.h"
 #include "serve/http/server.h"
 #include "serve/obs/trace.h"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace vlmd::serve {
 
-class Server::Handlers {
+// Admin request bodies are small JSON objects.
+inline constexpr size_t kAdminBodyLimit = 1 << 20;
+
+class Server::Handlers : public FrontHandler {
  public:
   explicit Handlers(Server* s) : s_(*s) {}
 
-  void Register(httplib::Server& http);
-  void RegisterAdmin(httplib::Server& http);
+  // The routes (admin ones only with an admin key). Before the front starts.
+  void Register();
+  void RegisterAdmin();
+
+  // FrontHandler: authentication and routing on the head, the route's handler on the request.
+  bool OnHead(const HttpRequest& head, HttpResponse& res, size_t* body_limit) override;
+  void OnRequest(HttpRequest& req, HttpResponse& res) override;
+  HttpResponse FrontRefusal(const HttpRequest* head, int status, std::string_view code,
+                            std::string_view message) override;
+  void OnDropped(std::string_view reason) override;
+  void OnConnections(size_t open) override;
 
  private:
+  using RouteFn = std::function<void(HttpRequest&, HttpResponse&)>;
+  struct Route {
+    std::string method;
+    std::regex pattern;  // the whole path; capture groups go to HttpRequest::matches
+    size_t body_limit;   // bytes of body read (413 beyond)
+    RouteFn handle;
+  };
+  void Get(const std::string& pattern, RouteFn fn) { routes_.push_back({"GET", std::regex(pattern), 0, std::move(fn)}); }
+  void Post(const std::string& pattern, size_t body_limit, RouteFn fn) {
+    routes_.push_back({"POST", std::regex(pattern), body_limit, std::move(fn)});
+  }
+  // The route for a request; null with *status 404 (no such path) or 405 (not this method).
+  const Route* FindRoute(const std::string& method, const std::string& path,
+                         std::vector<std::string>* matches, int* status) const;
+  // Authentication and rate limits before the body is read: false and `res` set when refused.
+  bool Admit(const HttpRequest& head, HttpResponse& res);
+
   enum class Kind { kInvoke, kChat };
   struct Call {  // one generation request in flight
     Kind kind;
@@ -64,11 +92,11 @@ class Server::Handlers {
     std::string stream_key;  // the stream's window (client, model files, stream_id); "" : none
   };
 
-  void Generate(Kind kind, const httplib::Request& req, httplib::Response& res);
+  void Generate(Kind kind, const HttpRequest& req, HttpResponse& res);
   // Picks the host for call->request.model (a model, a split route or a tier route).
   std::optional<api::ApiError> Resolve(Call* call);
-  void Reply(Call& call, const httplib::Request& req, httplib::Response& res);
-  void Stream(std::shared_ptr<Call> call, httplib::Response& res);
+  void Reply(Call& call, const HttpRequest& req, HttpResponse& res);
+  void Stream(std::shared_ptr<Call> call, const HttpRequest& req, HttpResponse& res);
   // New generated text through the word filter (when configured) into call.sent_text; cancels
   // the job when the filter blocks. Returns what may be sent now.
   std::string PassText(Call& call, std::string text);
@@ -83,7 +111,7 @@ class Server::Handlers {
   // Once per call, at its end: request metrics, and its spans to the exporter.
   void Observe(const Call& call, int status);
   // Reads the traceparent header (or starts a trace) and sets the traceresponse header.
-  void StartTrace(Call* call, const httplib::Request& req, httplib::Response& res);
+  void StartTrace(Call* call, const HttpRequest& req, HttpResponse& res);
   // The server span and, when the job ran, its phases' spans (decode-image, encode, prefill,
   // decode) to the exporter, if the call is sampled and an endpoint is set.
   void ExportSpans(const Call& call, int status);
@@ -92,9 +120,10 @@ class Server::Handlers {
   std::string NextId() { return s_.NextRequestId(); }
 
   Server& s_;
+  std::vector<Route> routes_;
 };
 
-void SendError(httplib::Response& res, const api::ApiError& e);
+void SendError(HttpResponse& res, const api::ApiError& e);
 // `text` with control characters escaped (\xNN): request-derived strings in log lines cannot
 // forge lines of their own.
 std::string LogSafe(std::string_view text);

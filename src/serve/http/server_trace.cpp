@@ -1,7 +1,6 @@
 // Tracing of the generation endpoints (SPEC O2): the W3C traceparent of a request, and its
 // spans: the server span of the request, with children for the image decode + preprocess
 // (decode-image), the encoder (encode), the prompt (prefill) and generation (decode).
-#include <httplib.h>
 
 #include <chrono>
 
@@ -25,12 +24,12 @@ std::string Resolutions(const JobInput& in) {
 
 }  // namespace
 
-void Server::Handlers::StartTrace(Call* call, const httplib::Request& req, httplib::Response& res) {
+void Server::Handlers::StartTrace(Call* call, const HttpRequest& req, HttpResponse& res) {
   call->span_id = obs::NewSpanId();
   // Several traceparent headers are invalid (W3C): the trace starts here then.
   std::optional<obs::TraceParent> parent;
-  if (req.get_header_value_count("traceparent") == 1) {
-    parent = obs::ParseTraceParent(req.get_header_value("traceparent"));
+  if (req.header_count("traceparent") == 1) {
+    parent = obs::ParseTraceParent(std::string(req.header("traceparent")));
   }
   if (parent) {
     call->trace_id = parent->trace_id;

@@ -63,7 +63,13 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       stream_bytes(r->AddGauge("vlm_stream_window_bytes",
                                "Visual tokens of earlier frames kept for the streams")),
       stream_context_frames(r->AddCounter("vlm_stream_context_frames_total",
-                                          "Earlier frames of a stream put before a new one")) {}
+                                          "Earlier frames of a stream put before a new one")),
+      http_connections(r->AddGauge("vlm_http_connections", "HTTP connections open")),
+      http_refusals(r->AddCounter("vlm_http_refusals_total",
+                                  "Requests the connection layer refused itself, by reason",
+                                  {"reason"})),
+      http_dropped(r->AddCounter("vlm_http_dropped_connections_total",
+                                 "Connections closed without a reply, by reason", {"reason"})) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

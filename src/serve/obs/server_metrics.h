@@ -45,6 +45,12 @@ struct ServerMetrics {
   obs::GaugeFamily& streams;
   obs::GaugeFamily& stream_bytes;
   obs::CounterFamily& stream_context_frames;
+  // The connection layer (serve/http/http_front.h): connections open now, requests it refused
+  // itself by reason (head_timeout, payload_too_large, too_many_connections, ...), connections
+  // it dropped without a reply by reason (idle_reaped, write_timeout, accept_failed).
+  obs::GaugeFamily& http_connections;
+  obs::CounterFamily& http_refusals;
+  obs::CounterFamily& http_dropped;
 
   // Refreshes the process gauges (called before each /metrics render).
   void UpdateProcessMemory();

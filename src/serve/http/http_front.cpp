@@ -1,0 +1,667 @@
+// HttpFront (see http_front.h). Threading: every Connection member is touched on the I/O thread
+// only, except while a handler thread owns the request (phases kHeadCheck and kHandling): then the
+// I/O thread has no operation pending on the connection and leaves it alone until the handler
+// thread posts back. Posting through the pool's mutex and asio::post orders the two.
+#include "serve/http/http_front.h"
+
+#include <spdlog/spdlog.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace vlmd::serve {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+// After a reply that closes the connection, what the client still sends is read and dropped for
+// this long (at most kLingerBytes), so that it reads the reply instead of a reset (the kernel
+// resets a connection closed with unread bytes).
+constexpr std::chrono::milliseconds kLinger{2000};
+constexpr size_t kLingerBytes = 16u << 20;
+// How long an accept waits before retrying when the process is out of descriptors.
+constexpr std::chrono::milliseconds kAcceptRetry{100};
+
+// Handler threads and the bounded queue of work waiting for them.
+class HandlerPool {
+ public:
+  HandlerPool(int threads, size_t max_queued) : max_queued_(max_queued) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  ~HandlerPool() { Stop(); }
+
+  // False (and `task` dropped) when the queue is full or the pool stopped.
+  bool TryPost(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_ || queue_.size() >= max_queued_) return false;
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return true;
+  }
+  // Tasks running finish; queued ones are dropped. Idempotent.
+  void Stop() {
+    std::deque<std::function<void()>> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+      dropped.swap(queue_);
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
+        if (stopped_) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  const size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopped_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Header names the front writes itself; a handler's copies are dropped.
+bool FrontOwnedHeader(std::string_view name) {
+  for (std::string_view owned : {"Content-Length", "Content-Type", "Transfer-Encoding", "Connection"}) {
+    if (name.size() == owned.size() && strncasecmp(name.data(), owned.data(), name.size()) == 0) return true;
+  }
+  return false;
+}
+
+bool HasLineBreak(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
+
+// A request the parser found malformed or ambiguous (two Content-Lengths, Content-Length with
+// Transfer-Encoding, a bad chunk size, ...), as opposed to a stream that ended or a limit.
+bool IsMalformed(const error_code& ec) {
+  if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) return false;
+  return ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
+         ec != bhttp::error::need_more && ec != bhttp::error::body_limit &&
+         ec != bhttp::error::header_limit;
+}
+
+// Status line and headers of `res` (framing by the caller: `framing` is the Content-Length or
+// Transfer-Encoding line).
+std::string SerializeHead(const HttpResponse& res, const std::string& framing, bool keep_alive,
+                          int request_version) {
+  std::string out = "HTTP/1.1 " + std::to_string(res.status) + " ";
+  out += std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(res.status)));
+  out += "\r\n";
+  for (const auto& [name, value] : res.headers) {
+    // A header that would end the head early or smuggle another is never written.
+    if (FrontOwnedHeader(name) || HasLineBreak(name) || HasLineBreak(value) || name.empty()) continue;
+    out += name + ": " + value + "\r\n";
+  }
+  if (!res.content_type.empty() && !HasLineBreak(res.content_type)) {
+    out += "Content-Type: " + res.content_type + "\r\n";
+  }
+  out += framing;
+  if (!keep_alive) {
+    out += "Connection: close\r\n";
+  } else if (request_version == 10) {
+    out += "Connection: keep-alive\r\n";
+  }
+  out += "\r\n";
+  return out;
+}
+
+}  // namespace
+
+class Connection;
+
+struct HttpFront::Impl {
+  Impl(FrontOptions o, FrontHandler* h) : options(std::move(o)), handler(h) {}
+
+  void Accept();
+  void Shed(tcp::socket socket, int status, std::string_view code, std::string message);
+  void Register(const std::shared_ptr<Connection>& c, const std::string& address);
+  void Unregister(Connection* c, const std::string& address);
+
+  const FrontOptions options;
+  FrontHandler* const handler;
+  // Before io: connections still queued in io when it is destroyed unregister here.
+  std::mutex conns_mu;  // connections register on the I/O thread, may end on a handler thread
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> conns;
+  std::unordered_map<std::string, size_t> per_address;
+  asio::io_context io{1};
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<asio::steady_timer> accept_retry;
+  std::optional<HandlerPool> pool;
+  std::thread io_thread;
+  int port = 0;
+  std::atomic<bool> stopping{false};
+  bool stopped = false;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(HttpFront::Impl& front, tcp::socket socket, std::string address, int port)
+      : front_(front), socket_(std::move(socket)), timer_(front.io), address_(std::move(address)),
+        port_(port) {}
+  ~Connection() { front_.Unregister(this, address_); }
+
+  const std::string& address() const { return address_; }
+  void Start() { WaitForRequest(); }
+  // On the I/O thread, at Stop: closes the connection unless a handler thread owns its request
+  // or its reply is being written.
+  void CloseIfIdle() {
+    if (phase_ != Phase::kHeadCheck && phase_ != Phase::kHandling && phase_ != Phase::kWriting) Close();
+  }
+  // At Stop, once no handler thread is left.
+  void ForceClose() { Close(); }
+  // On the I/O thread: a handler thread's blocking write of one piece of a streamed reply.
+  void WriteForHandler(std::shared_ptr<std::string> data, std::shared_ptr<std::promise<bool>> done) {
+    Arm(front_.options.write_timeout);
+    asio::async_write(socket_, asio::buffer(*data),
+                      [self = shared_from_this(), data, done](error_code ec, size_t) {
+                        self->Disarm();
+                        if (ec && self->timed_out_) self->front_.handler->OnDropped("write_timeout");
+                        done->set_value(!ec);
+                      });
+  }
+  // On the I/O thread: a streamed reply ended (its last chunk written, or a write failed).
+  void StreamEnded(bool ok, bool keep_alive) { AfterWrite(ok ? error_code() : asio::error::broken_pipe, keep_alive); }
+
+ private:
+  enum class Phase { kIdle, kHead, kHeadCheck, kBody, kHandling, kWriting, kClosing };
+
+  // The deadline of the operation pending: when it passes, the socket's operations are
+  // cancelled and their handlers see timed_out_.
+  void Arm(std::chrono::milliseconds timeout) {
+    timed_out_ = false;
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(timeout);
+    timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->timer_gen_) return;  // re-armed or disarmed meanwhile
+      self->timed_out_ = true;
+      error_code ignored;
+      self->socket_.cancel(ignored);
+    });
+  }
+  void Disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  void Close() {
+    if (phase_ == Phase::kClosing && !socket_.is_open()) return;
+    phase_ = Phase::kClosing;
+    Disarm();
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  // Idle until the next request's first byte (kept-alive or new), then its head.
+  void WaitForRequest() {
+    if (front_.stopping.load()) return Close();
+    phase_ = Phase::kIdle;
+    if (buffer_.size() > 0) return ReadHead();  // pipelined: already here
+    Arm(front_.options.idle_timeout);
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+      if (ec) {
+        if (self->timed_out_) self->front_.handler->OnDropped("idle_reaped");
+        return self->Close();
+      }
+      self->ReadHead();
+    });
+  }
+
+  void ReadHead() {
+    phase_ = Phase::kHead;
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(front_.options.max_header_bytes));
+    parser_->body_limit(boost::none);  // set per route once the head is checked
+    Arm(front_.options.head_timeout);  // the whole head, from its first byte
+    bhttp::async_read_header(socket_, buffer_, *parser_,
+                             [self = shared_from_this()](error_code ec, size_t) { self->OnHeadRead(ec); });
+  }
+
+  void OnHeadRead(error_code ec) {
+    Disarm();
+    if (ec) {
+      const bool partial = parser_->got_some();
+      if (timed_out_) {
+        if (!partial) {
+          front_.handler->OnDropped("idle_reaped");
+          return Close();
+        }
+        return Refuse(nullptr, 408, "head_timeout",
+                      "the request head did not arrive within " +
+                          std::to_string(front_.options.head_timeout.count()) + " ms");
+      }
+      if (ec == bhttp::error::header_limit) {
+        return Refuse(nullptr, 431, "header_too_large",
+                      "request head over " + std::to_string(front_.options.max_header_bytes) + " bytes");
+      }
+      if (IsMalformed(ec)) {
+        return Refuse(nullptr, 400, "bad_request", "malformed request head: " + ec.message());
+      }
+      return Close();  // the client went away (before or within a head)
+    }
+    const auto& msg = parser_->get();
+    const size_t lines = static_cast<size_t>(std::distance(msg.begin(), msg.end()));
+    if (lines > front_.options.max_header_lines) {
+      return Refuse(nullptr, 431, "too_many_headers",
+                    std::to_string(lines) + " header lines (at most " +
+                        std::to_string(front_.options.max_header_lines) + ")");
+    }
+    // RFC 9112 6.3: a request whose Transfer-Encoding does not end in chunked has no reliable
+    // length; the parser would read it as bodiless and the bytes as the next request.
+    if (msg.count(bhttp::field::transfer_encoding) > 0 && !parser_->chunked()) {
+      return Refuse(nullptr, 400, "bad_framing", "Transfer-Encoding other than chunked");
+    }
+    request_ = HttpRequest{};
+    request_.method = std::string(msg.method_string());
+    request_.target = std::string(msg.target());
+    request_.version = static_cast<int>(msg.version());
+    for (const auto& field : msg) {
+      request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    request_.remote_addr = address_;
+    request_.remote_port = port_;
+    if (!DecodeTargetPath(request_.target, &request_.path, &request_.query) || request_.path.empty() ||
+        request_.path[0] != '/') {
+      return Refuse(&request_, 400, "bad_request", "malformed request target");
+    }
+    keep_alive_ = parser_->keep_alive();
+    phase_ = Phase::kHeadCheck;
+    auto self = shared_from_this();
+    const bool queued = front_.pool->TryPost([self] {
+      auto res = std::make_shared<HttpResponse>();
+      size_t limit = 0;
+      const bool read_body = self->front_.handler->OnHead(self->request_, *res, &limit);
+      asio::post(self->front_.io, [self, res, read_body, limit] { self->AfterHeadCheck(read_body, limit, res); });
+    });
+    if (!queued) {
+      Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
+    }
+  }
+
+  void AfterHeadCheck(bool read_body, size_t limit, const std::shared_ptr<HttpResponse>& res) {
+    if (!read_body) {
+      if (!parser_->is_done()) res->close = true;  // its body is never read
+      return Respond(std::move(*res));
+    }
+    phase_ = Phase::kBody;
+    if (parser_->is_done()) return Dispatch();
+    if (const auto length = parser_->content_length(); length && *length > limit) {
+      return Refuse(&request_, 413, "payload_too_large",
+                    "request body of " + std::to_string(*length) + " bytes over the limit of " +
+                        std::to_string(limit) + " bytes");
+    }
+    parser_->body_limit(limit);  // chunked bodies: checked while they are read
+    body_limit_ = limit;
+    const std::string_view expect = HeaderValue(request_.headers, "Expect");
+    if (expect.size() == 12 && strncasecmp(expect.data(), "100-continue", 12) == 0 && buffer_.size() == 0) {
+      // The client waits for this before it sends the body (curl does for bodies over 1 KiB).
+      auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      Arm(front_.options.write_timeout);
+      asio::async_write(socket_, asio::buffer(*cont), [self = shared_from_this(), cont](error_code ec, size_t) {
+        self->Disarm();
+        if (ec) return self->Close();
+        self->ReadBody();
+      });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    Arm(front_.options.body_timeout);  // the whole body
+    bhttp::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+      self->Disarm();
+      if (!ec) return self->Dispatch();
+      if (self->timed_out_) {
+        return self->Refuse(&self->request_, 408, "body_timeout",
+                            "the request body did not arrive within " +
+                                std::to_string(self->front_.options.body_timeout.count()) + " ms");
+      }
+      if (ec == bhttp::error::body_limit) {
+        return self->Refuse(&self->request_, 413, "payload_too_large",
+                            "request body over the limit of " + std::to_string(self->body_limit_) + " bytes");
+      }
+      if (IsMalformed(ec)) {
+        return self->Refuse(&self->request_, 400, "bad_framing", "malformed request body: " + ec.message());
+      }
+      self->Close();  // the client went away mid-body
+    });
+  }
+
+  // The whole request to a handler thread.
+  void Dispatch() {
+    request_.body = std::move(parser_->get().body());
+    const int fd = socket_.native_handle();
+    request_.peer_closed = [fd] {
+      char byte;
+      const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n >= 0) return n == 0;  // 0: orderly shutdown; bytes waiting: a pipelined request
+      return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    };
+    phase_ = Phase::kHandling;
+    auto self = shared_from_this();
+    const bool queued = front_.pool->TryPost([self] { self->Handle(); });
+    if (!queued) {
+      Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
+    }
+  }
+
+  // On a handler thread.
+  void Handle() {
+    HttpResponse res;
+    front_.handler->OnRequest(request_, res);
+    const bool keep = keep_alive_ && !res.close;
+    if (!res.stream) {
+      auto shared = std::make_shared<HttpResponse>(std::move(res));
+      asio::post(front_.io, [self = shared_from_this(), shared] { self->Respond(std::move(*shared)); });
+      return;
+    }
+    // Streamed: written from here, each piece a blocking write through the I/O thread.
+    class Writer : public ChunkWriter {
+     public:
+      Writer(std::shared_ptr<Connection> c, bool chunked) : c_(std::move(c)), chunked_(chunked) {}
+      bool Send(std::string data) {
+        if (failed_) return false;
+        auto shared = std::make_shared<std::string>(std::move(data));
+        auto done = std::make_shared<std::promise<bool>>();
+        std::future<bool> ok = done->get_future();
+        asio::post(c_->front_.io, [c = c_, shared, done] { c->WriteForHandler(shared, done); });
+        failed_ = !ok.get();
+        return !failed_;
+      }
+      bool Write(std::string_view data) override {
+        if (data.empty()) return !failed_;
+        if (!chunked_) return Send(std::string(data));
+        char size[24];
+        std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+        std::string chunk = size;
+        chunk.append(data);
+        chunk += "\r\n";
+        return Send(std::move(chunk));
+      }
+      bool failed() const { return failed_; }
+
+     private:
+      std::shared_ptr<Connection> c_;
+      const bool chunked_;
+      bool failed_ = false;
+    };
+    // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    const bool chunked = request_.version >= 11;
+    const bool stream_keep = keep && chunked && !front_.stopping.load();
+    Writer writer(shared_from_this(), chunked);
+    writer.Send(SerializeHead(res, chunked ? "Transfer-Encoding: chunked\r\n" : "", stream_keep,
+                              request_.version));
+    if (!writer.failed()) res.stream(writer);
+    if (!writer.failed() && chunked) writer.Send("0\r\n\r\n");
+    asio::post(front_.io, [self = shared_from_this(), ok = !writer.failed(), stream_keep] {
+      self->StreamEnded(ok, stream_keep);
+    });
+  }
+
+  // A refusal by the front: its JSON error, and the connection closes after it.
+  void Refuse(const HttpRequest* head, int status, std::string_view code, const std::string& message) {
+    if (head == nullptr) request_ = HttpRequest{};  // no head read: answer as HTTP/1.1
+    HttpResponse res = front_.handler->FrontRefusal(head, status, code, message);
+    res.status = status;
+    res.close = true;
+    Respond(std::move(res));
+  }
+
+  void Respond(HttpResponse res) {
+    const bool keep = keep_alive_ && !res.close && !front_.stopping.load() &&
+                      ++served_ < front_.options.max_requests_per_connection;
+    phase_ = Phase::kWriting;
+    auto out = std::make_shared<std::string>(SerializeHead(
+        res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n", keep, request_.version));
+    out->append(res.body);
+    Arm(front_.options.write_timeout);
+    asio::async_write(socket_, asio::buffer(*out), [self = shared_from_this(), out, keep](error_code ec, size_t) {
+      self->AfterWrite(ec, keep);
+    });
+  }
+
+  void AfterWrite(error_code ec, bool keep) {
+    Disarm();
+    if (ec) {
+      if (timed_out_) front_.handler->OnDropped("write_timeout");
+      return Close();
+    }
+    if (keep) return WaitForRequest();
+    Linger();
+  }
+
+  // Half-closes, then reads and drops what the client still sends (kLinger, kLingerBytes).
+  void Linger() {
+    phase_ = Phase::kClosing;
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    Arm(kLinger);
+    lingered_ = 0;
+    DropInput();
+  }
+  void DropInput() {
+    buffer_.consume(buffer_.size());
+    socket_.async_read_some(buffer_.prepare(64 << 10), [self = shared_from_this()](error_code ec, size_t n) {
+      self->lingered_ += n;
+      if (ec || self->lingered_ > kLingerBytes) return self->Close();
+      self->DropInput();
+    });
+  }
+
+  HttpFront::Impl& front_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  const std::string address_;
+  const int port_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  HttpRequest request_;
+  Phase phase_ = Phase::kIdle;
+  bool keep_alive_ = true;
+  bool timed_out_ = false;
+  uint64_t timer_gen_ = 0;
+  size_t served_ = 0;
+  size_t body_limit_ = 0;
+  size_t lingered_ = 0;
+};
+
+void HttpFront::Impl::Register(const std::shared_ptr<Connection>& c, const std::string& address) {
+  size_t open;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu);
+    conns.emplace(c.get(), c);
+    ++per_address[address];
+    open = conns.size();
+  }
+  handler->OnConnections(open);
+}
+
+void HttpFront::Impl::Unregister(Connection* c, const std::string& address) {
+  size_t open;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu);
+    conns.erase(c);
+    if (auto it = per_address.find(address); it != per_address.end() && --it->second == 0) {
+      per_address.erase(it);
+    }
+    open = conns.size();
+  }
+  if (!stopping.load()) handler->OnConnections(open);  // at Stop the handler may be going away
+}
+
+// A connection over a cap: a 503 it can read, then closed (never held: it would count anyway).
+void HttpFront::Impl::Shed(tcp::socket socket, int status, std::string_view code, std::string message) {
+  HttpResponse res = handler->FrontRefusal(nullptr, status, code, message);
+  res.status = status;
+  const std::string reply =
+      SerializeHead(res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n", false, 11) + res.body;
+  // Small and non-blocking: one send, or nothing when the client's window is shut.
+  const ssize_t sent = ::send(socket.native_handle(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)sent;
+  error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  socket.close(ec);
+}
+
+void HttpFront::Impl::Accept() {
+  acceptor->async_accept([this](error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || stopping.load()) return;
+    if (ec) {
+      // Out of descriptors (EMFILE) or similar: retry shortly instead of spinning.
+      handler->OnDropped("accept_failed");
+      accept_retry->expires_after(kAcceptRetry);
+      accept_retry->async_wait([this](error_code e) {
+        if (!e) Accept();
+      });
+      return;
+    }
+    error_code peer_ec;
+    const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
+    if (peer_ec) return Accept();  // gone already
+    std::string address = peer.address().to_string();
+    size_t open, from_address;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu);
+      open = conns.size();
+      auto it = per_address.find(address);
+      from_address = it == per_address.end() ? 0 : it->second;
+    }
+    if (open >= options.max_connections) {
+      Shed(std::move(socket), 503, "too_many_connections",
+           "the server holds its limit of " + std::to_string(options.max_connections) + " connections");
+    } else if (options.max_connections_per_address > 0 && from_address >= options.max_connections_per_address) {
+      Shed(std::move(socket), 503, "too_many_connections_from_address",
+           "at most " + std::to_string(options.max_connections_per_address) +
+               " connections from one address");
+    } else {
+      error_code opt_ec;
+      // Replies and SSE events leave at once (no Nagle delay behind the client's delayed ACK).
+      socket.set_option(tcp::no_delay(true), opt_ec);
+      auto c = std::make_shared<Connection>(*this, std::move(socket), address, peer.port());
+      Register(c, address);
+      c->Start();
+    }
+    Accept();
+  });
+}
+
+HttpFront::HttpFront(FrontOptions options, FrontHandler* handler)
+    : impl_(std::make_unique<Impl>(std::move(options), handler)) {}
+
+HttpFront::~HttpFront() { Stop(); }
+
+int HttpFront::port() const { return impl_->port; }
+
+Status HttpFront::Start() {
+  Impl& f = *impl_;
+  // Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+      lim.rlim_cur < f.options.max_connections + 256) {
+    spdlog::warn("open-file limit {} is below --max-connections {} (+256): raise ulimit -n", lim.rlim_cur,
+                 f.options.max_connections);
+  }
+  error_code ec;
+  tcp::resolver resolver(f.io);
+  const auto endpoints = resolver.resolve(f.options.host, std::to_string(f.options.port),
+                                          tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) {
+    return Status(StatusCode::kUnavailable, "cannot resolve " + f.options.host + ": " + ec.message());
+  }
+  const tcp::endpoint endpoint = *endpoints.begin();
+  f.acceptor.emplace(f.io);
+  f.accept_retry.emplace(f.io);
+  f.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) f.acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) f.acceptor->bind(endpoint, ec);
+  if (!ec) f.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status(StatusCode::kUnavailable, "cannot listen on " + f.options.host + ":" +
+                                                std::to_string(f.options.port) + ": " + ec.message());
+  }
+  f.port = f.acceptor->local_endpoint().port();
+  f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests));
+  f.Accept();
+  f.io_thread = std::thread([&f] { f.io.run(); });
+  return Status::Ok();
+}
+
+void HttpFront::Stop() {
+  Impl& f = *impl_;
+  if (f.stopped || !f.io_thread.joinable()) return;
+  f.stopped = true;
+  f.stopping.store(true);
+  // 1. No new connections; idle ones closed; ones whose request a handler owns finish it.
+  asio::post(f.io, [&f] {
+    error_code ignored;
+    f.acceptor->close(ignored);
+    f.accept_retry->cancel();
+    std::vector<std::shared_ptr<Connection>> open;
+    {
+      std::lock_guard<std::mutex> lock(f.conns_mu);
+      for (auto& [raw, weak] : f.conns) {
+        if (auto c = weak.lock()) open.push_back(std::move(c));
+      }
+    }
+    for (auto& c : open) c->CloseIfIdle();
+  });
+  // 2. Handlers running finish (their replies still go out through the running I/O thread).
+  f.pool->Stop();
+  // 3. Then the I/O thread; the connections left are closed here, their handlers run out.
+  f.io.stop();
+  f.io_thread.join();
+  std::vector<std::shared_ptr<Connection>> left;
+  {
+    std::lock_guard<std::mutex> lock(f.conns_mu);
+    for (auto& [raw, weak] : f.conns) {
+      if (auto c = weak.lock()) left.push_back(std::move(c));
+    }
+  }
+  for (auto& c : left) c->ForceClose();
+  left.clear();
+  f.io.restart();
+  f.io.run_for(std::chrono::seconds(1));
+}
+
+}  // namespace vlmd::serve

@@ -1,0 +1,75 @@
+// Raw TCP clients for the connection-layer tests: what an HTTP client library would never send
+// (half heads, ambiguous framing, pipelined requests), and what it would hide (the exact bytes
+// back, whether the server closed).
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace vlmd::serve::testing {
+
+// A connection to 127.0.0.1:port, from `source` (another loopback address, e.g. "127.0.0.2",
+// to look like another client; "" : the kernel's choice). -1 on failure.
+inline int Connect(int port, const std::string& source = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  if (!source.empty()) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+struct RawReply {
+  std::string bytes;
+  bool closed = false;  // the server closed the connection (read returned 0)
+  int replies() const {  // status lines in the bytes
+    int n = 0;
+    for (size_t at = bytes.find("HTTP/1.1 "); at != std::string::npos; at = bytes.find("HTTP/1.1 ", at + 1)) ++n;
+    return n;
+  }
+};
+
+// Reads until the server closes the connection or `timeout_s` pass without a byte.
+inline RawReply ReadUntilClosed(int fd, int timeout_s) {
+  RawReply r;
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) r.bytes.append(buf, static_cast<size_t>(n));
+  r.closed = n == 0;
+  return r;
+}
+
+// Sends `raw` on a fresh connection and reads until the server closes it (or 5 s pass).
+inline RawReply Exchange(int port, const std::string& raw) {
+  const int fd = Connect(port);
+  if (fd < 0) return {};
+  if (write(fd, raw.data(), raw.size()) != static_cast<ssize_t>(raw.size())) {
+    close(fd);
+    return {};
+  }
+  RawReply r = ReadUntilClosed(fd, 5);
+  close(fd);
+  return r;
+}
+
+}  // namespace vlmd::serve::testing
