@@ -115,6 +115,15 @@ TEST_F(ServerApiTest, StrictPartsMediaTypesAndUnimplementedFields) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("unknown part 'img'"), std::string::npos) << r->body;
+  // A multipart body cut short (no closing boundary) is a 400 saying so, not a request without
+  // its last part.
+  const std::string cut = "--B\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n"
+                          "{\"prompt\":\"what?\"}\r\n--B\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\n" +
+                          png;
+  auto truncated = c->Post("/v1/vlm/invoke", cut, "multipart/form-data; boundary=B");
+  ASSERT_TRUE(truncated);
+  EXPECT_EQ(truncated->status, 400) << truncated->body;
+  EXPECT_NE(truncated->body.find("multipart body truncated"), std::string::npos) << truncated->body;
   const json chat_req{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
   const std::string chat = chat_req.dump();
   for (const char* type : {"text/plain", "application/x-www-form-urlencoded"}) {

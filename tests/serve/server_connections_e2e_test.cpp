@@ -1,0 +1,236 @@
+// The connection layer (serve/http/http_front.h) over raw sockets on 127.0.0.1: idle and
+// stalled connections cost no handler thread and are reaped or answered 408 at their deadline,
+// connection caps shed with 503, pipelined requests are answered in order, bodies are bounded
+// before they are read, Expect: 100-continue, bad chunking, HTTP/1.0.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "raw_socket.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using testing::Connect;
+using testing::Harness;
+using testing::HarnessOptions;
+using testing::RawReply;
+using testing::ReadUntilClosed;
+
+const std::string kInvokeBody = R"({"prompt":"hi","max_tokens":2})";
+
+std::string InvokeHead(size_t content_length, const std::string& extra = "") {
+  return "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(content_length) + "\r\n" + extra + "\r\n";
+}
+
+bool SendAll(int fd, const std::string& bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+// Reads until `marker` has arrived (or 5 s pass without a byte).
+std::string ReadUntil(int fd, const std::string& marker) {
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string got;
+  char buf[4096];
+  while (got.find(marker) == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+double Metric(Harness& h, const std::string& series) {
+  return testing::MetricValue(h.Client()->Get("/metrics")->body, series);
+}
+
+// Two hundred idle connections with two handler threads: a normal request is served at once,
+// and each idle connection is closed, with no reply, once --keep-alive passes.
+TEST(ServerConnectionsTest, IdleConnectionsAreReapedAndHoldNoThread) {
+  HarnessOptions o;
+  o.server.http_threads = 2;
+  o.server.keep_alive_s = 1;
+  Harness h(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = Connect(h.port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  auto r = h.Client()->Post("/v1/vlm/invoke", kInvokeBody, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  for (int fd : idle) {
+    const RawReply got = ReadUntilClosed(fd, 5);
+    EXPECT_TRUE(got.closed) << "an idle connection was kept past --keep-alive";
+    EXPECT_EQ(got.bytes, "") << "an idle connection is closed without a reply";
+    close(fd);
+  }
+  EXPECT_GE(Metric(h, "vlm_http_dropped_connections_total{reason=\"idle_reaped\"}"), 200);
+}
+
+// Over --max-connections-per-address a client's new connection gets a 503 and is closed; other
+// addresses are still served. Over --max-connections, everyone's is.
+TEST(ServerConnectionsTest, ConnectionCapsShedWith503) {
+  HarnessOptions o;
+  o.server.max_connections_per_address = 3;
+  o.server.max_connections = 6;
+  Harness h(o);
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = Connect(h.port(), "127.0.0.2");
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all three accepted
+  const int over = Connect(h.port(), "127.0.0.2");
+  ASSERT_GE(over, 0);
+  const RawReply shed = ReadUntilClosed(over, 5);
+  close(over);
+  EXPECT_EQ(shed.bytes.rfind("HTTP/1.1 503", 0), 0u) << shed.bytes;
+  EXPECT_NE(shed.bytes.find("too_many_connections_from_address"), std::string::npos) << shed.bytes;
+  EXPECT_TRUE(shed.closed);
+  // Another address is served beside them.
+  const RawReply other = testing::Exchange(h.port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(other.bytes.rfind("HTTP/1.1 200", 0), 0u) << other.bytes;
+  // Three more from other addresses reach the total cap of six; the seventh is shed.
+  for (int i = 0; i < 3; ++i) {
+    const int fd = Connect(h.port(), "127.0.0." + std::to_string(3 + i));
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const RawReply full = testing::Exchange(h.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(full.bytes.rfind("HTTP/1.1 503", 0), 0u) << full.bytes;
+  EXPECT_NE(full.bytes.find("\"too_many_connections\""), std::string::npos) << full.bytes;
+  for (int fd : held) close(fd);
+  // Once they are gone, connections are accepted again.
+  std::string m;
+  for (int i = 0; i < 50; ++i) {
+    auto r = h.Client()->Get("/metrics");
+    if (r && r->status == 200) {
+      m = r->body;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(m.empty()) << "the server did not accept connections again";
+  EXPECT_EQ(testing::MetricValue(m, "vlm_http_refusals_total{reason=\"too_many_connections_from_address\"}"), 1);
+  EXPECT_GE(testing::MetricValue(m, "vlm_http_refusals_total{reason=\"too_many_connections\"}"), 1);
+}
+
+// HTTP/1.1 pipelining: requests sent in one write are all answered, in order, on the connection.
+TEST(ServerConnectionsTest, PipelinedRequestsAreAnsweredInOrder) {
+  Harness h;
+  const std::string raw = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + InvokeHead(kInvokeBody.size()) +
+                          kInvokeBody + "GET /ready HTTP/1.1\r\nHost: x\r\n\r\n" +
+                          "GET /v1/nothing-here HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  const RawReply r = testing::Exchange(h.port(), raw);
+  EXPECT_EQ(r.replies(), 4) << r.bytes;
+  EXPECT_TRUE(r.closed);
+  const size_t health = r.bytes.find("{\"status\":\"ok\"}");
+  const size_t invoke = r.bytes.find("\"text\"");
+  const size_t ready = r.bytes.find("{\"status\":\"ready\"}");
+  const size_t missing = r.bytes.find("HTTP/1.1 404");
+  ASSERT_NE(health, std::string::npos) << r.bytes;
+  ASSERT_NE(invoke, std::string::npos) << r.bytes;
+  ASSERT_NE(ready, std::string::npos) << r.bytes;
+  ASSERT_NE(missing, std::string::npos) << r.bytes;
+  EXPECT_LT(health, invoke);
+  EXPECT_LT(invoke, ready);
+  EXPECT_LT(ready, missing);
+}
+
+// A body that stalls past --body-timeout gets a 408, however slowly its bytes trickle.
+TEST(ServerConnectionsTest, AStalledBodyGets408AtItsDeadline) {
+  HarnessOptions o;
+  o.server.body_timeout_s = 1;
+  Harness h(o);
+  const int fd = Connect(h.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, InvokeHead(100) + "{\"prompt\":"));
+  // A byte every 300 ms: each read succeeds, the whole body never arrives in time.
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (!SendAll(fd, " ")) break;
+  }
+  const RawReply r = ReadUntilClosed(fd, 5);
+  close(fd);
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 408", 0), 0u) << r.bytes;
+  EXPECT_NE(r.bytes.find("body_timeout"), std::string::npos) << r.bytes;
+  EXPECT_TRUE(r.closed);
+}
+
+// A declared body over --max-body-mb is refused from its head: 413 before a body byte is sent.
+TEST(ServerConnectionsTest, ADeclaredBodyOverTheLimitIsRefusedFromItsHead) {
+  HarnessOptions o;
+  o.server.max_body_bytes = 1 << 20;
+  Harness h(o);
+  const RawReply r = testing::Exchange(h.port(), InvokeHead(size_t{100} << 20));
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 413", 0), 0u) << r.bytes;
+  EXPECT_NE(r.bytes.find("payload_too_large"), std::string::npos) << r.bytes;
+  EXPECT_TRUE(r.closed);
+}
+
+// Expect: 100-continue: the client hears "100 Continue" before it sends the body, and only when
+// the head was accepted; a refused head gets its final answer instead (and the body is not read).
+TEST(ServerConnectionsTest, ExpectContinueIsAnsweredOnlyForAcceptedHeads) {
+  HarnessOptions o;
+  o.server.guard.api_key = "secret";
+  Harness h(o);
+  const int fd = Connect(h.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, InvokeHead(kInvokeBody.size(), "Authorization: Bearer secret\r\nExpect: 100-continue\r\n")));
+  const std::string interim = ReadUntil(fd, "\r\n\r\n");
+  EXPECT_EQ(interim, "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(SendAll(fd, kInvokeBody));
+  const std::string final_reply = ReadUntil(fd, "\"text\"");
+  EXPECT_EQ(final_reply.rfind("HTTP/1.1 200", 0), 0u) << final_reply;
+  close(fd);
+
+  const RawReply refused = testing::Exchange(h.port(), InvokeHead(kInvokeBody.size(), "Expect: 100-continue\r\n"));
+  EXPECT_EQ(refused.bytes.rfind("HTTP/1.1 401", 0), 0u) << refused.bytes;
+  EXPECT_EQ(refused.bytes.find("100 Continue"), std::string::npos) << refused.bytes;
+  EXPECT_TRUE(refused.closed) << "the announced body was never read: the connection must close";
+}
+
+// Chunked framing errors are 400 and close the connection; so is a Transfer-Encoding that does
+// not end in chunked (its length is unknowable).
+TEST(ServerConnectionsTest, BadChunkingIs400AndCloses) {
+  Harness h;
+  const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  const std::string hidden = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const std::string& raw :
+       {head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n" + kInvokeBody + "\r\n0\r\n\r\n" + hidden,
+        head + "Transfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nabc\r\n0\r\n\r\n" + hidden,
+        head + "Transfer-Encoding: gzip\r\n\r\n" + kInvokeBody + hidden}) {
+    const RawReply r = testing::Exchange(h.port(), raw);
+    EXPECT_EQ(r.bytes.rfind("HTTP/1.1 400", 0), 0u) << r.bytes;
+    EXPECT_EQ(r.replies(), 1) << "the hidden request was answered: " << r.bytes;
+    EXPECT_TRUE(r.closed);
+  }
+  // A well-formed chunked body is served.
+  char size[16];
+  std::snprintf(size, sizeof(size), "%zx", kInvokeBody.size());
+  const RawReply ok = testing::Exchange(
+      h.port(), head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + size + "\r\n" + kInvokeBody +
+                    "\r\n0\r\n\r\n");
+  EXPECT_EQ(ok.bytes.rfind("HTTP/1.1 200", 0), 0u) << ok.bytes;
+}
+
+// HTTP/1.0 clients are answered and the connection closes (no keep-alive asked).
+TEST(ServerConnectionsTest, Http10IsAnsweredAndClosed) {
+  Harness h;
+  const RawReply r = testing::Exchange(h.port(), "GET /health HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 200", 0), 0u) << r.bytes;
+  EXPECT_NE(r.bytes.find("Connection: close"), std::string::npos) << r.bytes;
+  EXPECT_TRUE(r.closed);
+}
+
+}  // namespace
+}  // namespace vlmd::serve
