@@ -1,7 +1,8 @@
 // vlmd-bench: benchmarks that print ratios against limits measured in the same run.
 // Subcommands: `kernels` (matmul paths vs memory bandwidth and FMA peak), `model` (prefill and
 // decode speed of a text model vs the decode bandwidth bound), `serve` (throughput and latency of a
-// running vlmd under concurrent /v1/vlm/invoke requests).
+// running vlmd under concurrent /v1/vlm/invoke requests, optionally beside slow and idle
+// connections).
 #include <CLI/CLI.hpp>
 
 #include "kernels_bench.h"
@@ -47,6 +48,15 @@ int main(int argc, char** argv) {
       ->envname("VLMD_API_KEY");
   serve->add_option("--timeout", sopts.timeout_s, "per-request timeout, seconds")->capture_default_str();
   serve->add_flag("--json", sopts.json, "print JSON");
+  serve->add_option("--slow-clients", sopts.slow_clients,
+                    "also measure while this many clients trickle a request head (1 byte/s)")
+      ->check(CLI::Range(0, 50000));
+  serve->add_option("--idle-clients", sopts.idle_clients,
+                    "also measure while this many connections stay idle")
+      ->check(CLI::Range(0, 50000));
+  serve->add_option("--hostile-warmup", sopts.hostile_warmup_s,
+                    "seconds the hostile connections are held before the loaded run")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (kernels->parsed()) return vlmd::bench::RunKernelsBench(kopts);
   if (model->parsed()) return vlmd::bench::RunModelBench(mopts);

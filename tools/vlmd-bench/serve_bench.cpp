@@ -4,6 +4,8 @@
 // process-lifetime peak RSS (VmHWM), so it includes model loading and earlier runs.
 #include "serve_bench.h"
 
+#include "hostile_load.h"
+
 #include <png.h>
 
 #include <algorithm>
@@ -37,6 +39,31 @@ struct Sample {
   double ms = 0;
   bool ok = false;
 };
+
+// One measured run: the successful requests' latencies (sorted) and what failed.
+struct Run {
+  std::vector<double> ok_ms;
+  int errors = 0;
+  double wall_s = 0;
+  double throughput = 0;  // successful requests per second of wall time
+  std::string first_error;
+};
+
+// Host and port of "http://<IPv4>:<port>" (a trailing slash allowed).
+bool LoopbackEndpoint(const std::string& url, std::string* host, int* port) {
+  const std::string prefix = "http://";
+  if (url.rfind(prefix, 0) != 0) return false;
+  std::string rest = url.substr(prefix.size());
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = rest.substr(0, colon);
+  char* end = nullptr;
+  const long p = std::strtol(rest.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p < 1 || p > 65535) return false;
+  *port = static_cast<int>(p);
+  return host->rfind("127.", 0) == 0;
+}
 
 // "model name" of the first CPU in /proc/cpuinfo; the CPUID brand string if that has none.
 std::string CpuModel() {
@@ -197,50 +224,78 @@ int RunServeBench(const ServeBenchOptions& opts) {
     }
   }
 
-  std::vector<Sample> samples(static_cast<size_t>(opts.requests));
-  std::atomic<int> next{0};
-  std::mutex err_mu;
-  std::string first_error;
-  auto worker = [&] {
-    auto cli = MakeClient(opts);
-    for (int i = next.fetch_add(1); i < opts.requests; i = next.fetch_add(1)) {
-      const std::string& img = images[opts.distinct_images ? static_cast<size_t>(i) : 0];
-      httplib::MultipartFormDataItems items = {
-          {"image", img, "image.png", "application/octet-stream"},
-          {"request", request_json, "", "application/json"}};
-      const auto t0 = Clock::now();
-      auto res = cli->Post("/v1/vlm/invoke", headers, items);
-      Sample& s = samples[static_cast<size_t>(i)];
-      s.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      std::string error;
-      if (!res) {
-        error = "transport: " + httplib::to_string(res.error());
-      } else if (res->status != 200) {
-        error = "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300);
-      } else {
-        const auto body = nlohmann::json::parse(res->body, nullptr, false);
-        if (!body.is_object() || !body.contains("text")) error = "reply without \"text\": " + res->body.substr(0, 300);
+  // One run of opts.requests requests from opts.concurrency threads.
+  auto measure = [&] {
+    Run run;
+    std::vector<Sample> samples(static_cast<size_t>(opts.requests));
+    std::atomic<int> next{0};
+    std::mutex err_mu;
+    auto worker = [&] {
+      auto cli = MakeClient(opts);
+      for (int i = next.fetch_add(1); i < opts.requests; i = next.fetch_add(1)) {
+        const std::string& img = images[opts.distinct_images ? static_cast<size_t>(i) : 0];
+        httplib::MultipartFormDataItems items = {
+            {"image", img, "image.png", "application/octet-stream"},
+            {"request", request_json, "", "application/json"}};
+        const auto t0 = Clock::now();
+        auto res = cli->Post("/v1/vlm/invoke", headers, items);
+        Sample& s = samples[static_cast<size_t>(i)];
+        s.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        std::string error;
+        if (!res) {
+          error = "transport: " + httplib::to_string(res.error());
+        } else if (res->status != 200) {
+          error = "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300);
+        } else {
+          const auto body = nlohmann::json::parse(res->body, nullptr, false);
+          if (!body.is_object() || !body.contains("text")) error = "reply without \"text\": " + res->body.substr(0, 300);
+        }
+        s.ok = error.empty();
+        if (!s.ok) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (run.first_error.empty()) run.first_error = error;
+        }
       }
-      s.ok = error.empty();
-      if (!s.ok) {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (first_error.empty()) first_error = error;
-      }
+    };
+    const auto wall0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < opts.concurrency; ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+    run.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
+    for (const Sample& s : samples) {
+      if (s.ok) run.ok_ms.push_back(s.ms);
     }
+    std::sort(run.ok_ms.begin(), run.ok_ms.end());
+    run.errors = opts.requests - static_cast<int>(run.ok_ms.size());
+    run.throughput = run.wall_s > 0 ? static_cast<double>(run.ok_ms.size()) / run.wall_s : 0;
+    return run;
   };
-  const auto wall0 = Clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < opts.concurrency; ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
-  const double wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
 
-  std::vector<double> ok_ms;
-  for (const Sample& s : samples) {
-    if (s.ok) ok_ms.push_back(s.ms);
+  const bool hostile = opts.slow_clients > 0 || opts.idle_clients > 0;
+  std::vector<std::pair<std::string, Run>> runs;
+  runs.emplace_back(hostile ? "unloaded" : "", measure());
+  std::optional<HostileLoad> load;
+  if (hostile) {
+    HostileLoadOptions lo;
+    lo.slow = opts.slow_clients;
+    lo.idle = opts.idle_clients;
+    if (!LoopbackEndpoint(opts.url, &lo.host, &lo.port)) {
+      std::fprintf(stderr, "vlmd-bench: error: --slow-clients/--idle-clients need --url http://127.x.y.z:PORT\n");
+      return 2;
+    }
+    load.emplace(lo);
+    load->Start();
+    if (!load->WaitOpen(std::chrono::seconds(60))) {
+      std::fprintf(stderr, "vlmd-bench: error: could not open %d connections in 60 s\n", lo.slow + lo.idle);
+      return 1;
+    }
+    // Past the first head deadlines and idle reaps, so that reconnect churn is part of the load.
+    std::this_thread::sleep_for(std::chrono::seconds(opts.hostile_warmup_s));
+    const int open_before = load->open();
+    runs.emplace_back(std::to_string(opts.slow_clients) + " slow + " + std::to_string(opts.idle_clients) +
+                          " idle (" + std::to_string(open_before) + " open)",
+                      measure());
   }
-  std::sort(ok_ms.begin(), ok_ms.end());
-  const int errors = opts.requests - static_cast<int>(ok_ms.size());
-  const double throughput = wall_s > 0 ? static_cast<double>(ok_ms.size()) / wall_s : 0;
 
   std::optional<double> peak_rss;
   {
@@ -251,34 +306,53 @@ int RunServeBench(const ServeBenchOptions& opts) {
   }
 
   const std::string platform = CpuModel();
+  auto pct = [](const Run& r, double p) { return r.ok_ms.empty() ? -1.0 : Percentile(r.ok_ms, p); };
   if (opts.json) {
-    nlohmann::json j = {{"platform", platform},
-                        {"url", opts.url},
-                        {"concurrency", opts.concurrency},
-                        {"requests", opts.requests},
-                        {"ok", ok_ms.size()},
-                        {"errors", errors},
-                        {"distinct_images", opts.distinct_images},
-                        {"max_tokens", opts.max_tokens},
-                        {"wall_s", wall_s},
-                        {"throughput_images_s", throughput},
-                        {"latency_p50_ms", ok_ms.empty() ? nlohmann::json(nullptr) : nlohmann::json(Percentile(ok_ms, 50))},
-                        {"latency_p99_ms", ok_ms.empty() ? nlohmann::json(nullptr) : nlohmann::json(Percentile(ok_ms, 99))},
-                        {"server_peak_rss_gb", peak_rss ? nlohmann::json(*peak_rss / 1e9) : nlohmann::json(nullptr)}};
-    if (!first_error.empty()) j["first_error"] = first_error;
-    std::cout << j.dump(2) << "\n";
-  } else {
-    char mem[32] = "n/a", p50[32] = "n/a", p99[32] = "n/a";
-    if (peak_rss) std::snprintf(mem, sizeof(mem), "%.2f", *peak_rss / 1e9);
-    if (!ok_ms.empty()) {
-      std::snprintf(p50, sizeof(p50), "%.1f", Percentile(ok_ms, 50));
-      std::snprintf(p99, sizeof(p99), "%.1f", Percentile(ok_ms, 99));
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [label, run] : runs) {
+      nlohmann::json j = {{"platform", platform},
+                          {"url", opts.url},
+                          {"load", label},
+                          {"concurrency", opts.concurrency},
+                          {"requests", opts.requests},
+                          {"ok", run.ok_ms.size()},
+                          {"errors", run.errors},
+                          {"distinct_images", opts.distinct_images},
+                          {"max_tokens", opts.max_tokens},
+                          {"wall_s", run.wall_s},
+                          {"throughput_images_s", run.throughput},
+                          {"latency_p50_ms", run.ok_ms.empty() ? nlohmann::json(nullptr) : nlohmann::json(pct(run, 50))},
+                          {"latency_p99_ms", run.ok_ms.empty() ? nlohmann::json(nullptr) : nlohmann::json(pct(run, 99))},
+                          {"server_peak_rss_gb", peak_rss ? nlohmann::json(*peak_rss / 1e9) : nlohmann::json(nullptr)}};
+      if (!run.first_error.empty()) j["first_error"] = run.first_error;
+      out.push_back(j);
     }
-    std::printf("%-40s | %11s | %8s | %13s | %9s | %9s | %12s | %6s\n", "platform", "concurrency",
+    if (load) {
+      out.back()["hostile_reopened"] = load->reopened();
+      out.back()["hostile_connect_failures"] = load->failures();
+    }
+    std::cout << (runs.size() == 1 ? out[0] : out).dump(2) << "\n";
+  } else {
+    char mem[32] = "n/a";
+    if (peak_rss) std::snprintf(mem, sizeof(mem), "%.2f", *peak_rss / 1e9);
+    std::printf("%-40s | %-32s | %11s | %8s | %13s | %9s | %9s | %12s | %6s\n", "platform", "load", "concurrency",
                 "requests", "images/s", "P50 ms", "P99 ms", "peak mem GB", "errors");
-    std::printf("%-40.40s | %11d | %8d | %13.2f | %9s | %9s | %12s | %6d\n", platform.c_str(),
-                opts.concurrency, opts.requests, throughput, p50, p99, mem, errors);
-    if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
+    for (const auto& [label, run] : runs) {
+      char p50[32] = "n/a", p99[32] = "n/a";
+      if (!run.ok_ms.empty()) {
+        std::snprintf(p50, sizeof(p50), "%.1f", pct(run, 50));
+        std::snprintf(p99, sizeof(p99), "%.1f", pct(run, 99));
+      }
+      std::printf("%-40.40s | %-32s | %11d | %8d | %13.2f | %9s | %9s | %12s | %6d\n", platform.c_str(),
+                  label.c_str(), opts.concurrency, opts.requests, run.throughput, p50, p99, mem, run.errors);
+      if (!run.first_error.empty()) std::printf("first error: %s\n", run.first_error.c_str());
+    }
+    if (load && !runs[0].second.ok_ms.empty() && !runs[1].second.ok_ms.empty()) {
+      std::printf("loaded / unloaded: P50 %.2fx, P99 %.2fx (hostile connections reopened after the server "
+                  "closed them: %llu, failed connects: %llu)\n",
+                  pct(runs[1].second, 50) / pct(runs[0].second, 50), pct(runs[1].second, 99) / pct(runs[0].second, 99),
+                  static_cast<unsigned long long>(load->reopened()), static_cast<unsigned long long>(load->failures()));
+    }
   }
   return 0;
 }
