@@ -28,6 +28,15 @@ TEST(Multipart, PartsInOrderWithNamesFilenamesAndTypes) {
   EXPECT_EQ((*parts)[1].content, std::string("\x89PNG\r\n\0x", 8));  // CRLF and NUL inside kept
 }
 
+TEST(Multipart, ParametersWithoutValuesAreSkippedAndTheTypeIsExact) {
+  auto parts = ParseMultipart(Part("form-data; inline; name=\"a\"", "1") + "--XyZ--", kType);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ((*parts)[0].name, "a");
+  EXPECT_TRUE(IsMultipartFormData(" Multipart/Form-Data ; boundary=x"));
+  EXPECT_FALSE(IsMultipartFormData("multipart/form-dataX; boundary=x"));
+  EXPECT_FALSE(IsMultipartFormData("multipart/mixed; boundary=x"));
+}
+
 TEST(Multipart, BoundaryParameterQuotedOrNotAnyCase) {
   EXPECT_EQ(*MultipartBoundary("multipart/form-data; boundary=abc"), "abc");
   EXPECT_EQ(*MultipartBoundary("Multipart/Form-Data; charset=utf-8; BOUNDARY=\"a b;c\""), "a b;c");

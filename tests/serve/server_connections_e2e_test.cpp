@@ -4,6 +4,8 @@
 // before they are read, Expect: 100-continue, bad chunking, HTTP/1.0.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,6 +223,49 @@ TEST(ServerConnectionsTest, BadChunkingIs400AndCloses) {
       h.port(), head + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + size + "\r\n" + kInvokeBody +
                     "\r\n0\r\n\r\n");
   EXPECT_EQ(ok.bytes.rfind("HTTP/1.1 200", 0), 0u) << ok.bytes;
+}
+
+// HEAD is GET without the body: the length is announced, no body follows, and the connection
+// stays in step (the next reply on it is read correctly).
+TEST(ServerConnectionsTest, HeadAnswersWithoutABody) {
+  Harness h;
+  const RawReply r = testing::Exchange(
+      h.port(), "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(r.replies(), 2) << r.bytes;
+  const size_t second = r.bytes.find("HTTP/1.1 ", 1);
+  ASSERT_NE(second, std::string::npos) << r.bytes;
+  const std::string head_reply = r.bytes.substr(0, second);
+  EXPECT_EQ(head_reply.rfind("HTTP/1.1 200", 0), 0u) << head_reply;
+  EXPECT_NE(head_reply.find("Content-Length: 15\r\n"), std::string::npos) << head_reply;
+  EXPECT_EQ(head_reply.substr(head_reply.size() - 4), "\r\n\r\n") << "a body followed the HEAD reply";
+  EXPECT_NE(r.bytes.find("{\"status\":\"ok\"}", second), std::string::npos) << r.bytes;
+}
+
+// Stopping the server while a reply streams: the stream is finished (its last event and the
+// final chunk reach the client) and Stop returns; it used to wait forever once the I/O thread
+// ran out of work between two chunks.
+TEST(ServerConnectionsTest, StopFinishesAStreamInFlight) {
+  auto h = std::make_unique<Harness>();
+  std::atomic<int> chunks{0};
+  std::string body;
+  std::thread client([&] {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/vlm/invoke";
+    req.body = R"({"prompt":"write a long story","max_tokens":60,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      chunks.fetch_add(1);
+      return true;
+    };
+    (void)h->Client()->send(req);
+  });
+  for (int i = 0; i < 500 && chunks.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(chunks.load(), 2) << "the stream did not start";
+  h.reset();  // Server::Stop
+  client.join();
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << body;
 }
 
 // HTTP/1.0 clients are answered and the connection closes (no keep-alive asked).

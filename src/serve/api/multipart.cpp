@@ -26,7 +26,12 @@ bool Parameter(std::string_view header, std::string_view key, std::string* value
   while (pos != std::string_view::npos) {
     std::string_view rest = Trim(header.substr(pos + 1));
     const size_t eq = rest.find('=');
+    const size_t semi = rest.find(';');
     if (eq == std::string_view::npos) return false;
+    if (semi < eq) {  // a parameter without a value: skipped
+      pos = static_cast<size_t>(rest.data() - header.data()) + semi;
+      continue;
+    }
     const std::string_view k = Trim(rest.substr(0, eq));
     std::string_view v = Trim(rest.substr(eq + 1));
     std::string parsed;
@@ -87,7 +92,8 @@ Status ParsePartHeaders(std::string_view block, size_t index, MultipartPart* par
 }  // namespace
 
 bool IsMultipartFormData(std::string_view content_type) {
-  return StartsWithNoCase(Trim(content_type), "multipart/form-data");
+  const std::string_view type = Trim(content_type.substr(0, content_type.find(';')));
+  return type.size() == 19 && StartsWithNoCase(type, "multipart/form-data");
 }
 
 Result<std::string> MultipartBoundary(std::string_view content_type) {

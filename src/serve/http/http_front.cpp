@@ -39,6 +39,12 @@ using boost::system::error_code;
 // resets a connection closed with unread bytes).
 constexpr std::chrono::milliseconds kLinger{2000};
 constexpr size_t kLingerBytes = 16u << 20;
+// At Stop, how long replies already handed to the I/O thread may take to leave.
+constexpr std::chrono::milliseconds kStopGrace{5000};
+// A shed connection's input is drained this long, and at most this many at once (beyond: closed
+// at once), so that shedding stays cheap under a connection flood.
+constexpr std::chrono::milliseconds kShedLinger{500};
+constexpr size_t kMaxShedLingering = 256;
 // How long an accept waits before retrying when the process is out of descriptors.
 constexpr std::chrono::milliseconds kAcceptRetry{100};
 
@@ -159,13 +165,16 @@ struct HttpFront::Impl {
   std::mutex conns_mu;  // connections register on the I/O thread, may end on a handler thread
   std::unordered_map<Connection*, std::weak_ptr<Connection>> conns;
   std::unordered_map<std::string, size_t> per_address;
+  std::atomic<bool> stopping{false};
   asio::io_context io{1};
+  // Keeps io.run() going while no operation is pending (a stream between two chunks).
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
+  size_t shed_lingering = 0;  // shed connections draining (I/O thread only)
   std::thread io_thread;
   int port = 0;
-  std::atomic<bool> stopping{false};
   bool stopped = false;
 };
 
@@ -190,13 +199,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Arm(front_.options.write_timeout);
     asio::async_write(socket_, asio::buffer(*data),
                       [self = shared_from_this(), data, done](error_code ec, size_t) {
-                        self->Disarm();
-                        if (ec && self->timed_out_) self->front_.handler->OnDropped("write_timeout");
+                        self->Disarm();  // a timeout is counted when the stream ends
                         done->set_value(!ec);
                       });
   }
   // On the I/O thread: a streamed reply ended (its last chunk written, or a write failed).
-  void StreamEnded(bool ok, bool keep_alive) { AfterWrite(ok ? error_code() : asio::error::broken_pipe, keep_alive); }
+  void StreamEnded(bool ok, bool keep_alive) {
+    keep_alive = keep_alive && ++served_ < front_.options.max_requests_per_connection;
+    AfterWrite(ok ? error_code() : asio::error::broken_pipe, keep_alive);
+  }
 
  private:
   enum class Phase { kIdle, kHead, kHeadCheck, kBody, kHandling, kWriting, kClosing };
@@ -233,6 +244,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (front_.stopping.load()) return Close();
     phase_ = Phase::kIdle;
     if (buffer_.size() > 0) return ReadHead();  // pipelined: already here
+    buffer_.shrink_to_fit();  // an idle connection keeps no read buffer from its last body
     Arm(front_.options.idle_timeout);
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
       if (ec) {
@@ -306,7 +318,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const bool queued = front_.pool->TryPost([self] {
       auto res = std::make_shared<HttpResponse>();
       size_t limit = 0;
-      const bool read_body = self->front_.handler->OnHead(self->request_, *res, &limit);
+      bool read_body = false;
+      try {
+        read_body = self->front_.handler->OnHead(self->request_, *res, &limit);
+      } catch (const std::exception& e) {
+        spdlog::error("request head handler: {}", e.what());
+        *res = self->front_.handler->FrontRefusal(&self->request_, 500, "internal_error", "internal error");
+        res->status = 500;
+        res->close = true;
+      }
       asio::post(self->front_.io, [self, res, read_body, limit] { self->AfterHeadCheck(read_body, limit, res); });
     });
     if (!queued) {
@@ -329,7 +349,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->body_limit(limit);  // chunked bodies: checked while they are read
     body_limit_ = limit;
     const std::string_view expect = HeaderValue(request_.headers, "Expect");
-    if (expect.size() == 12 && strncasecmp(expect.data(), "100-continue", 12) == 0 && buffer_.size() == 0) {
+    if (request_.version >= 11 && expect.size() == 12 && strncasecmp(expect.data(), "100-continue", 12) == 0 &&
+        buffer_.size() == 0) {
       // The client waits for this before it sends the body (curl does for bodies over 1 KiB).
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       Arm(front_.options.write_timeout);
@@ -385,7 +406,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // On a handler thread.
   void Handle() {
     HttpResponse res;
-    front_.handler->OnRequest(request_, res);
+    try {
+      front_.handler->OnRequest(request_, res);
+    } catch (const std::exception& e) {
+      spdlog::error("request handler: {}", e.what());
+      res = front_.handler->FrontRefusal(&request_, 500, "internal_error", "internal error");
+      res.status = 500;
+    }
+    // Not needed any more; a kept-alive connection must not hold a body of up to --max-body-mb.
+    std::string().swap(request_.body);
     const bool keep = keep_alive_ && !res.close;
     if (!res.stream) {
       auto shared = std::make_shared<HttpResponse>(std::move(res));
@@ -416,6 +445,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return Send(std::move(chunk));
       }
       bool failed() const { return failed_; }
+      void Fail() { failed_ = true; }  // the body is incomplete: the connection must close
 
      private:
       std::shared_ptr<Connection> c_;
@@ -428,7 +458,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Writer writer(shared_from_this(), chunked);
     writer.Send(SerializeHead(res, chunked ? "Transfer-Encoding: chunked\r\n" : "", stream_keep,
                               request_.version));
-    if (!writer.failed()) res.stream(writer);
+    // Called even when the head could not be written: the stream's own failure path (its first
+    // write fails) cancels the job and accounts for the request.
+    try {
+      res.stream(writer);
+    } catch (const std::exception& e) {
+      spdlog::error("stream handler: {}", e.what());
+      writer.Fail();
+    }
     if (!writer.failed() && chunked) writer.Send("0\r\n\r\n");
     asio::post(front_.io, [self = shared_from_this(), ok = !writer.failed(), stream_keep] {
       self->StreamEnded(ok, stream_keep);
@@ -450,7 +487,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kWriting;
     auto out = std::make_shared<std::string>(SerializeHead(
         res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n", keep, request_.version));
-    out->append(res.body);
+    if (request_.method != "HEAD") out->append(res.body);  // HEAD: the length, never the body
     Arm(front_.options.write_timeout);
     asio::async_write(socket_, asio::buffer(*out), [self = shared_from_this(), out, keep](error_code ec, size_t) {
       self->AfterWrite(ec, keep);
@@ -464,6 +501,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return Close();
     }
     if (keep) return WaitForRequest();
+    if (front_.stopping.load()) return Close();  // no lingering at shutdown
     Linger();
   }
 
@@ -537,7 +575,38 @@ void HttpFront::Impl::Shed(tcp::socket socket, int status, std::string_view code
   (void)sent;
   error_code ec;
   socket.shutdown(tcp::socket::shutdown_send, ec);
-  socket.close(ec);
+  if (shed_lingering >= kMaxShedLingering) {
+    socket.close(ec);
+    return;
+  }
+  // What the client already sent is read and dropped for a moment: closing with unread bytes
+  // would reset the connection, and the client would likely lose the 503 with it.
+  struct Lingering {
+    Lingering(tcp::socket s, asio::io_context& io) : socket(std::move(s)), timer(io) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    char sink[4096];
+  };
+  auto l = std::make_shared<Lingering>(std::move(socket), io);
+  ++shed_lingering;
+  l->timer.expires_after(kShedLinger);
+  l->timer.async_wait([l](error_code) {
+    error_code ignored;
+    l->socket.close(ignored);
+  });
+  auto drop = std::make_shared<std::function<void(error_code, size_t)>>();
+  *drop = [this, l, drop](error_code e, size_t) {
+    if (e) {
+      l->timer.cancel();
+      error_code ignored;
+      l->socket.close(ignored);
+      --shed_lingering;
+      *drop = nullptr;  // breaks the cycle
+      return;
+    }
+    l->socket.async_read_some(asio::buffer(l->sink), *drop);
+  };
+  l->socket.async_read_some(asio::buffer(l->sink), *drop);
 }
 
 void HttpFront::Impl::Accept() {
@@ -623,6 +692,7 @@ Status HttpFront::Start() {
   f.port = f.acceptor->local_endpoint().port();
   f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests));
   f.Accept();
+  f.work.emplace(f.io.get_executor());
   f.io_thread = std::thread([&f] { f.io.run(); });
   return Status::Ok();
 }
@@ -648,7 +718,18 @@ void HttpFront::Stop() {
   });
   // 2. Handlers running finish (their replies still go out through the running I/O thread).
   f.pool->Stop();
-  // 3. Then the I/O thread; the connections left are closed here, their handlers run out.
+  // 3. The replies they left are written (each connection closes after its reply at shutdown);
+  // a client that does not read gets kStopGrace.
+  const auto until = std::chrono::steady_clock::now() + kStopGrace;
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(f.conns_mu);
+      if (f.conns.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // 4. Then the I/O thread; the connections left are closed here, their handlers run out.
+  f.work.reset();
   f.io.stop();
   f.io_thread.join();
   std::vector<std::shared_ptr<Connection>> left;

@@ -126,7 +126,7 @@ const Server::Handlers::Route* Server::Handlers::FindRoute(const std::string& me
   for (const Route& r : routes_) {
     std::smatch m;
     if (!std::regex_match(path, m, r.pattern)) continue;
-    if (r.method != method) {
+    if (r.method != method && !(method == "HEAD" && r.method == "GET")) {  // HEAD: GET without the body
       *status = 405;
       continue;
     }
