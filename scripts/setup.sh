@@ -18,7 +18,7 @@ PACKAGES=(
   libjpeg62-turbo-dev   # JPEG decoding of request images (libjpeg-turbo)
   libpng-dev            # PNG decoding of request images
   libwebp-dev           # WebP decoding of request images
-  libssl-dev            # SHA-256 (libcrypto) for image cache keys and allowlists
+  libssl-dev            # SHA-256 (libcrypto) for image cache keys and allowlists; TLS (libssl)
   libcpp-httplib-dev    # HTTP/1.1 clients: image URLs, OTLP span export, tests, vlmd-bench
   libboost1.81-dev      # Boost.Asio + Beast: the server's event-driven connection layer
   libspdlog-dev         # server logs

@@ -12,6 +12,8 @@
 
 #include "raw_socket.h"
 #include "server_harness.h"
+#include "server_test_servers.h"
+#include "test_certs.h"
 
 namespace vlmd::serve {
 namespace {
@@ -275,6 +277,71 @@ TEST(ServerConnectionsTest, Http10IsAnsweredAndClosed) {
   EXPECT_EQ(r.bytes.rfind("HTTP/1.1 200", 0), 0u) << r.bytes;
   EXPECT_NE(r.bytes.find("Connection: close"), std::string::npos) << r.bytes;
   EXPECT_TRUE(r.closed);
+}
+
+// HTTPS with --tls-cert/--tls-key: served with the certificate (a client verifying it against
+// that certificate connects; plain HTTP does not get an answer), and when the files change the
+// new certificate is what new connections get; a pair that does not load leaves the old one.
+TEST(ServerConnectionsTest, TlsServesTheCertificateAndReloadsIt) {
+  TempDir dir;
+  const testing::PemPair a = testing::SelfSignedCert("vlmd-test-a");
+  const testing::PemPair b = testing::SelfSignedCert("vlmd-test-b");
+  const std::string a_ca = dir.Write("a-ca.pem", a.cert), b_ca = dir.Write("b-ca.pem", b.cert);
+  HarnessOptions o;
+  o.server.tls_cert_file = dir.Write("cert.pem", a.cert);
+  o.server.tls_key_file = dir.Write("key.pem", a.key);
+  o.server.tls_reload_interval = std::chrono::milliseconds(50);
+  Harness h(o);
+  auto https = [&](const std::string& ca) {
+    auto c = std::make_unique<httplib::Client>("https://127.0.0.1:" + std::to_string(h.port()));
+    c->set_ca_cert_path(ca.c_str());
+    c->enable_server_certificate_verification(true);
+    c->set_connection_timeout(5, 0);
+    return c;
+  };
+  auto health = https(a_ca)->Get("/health");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  auto invoke = https(a_ca)->Post("/v1/vlm/invoke", kInvokeBody, "application/json");
+  ASSERT_TRUE(invoke);
+  EXPECT_EQ(invoke->status, 200) << invoke->body;
+  EXPECT_FALSE(https(b_ca)->Get("/health")) << "verified against a certificate it does not serve";
+  auto plain = h.Client();
+  plain->set_read_timeout(2, 0);
+  auto cleartext = plain->Get("/health");
+  EXPECT_TRUE(!cleartext || cleartext->status != 200) << "plain HTTP answered on the TLS port";
+
+  // Replaced (each file renamed into place): new connections get certificate b. (A check between
+  // the two renames sees b's certificate with a's key: that reload fails, the next one loads.)
+  std::filesystem::rename(dir.Write("cert.new", b.cert), o.server.tls_cert_file);
+  std::filesystem::rename(dir.Write("key.new", b.key), o.server.tls_key_file);
+  bool switched = false;
+  for (int i = 0; i < 100 && !switched; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto r = https(b_ca)->Get("/health");
+    switched = r && r->status == 200;
+  }
+  EXPECT_TRUE(switched) << "the new certificate was not served";
+  EXPECT_FALSE(https(a_ca)->Get("/health")) << "the old certificate is still served";
+
+  // A key that does not load: the reload fails and certificate b keeps serving.
+  auto before = https(b_ca)->Get("/metrics");
+  ASSERT_TRUE(before);
+  const double failed_before =
+      std::max(0.0, testing::MetricValue(before->body, "vlm_http_tls_reloads_total{result=\"failed\"}"));
+  std::filesystem::rename(dir.Write("key.bad", "-----BEGIN PRIVATE KEY-----\ngarbage\n"), o.server.tls_key_file);
+  double failed = failed_before;
+  for (int i = 0; i < 100 && failed <= failed_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto m = https(b_ca)->Get("/metrics");
+    ASSERT_TRUE(m) << "certificate b stopped serving after a bad reload";
+    failed = testing::MetricValue(m->body, "vlm_http_tls_reloads_total{result=\"failed\"}");
+  }
+  EXPECT_EQ(failed, failed_before + 1);
+  auto after = https(b_ca)->Get("/metrics");
+  ASSERT_TRUE(after);
+  EXPECT_GE(testing::MetricValue(after->body, "vlm_http_tls_reloads_total{result=\"ok\"}"), 1) << after->body;
+  EXPECT_GE(testing::MetricValue(after->body, "vlm_http_dropped_connections_total{reason=\"tls_handshake_failed\"}"), 1);
 }
 
 }  // namespace

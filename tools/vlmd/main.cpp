@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   app.add_option("--body-timeout", so.body_timeout_s, "seconds for a whole request body (408 after)")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  app.add_option("--tls-cert", so.tls_cert_file,
+                 "serve HTTPS with this PEM certificate chain (with --tls-key; reloaded when the files change)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", so.tls_key_file, "the PEM private key of --tls-cert")->check(CLI::ExistingFile);
   app.add_option("--keep-alive", so.keep_alive_s, "seconds an idle connection is kept")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();

@@ -84,13 +84,13 @@ std::string Resolve(const std::string& base_dir, const std::string& p) {
   return (fs::path(base_dir) / p).lexically_normal().string();
 }
 
-Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_defaults) {
+Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions* so, ModelSpec* model_defaults) {
   VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
                                       "prefill_chunk", "encode_tiles", "ctx", "precision",
                                       "image_cache_mb", "token_budget", "max_images",
                                       "max_body_mb", "timeout_s", "read_timeout_s",
                                       "body_timeout_s", "keep_alive_s", "max_connections",
-                                      "max_connections_per_address",
+                                      "max_connections_per_address", "tls_cert", "tls_key",
                                       "image_url_hosts", "memory_budget_mb", "decode_budget_mb",
                                       "max_image_mpixels"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
@@ -139,6 +139,13 @@ Status ParseServer(const Section& s, ServerOptions* so, ModelSpec* model_default
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("keep_alive_s", &so->keep_alive_s));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_connections", &so->max_connections));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_connections_per_address", &so->max_connections_per_address));
+  VLMD_RETURN_IF_ERROR(s.Get("tls_cert", &so->tls_cert_file));
+  VLMD_RETURN_IF_ERROR(s.Get("tls_key", &so->tls_key_file));
+  so->tls_cert_file = Resolve(base_dir, so->tls_cert_file);
+  so->tls_key_file = Resolve(base_dir, so->tls_key_file);
+  if (so->tls_cert_file.empty() != so->tls_key_file.empty()) {
+    return InvalidArgumentError(s.path("tls_cert") + " and " + s.path("tls_key") + ": give both or neither");
+  }
   for (const auto& [key, value] : {std::pair{"read_timeout_s", so->read_timeout_s},
                                    std::pair{"body_timeout_s", so->body_timeout_s},
                                    std::pair{"keep_alive_s", so->keep_alive_s},
@@ -355,7 +362,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
                                         "audit", "trust", "tracing", "streams"}));
   ModelSpec model_defaults = c.models.empty() ? ModelSpec{} : c.models.front();
   if (top.has("server")) {
-    VLMD_RETURN_IF_ERROR(ParseServer(Section(top.at("server"), "server"), &c.server, &model_defaults));
+    VLMD_RETURN_IF_ERROR(ParseServer(Section(top.at("server"), "server"), base_dir, &c.server, &model_defaults));
   }
   if (top.has("models")) {
     c.models.clear();

@@ -72,6 +72,11 @@ struct ServerOptions {
   int body_timeout_s = 60;             // a whole request body, from the end of its head (else 408)
   int write_timeout_s = 30;            // one write of a reply or of a streamed chunk
   int keep_alive_s = 5;                // a connection with no request started closes after this
+  // HTTPS: PEM certificate chain and private key (both or neither). Reloaded when either file
+  // changes (checked every tls_reload_interval); a pair that does not load leaves the old one.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::chrono::milliseconds tls_reload_interval{10000};
   api::RequestLimits limits;           // limits.url_host_allowlist: hosts image URLs may name
   int image_fetch_timeout_s = 10;      // connect / read timeout when fetching an image URL
   PrepareOptions prepare;

@@ -8,9 +8,11 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
@@ -31,6 +33,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
@@ -149,21 +152,56 @@ std::string SerializeHead(const HttpResponse& res, const std::string& framing, b
 
 }  // namespace
 
-class Connection;
+// What Stop needs of a connection, whatever its stream (plain TCP or TLS).
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  // On the I/O thread, at Stop: closes the connection unless a handler thread owns its request
+  // or its reply is being written.
+  virtual void CloseIfIdle() = 0;
+  // At Stop, once no handler thread is left.
+  virtual void ForceClose() = 0;
+};
+
+// The modification time and size of a file (for certificate reloads); zeros when unreadable.
+std::pair<int64_t, int64_t> FileStamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {0, 0};
+  return {static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
+}
+
+// A TLS server context from PEM files: TLS 1.2 and 1.3 only, the key checked against the
+// certificate.
+Result<std::shared_ptr<ssl::context>> LoadTlsContext(const std::string& cert_file, const std::string& key_file) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                   ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  error_code ec;
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) return InvalidArgumentError("TLS certificate " + cert_file + ": " + ec.message());
+  ctx->use_private_key_file(key_file, ssl::context::pem, ec);
+  if (ec) return InvalidArgumentError("TLS private key " + key_file + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return InvalidArgumentError("TLS private key " + key_file + " does not match the certificate " + cert_file);
+  }
+  return ctx;
+}
 
 struct HttpFront::Impl {
   Impl(FrontOptions o, FrontHandler* h) : options(std::move(o)), handler(h) {}
 
   void Accept();
   void Shed(tcp::socket socket, int status, std::string_view code, std::string message);
-  void Register(const std::shared_ptr<Connection>& c, const std::string& address);
-  void Unregister(Connection* c, const std::string& address);
+  void Register(const std::shared_ptr<ConnectionBase>& c, const std::string& address);
+  void Unregister(ConnectionBase* c, const std::string& address);
+  // Reloads the certificate and key when either file changed (every tls_reload_interval).
+  void WatchTlsFiles();
 
   const FrontOptions options;
   FrontHandler* const handler;
   // Before io: connections still queued in io when it is destroyed unregister here.
   std::mutex conns_mu;  // connections register on the I/O thread, may end on a handler thread
-  std::unordered_map<Connection*, std::weak_ptr<Connection>> conns;
+  std::unordered_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> conns;
   std::unordered_map<std::string, size_t> per_address;
   std::atomic<bool> stopping{false};
   asio::io_context io{1};
@@ -173,32 +211,53 @@ struct HttpFront::Impl {
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
   size_t shed_lingering = 0;  // shed connections draining (I/O thread only)
+  // TLS: the context new connections take (a connection keeps the one it started with), the
+  // files' stamps it was loaded from, the stamps of a failed reload (not retried until they
+  // change again). I/O thread only, after Start.
+  std::shared_ptr<ssl::context> tls;
+  std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> tls_stamps, tls_failed_stamps;
+  std::optional<asio::steady_timer> tls_watch;
   std::thread io_thread;
   int port = 0;
   bool stopped = false;
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// One client connection; Stream is tcp::socket, or ssl::stream<tcp::socket> for TLS.
+template <class Stream>
+class Connection : public ConnectionBase, public std::enable_shared_from_this<Connection<Stream>> {
  public:
-  Connection(HttpFront::Impl& front, tcp::socket socket, std::string address, int port)
-      : front_(front), socket_(std::move(socket)), timer_(front.io), address_(std::move(address)),
-        port_(port) {}
-  ~Connection() { front_.Unregister(this, address_); }
+  static constexpr bool kTls = !std::is_same_v<Stream, tcp::socket>;
 
-  const std::string& address() const { return address_; }
-  void Start() { WaitForRequest(); }
-  // On the I/O thread, at Stop: closes the connection unless a handler thread owns its request
-  // or its reply is being written.
-  void CloseIfIdle() {
+  Connection(HttpFront::Impl& front, Stream stream, std::shared_ptr<ssl::context> tls, std::string address,
+             int port)
+      : front_(front), tls_(std::move(tls)), stream_(std::move(stream)), timer_(front.io),
+        address_(std::move(address)), port_(port) {}
+  ~Connection() override { front_.Unregister(this, address_); }
+
+  void Start() {
+    if constexpr (kTls) {
+      Arm(front_.options.head_timeout);  // the handshake is part of the first request's head
+      stream_.async_handshake(ssl::stream_base::server, [self = this->shared_from_this()](error_code ec) {
+        self->Disarm();
+        if (ec) {
+          self->front_.handler->OnDropped("tls_handshake_failed");
+          return self->Close();
+        }
+        self->WaitForRequest();
+      });
+    } else {
+      WaitForRequest();
+    }
+  }
+  void CloseIfIdle() override {
     if (phase_ != Phase::kHeadCheck && phase_ != Phase::kHandling && phase_ != Phase::kWriting) Close();
   }
-  // At Stop, once no handler thread is left.
-  void ForceClose() { Close(); }
+  void ForceClose() override { Close(); }
   // On the I/O thread: a handler thread's blocking write of one piece of a streamed reply.
   void WriteForHandler(std::shared_ptr<std::string> data, std::shared_ptr<std::promise<bool>> done) {
     Arm(front_.options.write_timeout);
-    asio::async_write(socket_, asio::buffer(*data),
-                      [self = shared_from_this(), data, done](error_code ec, size_t) {
+    asio::async_write(stream_, asio::buffer(*data),
+                      [self = this->shared_from_this(), data, done](error_code ec, size_t) {
                         self->Disarm();  // a timeout is counted when the stream ends
                         done->set_value(!ec);
                       });
@@ -218,11 +277,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timed_out_ = false;
     const uint64_t gen = ++timer_gen_;
     timer_.expires_after(timeout);
-    timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+    timer_.async_wait([self = this->shared_from_this(), gen](error_code ec) {
       if (ec || gen != self->timer_gen_) return;  // re-armed or disarmed meanwhile
       self->timed_out_ = true;
       error_code ignored;
-      self->socket_.cancel(ignored);
+      self->Raw().cancel(ignored);
     });
   }
   void Disarm() {
@@ -230,13 +289,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timer_.cancel();
   }
 
+  // The TCP socket under the stream.
+  tcp::socket& Raw() {
+    if constexpr (kTls) {
+      return stream_.next_layer();
+    } else {
+      return stream_;
+    }
+  }
+
+  // Closes without a TLS close_notify: every reply is length-delimited, so a client cannot
+  // mistake a truncation for the end of one.
   void Close() {
-    if (phase_ == Phase::kClosing && !socket_.is_open()) return;
+    if (phase_ == Phase::kClosing && !Raw().is_open()) return;
     phase_ = Phase::kClosing;
     Disarm();
     error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    Raw().shutdown(tcp::socket::shutdown_both, ignored);
+    Raw().close(ignored);
   }
 
   // Idle until the next request's first byte (kept-alive or new), then its head.
@@ -245,8 +315,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     phase_ = Phase::kIdle;
     if (buffer_.size() > 0) return ReadHead();  // pipelined: already here
     buffer_.shrink_to_fit();  // an idle connection keeps no read buffer from its last body
+    // The next request's first bytes (a read, not a readiness wait: TLS may hold decrypted bytes
+    // that the socket would not show).
     Arm(front_.options.idle_timeout);
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    stream_.async_read_some(buffer_.prepare(4096), [self = this->shared_from_this()](error_code ec, size_t n) {
+      self->buffer_.commit(n);
       if (ec) {
         if (self->timed_out_) self->front_.handler->OnDropped("idle_reaped");
         return self->Close();
@@ -261,8 +334,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(static_cast<uint32_t>(front_.options.max_header_bytes));
     parser_->body_limit(boost::none);  // set per route once the head is checked
     Arm(front_.options.head_timeout);  // the whole head, from its first byte
-    bhttp::async_read_header(socket_, buffer_, *parser_,
-                             [self = shared_from_this()](error_code ec, size_t) { self->OnHeadRead(ec); });
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = this->shared_from_this()](error_code ec, size_t) { self->OnHeadRead(ec); });
   }
 
   void OnHeadRead(error_code ec) {
@@ -314,7 +387,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     keep_alive_ = parser_->keep_alive();
     phase_ = Phase::kHeadCheck;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     const bool queued = front_.pool->TryPost([self] {
       auto res = std::make_shared<HttpResponse>();
       size_t limit = 0;
@@ -354,7 +427,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // The client waits for this before it sends the body (curl does for bodies over 1 KiB).
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       Arm(front_.options.write_timeout);
-      asio::async_write(socket_, asio::buffer(*cont), [self = shared_from_this(), cont](error_code ec, size_t) {
+      asio::async_write(stream_, asio::buffer(*cont), [self = this->shared_from_this(), cont](error_code ec, size_t) {
         self->Disarm();
         if (ec) return self->Close();
         self->ReadBody();
@@ -366,7 +439,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadBody() {
     Arm(front_.options.body_timeout);  // the whole body
-    bhttp::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+    bhttp::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](error_code ec, size_t) {
       self->Disarm();
       if (!ec) return self->Dispatch();
       if (self->timed_out_) {
@@ -388,7 +461,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The whole request to a handler thread.
   void Dispatch() {
     request_.body = std::move(parser_->get().body());
-    const int fd = socket_.native_handle();
+    const int fd = Raw().native_handle();  // a client's FIN shows on the socket, TLS or not
     request_.peer_closed = [fd] {
       char byte;
       const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -396,7 +469,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
     };
     phase_ = Phase::kHandling;
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     const bool queued = front_.pool->TryPost([self] { self->Handle(); });
     if (!queued) {
       Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
@@ -418,7 +491,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const bool keep = keep_alive_ && !res.close;
     if (!res.stream) {
       auto shared = std::make_shared<HttpResponse>(std::move(res));
-      asio::post(front_.io, [self = shared_from_this(), shared] { self->Respond(std::move(*shared)); });
+      asio::post(front_.io, [self = this->shared_from_this(), shared] { self->Respond(std::move(*shared)); });
       return;
     }
     // Streamed: written from here, each piece a blocking write through the I/O thread.
@@ -455,7 +528,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
     const bool chunked = request_.version >= 11;
     const bool stream_keep = keep && chunked && !front_.stopping.load();
-    Writer writer(shared_from_this(), chunked);
+    Writer writer(this->shared_from_this(), chunked);
     writer.Send(SerializeHead(res, chunked ? "Transfer-Encoding: chunked\r\n" : "", stream_keep,
                               request_.version));
     // Called even when the head could not be written: the stream's own failure path (its first
@@ -467,7 +540,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       writer.Fail();
     }
     if (!writer.failed() && chunked) writer.Send("0\r\n\r\n");
-    asio::post(front_.io, [self = shared_from_this(), ok = !writer.failed(), stream_keep] {
+    asio::post(front_.io, [self = this->shared_from_this(), ok = !writer.failed(), stream_keep] {
       self->StreamEnded(ok, stream_keep);
     });
   }
@@ -489,7 +562,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n", keep, request_.version));
     if (request_.method != "HEAD") out->append(res.body);  // HEAD: the length, never the body
     Arm(front_.options.write_timeout);
-    asio::async_write(socket_, asio::buffer(*out), [self = shared_from_this(), out, keep](error_code ec, size_t) {
+    asio::async_write(stream_, asio::buffer(*out), [self = this->shared_from_this(), out, keep](error_code ec, size_t) {
       self->AfterWrite(ec, keep);
     });
   }
@@ -509,14 +582,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Linger() {
     phase_ = Phase::kClosing;
     error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    Raw().shutdown(tcp::socket::shutdown_send, ignored);
     Arm(kLinger);
     lingered_ = 0;
     DropInput();
   }
   void DropInput() {
     buffer_.consume(buffer_.size());
-    socket_.async_read_some(buffer_.prepare(64 << 10), [self = shared_from_this()](error_code ec, size_t n) {
+    Raw().async_read_some(buffer_.prepare(64 << 10), [self = this->shared_from_this()](error_code ec, size_t n) {
       self->lingered_ += n;
       if (ec || self->lingered_ > kLingerBytes) return self->Close();
       self->DropInput();
@@ -524,7 +597,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   HttpFront::Impl& front_;
-  tcp::socket socket_;
+  const std::shared_ptr<ssl::context> tls_;  // kept alive for stream_ (nullptr: plain TCP)
+  Stream stream_;
   asio::steady_timer timer_;
   const std::string address_;
   const int port_;
@@ -540,7 +614,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t lingered_ = 0;
 };
 
-void HttpFront::Impl::Register(const std::shared_ptr<Connection>& c, const std::string& address) {
+void HttpFront::Impl::Register(const std::shared_ptr<ConnectionBase>& c, const std::string& address) {
   size_t open;
   {
     std::lock_guard<std::mutex> lock(conns_mu);
@@ -551,7 +625,7 @@ void HttpFront::Impl::Register(const std::shared_ptr<Connection>& c, const std::
   handler->OnConnections(open);
 }
 
-void HttpFront::Impl::Unregister(Connection* c, const std::string& address) {
+void HttpFront::Impl::Unregister(ConnectionBase* c, const std::string& address) {
   size_t open;
   {
     std::lock_guard<std::mutex> lock(conns_mu);
@@ -568,12 +642,16 @@ void HttpFront::Impl::Unregister(Connection* c, const std::string& address) {
 void HttpFront::Impl::Shed(tcp::socket socket, int status, std::string_view code, std::string message) {
   HttpResponse res = handler->FrontRefusal(nullptr, status, code, message);
   res.status = status;
+  error_code ec;
+  if (tls) {  // a TLS client cannot read a plain reply before its handshake: closed, counted
+    socket.close(ec);
+    return;
+  }
   const std::string reply =
       SerializeHead(res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n", false, 11) + res.body;
   // Small and non-blocking: one send, or nothing when the client's window is shut.
   const ssize_t sent = ::send(socket.native_handle(), reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   (void)sent;
-  error_code ec;
   socket.shutdown(tcp::socket::shutdown_send, ec);
   if (shed_lingering >= kMaxShedLingering) {
     socket.close(ec);
@@ -607,6 +685,28 @@ void HttpFront::Impl::Shed(tcp::socket socket, int status, std::string_view code
     l->socket.async_read_some(asio::buffer(l->sink), *drop);
   };
   l->socket.async_read_some(asio::buffer(l->sink), *drop);
+}
+
+void HttpFront::Impl::WatchTlsFiles() {
+  tls_watch->expires_after(options.tls_reload_interval);
+  tls_watch->async_wait([this](error_code ec) {
+    if (ec) return;  // cancelled: stopping
+    const auto stamps = std::pair{FileStamp(options.tls_cert_file), FileStamp(options.tls_key_file)};
+    if (stamps != tls_stamps && stamps != tls_failed_stamps) {
+      auto fresh = LoadTlsContext(options.tls_cert_file, options.tls_key_file);
+      if (fresh.ok()) {
+        tls = std::move(*fresh);  // new connections; open ones keep theirs
+        tls_stamps = stamps;
+        spdlog::info("TLS certificate reloaded from {}", options.tls_cert_file);
+      } else {
+        // Often a certificate written before its key: tried again when the files change again.
+        tls_failed_stamps = stamps;
+        spdlog::error("TLS reload failed, the previous certificate stays: {}", fresh.status().ToString());
+      }
+      handler->OnTlsReload(fresh.ok());
+    }
+    WatchTlsFiles();
+  });
 }
 
 void HttpFront::Impl::Accept() {
@@ -643,9 +743,17 @@ void HttpFront::Impl::Accept() {
       error_code opt_ec;
       // Replies and SSE events leave at once (no Nagle delay behind the client's delayed ACK).
       socket.set_option(tcp::no_delay(true), opt_ec);
-      auto c = std::make_shared<Connection>(*this, std::move(socket), address, peer.port());
-      Register(c, address);
-      c->Start();
+      if (tls) {
+        using TlsConnection = Connection<ssl::stream<tcp::socket>>;
+        auto c = std::make_shared<TlsConnection>(*this, ssl::stream<tcp::socket>(std::move(socket), *tls), tls,
+                                                 address, peer.port());
+        Register(c, address);
+        c->Start();
+      } else {
+        auto c = std::make_shared<Connection<tcp::socket>>(*this, std::move(socket), nullptr, address, peer.port());
+        Register(c, address);
+        c->Start();
+      }
     }
     Accept();
   });
@@ -657,6 +765,8 @@ HttpFront::HttpFront(FrontOptions options, FrontHandler* handler)
 HttpFront::~HttpFront() { Stop(); }
 
 int HttpFront::port() const { return impl_->port; }
+
+bool HttpFront::tls() const { return !impl_->options.tls_cert_file.empty(); }
 
 Status HttpFront::Start() {
   Impl& f = *impl_;
@@ -670,6 +780,15 @@ Status HttpFront::Start() {
       lim.rlim_cur < f.options.max_connections + 256) {
     spdlog::warn("open-file limit {} is below --max-connections {} (+256): raise ulimit -n", lim.rlim_cur,
                  f.options.max_connections);
+  }
+  if (!f.options.tls_cert_file.empty() || !f.options.tls_key_file.empty()) {
+    if (f.options.tls_cert_file.empty() || f.options.tls_key_file.empty()) {
+      return InvalidArgumentError("TLS needs both a certificate and a private key file");
+    }
+    f.tls_stamps = {FileStamp(f.options.tls_cert_file), FileStamp(f.options.tls_key_file)};
+    VLMD_ASSIGN_OR_RETURN(f.tls, LoadTlsContext(f.options.tls_cert_file, f.options.tls_key_file));
+    f.tls_watch.emplace(f.io);
+    f.WatchTlsFiles();
   }
   error_code ec;
   tcp::resolver resolver(f.io);
@@ -707,7 +826,8 @@ void HttpFront::Stop() {
     error_code ignored;
     f.acceptor->close(ignored);
     f.accept_retry->cancel();
-    std::vector<std::shared_ptr<Connection>> open;
+    if (f.tls_watch) f.tls_watch->cancel();
+    std::vector<std::shared_ptr<ConnectionBase>> open;
     {
       std::lock_guard<std::mutex> lock(f.conns_mu);
       for (auto& [raw, weak] : f.conns) {
@@ -732,7 +852,7 @@ void HttpFront::Stop() {
   f.work.reset();
   f.io.stop();
   f.io_thread.join();
-  std::vector<std::shared_ptr<Connection>> left;
+  std::vector<std::shared_ptr<ConnectionBase>> left;
   {
     std::lock_guard<std::mutex> lock(f.conns_mu);
     for (auto& [raw, weak] : f.conns) {

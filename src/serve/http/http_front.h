@@ -37,6 +37,13 @@ struct FrontOptions {
   std::chrono::milliseconds body_timeout{60000};   // a whole body, from the end of its head
   std::chrono::milliseconds idle_timeout{5000};    // kept-alive with no request started
   std::chrono::milliseconds write_timeout{30000};  // one write (a reply, one streamed chunk)
+  // TLS (OpenSSL through Boost.Asio): with both files set (PEM: the certificate chain, the
+  // private key) the port speaks HTTPS only, TLS 1.2 and 1.3. The files are checked every
+  // tls_reload_interval: when either changed, new connections get the new certificate (open
+  // ones keep theirs); a pair that does not load leaves the previous one serving.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::chrono::milliseconds tls_reload_interval{10000};
 };
 
 // What the server plugs into the front. Called on handler threads, concurrently.
@@ -59,6 +66,8 @@ class FrontHandler {
   virtual void OnDropped(std::string_view reason) = 0;
   // Open connections changed (a gauge).
   virtual void OnConnections(size_t open) = 0;
+  // The TLS certificate files changed and were loaded (ok) or not (the previous pair serves on).
+  virtual void OnTlsReload(bool ok) = 0;
 };
 
 class HttpFront {
@@ -66,9 +75,11 @@ class HttpFront {
   HttpFront(FrontOptions options, FrontHandler* handler);
   ~HttpFront();  // Stop()s
 
-  // Binds and listens (UNAVAILABLE when it cannot), starts the I/O and handler threads.
+  // Loads the TLS files when set (INVALID_ARGUMENT when they do not load), binds and listens
+  // (UNAVAILABLE when it cannot), starts the I/O and handler threads.
   Status Start();
   int port() const;
+  bool tls() const;
   // Stops accepting, closes idle connections, lets handlers running finish (their replies are
   // written), then closes everything. Idempotent.
   void Stop();

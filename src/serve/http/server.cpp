@@ -227,6 +227,10 @@ void Server::Handlers::OnDropped(std::string_view reason) {
   s_.metrics_->http_dropped.With({std::string(reason)}).Inc();
 }
 
+void Server::Handlers::OnTlsReload(bool ok) {
+  s_.metrics_->http_tls_reloads.With({ok ? "ok" : "failed"}).Inc();
+}
+
 void Server::Handlers::OnConnections(size_t open) {
   s_.metrics_->http_connections.With().Set(static_cast<double>(open));
 }
@@ -278,10 +282,13 @@ Status Server::Start() {
   fo.body_timeout = std::chrono::seconds(std::max(1, options_.body_timeout_s));
   fo.idle_timeout = std::chrono::seconds(std::max(1, options_.keep_alive_s));
   fo.write_timeout = std::chrono::seconds(std::max(1, options_.write_timeout_s));
+  fo.tls_cert_file = options_.tls_cert_file;
+  fo.tls_key_file = options_.tls_key_file;
+  fo.tls_reload_interval = options_.tls_reload_interval;
   front_ = std::make_unique<HttpFront>(fo, handlers_.get());
   VLMD_RETURN_IF_ERROR(front_->Start());
   port_ = front_->port();
-  spdlog::info("vlmd listening on http://{}:{}", options_.host, port_);
+  spdlog::info("vlmd listening on {}://{}:{}", front_->tls() ? "https" : "http", options_.host, port_);
   return Status::Ok();
 }
 

@@ -43,6 +43,7 @@ class Server::Handlers : public FrontHandler {
                             std::string_view message) override;
   void OnDropped(std::string_view reason) override;
   void OnConnections(size_t open) override;
+  void OnTlsReload(bool ok) override;
 
  private:
   using RouteFn = std::function<void(HttpRequest&, HttpResponse&)>;

@@ -69,7 +69,9 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                   "Requests the connection layer refused itself, by reason",
                                   {"reason"})),
       http_dropped(r->AddCounter("vlm_http_dropped_connections_total",
-                                 "Connections closed without a reply, by reason", {"reason"})) {}
+                                 "Connections closed without a reply, by reason", {"reason"})),
+      http_tls_reloads(r->AddCounter("vlm_http_tls_reloads_total",
+                                     "TLS certificate reloads after the files changed, by result", {"result"})) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

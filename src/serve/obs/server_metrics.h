@@ -51,6 +51,7 @@ struct ServerMetrics {
   obs::GaugeFamily& http_connections;
   obs::CounterFamily& http_refusals;
   obs::CounterFamily& http_dropped;
+  obs::CounterFamily& http_tls_reloads;  // {result = ok | failed}
 
   // Refreshes the process gauges (called before each /metrics render).
   void UpdateProcessMemory();
