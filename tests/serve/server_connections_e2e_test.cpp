@@ -91,7 +91,9 @@ TEST(ServerConnectionsTest, ConnectionCapsShedWith503) {
     ASSERT_GE(fd, 0);
     held.push_back(fd);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all three accepted
+  for (int i = 0; i < 200 && h.server().metrics().http_connections.With().Value() != 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // all three accepted
+  }
   const int over = Connect(h.port(), "127.0.0.2");
   ASSERT_GE(over, 0);
   const RawReply shed = ReadUntilClosed(over, 5);
@@ -102,13 +104,18 @@ TEST(ServerConnectionsTest, ConnectionCapsShedWith503) {
   // Another address is served beside them.
   const RawReply other = testing::Exchange(h.port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(other.bytes.rfind("HTTP/1.1 200", 0), 0u) << other.bytes;
+  // That connection closes (the server lingers until the client's close): three open again.
+  auto open_now = [&] { return h.server().metrics().http_connections.With().Value(); };
+  for (int i = 0; i < 200 && open_now() != 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(open_now(), 3);
   // Three more from other addresses reach the total cap of six; the seventh is shed.
   for (int i = 0; i < 3; ++i) {
     const int fd = Connect(h.port(), "127.0.0." + std::to_string(3 + i));
     ASSERT_GE(fd, 0);
     held.push_back(fd);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 200 && open_now() != 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(open_now(), 6);
   const RawReply full = testing::Exchange(h.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(full.bytes.rfind("HTTP/1.1 503", 0), 0u) << full.bytes;
   EXPECT_NE(full.bytes.find("\"too_many_connections\""), std::string::npos) << full.bytes;

@@ -315,17 +315,23 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     phase_ = Phase::kIdle;
     if (buffer_.size() > 0) return ReadHead();  // pipelined: already here
     buffer_.shrink_to_fit();  // an idle connection keeps no read buffer from its last body
-    // The next request's first bytes (a read, not a readiness wait: TLS may hold decrypted bytes
-    // that the socket would not show).
     Arm(front_.options.idle_timeout);
-    stream_.async_read_some(buffer_.prepare(4096), [self = this->shared_from_this()](error_code ec, size_t n) {
+    auto on_first_bytes = [self = this->shared_from_this()](error_code ec, size_t n) {
       self->buffer_.commit(n);
       if (ec) {
         if (self->timed_out_) self->front_.handler->OnDropped("idle_reaped");
         return self->Close();
       }
       self->ReadHead();
-    });
+    };
+    if constexpr (kTls) {
+      // A read, not a readiness wait: TLS may hold decrypted bytes the socket does not show.
+      stream_.async_read_some(buffer_.prepare(1024), std::move(on_first_bytes));
+    } else {
+      // A readiness wait: an idle connection holds no read buffer (thousands of them may idle).
+      Raw().async_wait(tcp::socket::wait_read,
+                       [next = std::move(on_first_bytes)](error_code ec) mutable { next(ec, 0); });
+    }
   }
 
   void ReadHead() {
