@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the one-way dependency direction of src/ (README "Layout"): every #include "..." of a
 # module names only the modules below it, as its CMake DEPS say, and only serve/http includes
-# cpp-httplib. The libraries link with PUBLIC deps, so a back-edge could still link; this catches
+# cpp-httplib or Boost.Asio/Beast. The libraries link with PUBLIC deps, so a back-edge could still link; this catches
 # it by the includes. Usage: check_layering.sh [source root]; exit 1 naming each violation.
 set -euo pipefail
 root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -58,6 +58,10 @@ while IFS= read -r file; do
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
   if [[ "$module" != serve/http ]] && grep -q '#[[:space:]]*include[[:space:]]*<httplib\.h>' "$file"; then
     echo "layering: src/$file includes <httplib.h> (only src/serve/http may)"
+    violations=1
+  fi
+  if [[ "$module" != serve/http ]] && grep -q '#[[:space:]]*include[[:space:]]*<boost/\(asio\|beast\)' "$file"; then
+    echo "layering: src/$file includes Boost.Asio/Beast (only src/serve/http may)"
     violations=1
   fi
 done < <(find . -mindepth 2 \( -name '*.h' -o -name '*.cpp' \) | sed 's|^\./||' | sort)
