@@ -198,6 +198,7 @@ struct FixtureCases {
 const std::vector<FixtureCases>& ListedCases() {
   static const std::vector<FixtureCases> kCases = {
       {"tiny-llava", {"img-32x32", "img-64x48", "text"}},
+      {"tiny-llava16", {"img-32x32", "img-64x48", "two-images", "text"}},
       {"tiny-smolvlm", {"img-128x96", "img-128x128", "img-50x100", "text"}},
       {"tiny-qwen2vl", {"img-168x112", "img-140x140", "img-50x40", "two-images", "text"}},
       {"tiny-qwen25vl", {"img-168x112", "img-140x140", "img-100x70", "two-images", "text"}},
@@ -210,10 +211,12 @@ std::vector<ParityCase> AllCases() {
   std::vector<ParityCase> out;
   for (const FixtureCases& fc : ListedCases()) {
     for (const char* name : fc.cases) {
-      // The Qwen fixtures have two variants (base, q4_k), the others four.
-      const bool qwen = std::string(fc.fixture).starts_with("tiny-qwen");
+      // The fixtures added on 2026-12-01 (Qwen VL, LLaVA-1.6) have two variants (base, q4_k);
+      // tiny-llava and tiny-smolvlm four.
+      const std::string fixture = fc.fixture;
+      const bool two_variants = fixture.starts_with("tiny-qwen") || fixture == "tiny-llava16";
       for (const char* variant : {"base", "q8_0", "q4_0", "q4_k"}) {
-        if (qwen && std::string(variant) != "base" && std::string(variant) != "q4_k") continue;
+        if (two_variants && std::string(variant) != "base" && std::string(variant) != "q4_k") continue;
         // packed: the integer variants (their Q8_0 / Q4_0 matrices) in exact precision; fast:
         // every variant (float matrices to int8 blocks, Q4_K packed, and on AMX the prompt on
         // bf16 tiles).

@@ -45,6 +45,7 @@ TEST_P(GoldenPromptTest, ReproducesLlamaCppPrompts) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenPromptTest,
                          ::testing::Values(std::make_pair("tiny-llava", ChatTemplateKind::kChatml),
+                                           std::make_pair("tiny-llava16", ChatTemplateKind::kVicuna),
                                            std::make_pair("tiny-smolvlm",
                                                           ChatTemplateKind::kSmolvlm)));
 
@@ -56,6 +57,10 @@ TEST(ChatTemplateTest, DetectsFamiliesBySubstring) {
   EXPECT_EQ(ChatTemplate::Detect("{{'<|user|>'}}{{'<|end|>'}}{{'<|assistant|>'}}").kind(),
             ChatTemplateKind::kPhi3);
   EXPECT_EQ(ChatTemplate::Detect("llama3").kind(), ChatTemplateKind::kLlama3);
+  EXPECT_EQ(ChatTemplate::Detect("{{ 'USER: ' + m }}{{ 'ASSISTANT: ' }}").kind(), ChatTemplateKind::kVicuna);
+  EXPECT_EQ(ChatTemplate::Detect("{{ 'SYSTEM: ' }}{{ 'USER: ' + m }}{{ 'ASSISTANT: ' }}").kind(),
+            ChatTemplateKind::kVicunaOrca);
+  EXPECT_EQ(ChatTemplate::Detect("vicuna-orca").kind(), ChatTemplateKind::kVicunaOrca);
   for (std::string_view unknown : {"", "{{ messages }}", "[INST] {{ m }} [/INST]",
                                    "<|user|>{{ m }}<|endoftext|>"}) {
     const ChatTemplate t = ChatTemplate::Detect(unknown);
@@ -68,6 +73,11 @@ TEST(ChatTemplateTest, DetectsFamiliesBySubstring) {
 TEST(ChatTemplateTest, MultiTurnOutputs) {
   const std::vector<ChatMessage> chat = {
       {"system", " Be brief. "}, {"user", " Hi "}, {"assistant", "Hello"}, {"user", "Bye"}};
+  // llama.cpp's vicuna / vicuna-orca: content as given (no trimming), </s> after each answer.
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kVicuna).Apply(chat, true),
+            " Be brief. \n\nUSER:  Hi \nASSISTANT: Hello</s>\nUSER: Bye\nASSISTANT:");
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kVicunaOrca).Apply(chat, false),
+            "SYSTEM:  Be brief. \nUSER:  Hi \nASSISTANT: Hello</s>\nUSER: Bye\n");
   EXPECT_EQ(ChatTemplate(ChatTemplateKind::kLlama3).Apply(chat, true),
             "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"

@@ -240,7 +240,7 @@ TEST(ResizeBilinearTest, CornerAlignedAndTruncating) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, VisionParityTest,
-                         ::testing::Values("tiny-llava", "tiny-smolvlm"));
+                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-smolvlm"));
 
 // Tile grids and token counts that llama.cpp's chunking (golden.json) implies.
 TEST(VisionStructureTest, TilesAndTokensPerTile) {
@@ -280,6 +280,56 @@ TEST(VisionStructureTest, TilesAndTokensPerTile) {
   EXPECT_FALSE(PreprocessImage(llava->encoder->config(), View(bad)).ok());
 }
 
+// LLaVA-1.6 (anyres): the pinpoint a size is fitted to, its slices and the overview last; small
+// images are the overview alone; the token budget's levels allow fewer slices, then none.
+TEST(VisionStructureTest, AnyresSlicesAndOverview) {
+  std::string error;
+  auto llava16 = LoadEncoder("tiny-llava16", &error);
+  ASSERT_NE(llava16->encoder, nullptr) << error;
+  const engine::models::VisionConfig& c = llava16->encoder->config();
+  ASSERT_FALSE(c.grid_pinpoints.empty());
+  const int s = c.image_size;
+  EXPECT_EQ(llava16->encoder->tokens_per_tile(), 16);
+  struct Expect {
+    int w, h, cols, rows;
+  };
+  // golden.json: 64x48 -> 2x2 slices + overview (5 chunks); 32x32 -> the overview alone.
+  for (const Expect& e : {Expect{64, 48, 2, 2}, Expect{32, 32, 0, 0}, Expect{20, 7, 0, 0}}) {
+    engine::models::RgbImage img{e.w, e.h, std::vector<uint8_t>(size_t(e.w) * e.h * 3, 40)};
+    auto pre = PreprocessImage(c, View(img));
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    EXPECT_EQ(pre->grid_cols, e.cols) << e.w << "x" << e.h;
+    EXPECT_EQ(pre->grid_rows, e.rows) << e.w << "x" << e.h;
+    EXPECT_EQ(pre->n_tiles, e.cols * e.rows + 1) << e.w << "x" << e.h;
+    EXPECT_EQ(pre->has_global, e.cols > 0);
+    const auto plan = llava16->encoder->PlanImage(e.w, e.h, 0);
+    EXPECT_EQ(plan.rows, pre->n_tiles * 16) << e.w << "x" << e.h;
+    EXPECT_EQ(plan.work_units, pre->n_tiles);
+  }
+  // The best fit keeps the most pixels, then wastes the least: a wide image picks a wide grid.
+  const std::vector<std::array<int32_t, 2>> pins = {{s, 2 * s}, {2 * s, s}, {2 * s, 2 * s}, {3 * s, s}};
+  EXPECT_EQ(engine::models::SelectBestResolution(3 * s, s, pins, s, 0), (std::array<int32_t, 2>{3 * s, s}));
+  EXPECT_EQ(engine::models::SelectBestResolution(s, 2 * s, pins, s, 0), (std::array<int32_t, 2>{s, 2 * s}));
+  EXPECT_EQ(engine::models::SelectBestResolution(4 * s, 4 * s, pins, s, 0), (std::array<int32_t, 2>{2 * s, 2 * s}));
+  EXPECT_EQ(engine::models::SelectBestResolution(4 * s, 4 * s, pins, s, 2), (std::array<int32_t, 2>{s, 2 * s}));
+  EXPECT_EQ(engine::models::SelectBestResolution(4 * s, 4 * s, pins, s, -1), (std::array<int32_t, 2>{0, 0}));
+  // Shrink levels of a large image: fewer slices each, the last the overview alone.
+  const int w = 4 * s, h = 3 * s;
+  const int32_t max_level = llava16->encoder->MaxShrinkLevel(w, h);
+  ASSERT_GE(max_level, 1);
+  int64_t rows = llava16->encoder->PlanImage(w, h, 0).rows;
+  for (int level = 1; level <= max_level; ++level) {
+    const auto plan = llava16->encoder->PlanImage(w, h, level);
+    EXPECT_LT(plan.rows, rows) << "level " << level;
+    rows = plan.rows;
+    engine::models::RgbImage img{w, h, std::vector<uint8_t>(size_t(w) * h * 3, 40)};
+    auto pre = llava16->encoder->Preprocess(View(img), plan);
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    EXPECT_EQ(pre->n_tiles * 16, plan.rows) << "level " << level;
+  }
+  EXPECT_EQ(rows, 16) << "the last level is the overview alone";
+}
+
 // ggml's GELU as the encoder applies it: f16(gelu(f16(x))) for |x| < 10, x itself (not rounded)
 // for x >= 10 and 0 for x <= -10, as ggml_vec_gelu_f32 does.
 TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
@@ -305,7 +355,7 @@ TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
 // Fast precision (float matrices as int8 blocks on the packed matmul) stays within image-embedding
 // NMSE 1e-3 of exact on every fixture image: the bound for `--precision fast`.
 TEST(VisionFastPrecisionTest, WithinNmse1e3OfExact) {
-  for (const std::string fixture : {"tiny-llava", "tiny-smolvlm"}) {
+  for (const std::string fixture : {"tiny-llava", "tiny-llava16", "tiny-smolvlm"}) {
     std::string error;
     auto exact = LoadEncoder(fixture, &error);
     ASSERT_NE(exact->encoder, nullptr) << error;

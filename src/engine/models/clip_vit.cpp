@@ -34,15 +34,9 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
   VLMD_ASSIGN_OR_RETURN(m->post_ln_w_, GetOptionalF32(f, "v.post_ln.weight", {d}));
   VLMD_ASSIGN_OR_RETURN(m->post_ln_b_, GetOptionalF32(f, "v.post_ln.bias", {d}));
   // llama.cpp's LLaVA graph stops after block n_layers - 2 (the "second-to-last layer" features
-  // LLaVA was trained on) unless clip.vision.feature_layer says otherwise (not supported yet).
-  if (c.projector == ProjectorType::kMlp) {
-    if (f.Find("clip.vision.feature_layer") != nullptr) {
-      return UnimplementedError("clip.vision.feature_layer (multi-layer features) is not supported");
-    }
-    m->n_layers_used_ = std::max(c.n_layers - 1, 0);
-  } else {
-    m->n_layers_used_ = c.n_layers;
-  }
+  // LLaVA was trained on) unless clip.vision.feature_layer names the last block to run
+  // (VisionConfig::n_layers_run).
+  m->n_layers_used_ = c.projector == ProjectorType::kMlp ? std::max(c.n_layers_run, 0) : c.n_layers;
   m->block_ = VitBlockSpec{.d_model = d, .d_ff = ff, .n_heads = c.n_heads,
                            .head_dim = c.head_dim, .eps = c.eps, .norm = VitNorm::kLayerNorm,
                            .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};

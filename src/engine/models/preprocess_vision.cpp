@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace vlmd::engine::models {
 namespace {
@@ -71,6 +72,29 @@ void Idefics3RefinedSize(int32_t width, int32_t height, int32_t align, int32_t l
   *out_height = ceil_to(static_cast<float>(height) * scale);
 }
 
+std::array<int32_t, 2> SelectBestResolution(int32_t width, int32_t height,
+                                            const std::vector<std::array<int32_t, 2>>& pinpoints,
+                                            int32_t slice, int32_t max_slices) {
+  std::array<int32_t, 2> best{0, 0};
+  int64_t best_effective = 0;
+  int64_t least_waste = std::numeric_limits<int64_t>::max();
+  for (const auto& [pw, ph] : pinpoints) {
+    if (max_slices < 0 || (max_slices > 0 && int64_t{pw / slice} * (ph / slice) > max_slices)) continue;
+    // The fit's size as llama.cpp computes it: a float scale, each side truncated.
+    const float scale = std::min(static_cast<float>(pw) / width, static_cast<float>(ph) / height);
+    const int64_t fit_w = static_cast<int64_t>(static_cast<float>(width) * scale);
+    const int64_t fit_h = static_cast<int64_t>(static_cast<float>(height) * scale);
+    const int64_t effective = std::min(fit_w * fit_h, int64_t{width} * height);
+    const int64_t waste = int64_t{pw} * ph - effective;
+    if (effective > best_effective || (effective == best_effective && waste < least_waste)) {
+      best_effective = effective;
+      least_waste = waste;
+      best = {pw, ph};
+    }
+  }
+  return best;
+}
+
 Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
                                           const PreprocessOptions& o, int32_t qwen_max_tokens) {
   if (image.width < 1 || image.height < 1 ||
@@ -97,6 +121,28 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
   out.tile_size = s;
   out.width = s;
   out.height = s;
+  if (c.projector == ProjectorType::kMlp && !c.grid_pinpoints.empty()) {
+    // anyres (LLaVA-1.6): slices of the best pinpoint fit, then the overview.
+    const std::array<int32_t, 2> refined =
+        image.width > s || image.height > s
+            ? SelectBestResolution(image.width, image.height, c.grid_pinpoints, s, o.max_slices)
+            : std::array<int32_t, 2>{0, 0};
+    if (refined[0] > 0) {
+      const RgbImage fitted = ResizeWithPadding(image, refined[0], refined[1], o.refine_algo, {0, 0, 0});
+      out.grid_cols = refined[0] / s;
+      out.grid_rows = refined[1] / s;
+      for (int32_t y = 0; y < refined[1]; y += s) {
+        for (int32_t x = 0; x < refined[0]; x += s) {
+          AppendTile(c, Crop(View(fitted), x, y, s, s), &out.pixels);
+          ++out.n_tiles;
+        }
+      }
+    }
+    AppendTile(c, Resize(image, s, s, o.overview_algo), &out.pixels);
+    ++out.n_tiles;
+    out.has_global = out.n_tiles > 1;
+    return out;
+  }
   if (c.projector == ProjectorType::kMlp) {
     const RgbImage tile = o.pad_fixed ? ResizeWithPadding(image, s, s, o.algo, {122, 116, 104})
                                       : Resize(image, s, s, o.algo);

@@ -31,6 +31,42 @@ Result<std::array<float, 3>> GetRgb(const gguf::GgufFile& f, const std::string& 
   return std::array<float, 3>{v[0], v[1], v[2]};
 }
 
+// LLaVA's keys: the anyres grid (LLaVA-1.6) and the blocks the ViT runs.
+Status ReadLlavaKeys(const gguf::GgufFile& f, VisionConfig* c) {
+  c->n_layers_run = c->n_layers - 1;  // without feature_layer llama.cpp skips the last block
+  if (f.Find("clip.vision.feature_layer") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> layers, f.GetI32Array("clip.vision.feature_layer"));
+    if (layers.size() != 1) {
+      // Several entries (Granite vision) concatenate the outputs of several blocks.
+      return UnimplementedError("clip.vision.feature_layer with " + std::to_string(layers.size()) +
+                                " entries (one is supported)");
+    }
+    if (layers[0] < 1 || layers[0] > c->n_layers) {
+      return InvalidArgumentError("clip.vision.feature_layer " + std::to_string(layers[0]) +
+                                  " is not a block of the " + std::to_string(c->n_layers) + "-block ViT");
+    }
+    c->n_layers_run = layers[0];
+  }
+  if (f.Find("clip.vision.image_grid_pinpoints") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> pins, f.GetI32Array("clip.vision.image_grid_pinpoints"));
+    if (pins.empty() || pins.size() % 2 != 0 || pins.size() > 2 * 64) {
+      return InvalidArgumentError("clip.vision.image_grid_pinpoints: expected 1 to 64 (width, height) pairs, got " +
+                                  std::to_string(pins.size()) + " values");
+    }
+    for (size_t i = 0; i < pins.size(); i += 2) {
+      const int32_t w = pins[i], h = pins[i + 1];
+      if (w <= 0 || h <= 0 || w % c->image_size != 0 || h % c->image_size != 0 ||
+          (w / c->image_size) * (h / c->image_size) > 64) {
+        return InvalidArgumentError("clip.vision.image_grid_pinpoints: " + std::to_string(w) + "x" +
+                                    std::to_string(h) + " is not a grid of at most 64 " +
+                                    std::to_string(c->image_size) + "-pixel slices");
+      }
+      c->grid_pinpoints.push_back({w, h});
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
@@ -103,6 +139,10 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
       // Required: llama.cpp refuses a qwen2.5vl_merger file without it.
       VLMD_ASSIGN_OR_RETURN(c.n_wa_pattern, GetPositive(f, "clip.vision.n_wa_pattern", 1024));
     }
+  }
+  c.n_layers_run = c.n_layers;
+  if (c.projector == ProjectorType::kMlp) {
+    VLMD_RETURN_IF_ERROR(ReadLlavaKeys(f, &c));
   }
   if (c.projector == ProjectorType::kIdefics3) {
     VLMD_ASSIGN_OR_RETURN(c.scale_factor,

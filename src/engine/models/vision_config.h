@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/gguf/gguf_reader.h"
@@ -54,6 +55,13 @@ struct VisionConfig {
   // unless (il + 1) % n_wa_pattern == 0 (full attention). 0: every layer full.
   int32_t n_wa_pattern = 0;
   int32_t window_units = 4;  // llama.cpp's 112-pixel attention window / 28 pixels per token
+  // LLaVA-1.6 ("anyres", an mlp projector with clip.vision.image_grid_pinpoints): the
+  // resolutions (width, height; multiples of image_size) an image may be fitted to before it is
+  // cut into image_size slices, followed by an image_size overview. Empty: LLaVA-1.5 (one tile).
+  std::vector<std::array<int32_t, 2>> grid_pinpoints;
+  // ViT blocks run (mlp): clip.vision.feature_layer's deepest entry when given, else
+  // n_layers - 1 (llama.cpp's max_feature_layer).
+  int32_t n_layers_run = 0;
   int32_t scale_factor = 1;        // idefics3 pixel-shuffle factor per side
   int32_t preproc_image_size = 0;  // idefics3: longest edge before tiling (0: image_size)
 

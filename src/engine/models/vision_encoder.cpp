@@ -2,6 +2,9 @@
 #include "engine/models/vision_encoder.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <vector>
 
 namespace vlmd::engine::models {
 
@@ -55,6 +58,41 @@ int32_t QwenLimit(const VisionConfig& c, int32_t width, int32_t height, int32_t 
   return static_cast<int32_t>(std::max<int64_t>(c.min_tokens, static_cast<int64_t>(tokens * keep * keep)));
 }
 
+bool IsAnyres(const VisionConfig& c) {
+  return c.projector == ProjectorType::kMlp && !c.grid_pinpoints.empty();
+}
+
+// anyres (LLaVA-1.6) shrink levels, as PreprocessOptions::max_slices: each level's fit has fewer
+// slices than the one before (limits from the pinpoints' slice counts below the level-0 choice,
+// largest first), the last one none (the overview alone). Empty for an image that is
+// its overview anyway.
+std::vector<int32_t> AnyresLevels(const VisionConfig& c, int32_t width, int32_t height) {
+  const int32_t s = c.image_size;
+  if (width <= s && height <= s) return {};
+  const std::array<int32_t, 2> chosen = SelectBestResolution(width, height, c.grid_pinpoints, s, 0);
+  const int32_t n0 = (chosen[0] / s) * (chosen[1] / s);
+  std::vector<int32_t> counts;
+  for (const auto& [pw, ph] : c.grid_pinpoints) {
+    const int32_t n = (pw / s) * (ph / s);
+    if (n < n0) counts.push_back(n);
+  }
+  std::sort(counts.begin(), counts.end(), std::greater<>());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  // Only limits that change the fit: a limit of 3 may still pick a 2-slice pinpoint.
+  std::vector<int32_t> levels;
+  int32_t previous = n0;
+  for (int32_t limit : counts) {
+    const std::array<int32_t, 2> fit = SelectBestResolution(width, height, c.grid_pinpoints, s, limit);
+    const int32_t n = (fit[0] / s) * (fit[1] / s);
+    if (n < previous) {
+      levels.push_back(limit);
+      previous = n;
+    }
+  }
+  levels.push_back(-1);
+  return levels;
+}
+
 }  // namespace
 
 int32_t VisionEncoder::MaxShrinkLevel(int32_t width, int32_t height) const {
@@ -63,6 +101,7 @@ int32_t VisionEncoder::MaxShrinkLevel(int32_t width, int32_t height) const {
   if (c.projector == ProjectorType::kIdefics3) {
     return std::max(0, (c.preproc_image_size - c.image_size) / c.image_size);
   }
+  if (IsAnyres(c)) return static_cast<int32_t>(AnyresLevels(c, width, height).size());
   if (IsQwenVl(c.projector)) {
     int32_t w = 0, h = 0;
     QwenResizedSize(c, width, height, 0, &w, &h);
@@ -94,7 +133,21 @@ ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level)
     p.layout.n_tiles = 1;
     return p;
   }
-  if (c.projector == ProjectorType::kIdefics3) {
+  if (IsAnyres(c)) {
+    const int32_t s = c.image_size;
+    p.limit = p.level == 0 ? 0 : AnyresLevels(c, width, height)[static_cast<size_t>(p.level - 1)];
+    const std::array<int32_t, 2> refined =
+        width > s || height > s ? SelectBestResolution(width, height, c.grid_pinpoints, s, p.limit)
+                                : std::array<int32_t, 2>{0, 0};
+    const int32_t slices = (refined[0] / s) * (refined[1] / s);
+    p.width = refined[0] > 0 ? refined[0] : s;  // what the slices are cut from (or the overview)
+    p.height = refined[0] > 0 ? refined[1] : s;
+    p.work_units = int64_t{slices} + 1;  // + the overview
+    p.rows = p.work_units * tokens_per_tile_;
+    p.layout.grid_cols = refined[0] / s;
+    p.layout.grid_rows = refined[1] / s;
+    p.layout.has_global = slices > 0;
+  } else if (c.projector == ProjectorType::kIdefics3) {
     p.limit = p.level == 0 ? 0 : c.preproc_image_size - p.level * c.image_size;
     Idefics3RefinedSize(width, height, c.image_size, p.limit > 0 ? p.limit : c.preproc_image_size,
                         &p.width, &p.height);
@@ -114,6 +167,11 @@ ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level)
 }
 
 Result<PreprocessedImage> VisionEncoder::Preprocess(RgbView image, const ImagePlan& plan) const {
+  if (IsAnyres(config_)) {
+    PreprocessOptions o;
+    o.max_slices = plan.limit;
+    return PreprocessImage(config_, image, o);
+  }
   if (plan.limit <= 0) return PreprocessImage(config_, image);
   if (IsQwenVl(config_.projector)) return PreprocessImage(config_, image, {}, plan.limit);
   VisionConfig c = config_;  // Idefics3: tiled at a smaller longest edge

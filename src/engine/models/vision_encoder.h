@@ -31,7 +31,7 @@ struct ImagePlan {
   int64_t rows = 0;        // visual embedding rows in the prompt (wrapper text tokens excluded)
   int64_t work_units = 0;  // ImageEncoding units
   // The family parameter that selects this size, passed to PreprocessImage: Idefics3's longest
-  // edge, Qwen VL's token limit; 0 at level 0.
+  // edge, Qwen VL's token limit, LLaVA-1.6's most slices (-1: the overview alone); 0 at level 0.
   int32_t limit = 0;
 };
 

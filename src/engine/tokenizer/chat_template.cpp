@@ -24,6 +24,7 @@ constexpr Named kNames[] = {
     {"chatml", ChatTemplateKind::kChatml}, {"phi4", ChatTemplateKind::kPhi4},
     {"smolvlm", ChatTemplateKind::kSmolvlm}, {"llama3", ChatTemplateKind::kLlama3},
     {"gemma", ChatTemplateKind::kGemma}, {"phi3", ChatTemplateKind::kPhi3},
+    {"vicuna", ChatTemplateKind::kVicuna}, {"vicuna-orca", ChatTemplateKind::kVicunaOrca},
 };
 
 }  // namespace
@@ -54,10 +55,13 @@ ChatTemplate ChatTemplate::Detect(std::string_view source) {
   if (has("<|user|>") && has("<|endoftext|>")) return unsupported();          // zephyr
   if (has("bos_token + message['role']")) return unsupported();               // monarch
   if (has("<start_of_turn>")) return ChatTemplate(ChatTemplateKind::kGemma);
-  if (has("'\\n\\nAssistant: ' + eos_token") || has("GPT4 Correct ") ||
-      (has("USER: ") && has("ASSISTANT: ")) || (has("### Instruction:") && has("<|EOT|>")) ||
+  if (has("'\\n\\nAssistant: ' + eos_token") || has("GPT4 Correct ")) return unsupported();  // orion, openchat
+  if (has("USER: ") && has("ASSISTANT: ")) {
+    return ChatTemplate(has("SYSTEM: ") ? ChatTemplateKind::kVicunaOrca : ChatTemplateKind::kVicuna);
+  }
+  if ((has("### Instruction:") && has("<|EOT|>")) ||
       (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>"))) {
-    return unsupported();  // orion, openchat, vicuna, deepseek-coder, command-r
+    return unsupported();  // deepseek-coder, command-r
   }
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) {
     return ChatTemplate(ChatTemplateKind::kLlama3);
@@ -130,6 +134,19 @@ std::string ChatTemplate::Apply(std::span<const ChatMessage> messages, bool add_
         out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
       }
       if (add_assistant) out += "<|assistant|>\n";
+      break;
+    case ChatTemplateKind::kVicuna:
+    case ChatTemplateKind::kVicunaOrca:
+      for (const ChatMessage& m : messages) {
+        if (m.role == "system") {
+          out += kind_ == ChatTemplateKind::kVicunaOrca ? "SYSTEM: " + m.content + "\n" : m.content + "\n\n";
+        } else if (m.role == "user") {
+          out += "USER: " + m.content + "\n";
+        } else if (m.role == "assistant") {
+          out += "ASSISTANT: " + m.content + "</s>\n";
+        }
+      }
+      if (add_assistant) out += "ASSISTANT:";
       break;
   }
   return out;

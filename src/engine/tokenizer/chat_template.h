@@ -16,6 +16,8 @@ enum class ChatTemplateKind {
   kLlama3,   // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
   kGemma,    // <start_of_turn>user\n...<end_of_turn>\n (assistant -> model, system merged)
   kPhi3,     // <|role|>\ncontent<|end|>\n
+  kVicuna,       // Vicuna / LLaVA-1.5 and 1.6: USER: ...\nASSISTANT: ...</s>\n (system: text\n\n)
+  kVicunaOrca,   // the same with SYSTEM: ...\n for the system turn
 };
 
 struct ChatMessage {
@@ -26,7 +28,7 @@ struct ChatMessage {
 class ChatTemplate {
  public:
   // Picks the family from `source`: a built-in name ("chatml", "phi4", "smolvlm", "llama3",
-  // "gemma", "phi3") or a template's Jinja source. A template that llama.cpp would give to a
+  // "gemma", "phi3", "vicuna", "vicuna-orca") or a template's Jinja source. A template that llama.cpp would give to a
   // family vlmd does not implement (Mistral, Zephyr, ...), an unrecognised one, or an empty
   // source, falls back to ChatML with is_fallback() set so the caller can warn.
   static ChatTemplate Detect(std::string_view source);
