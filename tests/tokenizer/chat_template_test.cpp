@@ -61,8 +61,23 @@ TEST(ChatTemplateTest, DetectsFamiliesBySubstring) {
   EXPECT_EQ(ChatTemplate::Detect("{{ 'SYSTEM: ' }}{{ 'USER: ' + m }}{{ 'ASSISTANT: ' }}").kind(),
             ChatTemplateKind::kVicunaOrca);
   EXPECT_EQ(ChatTemplate::Detect("vicuna-orca").kind(), ChatTemplateKind::kVicunaOrca);
-  for (std::string_view unknown : {"", "{{ messages }}", "[INST] {{ m }} [/INST]",
-                                   "<|user|>{{ m }}<|endoftext|>"}) {
+  // The [INST] family by llama.cpp's substrings.
+  const std::pair<std::string_view, ChatTemplateKind> inst[] = {
+      {"[INST] {{ m }} [/INST]", ChatTemplateKind::kLlama2},
+      {"[INST] <<SYS>>{{ s }}<</SYS>> [/INST]", ChatTemplateKind::kLlama2Sys},
+      {"{{ bos_token + '[INST] ' }}<<SYS>>", ChatTemplateKind::kLlama2SysBos},
+      {"[INST] {{ message.content.strip() }}", ChatTemplateKind::kLlama2SysStrip},
+      {"{{ ' [INST] ' + system_message }}", ChatTemplateKind::kMistralV1},
+      {"[AVAILABLE_TOOLS]{{ '[INST] ' }}", ChatTemplateKind::kMistralV3},
+      {"[AVAILABLE_TOOLS]{{ \"[INST]\" }}", ChatTemplateKind::kMistralV3Tekken},
+      {"[SYSTEM_PROMPT]{{ s }}[INST]", ChatTemplateKind::kMistralV7},
+      {"mistral-v7-tekken", ChatTemplateKind::kMistralV7Tekken},
+  };
+  for (const auto& [source, kind] : inst) {
+    EXPECT_EQ(ChatTemplate::Detect(source).kind(), kind) << source;
+    EXPECT_FALSE(ChatTemplate::Detect(source).is_fallback()) << source;
+  }
+  for (std::string_view unknown : {"", "{{ messages }}", "<|user|>{{ m }}<|endoftext|>"}) {
     const ChatTemplate t = ChatTemplate::Detect(unknown);
     EXPECT_EQ(t.kind(), ChatTemplateKind::kChatml) << unknown;
     EXPECT_TRUE(t.is_fallback()) << unknown;
@@ -78,6 +93,27 @@ TEST(ChatTemplateTest, MultiTurnOutputs) {
             " Be brief. \n\nUSER:  Hi \nASSISTANT: Hello</s>\nUSER: Bye\nASSISTANT:");
   EXPECT_EQ(ChatTemplate(ChatTemplateKind::kVicunaOrca).Apply(chat, false),
             "SYSTEM:  Be brief. \nUSER:  Hi \nASSISTANT: Hello</s>\nUSER: Bye\n");
+  // The [INST] family as llama.cpp writes it (no assistant opener: the last [/INST] is it).
+  const std::pair<ChatTemplateKind, std::string> inst[] = {
+      {ChatTemplateKind::kLlama2, "[INST]  Be brief. \n Hi  [/INST]Hello</s>[INST] Bye [/INST]"},
+      {ChatTemplateKind::kLlama2Sys,
+       "[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\n Hi  [/INST]Hello</s>[INST] Bye [/INST]"},
+      {ChatTemplateKind::kLlama2SysBos,
+       "[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\n Hi  [/INST]Hello</s><s>[INST] Bye [/INST]"},
+      {ChatTemplateKind::kLlama2SysStrip,
+       "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello</s>[INST] Bye [/INST]"},
+      {ChatTemplateKind::kMistralV1, " [INST]  Be brief. \n\n Hi  [/INST] Hello</s> [INST] Bye [/INST]"},
+      {ChatTemplateKind::kMistralV3, "[INST]  Be brief. \n\n Hi [/INST] Hello</s>[INST] Bye[/INST]"},
+      {ChatTemplateKind::kMistralV3Tekken, "[INST] Be brief. \n\n Hi [/INST]Hello</s>[INST]Bye[/INST]"},
+      {ChatTemplateKind::kMistralV7,
+       "[SYSTEM_PROMPT]  Be brief. [/SYSTEM_PROMPT][INST]  Hi [/INST] Hello</s>[INST] Bye[/INST]"},
+      {ChatTemplateKind::kMistralV7Tekken,
+       "[SYSTEM_PROMPT] Be brief. [/SYSTEM_PROMPT][INST] Hi [/INST]Hello</s>[INST]Bye[/INST]"},
+  };
+  for (const auto& [kind, want] : inst) {
+    const ChatTemplate t(kind);
+    EXPECT_EQ(t.Apply(chat, true), want) << t.name();
+  }
   EXPECT_EQ(ChatTemplate(ChatTemplateKind::kLlama3).Apply(chat, true),
             "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"

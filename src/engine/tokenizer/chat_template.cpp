@@ -25,7 +25,90 @@ constexpr Named kNames[] = {
     {"smolvlm", ChatTemplateKind::kSmolvlm}, {"llama3", ChatTemplateKind::kLlama3},
     {"gemma", ChatTemplateKind::kGemma}, {"phi3", ChatTemplateKind::kPhi3},
     {"vicuna", ChatTemplateKind::kVicuna}, {"vicuna-orca", ChatTemplateKind::kVicunaOrca},
+    {"llama2", ChatTemplateKind::kLlama2}, {"llama2-sys", ChatTemplateKind::kLlama2Sys},
+    {"llama2-sys-bos", ChatTemplateKind::kLlama2SysBos},
+    {"llama2-sys-strip", ChatTemplateKind::kLlama2SysStrip},
+    {"mistral-v1", ChatTemplateKind::kMistralV1}, {"mistral-v3", ChatTemplateKind::kMistralV3},
+    {"mistral-v3-tekken", ChatTemplateKind::kMistralV3Tekken},
+    {"mistral-v7", ChatTemplateKind::kMistralV7},
+    {"mistral-v7-tekken", ChatTemplateKind::kMistralV7Tekken},
 };
+
+// Which [INST] variant a template is, by llama.cpp's substrings.
+ChatTemplateKind DetectInst(std::string_view source) {
+  auto has = [&](std::string_view needle) { return source.find(needle) != std::string_view::npos; };
+  if (has("[SYSTEM_PROMPT]")) return ChatTemplateKind::kMistralV7;
+  if (has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]")) {  // Mistral's official v1/v3
+    if (has(" [INST]")) return ChatTemplateKind::kMistralV1;
+    if (has("\"[INST]\"")) return ChatTemplateKind::kMistralV3Tekken;
+    return ChatTemplateKind::kMistralV3;
+  }
+  if (has("content.strip()")) return ChatTemplateKind::kLlama2SysStrip;
+  if (has("bos_token + '[INST]")) return ChatTemplateKind::kLlama2SysBos;
+  if (has("<<SYS>>")) return ChatTemplateKind::kLlama2Sys;
+  return ChatTemplateKind::kLlama2;
+}
+
+// The [INST] family's prompts. None of them opens an assistant turn: the last [/INST] is it.
+std::string ApplyInst(ChatTemplateKind kind, std::span<const ChatMessage> messages) {
+  using K = ChatTemplateKind;
+  std::string out;
+  if (kind == K::kMistralV7 || kind == K::kMistralV7Tekken) {
+    const std::string sp = kind == K::kMistralV7 ? " " : "";
+    for (const ChatMessage& m : messages) {
+      if (m.role == "system") {
+        out += "[SYSTEM_PROMPT]" + sp + m.content + "[/SYSTEM_PROMPT]";
+      } else if (m.role == "user") {
+        out += "[INST]" + sp + m.content + "[/INST]";
+      } else {
+        out += sp + m.content + "</s>";
+      }
+    }
+    return out;
+  }
+  if (kind == K::kMistralV1 || kind == K::kMistralV3 || kind == K::kMistralV3Tekken) {
+    const std::string lead = kind == K::kMistralV1 ? " " : "";
+    const std::string trail = kind == K::kMistralV3Tekken ? "" : " ";
+    bool in_turn = false;
+    for (const ChatMessage& m : messages) {
+      if (!in_turn) {
+        out += lead + "[INST]" + trail;
+        in_turn = true;
+      }
+      if (m.role == "system") {
+        out += m.content + "\n\n";
+      } else if (m.role == "user") {
+        out += m.content + lead + "[/INST]";
+      } else {
+        out += trail + (kind == K::kMistralV3 ? Trim(m.content) : m.content) + "</s>";
+        in_turn = false;
+      }
+    }
+    return out;
+  }
+  // Llama 2 and its variants.
+  const bool system_tags = kind != K::kLlama2;
+  const bool bos_inside = kind == K::kLlama2SysBos;
+  const bool strip = kind == K::kLlama2SysStrip;
+  bool in_turn = true;  // the first [INST] follows the tokenizer's BOS
+  out += "[INST] ";
+  for (const ChatMessage& m : messages) {
+    const std::string content = strip ? Trim(m.content) : m.content;
+    if (!in_turn) {
+      in_turn = true;
+      out += bos_inside ? "<s>[INST] " : "[INST] ";
+    }
+    if (m.role == "system") {
+      out += system_tags ? "<<SYS>>\n" + content + "\n<</SYS>>\n\n" : content + "\n";
+    } else if (m.role == "user") {
+      out += content + " [/INST]";
+    } else {
+      out += content + "</s>";
+      in_turn = false;
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -47,7 +130,7 @@ ChatTemplate ChatTemplate::Detect(std::string_view source) {
     if (has("<end_of_utterance>")) return ChatTemplate(ChatTemplateKind::kSmolvlm);
     return ChatTemplate(ChatTemplateKind::kChatml);
   }
-  if (source.substr(0, 7) == "mistral" || has("[INST]")) return unsupported();  // llama2/mistral
+  if (source.substr(0, 7) == "mistral" || has("[INST]")) return ChatTemplate(DetectInst(source));
   if (has("<|assistant|>") && has("<|end|>")) return ChatTemplate(ChatTemplateKind::kPhi3);
   if (has("[gMASK]<sop>")) return unsupported();                              // chatglm4
   if (has("<|assistant|>") && has("<|user|>")) return unsupported();          // falcon3/glmedge
@@ -147,6 +230,17 @@ std::string ChatTemplate::Apply(std::span<const ChatMessage> messages, bool add_
         }
       }
       if (add_assistant) out += "ASSISTANT:";
+      break;
+    case ChatTemplateKind::kLlama2:
+    case ChatTemplateKind::kLlama2Sys:
+    case ChatTemplateKind::kLlama2SysBos:
+    case ChatTemplateKind::kLlama2SysStrip:
+    case ChatTemplateKind::kMistralV1:
+    case ChatTemplateKind::kMistralV3:
+    case ChatTemplateKind::kMistralV3Tekken:
+    case ChatTemplateKind::kMistralV7:
+    case ChatTemplateKind::kMistralV7Tekken:
+      out = ApplyInst(kind_, messages);
       break;
   }
   return out;

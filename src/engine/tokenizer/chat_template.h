@@ -18,6 +18,16 @@ enum class ChatTemplateKind {
   kPhi3,     // <|role|>\ncontent<|end|>\n
   kVicuna,       // Vicuna / LLaVA-1.5 and 1.6: USER: ...\nASSISTANT: ...</s>\n (system: text\n\n)
   kVicunaOrca,   // the same with SYSTEM: ...\n for the system turn
+  // The [INST] family (LLaVA-1.6-Mistral, Llama 2, Mistral), as llama.cpp writes each variant:
+  kLlama2,          // [INST] user [/INST]assistant</s> (a system turn as plain text)
+  kLlama2Sys,       // ... with <<SYS>>\nsystem\n<</SYS>>\n\n
+  kLlama2SysBos,    // ... and <s> before each later [INST]
+  kLlama2SysStrip,  // ... with every message trimmed
+  kMistralV1,       //  [INST] user [/INST] assistant</s>
+  kMistralV3,       // [INST] user[/INST] assistant</s> (assistant trimmed)
+  kMistralV3Tekken, // [INST]user[/INST]assistant</s>
+  kMistralV7,       // [SYSTEM_PROMPT] s[/SYSTEM_PROMPT][INST] user[/INST] assistant</s>
+  kMistralV7Tekken, // the same without the spaces
 };
 
 struct ChatMessage {
@@ -28,7 +38,9 @@ struct ChatMessage {
 class ChatTemplate {
  public:
   // Picks the family from `source`: a built-in name ("chatml", "phi4", "smolvlm", "llama3",
-  // "gemma", "phi3", "vicuna", "vicuna-orca") or a template's Jinja source. A template that llama.cpp would give to a
+  // "gemma", "phi3", "vicuna", "vicuna-orca", "llama2", "llama2-sys", "llama2-sys-bos",
+  // "llama2-sys-strip", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
+  // "mistral-v7-tekken") or a template's Jinja source. A template that llama.cpp would give to a
   // family vlmd does not implement (Mistral, Zephyr, ...), an unrecognised one, or an empty
   // source, falls back to ChatML with is_fallback() set so the caller can warn.
   static ChatTemplate Detect(std::string_view source);
