@@ -1,10 +1,13 @@
-// vlmd-run --info: a GGUF file as JSON (header, metadata in file order, tensor table). Long arrays
-// (e.g. a 50k-token vocab) are summarized as {"type","count","head"} to keep the output readable.
+// vlmd-run --info: a GGUF file as JSON (header, metadata in file order, tensor table), and under
+// "vlmd" which model family it is and whether vlmd runs it (or why not). Long arrays (e.g. a
+// 50k-token vocab) are summarized as {"type","count","head"} to keep the output readable.
 #include <charconv>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "engine/gguf/gguf_reader.h"
+#include "engine/models/text_config.h"
+#include "engine/models/vision_config.h"
 #include "vlmd-run/commands.h"
 
 namespace vlmd::tools {
@@ -59,6 +62,42 @@ Json ValueJson(const MetadataValue& v) {
   return s;
 }
 
+// The family a vision file (mmproj) belongs to, by its projector.
+std::string VisionFamilyName(const engine::models::VisionConfig& c) {
+  using engine::models::ProjectorType;
+  switch (c.projector) {
+    case ProjectorType::kMlp: return c.grid_pinpoints.empty() ? "LLaVA-1.5" : "LLaVA-1.6 (anyres)";
+    case ProjectorType::kIdefics3: return "SmolVLM / Idefics3";
+    case ProjectorType::kQwen2vl: return "Qwen2-VL";
+    case ProjectorType::kQwen25vl: return "Qwen2.5-VL";
+    case ProjectorType::kQwen3vl: return "Qwen3-VL";
+  }
+  return "unknown";
+}
+
+// {"kind": "text" | "vision", "family", "runs", "why" (when it does not)}: what vlmd makes of
+// the file, by the same config readers the engine loads it with.
+Json SupportJson(const GgufFile& f) {
+  Json j = Json::object();
+  const auto arch = f.GetString("general.architecture");
+  const bool vision = arch.ok() && *arch == "clip";
+  j["kind"] = vision ? "vision" : "text";
+  if (vision) {
+    const auto projector = f.GetString("clip.projector_type");
+    j["projector_type"] = projector.ok() ? std::string(*projector) : "";
+    auto config = engine::models::ReadVisionConfig(f);
+    if (config.ok()) j["family"] = VisionFamilyName(*config);
+    j["runs"] = config.ok();
+    if (!config.ok()) j["why"] = config.status().ToString();
+    return j;
+  }
+  j["family"] = arch.ok() ? std::string(*arch) : "";
+  auto config = engine::models::ReadTextConfig(f);
+  j["runs"] = config.ok();
+  if (!config.ok()) j["why"] = config.status().ToString();
+  return j;
+}
+
 Json InfoJson(const std::string& path, const GgufFile& f) {
   Json j = Json::object();
   j["file"] = path;
@@ -79,6 +118,7 @@ Json InfoJson(const std::string& path, const GgufFile& f) {
                            {"nbytes", t.nbytes}});
   }
   j["tensors"] = std::move(tensors);
+  j["vlmd"] = SupportJson(f);
   return j;
 }
 
