@@ -199,6 +199,7 @@ const std::vector<FixtureCases>& ListedCases() {
   static const std::vector<FixtureCases> kCases = {
       {"tiny-llava", {"img-32x32", "img-64x48", "text"}},
       {"tiny-llava16", {"img-32x32", "img-64x48", "two-images", "text"}},
+      {"tiny-internvl", {"img-32x32", "img-96x64", "two-images", "text"}},
       {"tiny-smolvlm", {"img-128x96", "img-128x128", "img-50x100", "text"}},
       {"tiny-qwen2vl", {"img-168x112", "img-140x140", "img-50x40", "two-images", "text"}},
       {"tiny-qwen25vl", {"img-168x112", "img-140x140", "img-100x70", "two-images", "text"}},
@@ -211,10 +212,10 @@ std::vector<ParityCase> AllCases() {
   std::vector<ParityCase> out;
   for (const FixtureCases& fc : ListedCases()) {
     for (const char* name : fc.cases) {
-      // The fixtures added on 2026-12-01 (Qwen VL, LLaVA-1.6) have two variants (base, q4_k);
-      // tiny-llava and tiny-smolvlm four.
+      // The fixtures added on 2026-12-01 (Qwen VL, LLaVA-1.6, InternVL) have two variants
+      // (base, q4_k); tiny-llava and tiny-smolvlm four.
       const std::string fixture = fc.fixture;
-      const bool two_variants = fixture.starts_with("tiny-qwen") || fixture == "tiny-llava16";
+      const bool two_variants = fixture != "tiny-llava" && fixture != "tiny-smolvlm";
       for (const char* variant : {"base", "q8_0", "q4_0", "q4_k"}) {
         if (two_variants && std::string(variant) != "base" && std::string(variant) != "q4_k") continue;
         // packed: the integer variants (their Q8_0 / Q4_0 matrices) in exact precision; fast:

@@ -46,6 +46,7 @@ TEST_P(GoldenPromptTest, ReproducesLlamaCppPrompts) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenPromptTest,
                          ::testing::Values(std::make_pair("tiny-llava", ChatTemplateKind::kChatml),
                                            std::make_pair("tiny-llava16", ChatTemplateKind::kVicuna),
+                                           std::make_pair("tiny-internvl", ChatTemplateKind::kChatml),
                                            std::make_pair("tiny-smolvlm",
                                                           ChatTemplateKind::kSmolvlm)));
 

@@ -240,7 +240,7 @@ TEST(ResizeBilinearTest, CornerAlignedAndTruncating) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, VisionParityTest,
-                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-smolvlm"));
+                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-smolvlm"));
 
 // Tile grids and token counts that llama.cpp's chunking (golden.json) implies.
 TEST(VisionStructureTest, TilesAndTokensPerTile) {
@@ -330,6 +330,32 @@ TEST(VisionStructureTest, AnyresSlicesAndOverview) {
   EXPECT_EQ(rows, 16) << "the last level is the overview alone";
 }
 
+// InternVL: llama.cpp's candidate grids (a tiles across outer, b down inner), tiles then the
+// thumbnail, small images the thumbnail alone.
+TEST(VisionStructureTest, InternVlGridsTilesAndThumbnail) {
+  using Grid = std::array<int32_t, 2>;
+  EXPECT_EQ(engine::models::InternVlGrids(10, 1, 4),
+            (std::vector<Grid>{{10, 10}, {10, 20}, {10, 30}, {10, 40}, {20, 10}, {20, 20}, {30, 10}, {40, 10}}));
+  // min_tiles bounds both sides (b >= min_tiles too): with 2..4 only the 2x2 grid is left.
+  EXPECT_EQ(engine::models::InternVlGrids(10, 2, 4), (std::vector<Grid>{{20, 20}}));
+  std::string error;
+  auto internvl = LoadEncoder("tiny-internvl", &error);
+  ASSERT_NE(internvl->encoder, nullptr) << error;
+  EXPECT_EQ(internvl->encoder->tokens_per_tile(), 16);
+  struct Expect {
+    int w, h, cols, rows;
+  };
+  // golden.json: 96x64 -> 3x2 tiles + thumbnail (7 chunks); 32x32 -> the thumbnail alone.
+  for (const Expect& e : {Expect{96, 64, 3, 2}, Expect{32, 32, 0, 0}}) {
+    engine::models::RgbImage img{e.w, e.h, std::vector<uint8_t>(size_t(e.w) * e.h * 3, 40)};
+    auto pre = PreprocessImage(internvl->encoder->config(), View(img));
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    EXPECT_EQ(pre->grid_cols, e.cols) << e.w << "x" << e.h;
+    EXPECT_EQ(pre->grid_rows, e.rows) << e.w << "x" << e.h;
+    EXPECT_EQ(pre->n_tiles, e.cols * e.rows + 1);
+  }
+}
+
 // ggml's GELU as the encoder applies it: f16(gelu(f16(x))) for |x| < 10, x itself (not rounded)
 // for x >= 10 and 0 for x <= -10, as ggml_vec_gelu_f32 does.
 TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
@@ -355,7 +381,7 @@ TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
 // Fast precision (float matrices as int8 blocks on the packed matmul) stays within image-embedding
 // NMSE 1e-3 of exact on every fixture image: the bound for `--precision fast`.
 TEST(VisionFastPrecisionTest, WithinNmse1e3OfExact) {
-  for (const std::string fixture : {"tiny-llava", "tiny-llava16", "tiny-smolvlm"}) {
+  for (const std::string fixture : {"tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-smolvlm"}) {
     std::string error;
     auto exact = LoadEncoder(fixture, &error);
     ASSERT_NE(exact->encoder, nullptr) << error;

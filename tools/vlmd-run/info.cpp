@@ -71,6 +71,7 @@ std::string VisionFamilyName(const engine::models::VisionConfig& c) {
     case ProjectorType::kQwen2vl: return "Qwen2-VL";
     case ProjectorType::kQwen25vl: return "Qwen2.5-VL";
     case ProjectorType::kQwen3vl: return "Qwen3-VL";
+    case ProjectorType::kInternvl: return "InternVL";
   }
   return "unknown";
 }

@@ -40,10 +40,14 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
   m->block_ = VitBlockSpec{.d_model = d, .d_ff = ff, .n_heads = c.n_heads,
                            .head_dim = c.head_dim, .eps = c.eps, .norm = VitNorm::kLayerNorm,
                            .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};
+  const bool internvl = c.projector == ProjectorType::kInternvl;
+  if (internvl && f.FindTensor("v.blk.0.attn_q_norm.weight") != nullptr) {
+    return UnimplementedError("InternViT-6B (RMSNorm with q/k norms) is not supported yet");
+  }
+  const VitBlockTensors tensors{.layer_scale = internvl};
   for (int32_t l = 0; l < m->n_layers_used_; ++l) {
     VLMD_ASSIGN_OR_RETURN(VitBlockWeights block,
-                          LoadVitBlock(f, l, m->block_, VitBlockTensors{}, packing, &m->packed_,
-                                       &m->released_));
+                          LoadVitBlock(f, l, m->block_, tensors, packing, &m->packed_, &m->released_));
     m->layers_.push_back(std::move(block));
   }
   return m;

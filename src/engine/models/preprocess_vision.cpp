@@ -121,8 +121,8 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
   out.tile_size = s;
   out.width = s;
   out.height = s;
-  if (c.projector == ProjectorType::kMlp && !c.grid_pinpoints.empty()) {
-    // anyres (LLaVA-1.6): slices of the best pinpoint fit, then the overview.
+  if (!c.grid_pinpoints.empty()) {
+    // anyres (LLaVA-1.6) and InternVL: slices of the best grid fit, then the overview.
     const std::array<int32_t, 2> refined =
         image.width > s || image.height > s
             ? SelectBestResolution(image.width, image.height, c.grid_pinpoints, s, o.max_slices)

@@ -7,7 +7,8 @@
 //    into row-major tiles, then a global image: the original stretched to image_size x
 //    image_size with the corner-aligned bilinear filter (llama.cpp's "overview" resize, no
 //    padding). Tiles come first, the global image last (the prompt's chunk order);
-//  - mlp with grid pinpoints (LLaVA-1.6, "anyres"): an image larger than image_size on a side is
+//  - mlp with grid pinpoints (LLaVA-1.6, "anyres"), and InternVL with its tile grids (llama.cpp
+//    runs both through the same slicer): an image larger than image_size on a side is
 //    fitted (bicubic, aspect preserved, padded black) into the pinpoint resolution that keeps the
 //    most of its pixels and wastes the least (SelectBestResolution), cut into image_size slices
 //    row-major, then an overview: the image stretched to image_size (bilinear, no padding),

@@ -19,6 +19,7 @@ constexpr VisionFamily kVisionFamilies[] = {
     {.projector_type = "qwen2.5vl_merger", .type = ProjectorType::kQwen25vl, .dynamic_size = true,
      .silu_ffn = true},
     {.projector_type = "qwen3vl_merger", .type = ProjectorType::kQwen3vl, .dynamic_size = true},
+    {.projector_type = "internvl", .type = ProjectorType::kInternvl},
 };
 
 template <typename Row, typename Field>

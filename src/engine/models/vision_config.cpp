@@ -1,6 +1,7 @@
 // Reading the vision-encoder hyperparameters from clip.* keys (see vision_config.h).
 #include "engine/models/vision_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/models/registry.h"
@@ -67,7 +68,42 @@ Status ReadLlavaKeys(const gguf::GgufFile& f, VisionConfig* c) {
   return Status::Ok();
 }
 
+// InternVL's keys: the pixel shuffle and the tile grids (llama.cpp's defaults 2, 1 and 12).
+Status ReadInternVlKeys(const gguf::GgufFile& f, VisionConfig* c) {
+  c->scale_factor = 2;
+  if (f.Find("clip.vision.projector.scale_factor") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(c->scale_factor, GetPositive(f, "clip.vision.projector.scale_factor", 64));
+  }
+  if (c->patches_per_side() % c->scale_factor != 0) {
+    return InvalidArgumentError("internvl: patches per side " + std::to_string(c->patches_per_side()) +
+                                " is not a multiple of scale_factor " + std::to_string(c->scale_factor));
+  }
+  int32_t min_tiles = 1, max_tiles = 12;
+  if (f.Find("clip.vision.preproc_min_tiles") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(min_tiles, GetPositive(f, "clip.vision.preproc_min_tiles", 64));
+  }
+  if (f.Find("clip.vision.preproc_max_tiles") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(max_tiles, GetPositive(f, "clip.vision.preproc_max_tiles", 64));
+  }
+  if (min_tiles > max_tiles) {
+    return InvalidArgumentError("internvl: preproc_min_tiles " + std::to_string(min_tiles) +
+                                " > preproc_max_tiles " + std::to_string(max_tiles));
+  }
+  c->grid_pinpoints = InternVlGrids(c->image_size, min_tiles, max_tiles);
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::vector<std::array<int32_t, 2>> InternVlGrids(int32_t side, int32_t min_tiles, int32_t max_tiles) {
+  std::vector<std::array<int32_t, 2>> grids;
+  for (int32_t a = min_tiles; a <= max_tiles; ++a) {
+    const int32_t b_lo = std::max((min_tiles + a - 1) / a, min_tiles);
+    const int32_t b_hi = std::min(max_tiles / a, max_tiles);
+    for (int32_t b = b_lo; b <= b_hi; ++b) grids.push_back({a * side, b * side});
+  }
+  return grids;
+}
 
 Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   VisionConfig c;
@@ -143,6 +179,9 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   c.n_layers_run = c.n_layers;
   if (c.projector == ProjectorType::kMlp) {
     VLMD_RETURN_IF_ERROR(ReadLlavaKeys(f, &c));
+  }
+  if (c.projector == ProjectorType::kInternvl) {
+    VLMD_RETURN_IF_ERROR(ReadInternVlKeys(f, &c));
   }
   if (c.projector == ProjectorType::kIdefics3) {
     VLMD_ASSIGN_OR_RETURN(c.scale_factor,

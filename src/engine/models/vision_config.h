@@ -20,6 +20,9 @@ enum class ProjectorType : uint8_t {
   kQwen2vl,   // qwen2vl_merger: LayerNorm, quick-GELU FFN
   kQwen25vl,  // qwen2.5vl_merger: RMSNorm, SwiGLU FFN, window attention
   kQwen3vl,   // qwen3vl_merger: LayerNorm, GELU FFN, learned positions, fused qkv, deepstack
+  // InternVL 2/2.5/3: InternViT (layer scale), pixel shuffle, LayerNorm + GELU MLP; tiles fitted
+  // to the best of a min/max tile grid plus a thumbnail (grid_pinpoints).
+  kInternvl,
 };
 
 // True for the projectors of the Qwen VL line (one dynamic-size image, no tiles; registry.h).
@@ -55,19 +58,25 @@ struct VisionConfig {
   // unless (il + 1) % n_wa_pattern == 0 (full attention). 0: every layer full.
   int32_t n_wa_pattern = 0;
   int32_t window_units = 4;  // llama.cpp's 112-pixel attention window / 28 pixels per token
-  // LLaVA-1.6 ("anyres", an mlp projector with clip.vision.image_grid_pinpoints): the
-  // resolutions (width, height; multiples of image_size) an image may be fitted to before it is
-  // cut into image_size slices, followed by an image_size overview. Empty: LLaVA-1.5 (one tile).
+  // LLaVA-1.6 ("anyres", an mlp projector with clip.vision.image_grid_pinpoints) and InternVL
+  // (every a x b grid of min_tiles..max_tiles tiles, InternVlGrids): the resolutions (width,
+  // height; multiples of image_size) an image may be fitted to before it is cut into image_size
+  // slices, followed by an image_size overview (thumbnail). Empty: one tile (LLaVA-1.5).
   std::vector<std::array<int32_t, 2>> grid_pinpoints;
   // ViT blocks run (mlp): clip.vision.feature_layer's deepest entry when given, else
   // n_layers - 1 (llama.cpp's max_feature_layer).
   int32_t n_layers_run = 0;
-  int32_t scale_factor = 1;        // idefics3 pixel-shuffle factor per side
+  int32_t scale_factor = 1;        // idefics3 / internvl pixel-shuffle factor per side
   int32_t preproc_image_size = 0;  // idefics3: longest edge before tiling (0: image_size)
 
   int32_t patches_per_side() const { return image_size / patch_size; }
   int32_t n_patches() const { return patches_per_side() * patches_per_side(); }
 };
+
+// InternVL's candidate grids (clip.cpp's set_internvl_dhr_res_candidates): every (a * side,
+// b * side) with a tiles across in [min_tiles, max_tiles] (outer) and b down in
+// [max(ceil(min_tiles / a), min_tiles), min(max_tiles / a, max_tiles)], in that order.
+std::vector<std::array<int32_t, 2>> InternVlGrids(int32_t side, int32_t min_tiles, int32_t max_tiles);
 
 // Reads and validates the config. UNIMPLEMENTED for a projector type vlmd does not run or
 // a file without a vision encoder; NOT_FOUND / INVALID_ARGUMENT naming the key for missing or

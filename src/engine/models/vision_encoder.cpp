@@ -35,6 +35,11 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
       e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
       break;
     }
+    case ProjectorType::kInternvl: {
+      VLMD_ASSIGN_OR_RETURN(e->internvl_, InternVlProjector::Load(f, e->config_, vision_packing));
+      e->tokens_per_tile_ = e->internvl_->tokens_per_tile(*e->vit_);
+      break;
+    }
     default:
       return InternalError("vision projector without an encoder");
   }
@@ -58,8 +63,10 @@ int32_t QwenLimit(const VisionConfig& c, int32_t width, int32_t height, int32_t 
   return static_cast<int32_t>(std::max<int64_t>(c.min_tokens, static_cast<int64_t>(tokens * keep * keep)));
 }
 
+// Fitted to a grid, sliced, plus an overview: LLaVA-1.6 and InternVL.
 bool IsAnyres(const VisionConfig& c) {
-  return c.projector == ProjectorType::kMlp && !c.grid_pinpoints.empty();
+  return (c.projector == ProjectorType::kMlp || c.projector == ProjectorType::kInternvl) &&
+         !c.grid_pinpoints.empty();
 }
 
 // anyres (LLaVA-1.6) shrink levels, as PreprocessOptions::max_slices: each level's fit has fewer
@@ -251,6 +258,7 @@ uint64_t VisionEncoder::memory_bytes() const {
   if (qwen_) b += qwen_->packed_bytes() - qwen_->released_bytes();
   if (mlp_) b += mlp_->packed_bytes() - mlp_->released_bytes();
   if (idefics3_) b += idefics3_->packed_bytes() - idefics3_->released_bytes();
+  if (internvl_) b += internvl_->packed_bytes() - internvl_->released_bytes();
   return b;
 }
 
@@ -269,8 +277,9 @@ Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext*
     const int64_t nt = std::min(batch, n_tiles - t0);
     VLMD_RETURN_IF_ERROR(vit_->Encode(tiles + t0 * tile_values, nt, ctx, vit_out.data()));
     float* o = out + t0 * out_per_tile;
-    VLMD_RETURN_IF_ERROR(mlp_ != nullptr ? mlp_->Project(*vit_, vit_out.data(), nt, ctx, o)
-                                         : idefics3_->Project(*vit_, vit_out.data(), nt, ctx, o));
+    VLMD_RETURN_IF_ERROR(mlp_ != nullptr        ? mlp_->Project(*vit_, vit_out.data(), nt, ctx, o)
+                         : internvl_ != nullptr ? internvl_->Project(*vit_, vit_out.data(), nt, ctx, o)
+                                                : idefics3_->Project(*vit_, vit_out.data(), nt, ctx, o));
   }
   return Status::Ok();
 }

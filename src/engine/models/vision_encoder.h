@@ -10,6 +10,7 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/models/clip_vit.h"
 #include "engine/models/projector_idefics3.h"
+#include "engine/models/projector_internvl.h"
 #include "engine/models/preprocess_vision.h"
 #include "engine/models/projector_mlp.h"
 #include "engine/models/qwen_vit.h"
@@ -121,6 +122,7 @@ class VisionEncoder {
   std::unique_ptr<ClipVit> vit_;
   std::unique_ptr<MlpProjector> mlp_;
   std::unique_ptr<Idefics3Projector> idefics3_;
+  std::unique_ptr<InternVlProjector> internvl_;
   std::unique_ptr<QwenVit> qwen_;
   int64_t tokens_per_tile_ = 0;
 };

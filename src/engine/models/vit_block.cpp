@@ -42,6 +42,17 @@ ops::WeightView RowSlice(const ops::WeightView& w, int64_t first, int64_t n) {
 
 int64_t RoundUpTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+// x += branch, each row scaled by the layer scale first when there is one.
+void AddBranch(const float* branch, const std::vector<float>& scale, int64_t n, int64_t d, float* x) {
+  if (scale.empty()) {
+    for (int64_t i = 0; i < n * d; ++i) x[i] += branch[i];
+    return;
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < d; ++i) x[r * d + i] += branch[r * d + i] * scale[static_cast<size_t>(i)];
+  }
+}
+
 // A bf16 buffer of `rows` rows of `stride` values whose rows [valid, rows) are zero (tile loads
 // read whole 16-row tiles; the padding rows only feed outputs that are never written).
 uint16_t* Bf16Rows(Bf16Buffer* buf, int64_t rows, int64_t valid, int64_t stride) {
@@ -166,7 +177,7 @@ Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const Vit
   }
   VLMD_RETURN_IF_ERROR(AttendF32(spec, rows, ctx));
   VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn, BiasEpilogue(L.bo)));
-  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  AddBranch(xn, L.ls1, n, d, x);
   VLMD_RETURN_IF_ERROR(Norm(spec, kt, pool, x, L.ln2_w, L.ln2_b, xn, n));
   float* up = ctx->ff.data();  // [n, d_ff]
   ops::MatmulEpilogue up_ep = BiasEpilogue(L.b_up);
@@ -183,7 +194,7 @@ Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const Vit
     VLMD_RETURN_IF_ERROR(ops::ActivateLikeGgml(kt, pool, spec.ffn_act, up, n * ff));
   }
   VLMD_RETURN_IF_ERROR(matmul(L.w_down, up, xn, BiasEpilogue(L.b_down)));
-  for (int64_t i = 0; i < n * d; ++i) x[i] += xn[i];
+  AddBranch(xn, L.ls2, n, d, x);
   return Status::Ok();
 }
 
@@ -326,6 +337,10 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
     VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
     VLMD_ASSIGN_OR_RETURN(L.b_gate, bias("ffn_gate.bias", ff));
   }
+  if (tensors.layer_scale) {
+    VLMD_ASSIGN_OR_RETURN(L.ls1, GetF32(f, p + "ls1.weight", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.ls2, GetF32(f, p + "ls2.weight", {d}));
+  }
   if (spec.fast) {
     const float q_scale = TileQueryScale(spec.head_dim);
     for (float b : L.bq) L.bq_scaled.push_back(b * q_scale);
@@ -345,6 +360,7 @@ bool VitBlocksOnTiles(const VitBlockSpec& spec, std::span<const VitBlockWeights>
     return false;
   }
   for (const VitBlockWeights& L : blocks) {
+    if (!L.ls1.empty() || !L.ls2.empty()) return false;  // the tile epilogues add unscaled
     for (const ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
       if (w->data != nullptr && w->tiles == nullptr) return false;
     }

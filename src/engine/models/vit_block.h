@@ -6,7 +6,8 @@
 // the Qwen ViTs or none (learned positions are added before the first block), and the spans the
 // tiles of a tiled image, the windows of a windowed layer, or the whole image. Two executions of
 // the same math: f32 activations (exact precision, or any CPU), and on the AMX tile unit in the
-// fast precision (bf16 activation rows between the products, attention on tiles). Attention is
+// fast precision (bf16 activation rows between the products, attention on tiles). With layer
+// scale (InternViT: x += ls1 * attention, x += ls2 * FFN) the blocks run on f32 activations. Attention is
 // ops::Attention's, the decoder's, in spans.
 #pragma once
 
@@ -42,6 +43,7 @@ struct VitBlockTensors {
   bool fused_qkv = false;        // attn_qkv [d, 3d] (Qwen3-VL) instead of attn_q / attn_k / attn_v
   bool gated_ffn = false;        // ffn_gate with SwiGLU (Qwen2.5-VL)
   bool biases_required = false;  // every projection has a bias (Qwen VL); else optional (CLIP)
+  bool layer_scale = false;      // ls1 / ls2 scale each branch before its residual (InternViT)
 };
 
 struct VitBlockWeights {
@@ -51,6 +53,7 @@ struct VitBlockWeights {
   std::vector<float> bq_scaled;                   // bq * TileQueryScale(head_dim) (tile blocks)
   ops::WeightView w_up, w_gate, w_down;           // [d -> d_ff], gate: gated FFN only, [d_ff -> d]
   std::vector<float> b_up, b_gate, b_down;
+  std::vector<float> ls1, ls2;                    // [d_model] layer scale, or empty
 };
 
 // Block l of `file` as `tensors` says, shapes checked against `spec`; its matrices packed as

@@ -106,6 +106,14 @@ Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const Encoded
   auto tile = [&](int64_t t) {
     return b->count_only() ? nullptr : img.embeddings.data() + t * tpt * n_embd;
   };
+  if (vision.projector == models::ProjectorType::kInternvl) {
+    // mtmd: "<img>" ends the text before, then the tiles and the thumbnail, "</img>" starts the
+    // text after.
+    b->Text("<img>");
+    VLMD_RETURN_IF_ERROR(b->Image(tile(0), n_tiles * tpt));
+    b->Text("</img>");
+    return Status::Ok();
+  }
   if (vision.projector != models::ProjectorType::kIdefics3) {
     return b->Image(tile(0), n_tiles * tpt);
   }
