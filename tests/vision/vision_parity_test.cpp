@@ -388,6 +388,10 @@ TEST(VisionFastPrecisionTest, WithinNmse1e3OfExact) {
     auto fast = LoadEncoder(fixture, &error, engine::ops::Precision::kFast);
     ASSERT_NE(fast->encoder, nullptr) << error;
     if (fast->ctx.kernels->packed_matmul == nullptr) GTEST_SKIP() << "no packed matmul on this CPU";
+    if (fast->ctx.kernels->tile_bf16_matmul != nullptr) {
+      // InternViT's layer scale is folded into its projections, so it runs on tiles too.
+      EXPECT_TRUE(fast->encoder->vit()->UsesTileBlocks(*fast->ctx.kernels)) << fixture;
+    }
     for (const ImageCase& ic : ImageCases(fixture)) {
       SCOPED_TRACE(fixture + "/" + ic.name);
       const auto img = ReadPngRgb(FixturePath(fixture + "/" + ic.image));

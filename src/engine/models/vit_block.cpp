@@ -42,6 +42,22 @@ ops::WeightView RowSlice(const ops::WeightView& w, int64_t first, int64_t n) {
 
 int64_t RoundUpTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+// Layer scale folded into a projection: the matrix `name` [k -> d] as f32 with output row j
+// scaled by scale[j] into *storage (w points at it), and the bias scaled alike.
+Status FoldLayerScale(const gguf::GgufFile& f, const std::string& name, int64_t k,
+                      const std::vector<float>& scale, ops::WeightView* w, std::vector<float>* bias,
+                      std::vector<float>* storage) {
+  const int64_t d = static_cast<int64_t>(scale.size());
+  VLMD_ASSIGN_OR_RETURN(*storage, GetF32(f, name, {k, d}));
+  for (int64_t j = 0; j < d; ++j) {
+    for (int64_t i = 0; i < k; ++i) (*storage)[static_cast<size_t>(j * k + i)] *= scale[static_cast<size_t>(j)];
+  }
+  for (int64_t j = 0; j < static_cast<int64_t>(bias->size()); ++j) (*bias)[static_cast<size_t>(j)] *= scale[static_cast<size_t>(j)];
+  *w = ops::WeightView{.dtype = DType::kF32, .n = d, .k = k, .data = storage->data(),
+                       .row_bytes = static_cast<size_t>(k) * sizeof(float)};
+  return Status::Ok();
+}
+
 // x += branch, each row scaled by the layer scale first when there is one.
 void AddBranch(const float* branch, const std::vector<float>& scale, int64_t n, int64_t d, float* x) {
   if (scale.empty()) {
@@ -340,6 +356,15 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   if (tensors.layer_scale) {
     VLMD_ASSIGN_OR_RETURN(L.ls1, GetF32(f, p + "ls1.weight", {d}));
     VLMD_ASSIGN_OR_RETURN(L.ls2, GetF32(f, p + "ls2.weight", {d}));
+    if (spec.fast) {
+      // ls * (W x + b) = (ls W) x + ls b: the scaled f32 matrices replace the file's, so the
+      // residual adds stay plain (and the tile epilogues can do them).
+      VLMD_RETURN_IF_ERROR(FoldLayerScale(f, p + "attn_out.weight", d, L.ls1, &L.wo, &L.bo, &L.folded_wo));
+      VLMD_RETURN_IF_ERROR(FoldLayerScale(f, p + "ffn_down.weight", ff, L.ls2, &L.w_down, &L.b_down,
+                                          &L.folded_w_down));
+      L.ls1.clear();
+      L.ls2.clear();
+    }
   }
   if (spec.fast) {
     const float q_scale = TileQueryScale(spec.head_dim);
@@ -348,6 +373,15 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
     if (w->data == nullptr) continue;
     VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, store));
+    std::vector<float>* folded = w == &L.wo ? &L.folded_wo : w == &L.w_down ? &L.folded_w_down : nullptr;
+    if (folded != nullptr && !folded->empty()) {
+      // A folded copy: not the file's pages. Dropped once a packed copy replaces it.
+      if (w->packed != nullptr || w->tiles != nullptr) {
+        w->data = nullptr;
+        std::vector<float>().swap(*folded);
+      }
+      continue;
+    }
     *released_bytes += ReleasePackedRows(f, *w);  // runs from the packed copy from now on
   }
   return L;
@@ -362,7 +396,8 @@ bool VitBlocksOnTiles(const VitBlockSpec& spec, std::span<const VitBlockWeights>
   for (const VitBlockWeights& L : blocks) {
     if (!L.ls1.empty() || !L.ls2.empty()) return false;  // the tile epilogues add unscaled
     for (const ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
-      if (w->data != nullptr && w->tiles == nullptr) return false;
+      const bool present = w->data != nullptr || w->packed != nullptr;  // folded: packed only
+      if (present && w->tiles == nullptr) return false;
     }
   }
   return true;

@@ -7,7 +7,8 @@
 // tiles of a tiled image, the windows of a windowed layer, or the whole image. Two executions of
 // the same math: f32 activations (exact precision, or any CPU), and on the AMX tile unit in the
 // fast precision (bf16 activation rows between the products, attention on tiles). With layer
-// scale (InternViT: x += ls1 * attention, x += ls2 * FFN) the blocks run on f32 activations. Attention is
+// scale (InternViT: x += ls1 * attention, x += ls2 * FFN) the exact precision multiplies
+// explicitly (f32 blocks); the fast one folds the scales into the projections at load. Attention is
 // ops::Attention's, the decoder's, in spans.
 #pragma once
 
@@ -54,6 +55,10 @@ struct VitBlockWeights {
   ops::WeightView w_up, w_gate, w_down;           // [d -> d_ff], gate: gated FFN only, [d_ff -> d]
   std::vector<float> b_up, b_gate, b_down;
   std::vector<float> ls1, ls2;                    // [d_model] layer scale, or empty
+  // Fast precision with layer scale: ls1 / ls2 folded into the output and down projections
+  // (their rows and biases scaled at load), these the scaled f32 matrices while no packed copy
+  // replaces them; ls1 / ls2 are then empty and the blocks may run on tiles.
+  std::vector<float> folded_wo, folded_w_down;
 };
 
 // Block l of `file` as `tensors` says, shapes checked against `spec`; its matrices packed as
