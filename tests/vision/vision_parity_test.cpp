@@ -330,6 +330,42 @@ TEST(VisionStructureTest, AnyresSlicesAndOverview) {
   EXPECT_EQ(rows, 16) << "the last level is the overview alone";
 }
 
+// vlmd-synth writes LLaVA-1.6 and InternVL vision towers (the benchmark presets, shrunk here)
+// that load and encode with the layouts of their families, in both precisions.
+TEST(VisionStructureTest, SyntheticLlava16AndInternVlTowersEncode) {
+  for (const char* name : {"llava16-vit", "internvl3-2b-vit"}) {
+    SCOPED_TRACE(name);
+    auto preset = engine::synth::FindPreset(name);
+    ASSERT_TRUE(preset.has_value());
+    engine::synth::VisionShape& v = preset->vision;
+    v.image_size = 56;
+    v.patch_size = 14;
+    v.n_layers = 2;
+    v.d_model = 64;
+    v.n_heads = 2;
+    v.d_ff = 128;
+    v.feature_layer = v.feature_layer > 0 ? 2 : 0;
+    for (int32_t& side : v.grid_pinpoints) side = side / 336 * 56;
+    preset->text.d_model = 64;
+    const std::string path = ::testing::TempDir() + "/vlmd_" + std::string(name) + "_mmproj.gguf";
+    ASSERT_TRUE(engine::synth::WriteSyntheticMmproj(*preset, {}, path).ok());
+    for (auto precision : {engine::ops::Precision::kExact, engine::ops::Precision::kFast}) {
+      std::string error;
+      auto le = LoadEncoderFile(path, &error, precision);
+      ASSERT_NE(le->encoder, nullptr) << error;
+      engine::models::RgbImage img{112, 56, std::vector<uint8_t>(size_t(112) * 56 * 3, 90)};
+      auto pre = PreprocessImage(le->encoder->config(), View(img));
+      ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+      EXPECT_EQ(pre->grid_cols, 2);  // 112x56 fits the 2 x 1 grid exactly
+      EXPECT_EQ(pre->grid_rows, 1);
+      auto out = le->encoder->Encode(pre->pixels.data(), pre->n_tiles, &le->ctx);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(static_cast<int64_t>(out->size()), 3 * le->encoder->tokens_per_tile() * 64);
+      EXPECT_TRUE(std::all_of(out->begin(), out->end(), [](float x) { return std::isfinite(x); }));
+    }
+  }
+}
+
 // InternVL: llama.cpp's candidate grids (a tiles across outer, b down inner), tiles then the
 // thumbnail, small images the thumbnail alone.
 TEST(VisionStructureTest, InternVlGridsTilesAndThumbnail) {

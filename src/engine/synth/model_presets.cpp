@@ -113,6 +113,35 @@ std::vector<ModelPreset> MakePresets() {
                .n_layers = 24, .d_model = 1024, .n_heads = 16, .d_ff = 4096, .ln_eps = 1e-6f,
                .deepstack_layers = {5, 11, 17}};
   p.push_back(q3);
+
+  // Vision towers for encoder benchmarks (a small llama text model of the projector's width).
+  // LLaVA-1.6-Mistral-7B: CLIP ViT-L/14 at 336 (24 blocks of 1024, 16 heads, ffn 4096, quick
+  // GELU; feature_layer 23: the second-to-last block's features, as LLaVA uses them),
+  // pinpoints 336x672, 672x336, 672x672, 1008x336, 336x1008, into a 4096-wide text model.
+  ModelPreset l16;
+  l16.name = "llava16-vit";
+  l16.description = "LLaVA-1.6 vision tower: CLIP ViT-L/14-336 + mlp, anyres pinpoints";
+  l16.text = {.n_layers = 2, .d_model = 4096, .n_heads = 32, .n_kv_heads = 8, .d_ff = 1024,
+              .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-5f, .tied_output = true,
+              .n_vocab_base = 4096};
+  l16.vision = {.projector = ProjectorKind::kMlp, .image_size = 336, .patch_size = 14, .n_layers = 24,
+                .d_model = 1024, .n_heads = 16, .d_ff = 4096, .ln_eps = 1e-5f,
+                .grid_pinpoints = {336, 672, 672, 336, 672, 672, 1008, 336, 336, 1008},
+                .feature_layer = 23};
+  p.push_back(l16);
+
+  // InternVL3-2B: InternViT-300M at 448 (24 blocks of 1024, 16 heads, ffn 4096, GELU, layer
+  // scale, patch 14), pixel shuffle 2 -> 256 tokens per tile, tiles 1..12, into 1536 (Qwen2.5-1.5B).
+  ModelPreset iv;
+  iv.name = "internvl3-2b-vit";
+  iv.description = "InternVL3-2B vision tower: InternViT-300M 448px + pixel shuffle + MLP";
+  iv.text = {.n_layers = 2, .d_model = 1536, .n_heads = 12, .n_kv_heads = 2, .d_ff = 1024,
+             .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+             .n_vocab_base = 4096};
+  iv.vision = {.projector = ProjectorKind::kInternvl, .image_size = 448, .patch_size = 14,
+               .n_layers = 24, .d_model = 1024, .n_heads = 16, .d_ff = 4096, .scale_factor = 2,
+               .ln_eps = 1e-6f, .max_tiles = 12};
+  p.push_back(iv);
   return p;
 }
 

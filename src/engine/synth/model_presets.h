@@ -31,11 +31,12 @@ struct TextShape {
 
 enum class ProjectorKind {
   kNone,
-  kMlp,       // LLaVA
+  kMlp,       // LLaVA (1.6 with grid_pinpoints)
   kIdefics3,  // SmolVLM
   kQwen2vl,   // qwen2vl_merger
   kQwen25vl,  // qwen2.5vl_merger (RMSNorm, SwiGLU, window attention)
   kQwen3vl,   // qwen3vl_merger (learned positions, fused qkv, deepstack)
+  kInternvl,  // internvl (layer scale, pixel shuffle, LayerNorm + MLP)
 };
 
 struct VisionShape {
@@ -51,6 +52,10 @@ struct VisionShape {
   float ln_eps = 1e-6f;
   int32_t n_wa_pattern = 0;    // qwen2.5vl: every n-th block full attention, the others windowed
   std::vector<int32_t> deepstack_layers;  // qwen3vl: blocks whose output feeds the text model
+  // mlp: LLaVA-1.6's (width, height) pairs and feature layer (0: neither key written).
+  std::vector<int32_t> grid_pinpoints;
+  int32_t feature_layer = 0;
+  int32_t max_tiles = 12;      // internvl: preproc_max_tiles (min 1)
 };
 
 struct ModelPreset {
@@ -64,7 +69,9 @@ struct ModelPreset {
 // (SmolLM2-135M text + SigLIP-B/16 at 512, the benchmark shape), "smollm2-135m" (text only),
 // "smolvlm-2b" (SmolLM2-1.7B-class text + SigLIP-so400m-class vision); the Qwen VL line:
 // "tiny-qwen25vl" and "tiny-qwen3vl" (test-sized), "qwen2.5vl-3b" and "qwen3vl-2b" (the
-// published shapes, for benchmarks).
+// published shapes, for benchmarks); "llava16-vit" (LLaVA-1.6's CLIP ViT-L/14-336 with its
+// pinpoints) and "internvl3-2b-vit" (InternViT-300M at 448), vision benchmarks with a small text
+// model.
 std::optional<ModelPreset> FindPreset(std::string_view name);
 std::vector<std::string> PresetNames();
 

@@ -305,17 +305,25 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
     return WriteQwenMmproj(preset, opts, path);
   }
   const bool idefics3 = v.projector == ProjectorKind::kIdefics3;
+  const bool internvl = v.projector == ProjectorKind::kInternvl;
   const int64_t grid = v.image_size / v.patch_size;
   const int64_t n_patches = grid * grid;
   const int64_t d_text = preset.text.d_model;
 
   gguf::GgufWriter w;
-  SetVisionKeys(&w, preset, opts, idefics3 ? "idefics3" : "mlp", idefics3);
+  SetVisionKeys(&w, preset, opts, idefics3 ? "idefics3" : internvl ? "internvl" : "mlp", idefics3);
   w.SetBool("clip.use_gelu", true);
   if (idefics3) {
     w.SetU32("clip.vision.projector.scale_factor", v.scale_factor);
     w.SetU32("clip.vision.preproc_image_size", v.preproc_image_size);
   }
+  if (internvl) {
+    w.SetU32("clip.vision.projector.scale_factor", v.scale_factor);
+    w.SetU32("clip.vision.preproc_min_tiles", 1);
+    w.SetU32("clip.vision.preproc_max_tiles", static_cast<uint32_t>(v.max_tiles));
+  }
+  if (!v.grid_pinpoints.empty()) w.SetI32Array("clip.vision.image_grid_pinpoints", v.grid_pinpoints);
+  if (v.feature_layer > 0) w.SetI32Array("clip.vision.feature_layer", std::vector<int32_t>{v.feature_layer});
 
   Rng rng(opts.seed ^ 0x5EED5EEDull);
   TensorSink sink(&w, &rng);
@@ -327,6 +335,11 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
     VLMD_RETURN_IF_ERROR(sink.Add("v.patch_embd.bias", {d}, DType::kF32, Init::kBias));
     VLMD_RETURN_IF_ERROR(
         sink.Add("v.position_embd.weight", {d, n_patches}, DType::kF32, Init::kPositional));
+  } else if (internvl) {  // class token and patch bias, no pre-LN
+    VLMD_RETURN_IF_ERROR(sink.Add("v.patch_embd.bias", {d}, DType::kF32, Init::kBias));
+    VLMD_RETURN_IF_ERROR(sink.Add("v.class_embd", {d}, DType::kF32, Init::kPositional));
+    VLMD_RETURN_IF_ERROR(
+        sink.Add("v.position_embd.weight", {d, n_patches + 1}, DType::kF32, Init::kPositional));
   } else {
     VLMD_RETURN_IF_ERROR(sink.Add("v.class_embd", {d}, DType::kF32, Init::kPositional));
     VLMD_RETURN_IF_ERROR(
@@ -348,12 +361,24 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
     VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_up.bias", {v.d_ff}, DType::kF32, Init::kBias));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_down.weight", v.d_ff, d, vt));
     VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_down.bias", {d}, DType::kF32, Init::kBias));
+    if (internvl) {
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "ls1.weight", {d}, DType::kF32, Init::kNorm));
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "ls2.weight", {d}, DType::kF32, Init::kNorm));
+    }
   }
   if (idefics3) {
     VLMD_RETURN_IF_ERROR(sink.Add("v.post_ln.weight", {d}, DType::kF32, Init::kNorm));
     VLMD_RETURN_IF_ERROR(sink.Add("v.post_ln.bias", {d}, DType::kF32, Init::kBias));
     const int64_t shuffled = d * v.scale_factor * v.scale_factor;
     VLMD_RETURN_IF_ERROR(sink.AddMatrix("mm.model.fc.weight", shuffled, d_text, vt));
+  } else if (internvl) {
+    const int64_t shuffled = d * v.scale_factor * v.scale_factor;
+    VLMD_RETURN_IF_ERROR(sink.Add("mm.model.mlp.0.weight", {shuffled}, DType::kF32, Init::kNorm));
+    VLMD_RETURN_IF_ERROR(sink.Add("mm.model.mlp.0.bias", {shuffled}, DType::kF32, Init::kBias));
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix("mm.model.mlp.1.weight", shuffled, d_text, vt));
+    VLMD_RETURN_IF_ERROR(sink.Add("mm.model.mlp.1.bias", {d_text}, DType::kF32, Init::kBias));
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix("mm.model.mlp.3.weight", d_text, d_text, vt));
+    VLMD_RETURN_IF_ERROR(sink.Add("mm.model.mlp.3.bias", {d_text}, DType::kF32, Init::kBias));
   } else {
     VLMD_RETURN_IF_ERROR(sink.AddMatrix("mm.0.weight", d, d_text, vt));
     VLMD_RETURN_IF_ERROR(sink.Add("mm.0.bias", {d_text}, DType::kF32, Init::kBias));
