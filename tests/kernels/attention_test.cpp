@@ -36,6 +36,8 @@ struct Case {
   bool shuffle_kv = false;       // cache rows reversed (positions follow them): unsorted
   float scale_mult = 1.0f;       // multiplies 1/sqrt(head_dim): larger -> peakier softmax
   bool growing_keys = false;     // later keys larger: the running max rises block after block
+  int32_t window = 0;            // sliding window (kv_pos > q_win_pos - window)
+  bool one_span = false;         // every query's q_pos raised to the last one's (bidirectional)
 
   std::string Vars(Isa isa, DType kv) const {
     return std::string(name) + " isa=" + std::string(IsaName(isa)) +
@@ -52,7 +54,7 @@ struct Problem {
   std::vector<float> k_vals, v_vals;        // [n_kv, n_kv_heads, head_dim] as the op sees them
   std::vector<float> k32, v32;              // cache storage (F32)
   std::vector<uint16_t> k16, v16;           // cache storage (F16)
-  std::vector<int32_t> q_pos, kv_pos;
+  std::vector<int32_t> q_pos, kv_pos, q_win_pos;
   AttentionArgs args;
 };
 
@@ -76,6 +78,8 @@ Problem Make(const Case& c, DType kv_type, uint32_t seed) {
   }
   p.q_pos.resize(c.n_q);
   for (int64_t i = 0; i < c.n_q; ++i) p.q_pos[i] = c.first_q_pos + static_cast<int32_t>(i);
+  p.q_win_pos = p.q_pos;  // the rows' own positions
+  if (c.one_span) std::fill(p.q_pos.begin(), p.q_pos.end(), p.q_pos.back());
   p.kv_pos.resize(c.n_kv);
   std::iota(p.kv_pos.begin(), p.kv_pos.end(), 0);
   if (c.shuffle_kv) {
@@ -131,6 +135,8 @@ Problem Make(const Case& c, DType kv_type, uint32_t seed) {
   a.causal = c.causal;
   a.q_pos = c.causal ? p.q_pos.data() : nullptr;
   a.kv_pos = c.causal ? p.kv_pos.data() : nullptr;
+  a.window = c.window;
+  a.q_win_pos = c.window > 0 ? p.q_win_pos.data() : nullptr;
   return p;
 }
 
@@ -158,6 +164,7 @@ void NaiveAttention(const Problem& p, std::vector<double>* out, std::vector<doub
       std::vector<int64_t> rows;
       for (int64_t j = 0; j < a.n_kv; ++j) {
         if (a.causal && p.kv_pos[j] > p.q_pos[i]) continue;
+        if (a.window > 0 && p.q_win_pos[i] - p.kv_pos[j] >= a.window) continue;
         const float* k = p.k_vals.data() + (j * a.n_kv_heads + g) * hd;
         double dot = 0, mag = 0;
         for (int64_t d = 0; d < hd; ++d) {
@@ -230,6 +237,23 @@ void CheckCase(const Case& c, ThreadPool* pool = nullptr) {
       }
     }
   }
+}
+
+// Sliding windows (Gemma 3's local layers): a decode row over a long cache, a prompt chunk with
+// history whose rows' windows move, an unsorted cache, and rows of a bidirectional span (q_pos
+// raised to the span's end, the window from each row's own position).
+TEST(Attention, SlidingWindow) {
+  auto windowed = [](Case c, int32_t window, bool one_span = false) {
+    c.window = window;
+    c.one_span = one_span;
+    return c;
+  };
+  CheckCase(windowed({"window decode", 1, 300, 8, 2, 64, true, 299}, 40));
+  CheckCase(windowed({"window prefill", 70, 130, 4, 2, 32, true, 60}, 16));
+  Case unsorted{"window unsorted", 9, 50, 4, 1, 32, true, 41};
+  unsorted.shuffle_kv = true;
+  CheckCase(windowed(unsorted, 12));
+  CheckCase(windowed({"window span", 20, 60, 4, 2, 32, true, 40}, 12, /*one_span=*/true));
 }
 
 TEST(Attention, DecodeOneQueryRowCausalGqa) {

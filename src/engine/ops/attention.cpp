@@ -84,6 +84,9 @@ Status Validate(const AttentionArgs& a) {
   if (a.causal && ((a.n_q > 0 && a.q_pos == nullptr) || (a.n_kv > 0 && a.kv_pos == nullptr))) {
     return bad("causal mask needs q_pos and kv_pos");
   }
+  if (a.window < 0 || (a.window > 0 && (!a.causal || (a.n_q > 0 && a.q_win_pos == nullptr)))) {
+    return bad("a sliding window needs the causal mask and q_win_pos");
+  }
   const int64_t q_width = a.n_heads * a.head_dim;
   if ((a.q_row_stride != 0 && a.q_row_stride < q_width) ||
       (a.out_row_stride != 0 && a.out_row_stride < q_width)) {
@@ -130,7 +133,7 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
   const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
   const auto* k_base = static_cast<const uint8_t*>(a.k) + head_offset;
   const auto* v_base = static_cast<const uint8_t*>(a.v) + head_offset;
-  const bool mask_each = a.causal && !p.sorted_kv_pos;
+  const bool mask_each = a.causal && !p.sorted_kv_pos;  // sorted: the range is the visible rows
   for (int64_t b0 = j0; b0 < j1; b0 += kBlock) {
     const int64_t nb = std::min(kBlock, j1 - b0);
     p.dot(q_s, group, k_base + b0 * p.kv_row_bytes, p.kv_row_bytes, nb, hd, s, kBlock);
@@ -139,7 +142,8 @@ void AttendHeadsRange(const Plan& p, int64_t i, int64_t h0, int64_t n_h, int64_t
       float* s_h = s + hh * kBlock;
       if (mask_each) {
         for (int64_t j = 0; j < nb; ++j) {
-          if (a.kv_pos[b0 + j] > a.q_pos[i]) s_h[j] = kNegInf;
+          const int32_t kp = a.kv_pos[b0 + j];
+          if (kp > a.q_pos[i] || (a.window > 0 && a.q_win_pos[i] - kp >= a.window)) s_h[j] = kNegInf;
         }
       }
       const float block_max = MaxSkippingNan(s_h, nb);
@@ -506,11 +510,12 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
-  if (UsesTileAttention(kt, p)) return AttentionTiles(kt, pool, p);
+  // A sliding window runs on the streaming path (each query's rows a range of the cache).
+  if (a.window == 0 && UsesTileAttention(kt, p)) return AttentionTiles(kt, pool, p);
   if (a.kv_type == DType::kBF16) {
     return UnimplementedError("Attention: bf16 operands without the tile kernels");
   }
-  if (a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos)) {
+  if (a.window == 0 && a.n_q >= kBlockedMinQueries && a.n_kv > 0 && (!a.causal || p.sorted_kv_pos)) {
     return AttentionBlocked(kt, pool, p);
   }
 
@@ -547,12 +552,17 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   auto run_task = [&](int64_t t, int thread) {
     const int64_t r = t % n_ranges, hb = (t / n_ranges) % head_blocks;
     const int64_t i = t / (n_ranges * head_blocks);
-    int64_t n_visible = a.n_kv;
+    int64_t first = 0, n_visible = a.n_kv;
     if (a.causal && p.sorted_kv_pos) {
       n_visible = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[i]) - a.kv_pos;
+      if (a.window > 0) {  // the window's first row: kv_pos > q_win_pos - window
+        first = std::upper_bound(a.kv_pos, a.kv_pos + n_visible, a.q_win_pos[i] - a.window) - a.kv_pos;
+      }
     }
     int64_t j0, j1;
-    SplitRange(n_visible, n_ranges, r, kBlock, &j0, &j1);
+    SplitRange(n_visible - first, n_ranges, r, kBlock, &j0, &j1);
+    j0 += first;
+    j1 += first;
     float* const mine = thread_scratch + thread * thread_size;
     AttendHeadsRange(p, i, hb * per_task, per_task, j0, j1, mine, mine + per_task * hd,
                      states + t * state_size, accs + t * acc_size);

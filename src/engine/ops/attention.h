@@ -56,6 +56,11 @@ struct AttentionArgs {
   bool causal = false;
   const int32_t* q_pos = nullptr;   // [n_q]
   const int32_t* kv_pos = nullptr;  // [n_kv]
+  // Sliding window (Gemma 3's local layers; causal only): query i also needs
+  // q_win_pos[i] - kv_pos[j] < window, q_win_pos being the query's own position (q_pos may be
+  // raised past it by a bidirectional span). 0: no window. Runs on the streaming path.
+  int32_t window = 0;
+  const int32_t* q_win_pos = nullptr;  // [n_q] when window > 0
 
   // Self-attention in groups (vision encoders: the tiles of an image, the windows of a windowed
   // layer): when not empty, the query rows are the kv rows (n_q == n_kv, not causal) and row i
