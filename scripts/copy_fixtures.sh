@@ -7,7 +7,7 @@
 set -euo pipefail
 
 # The folders the tests read (plus the fixtures README, which says what every file is).
-FIXTURES=(tiny-internvl tiny-llava tiny-llava16 tiny-smolvlm tiny-qwen2vl tiny-qwen25vl tiny-qwen3vl tokenizer)
+FIXTURES=(tiny-gemma3 tiny-internvl tiny-llava tiny-llava16 tiny-smolvlm tiny-qwen2vl tiny-qwen25vl tiny-qwen3vl tokenizer)
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 src=${1:-$root/../shared/fixtures}

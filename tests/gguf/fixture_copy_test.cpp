@@ -100,7 +100,7 @@ TEST_P(FixtureCopyTest, FilesMatchGoldenSha256) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureCopyTest,
-                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-smolvlm",
+                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-gemma3", "tiny-smolvlm",
                                            "tiny-qwen2vl",
                                            "tiny-qwen25vl", "tiny-qwen3vl"),
                          [](const auto& info) {

@@ -68,6 +68,7 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
     const bool mrope = model.config().multi_rope();
     std::vector<int32_t> tokens, slot, seq, rope_pos;
     std::vector<float> embd;
+    std::vector<engine::ops::RowSpan> image_spans;  // Gemma 3: an image's rows see each other
     for (const json& ch : c["chunks"]) {
       if (mrope) {
         ASSERT_TRUE(ch.contains("pos_start")) << "M-RoPE golden chunk without pos_start";
@@ -92,6 +93,7 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
             GetParam().fixture + "/" + ch["embd_file"].get<std::string>()));
         const int64_t n = ch["n_tokens"].get<int64_t>();
         ASSERT_EQ(static_cast<int64_t>(e.size()), n * d) << ch["embd_file"];
+        image_spans.push_back({static_cast<int64_t>(tokens.size()), n});
         for (int64_t i = 0; i < n; ++i) tokens.push_back(-1);
         embd.insert(embd.end(), e.begin(), e.end());
       }
@@ -105,6 +107,7 @@ class LlamaParityTest : public ::testing::TestWithParam<ParityCase> {
     const int32_t last = static_cast<int32_t>(n - 1);
     ForwardBatch b{n, tokens.data(), embd.data(), slot.data(), seq.data(), &last, 1};
     b.prompt = true;  // in fast precision on AMX: the tile route, as VlmEngine's prompts
+    if (model.config().gemma3) b.bidirectional = image_spans;
     if (mrope) {
       b.rope_pos = rope_pos.data();
       b.rope_pos_per_row = 4;
@@ -200,6 +203,7 @@ const std::vector<FixtureCases>& ListedCases() {
       {"tiny-llava", {"img-32x32", "img-64x48", "text"}},
       {"tiny-llava16", {"img-32x32", "img-64x48", "two-images", "text"}},
       {"tiny-internvl", {"img-32x32", "img-96x64", "two-images", "text"}},
+      {"tiny-gemma3", {"img-96x64", "img-64x64", "two-images", "text"}},
       {"tiny-smolvlm", {"img-128x96", "img-128x128", "img-50x100", "text"}},
       {"tiny-qwen2vl", {"img-168x112", "img-140x140", "img-50x40", "two-images", "text"}},
       {"tiny-qwen25vl", {"img-168x112", "img-140x140", "img-100x70", "two-images", "text"}},

@@ -10,6 +10,7 @@ constexpr TextArchitecture kTextArchitectures[] = {
     {.name = "qwen2vl", .rope_neox = true, .qkv_bias = true, .mrope = true},
     {.name = "qwen3vl", .rope_neox = true, .qk_norm = true, .mrope = true, .rope_interleaved = true,
      .deepstack = true},
+    {.name = "gemma3", .rope_neox = true, .qk_norm = true, .gemma3 = true},
 };
 
 constexpr VisionFamily kVisionFamilies[] = {

@@ -20,6 +20,10 @@ struct TextArchitecture {
   bool mrope = false;        // M-RoPE: <arch>.rope.dimension_sections required
   bool rope_interleaved = false;  // IMRoPE (Qwen3-VL)
   bool deepstack = false;    // <arch>.n_deepstack_layers: image rows carry extra slices
+  // Gemma 3: token rows scaled by sqrt(d_model), RMSNorm after attention and after the FFN
+  // (post_attention_norm, post_ffw_norm), GELU-gated FFN, sliding-window layers with their own
+  // RoPE base, queries scaled before attention, optional final logit soft-capping.
+  bool gemma3 = false;
 };
 
 // What distinguishes the vision families.

@@ -1,6 +1,7 @@
 // Reading the text-decoder hyperparameters (see text_config.h).
 #include "engine/models/text_config.h"
 
+#include <cmath>
 #include <vector>
 
 #include "engine/models/registry.h"
@@ -21,6 +22,42 @@ Result<int32_t> GetOptionalPositive(const gguf::GgufFile& f, const std::string& 
                                     int32_t fallback, int64_t max) {
   if (f.Find(key) == nullptr) return fallback;
   return GetPositive(f, key, max);
+}
+
+// Gemma 3's keys (llama.cpp's llama_model_gemma3::load_arch_hparams): the sliding window, its
+// layer pattern (default 6) and RoPE base, the soft-cap, and the query scale, 1/sqrt(head_dim)
+// (1/sqrt(d_model / n_heads) for the 62-layer 27B, as llama.cpp hard-codes).
+Status ReadGemma3Keys(const gguf::GgufFile& f, const std::string& p, TextConfig* c) {
+  c->gemma3 = true;
+  if (f.Find(p + "attention.sliding_window") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(uint32_t n_swa, f.GetU32(p + "attention.sliding_window"));
+    if (n_swa > (1u << 24)) return InvalidArgumentError(p + "attention.sliding_window is out of range");
+    c->n_swa = static_cast<int32_t>(n_swa);
+  }
+  if (c->n_swa > 0) {
+    if (f.Find(p + "attention.sliding_window_pattern") != nullptr) {
+      auto pattern = f.GetU32(p + "attention.sliding_window_pattern");
+      if (!pattern.ok()) {
+        return UnimplementedError(p + "attention.sliding_window_pattern other than one number");
+      }
+      if (*pattern > 1024) return InvalidArgumentError(p + "attention.sliding_window_pattern is out of range");
+      c->swa_pattern = static_cast<int32_t>(*pattern);
+    }
+    if (f.Find(p + "rope.freq_base_swa") != nullptr) {
+      VLMD_ASSIGN_OR_RETURN(c->rope_theta_swa, f.GetF32(p + "rope.freq_base_swa"));
+      if (!(c->rope_theta_swa > 0.0f)) return InvalidArgumentError(p + "rope.freq_base_swa must be > 0");
+    }
+  }
+  if (f.Find(p + "final_logit_softcapping") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(c->logit_softcap, f.GetF32(p + "final_logit_softcapping"));
+    if (!(c->logit_softcap >= 0.0f)) return InvalidArgumentError(p + "final_logit_softcapping must be >= 0");
+  }
+  if (f.FindTensor("dense_2.weight") != nullptr || f.FindTensor("dense_3.weight") != nullptr) {
+    return UnimplementedError("gemma3 with dense_2 / dense_3 projections (EmbeddingGemma)");
+  }
+  c->attn_scale = c->n_layers == 62 ? 1.0f / std::sqrt(static_cast<float>(c->d_model / c->n_heads))
+                                    : 1.0f / std::sqrt(static_cast<float>(c->head_dim));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -111,6 +148,7 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
     }
     c.n_deepstack = static_cast<int32_t>(n_ds);
   }
+  if (family->gemma3) VLMD_RETURN_IF_ERROR(ReadGemma3Keys(f, p, &c));
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFoundError("model tensor 'token_embd.weight' is missing");
   if (embd->n_dims != 2 || embd->ne[0] != c.d_model) {

@@ -12,7 +12,7 @@
 namespace vlmd::engine::models {
 
 struct TextConfig {
-  std::string arch;         // "llama" | "qwen2" | "qwen2vl" | "qwen3vl"
+  std::string arch;         // "llama" | "qwen2" | "qwen2vl" | "qwen3vl" | "gemma3"
   int32_t n_layers = 0;
   int32_t d_model = 0;
   int32_t n_heads = 0;
@@ -35,6 +35,19 @@ struct TextConfig {
   // qwen3vl deepstack: an image row carries 1 + n_deepstack slices of d_model; slice l + 1 is
   // added to the residual stream after layer l (text rows: zeros).
   int32_t n_deepstack = 0;
+  // Gemma 3 (registry.h): the family's extras. Layer l is a sliding-window layer (attends to the
+  // last n_swa positions, RoPE base rope_theta_swa, no frequency scaling) iff
+  // swa_pattern == 0 or l % swa_pattern < swa_pattern - 1 (llama.cpp's set_swa_pattern); with
+  // n_swa == 0 every layer is global.
+  bool gemma3 = false;
+  int32_t n_swa = 0;
+  int32_t swa_pattern = 6;
+  float rope_theta_swa = 10000.0f;
+  float attn_scale = 0.0f;       // queries are multiplied by this before attention (Gemma 3)
+  float logit_softcap = 0.0f;    // > 0: logits = c * tanh(logits / c)
+  bool is_swa_layer(int32_t l) const {
+    return n_swa > 0 && (swa_pattern == 0 || l % swa_pattern < swa_pattern - 1);
+  }
   int32_t q_dim() const { return n_heads * head_dim; }
   // Width of an injected embedding row (ForwardBatch::embeddings).
   int32_t n_embd_inp() const { return d_model * (1 + n_deepstack); }

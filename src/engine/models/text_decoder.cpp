@@ -67,10 +67,15 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
                                    .freq_scale = c.rope_freq_scale, .neox = c.rope_neox,
                                    .sections = c.rope_sections,
                                    .interleaved = c.rope_interleaved}};
+  if (c.n_swa > 0) {  // Gemma 3's local layers: their own base, no frequency scaling
+    m->rope_sets_.push_back(ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta_swa,
+                                            .freq_scale = 1.0f, .neox = c.rope_neox});
+  }
   m->layers_.resize(c.n_layers);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     Layer& L = m->layers_[l];
-    L.spec = DecoderLayerSpec{.rope = 0, .qk_norm = c.qk_norm,
+    const bool swa = c.is_swa_layer(l);
+    L.spec = DecoderLayerSpec{.rope = swa ? 1 : 0, .window = swa ? c.n_swa : 0, .qk_norm = c.qk_norm,
                               .deepstack_slice = l < c.n_deepstack ? l + 1 : 0};
     const std::string p = "blk." + std::to_string(l) + ".";
     VLMD_ASSIGN_OR_RETURN(L.attn_norm, GetF32(f, p + "attn_norm.weight", {c.d_model}));
@@ -88,6 +93,10 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     if (L.spec.qk_norm) {
       VLMD_ASSIGN_OR_RETURN(L.q_norm, GetF32(f, p + "attn_q_norm.weight", {c.head_dim}));
       VLMD_ASSIGN_OR_RETURN(L.k_norm, GetF32(f, p + "attn_k_norm.weight", {c.head_dim}));
+    }
+    if (c.gemma3) {
+      VLMD_ASSIGN_OR_RETURN(L.post_attn_norm, GetF32(f, p + "post_attention_norm.weight", {c.d_model}));
+      VLMD_ASSIGN_OR_RETURN(L.post_ffn_norm, GetF32(f, p + "post_ffw_norm.weight", {c.d_model}));
     }
     const ops::WeightView* qkv[] = {&L.wq, &L.wk, &L.wv};
     const ops::WeightView* gate_up[] = {&L.w_gate, &L.w_up};
@@ -174,9 +183,15 @@ Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> cach
     a.n_heads = c.n_heads;
     a.n_kv_heads = c.n_kv_heads;
     a.head_dim = c.head_dim;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    // Gemma 3's queries were scaled before (in f32, as llama.cpp scales them before attention).
+    a.scale = c.attn_scale > 0.0f ? 1.0f : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     a.causal = true;
     a.q_pos = mask_pos + r0;
+    const int32_t window = layers_[static_cast<size_t>(layer)].spec.window;
+    if (window > 0) {
+      a.window = window;
+      a.q_win_pos = b.slot + r0;  // the window runs back from each row's own position
+    }
     a.kv_pos = ctx->kv_pos.data();
     a.kv_scratch = &ctx->attention_kv;
     a.bf16_tiles = bf16_attention_ && b.prompt;
@@ -272,9 +287,13 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
   float* xn = ctx->xn.data();
 
   const int64_t w_inp = c.n_embd_inp();  // an embedding row: [main | deepstack slices]
+  const float embd_scale = c.gemma3 ? std::sqrt(static_cast<float>(d)) : 1.0f;  // token rows only
   for (int64_t r = 0; r < n; ++r) {
     if (b.tokens[r] >= 0) {
       VLMD_RETURN_IF_ERROR(EmbedToken(b.tokens[r], x + r * d));
+      if (embd_scale != 1.0f) {
+        for (int64_t i = 0; i < d; ++i) x[r * d + i] *= embd_scale;
+      }
     } else {
       std::copy_n(b.embeddings + r * w_inp, d, x + r * d);
     }
@@ -335,20 +354,38 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
                                             rope_table, rope.n_rot, rope.neox));
     VLMD_RETURN_IF_ERROR(ops::RopeWithTable(kt, pool, ctx->k.data(), n, c.n_kv_heads, c.head_dim,
                                             0, rope_table, rope.n_rot, rope.neox));
+    if (c.attn_scale > 0.0f) {
+      for (int64_t i = 0; i < n * qd; ++i) ctx->q[static_cast<size_t>(i)] *= c.attn_scale;
+    }
     kt.round_f16(ctx->q.data(), ctx->q.data(), n * qd);  // SIMD, bit-exact with F32ToF16
     VLMD_RETURN_IF_ERROR(Attend(b, caches, l, mask_pos, ctx));                 // attn [n, q_dim]
-    VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.wo, ctx->attn.data()));   // x += attn Wo^T
+    if (c.gemma3) {  // x += RmsNorm(attn Wo^T)
+      VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn));
+      VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, xn, L.post_attn_norm.data(), xn, n, d, c.rms_eps));
+      AddInPlace(x, xn, n * d);
+    } else {
+      VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.wo, ctx->attn.data()));   // x += attn Wo^T
+    }
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
     if (L.w_gate_up.packed && kt.packed_matmul) {
       VLMD_RETURN_IF_ERROR(matmul(L.w_gate_up, xn, ctx->up.data()));  // [n, 2 d_ff]
-      VLMD_RETURN_IF_ERROR(ops::SwiGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data()));
+      VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data())
+                                    : ops::SwiGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data()));
     } else {
       VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, ctx->gate.data()));  // [n, d_ff]
       VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->up.data()));      // [n, d_ff]
-      VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
-                                       ctx->gate.data(), n * ff));
+      VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
+                                                 ctx->gate.data(), n * ff)
+                                    : ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
+                                                  ctx->gate.data(), n * ff));
     }
-    VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
+    if (c.gemma3) {  // x += RmsNorm(h Wdown^T)
+      VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));
+      VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, xn, L.post_ffn_norm.data(), xn, n, d, c.rms_eps));
+      AddInPlace(x, xn, n * d);
+    } else {
+      VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
+    }
     if (L.spec.deepstack_slice > 0 && b.embeddings != nullptr) {
       // Deepstack: image rows add their slice (text rows' slices are zero).
       const int64_t slice = L.spec.deepstack_slice;
@@ -375,6 +412,10 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
   head.packed_tile_route = ops::PackedTileRoute::kNever;
   VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, head, ctx->logit_in.data(), nl, d, logits,
                                    c.n_vocab, &ctx->matmul_scratch));
+  if (c.logit_softcap > 0.0f) {
+    const float cap = c.logit_softcap, inv = 1.0f / c.logit_softcap;
+    for (int64_t i = 0; i < nl * c.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] * inv);
+  }
   if (!b.check_finite) return Status::Ok();
   return ops::CheckFinite(logits, nl * c.n_vocab, "logits");
 }

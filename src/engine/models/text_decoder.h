@@ -1,7 +1,10 @@
-// The llama-family text decoder (llama, SmolLM2, Qwen2, and the Qwen VL decoders qwen2vl /
-// qwen3vl) as llama.cpp stores it in GGUF: token embedding, n_layers x [RMSNorm, GQA attention
-// with RoPE (one position, or M-RoPE sections; qwen3vl: q/k RMSNorm), RMSNorm, SwiGLU FFN
-// (qwen3vl: + deepstack rows)], final RMSNorm and a separate or tied output head. Weights are zero-copy views into the mapped file;
+// The llama-family text decoder (llama, SmolLM2, Qwen2, the Qwen VL decoders qwen2vl /
+// qwen3vl, Gemma 3) as llama.cpp stores it in GGUF: token embedding, n_layers x [RMSNorm, GQA
+// attention with RoPE (one position, or M-RoPE sections; qwen3vl, gemma3: q/k RMSNorm), RMSNorm,
+// SwiGLU FFN (qwen3vl: + deepstack rows)], final RMSNorm and a separate or tied output head.
+// Gemma 3 adds: token rows scaled by sqrt(d_model), queries scaled before attention, RMSNorm on
+// each branch's output before its residual add, a GELU-gated FFN, sliding-window layers with
+// their own RoPE base, optional logit soft-capping. Weights are zero-copy views into the mapped file;
 // per-sequence state lives in KvCache, per-call scratch in ForwardContext.
 #pragma once
 
@@ -58,9 +61,10 @@ struct ForwardBatch {
 
 // What one decoder layer does where layers differ: the one stack (RMSNorm, GQA attention with
 // RoPE, SwiGLU FFN) runs every architecture, and the family and the file set these per layer
-// (Gemma 3's local layers will add their own RoPE base and window here).
+// (Gemma 3's local layers: their own RoPE base and window).
 struct DecoderLayerSpec {
   int32_t rope = 0;             // index into TextDecoder::rope_sets() (sets share n_rot)
+  int32_t window = 0;           // > 0: sliding-window attention over this many positions
   bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (qwen3vl)
   int32_t deepstack_slice = 0;  // > 0: image rows add this slice of their embedding row after
                                 // the layer (qwen3vl deepstack; text rows' slices are zero)
@@ -132,6 +136,7 @@ class TextDecoder {
     ops::WeightView wqkv, w_gate_up;
     std::vector<float> bq, bk, bv;           // qwen2 / qwen2vl only
     std::vector<float> q_norm, k_norm;       // [head_dim] when spec.qk_norm
+    std::vector<float> post_attn_norm, post_ffn_norm;  // [d_model], Gemma 3
   };
 
   TextDecoder() = default;

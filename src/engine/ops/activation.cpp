@@ -113,4 +113,29 @@ Status ActivateLikeGgml(const kernels::KernelTable& kt, ThreadPool* pool, Activa
   });
 }
 
+Status GeGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate, const float* up,
+             float* y, int64_t n) {
+  if (n < 0 || (n > 0 && (gate == nullptr || up == nullptr || y == nullptr))) {
+    return InvalidArgumentError("geglu: bad buffers");
+  }
+  if (y != gate) std::copy_n(gate, n, y);
+  VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, Activation::kGeluTanh, y, n));
+  for (int64_t i = 0; i < n; ++i) y[i] *= up[i];
+  return Status::Ok();
+}
+
+Status GeGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate_up,
+                 int64_t n_rows, int64_t d_ff, float* y) {
+  if (n_rows < 0 || d_ff < 0 || (n_rows > 0 && (gate_up == nullptr || y == nullptr))) {
+    return InvalidArgumentError("geglu rows: bad buffers");
+  }
+  for (int64_t r = 0; r < n_rows; ++r) std::copy_n(gate_up + r * 2 * d_ff, d_ff, y + r * d_ff);
+  VLMD_RETURN_IF_ERROR(ActivateLikeGgml(kt, pool, Activation::kGeluTanh, y, n_rows * d_ff));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* up = gate_up + r * 2 * d_ff + d_ff;
+    for (int64_t i = 0; i < d_ff; ++i) y[r * d_ff + i] *= up[i];
+  }
+  return Status::Ok();
+}
+
 }  // namespace vlmd::engine::ops

@@ -39,6 +39,15 @@ Status SwiGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gat
 Status SwiGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate_up,
                   int64_t n_rows, int64_t d_ff, float* y);
 
+// GELU-gated FFN (Gemma's GeGLU) as ggml_vec_geglu_f32 computes it: y[i] = g(gate[i]) * up[i]
+// with g ActivateLikeGgml's GELU (16-bit table, |x| >= 10 clamped). y may be gate.
+Status GeGlu(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate, const float* up,
+             float* y, int64_t n);
+// The same over rows of a fused [gate | up] projection (see SwiGluRows). y must not overlap
+// gate_up.
+Status GeGluRows(const kernels::KernelTable& kt, ThreadPool* pool, const float* gate_up,
+                 int64_t n_rows, int64_t d_ff, float* y);
+
 // x[i] = act(x[i]) as ggml's CPU backend computes it (parity with llama.cpp): through 16-bit
 // lookup tables, y = f16(act(f16(x))), and for GELU only for |x| < 10 (beyond, 0 or x).
 // Same contract as Activate, in place.
