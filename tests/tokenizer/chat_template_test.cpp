@@ -47,6 +47,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenPromptTest,
                          ::testing::Values(std::make_pair("tiny-llava", ChatTemplateKind::kChatml),
                                            std::make_pair("tiny-llava16", ChatTemplateKind::kVicuna),
                                            std::make_pair("tiny-internvl", ChatTemplateKind::kChatml),
+                                           std::make_pair("tiny-gemma3", ChatTemplateKind::kGemma),
                                            std::make_pair("tiny-smolvlm",
                                                           ChatTemplateKind::kSmolvlm)));
 

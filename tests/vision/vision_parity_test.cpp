@@ -240,7 +240,8 @@ TEST(ResizeBilinearTest, CornerAlignedAndTruncating) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, VisionParityTest,
-                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-smolvlm"));
+                         ::testing::Values("tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-gemma3",
+                                           "tiny-smolvlm"));
 
 // Tile grids and token counts that llama.cpp's chunking (golden.json) implies.
 TEST(VisionStructureTest, TilesAndTokensPerTile) {
@@ -417,7 +418,8 @@ TEST(VisionActivationTest, GeluLikeGgmlAtTheClampEdges) {
 // Fast precision (float matrices as int8 blocks on the packed matmul) stays within image-embedding
 // NMSE 1e-3 of exact on every fixture image: the bound for `--precision fast`.
 TEST(VisionFastPrecisionTest, WithinNmse1e3OfExact) {
-  for (const std::string fixture : {"tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-smolvlm"}) {
+  for (const std::string fixture :
+       {"tiny-llava", "tiny-llava16", "tiny-internvl", "tiny-gemma3", "tiny-smolvlm"}) {
     std::string error;
     auto exact = LoadEncoder(fixture, &error);
     ASSERT_NE(exact->encoder, nullptr) << error;

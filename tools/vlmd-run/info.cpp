@@ -72,6 +72,7 @@ std::string VisionFamilyName(const engine::models::VisionConfig& c) {
     case ProjectorType::kQwen25vl: return "Qwen2.5-VL";
     case ProjectorType::kQwen3vl: return "Qwen3-VL";
     case ProjectorType::kInternvl: return "InternVL";
+    case ProjectorType::kGemma3: return "Gemma 3";
   }
   return "unknown";
 }

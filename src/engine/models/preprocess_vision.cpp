@@ -143,6 +143,12 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
     out.has_global = out.n_tiles > 1;
     return out;
   }
+  if (c.projector == ProjectorType::kGemma3) {
+    // llama.cpp's fixed-size preprocessor for Gemma 3: bilinear, aspect kept, black letterbox.
+    AppendTile(c, ResizeWithPadding(image, s, s, ResizeAlgo::kBilinear, {0, 0, 0}), &out.pixels);
+    out.n_tiles = 1;
+    return out;
+  }
   if (c.projector == ProjectorType::kMlp) {
     const RgbImage tile = o.pad_fixed ? ResizeWithPadding(image, s, s, o.algo, {122, 116, 104})
                                       : Resize(image, s, s, o.algo);

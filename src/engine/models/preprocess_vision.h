@@ -13,6 +13,8 @@
 //    most of its pixels and wastes the least (SelectBestResolution), cut into image_size slices
 //    row-major, then an overview: the image stretched to image_size (bilinear, no padding),
 //    last. A smaller image is the overview alone;
+//  - Gemma 3 (fixed size): fit into image_size x image_size preserving the aspect ratio
+//    (bilinear), padded black, one tile;
 //  - Qwen VL (dynamic resolution): one image whose sides are rounded to multiples of
 //    patch_size * 2 within the family's token limits (QwenResizedSize); a different size is
 //    reached by an aspect-preserving bilinear resize, padded black (llama.cpp's PAD_CEIL).

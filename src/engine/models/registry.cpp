@@ -21,6 +21,7 @@ constexpr VisionFamily kVisionFamilies[] = {
      .silu_ffn = true},
     {.projector_type = "qwen3vl_merger", .type = ProjectorType::kQwen3vl, .dynamic_size = true},
     {.projector_type = "internvl", .type = ProjectorType::kInternvl},
+    {.projector_type = "gemma3", .type = ProjectorType::kGemma3},
 };
 
 template <typename Row, typename Field>

@@ -183,6 +183,16 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   if (c.projector == ProjectorType::kInternvl) {
     VLMD_RETURN_IF_ERROR(ReadInternVlKeys(f, &c));
   }
+  if (c.projector == ProjectorType::kGemma3) {
+    c.scale_factor = 4;  // the pooling kernel (llama.cpp's default; real files do not write it)
+    if (f.Find("clip.vision.projector.scale_factor") != nullptr) {
+      VLMD_ASSIGN_OR_RETURN(c.scale_factor, GetPositive(f, "clip.vision.projector.scale_factor", 64));
+    }
+    if (c.patches_per_side() % c.scale_factor != 0) {
+      return InvalidArgumentError("gemma3: patches per side " + std::to_string(c.patches_per_side()) +
+                                  " is not a multiple of the pooling kernel " + std::to_string(c.scale_factor));
+    }
+  }
   if (c.projector == ProjectorType::kIdefics3) {
     VLMD_ASSIGN_OR_RETURN(c.scale_factor,
                           GetPositive(f, "clip.vision.projector.scale_factor", 64));

@@ -23,6 +23,9 @@ enum class ProjectorType : uint8_t {
   // InternVL 2/2.5/3: InternViT (layer scale), pixel shuffle, LayerNorm + GELU MLP; tiles fitted
   // to the best of a min/max tile grid plus a thumbnail (grid_pinpoints).
   kInternvl,
+  // Gemma 3: SigLIP at a fixed size (bilinear letterbox), k x k average pool, soft-embedding
+  // RMSNorm and the input projection; its image rows attend to each other both ways.
+  kGemma3,
 };
 
 // True for the projectors of the Qwen VL line (one dynamic-size image, no tiles; registry.h).

@@ -35,6 +35,11 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
       e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
       break;
     }
+    case ProjectorType::kGemma3: {
+      VLMD_ASSIGN_OR_RETURN(e->gemma3_, Gemma3Projector::Load(f, e->config_, vision_packing));
+      e->tokens_per_tile_ = e->gemma3_->tokens_per_tile(*e->vit_);
+      break;
+    }
     case ProjectorType::kInternvl: {
       VLMD_ASSIGN_OR_RETURN(e->internvl_, InternVlProjector::Load(f, e->config_, vision_packing));
       e->tokens_per_tile_ = e->internvl_->tokens_per_tile(*e->vit_);
@@ -259,6 +264,7 @@ uint64_t VisionEncoder::memory_bytes() const {
   if (mlp_) b += mlp_->packed_bytes() - mlp_->released_bytes();
   if (idefics3_) b += idefics3_->packed_bytes() - idefics3_->released_bytes();
   if (internvl_) b += internvl_->packed_bytes() - internvl_->released_bytes();
+  if (gemma3_) b += gemma3_->packed_bytes() + gemma3_->owned_bytes();
   return b;
 }
 
@@ -279,6 +285,7 @@ Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext*
     float* o = out + t0 * out_per_tile;
     VLMD_RETURN_IF_ERROR(mlp_ != nullptr        ? mlp_->Project(*vit_, vit_out.data(), nt, ctx, o)
                          : internvl_ != nullptr ? internvl_->Project(*vit_, vit_out.data(), nt, ctx, o)
+                         : gemma3_ != nullptr   ? gemma3_->Project(*vit_, vit_out.data(), nt, ctx, o)
                                                 : idefics3_->Project(*vit_, vit_out.data(), nt, ctx, o));
   }
   return Status::Ok();

@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/models/clip_vit.h"
+#include "engine/models/projector_gemma3.h"
 #include "engine/models/projector_idefics3.h"
 #include "engine/models/projector_internvl.h"
 #include "engine/models/preprocess_vision.h"
@@ -123,6 +124,7 @@ class VisionEncoder {
   std::unique_ptr<MlpProjector> mlp_;
   std::unique_ptr<Idefics3Projector> idefics3_;
   std::unique_ptr<InternVlProjector> internvl_;
+  std::unique_ptr<Gemma3Projector> gemma3_;
   std::unique_ptr<QwenVit> qwen_;
   int64_t tokens_per_tile_ = 0;
 };

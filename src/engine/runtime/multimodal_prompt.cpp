@@ -19,8 +19,12 @@ class RowBuilder {
 
   void Text(std::string_view s) { pending_ += s; }
 
-  Status Image(const float* rows, int64_t n_rows) {
+  // `bidirectional`: the rows attend to each other both ways (PromptRows::bidirectional).
+  Status Image(const float* rows, int64_t n_rows, bool bidirectional = false) {
     VLMD_RETURN_IF_ERROR(FlushText());
+    if (bidirectional) {
+      out_.bidirectional.push_back({static_cast<int64_t>(out_.tokens.size()), n_rows});
+    }
     for (int64_t i = 0; i < n_rows; ++i) out_.tokens.push_back(-1);
     if (!count_only_) out_.embeddings.insert(out_.embeddings.end(), rows, rows + n_rows * n_embd_);
     out_.n_image_tokens += n_rows;
@@ -106,6 +110,14 @@ Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const Encoded
   auto tile = [&](int64_t t) {
     return b->count_only() ? nullptr : img.embeddings.data() + t * tpt * n_embd;
   };
+  if (vision.projector == models::ProjectorType::kGemma3) {
+    // mtmd: "<start_of_image>" ends the text before, "<end_of_image>" starts the text after; the
+    // image's rows see each other (llama.cpp decodes them with causal attention off).
+    b->Text("<start_of_image>");
+    VLMD_RETURN_IF_ERROR(b->Image(tile(0), n_tiles * tpt, /*bidirectional=*/true));
+    b->Text("<end_of_image>");
+    return Status::Ok();
+  }
   if (vision.projector == models::ProjectorType::kInternvl) {
     // mtmd: "<img>" ends the text before, then the tiles and the thumbnail, "</img>" starts the
     // text after.
@@ -172,6 +184,21 @@ Result<PromptRows> BuildRows(const tokenizer::Tokenizer& tok, const models::Visi
 }
 
 }  // namespace
+
+int64_t SpanSafeEnd(const PromptRows& rows, int64_t start, int64_t end) {
+  for (const engine::ops::RowSpan& s : rows.bidirectional) {
+    const int64_t s_end = s.start + s.len;
+    if (s.start < end && end < s_end) return s.start > start ? s.start : s_end;
+  }
+  return end;
+}
+
+int64_t SpanSafePrefix(const PromptRows& rows, int64_t prefix) {
+  for (const engine::ops::RowSpan& s : rows.bidirectional) {
+    if (s.start < prefix && prefix < s.start + s.len) return s.start;
+  }
+  return prefix;
+}
 
 Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
                                          const models::VisionConfig& vision, std::string_view text,

@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "engine/models/preprocess_vision.h"
 #include "engine/models/vision_config.h"
+#include "engine/ops/attention.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace vlmd::engine::runtime {
@@ -45,7 +46,18 @@ struct PromptRows {
   // grid_w x grid_h rows advances it by max(grid_w, grid_h)); a generated row in KV slot s has
   // position s + position_shift.
   int32_t position_shift = 0;
+  // Rows that attend to each other in both directions (Gemma 3: each image's rows), in order,
+  // not overlapping. A prefill chunk never cuts one (SpanSafeEnd), and a reused prefix never
+  // ends inside one.
+  std::vector<engine::ops::RowSpan> bidirectional;
 };
+
+// `end` moved so that [start, end) cuts no bidirectional span of `rows`: back to the start of a
+// span it would cut, or past its end when the span starts at `start` (a chunk then holds at
+// least one whole span, whatever its size).
+int64_t SpanSafeEnd(const PromptRows& rows, int64_t start, int64_t end);
+// `prefix` moved back to the start of a bidirectional span it would end inside.
+int64_t SpanSafePrefix(const PromptRows& rows, int64_t prefix);
 
 // Builds the rows for `text` with one marker per image (markers beyond the images are an error;
 // with no marker at all the images go before the text). INVALID_ARGUMENT when markers and images

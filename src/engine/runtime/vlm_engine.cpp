@@ -81,8 +81,13 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
   int64_t next_embd = 0;    // next row of prompt.embeddings
   for (int64_t i = 0; i < first_row; ++i) next_embd += prompt.tokens[i] < 0 ? 1 : 0;
   models::KvCache* caches[] = {cache};
-  for (int64_t start = first_row; start < end; start += opts_.n_batch) {
-    const int64_t len = std::min<int64_t>(opts_.n_batch, end - start);
+  std::vector<ops::RowSpan> spans;  // this chunk's bidirectional spans, chunk-relative
+  for (int64_t start = first_row, len = 0; start < end; start += len) {
+    len = SpanSafeEnd(prompt, start, std::min<int64_t>(start + opts_.n_batch, end)) - start;
+    spans.clear();
+    for (const ops::RowSpan& s : prompt.bidirectional) {
+      if (s.start >= start && s.start + s.len <= start + len) spans.push_back({s.start - start, s.len});
+    }
     pos.resize(len);
     seq.assign(len, 0);
     bool any_image = false;
@@ -106,6 +111,7 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
     models::ForwardBatch b{len, prompt.tokens.data() + start, any_image ? embd.data() : nullptr,
                            pos.data(), seq.data(), last ? &logit_row : nullptr, last ? 1 : 0};
     b.prompt = true;
+    b.bidirectional = spans;
     if (!prompt.rope_pos.empty()) {
       b.rope_pos = prompt.rope_pos.data() + 4 * start;
       b.rope_pos_per_row = 4;
@@ -308,6 +314,8 @@ Result<std::unique_ptr<Sequence>> VlmEngine::BeginSequence(PromptRows rows,
                                   std::to_string(opts_.n_ctx));
   }
   auto cache = model_->NewCache(static_cast<int32_t>(needed));
+  // An image's rows depend on its later rows (bidirectional): a prefix keeps whole images only.
+  prefix_len = static_cast<int32_t>(SpanSafePrefix(rows, prefix_len));
   if (prefix != nullptr && prefix_len > 0) {
     if (prefix_len >= static_cast<int32_t>(prompt.size()) || prefix_len > prefix->n_filled() ||
         prefix->kv_dim() != cache->kv_dim() || prefix->n_layers() != cache->n_layers()) {
@@ -330,7 +338,8 @@ Status VlmEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {
   if (max_rows < 1) return InvalidArgumentError("PrefillChunk: max_rows < 1");
   const PromptRows& rows = *seq->prefill_;
   const int64_t n = static_cast<int64_t>(rows.tokens.size());
-  const int64_t end = seq->prefill_next_ + std::min(max_rows, n - seq->prefill_next_);
+  const int64_t end =
+      SpanSafeEnd(rows, seq->prefill_next_, seq->prefill_next_ + std::min(max_rows, n - seq->prefill_next_));
   const bool last = end == n;
   std::vector<float> logits(last ? model_->config().n_vocab : 0);
   VLMD_RETURN_IF_ERROR(Prefill(rows, seq->cache(), last ? logits.data() : nullptr,

@@ -220,12 +220,15 @@ void Scheduler::PrefillSome() {
     if (!slot.seq || slot.failed) continue;
     engine::runtime::Sequence& seq = *slot.seq;
     if (!seq.prefilling() || seq.finished()) continue;
-    const int64_t rows = std::min(budget, seq.prefill_rows_left());
+    const int64_t left = seq.prefill_rows_left();
+    const int64_t rows = std::min(budget, left);
     const auto t0 = Clock::now();
     Status s = engine_->PrefillChunk(&seq, rows);
     const auto t1 = Clock::now();
     slot.result.prefill_ms += MsBetween(t0, t1);
-    budget -= rows;
+    // The rows computed: a chunk may stop before an image that attends both ways, or take all
+    // of one that starts it (Gemma 3), so not always `rows`.
+    budget -= s.ok() && seq.prefilling() ? left - seq.prefill_rows_left() : rows;
     if (!s.ok()) {
       seq.Fail(std::move(s));  // Publish fails the job; its neighbours go on
     } else if (!seq.prefilling()) {
