@@ -254,6 +254,10 @@ TEST(Attention, SlidingWindow) {
   unsorted.shuffle_kv = true;
   CheckCase(windowed(unsorted, 12));
   CheckCase(windowed({"window span", 20, 60, 4, 2, 32, true, 40}, 12, /*one_span=*/true));
+  // A window longer than the cache masks nothing (dropped: the blocked path); one that masks
+  // only the first queries' earliest rows must still be applied.
+  CheckCase(windowed({"window covers all", 40, 40, 4, 2, 32, true, 0}, 64));
+  CheckCase(windowed({"window covers most", 40, 40, 4, 2, 32, true, 0}, 39));
 }
 
 TEST(Attention, DecodeOneQueryRowCausalGqa) {

@@ -142,6 +142,22 @@ std::vector<ModelPreset> MakePresets() {
                .n_layers = 24, .d_model = 1024, .n_heads = 16, .d_ff = 4096, .scale_factor = 2,
                .ln_eps = 1e-6f, .max_tiles = 12};
   p.push_back(iv);
+
+  // Gemma-3-4B: 34 layers of 2560, 8 heads / 4 KV heads of 256 (q 2048 != d_model), ffn 10240,
+  // vocab 262144, tied; window 1024, 5 local layers (base 1e4) per global one (base 1e6, linear
+  // scaling 8) + SigLIP-so400m at 896 (27 x 1152, 16 heads, ffn 4304, patch 14: 64 x 64
+  // patches pooled 4x4 into 256 tokens).
+  ModelPreset g4;
+  g4.name = "gemma3-4b";
+  g4.description = "Gemma-3-4B shape: text with sliding-window layers + SigLIP-so400m 896px";
+  g4.text = {.n_layers = 34, .d_model = 2560, .n_heads = 8, .n_kv_heads = 4, .d_ff = 10240,
+             .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+             .n_vocab_base = 262140, .arch = "gemma3", .head_dim = 256, .n_swa = 1024,
+             .swa_pattern = 6, .rope_theta_swa = 10000.0f, .rope_scale = 8.0f};
+  g4.vision = {.projector = ProjectorKind::kGemma3, .image_size = 896, .patch_size = 14,
+               .n_layers = 27, .d_model = 1152, .n_heads = 16, .d_ff = 4304, .scale_factor = 4,
+               .ln_eps = 1e-6f};
+  p.push_back(g4);
   return p;
 }
 

@@ -27,6 +27,13 @@ struct TextShape {
   std::string arch = "llama";
   std::array<int32_t, 4> rope_sections{};
   int32_t n_deepstack = 0;     // qwen3vl: image rows carry this many extra slices
+  int32_t head_dim = 0;        // attention.key_length (0: d_model / n_heads); gemma3 differs
+  // gemma3: the sliding window, its layer pattern, the local layers' RoPE base, and the global
+  // layers' linear RoPE scaling factor (1: none written).
+  int32_t n_swa = 0;
+  int32_t swa_pattern = 6;
+  float rope_theta_swa = 10000.0f;
+  float rope_scale = 1.0f;
 };
 
 enum class ProjectorKind {
@@ -37,6 +44,7 @@ enum class ProjectorKind {
   kQwen25vl,  // qwen2.5vl_merger (RMSNorm, SwiGLU, window attention)
   kQwen3vl,   // qwen3vl_merger (learned positions, fused qkv, deepstack)
   kInternvl,  // internvl (layer scale, pixel shuffle, LayerNorm + MLP)
+  kGemma3,    // gemma3 (SigLIP, average pool, soft-embedding norm, input projection)
 };
 
 struct VisionShape {
@@ -71,7 +79,7 @@ struct ModelPreset {
 // "tiny-qwen25vl" and "tiny-qwen3vl" (test-sized), "qwen2.5vl-3b" and "qwen3vl-2b" (the
 // published shapes, for benchmarks); "llava16-vit" (LLaVA-1.6's CLIP ViT-L/14-336 with its
 // pinpoints) and "internvl3-2b-vit" (InternViT-300M at 448), vision benchmarks with a small text
-// model.
+// model; "gemma3-4b" (Gemma-3-4B: text and SigLIP-so400m at 896).
 std::optional<ModelPreset> FindPreset(std::string_view name);
 std::vector<std::string> PresetNames();
 

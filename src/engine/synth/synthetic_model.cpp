@@ -219,14 +219,17 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   const TextShape& t = preset.text;
   const bool vlm = preset.vision.projector == ProjectorKind::kIdefics3;
   const bool qwen = t.arch == "qwen2vl" || t.arch == "qwen3vl";
-  if (!qwen && t.arch != "llama") {
+  const bool gemma3 = t.arch == "gemma3";
+  if (!qwen && !gemma3 && t.arch != "llama") {
     return InvalidArgumentError("cannot write text architecture '" + t.arch + "'");
   }
   const SyntheticVocab vocab = BuildSyntheticVocab(
-      t.n_vocab_base, vlm ? AddedTokens::kSmolVlm : qwen ? AddedTokens::kQwenVl : AddedTokens::kNone,
+      t.n_vocab_base,
+      vlm ? AddedTokens::kSmolVlm : qwen ? AddedTokens::kQwenVl : gemma3 ? AddedTokens::kGemma3 : AddedTokens::kNone,
       opts.seed);
   const int64_t n_vocab = static_cast<int64_t>(vocab.tokens.size());
-  const int64_t head_dim = t.d_model / t.n_heads;
+  const int64_t head_dim = t.head_dim > 0 ? t.head_dim : t.d_model / t.n_heads;
+  const int64_t q_dim = head_dim * t.n_heads;
   const int64_t kv_dim = head_dim * t.n_kv_heads;
 
   gguf::GgufWriter w;
@@ -245,6 +248,19 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   w.SetU32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
   if (qwen) w.SetI32Array(a + "rope.dimension_sections", t.rope_sections);
   if (t.arch == "qwen3vl") w.SetU32(a + "n_deepstack_layers", static_cast<uint32_t>(t.n_deepstack));
+  if (t.head_dim > 0) {
+    w.SetU32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.SetU32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  if (gemma3 && t.n_swa > 0) {
+    w.SetU32(a + "attention.sliding_window", static_cast<uint32_t>(t.n_swa));
+    w.SetU32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(t.swa_pattern));
+    w.SetF32(a + "rope.freq_base_swa", t.rope_theta_swa);
+  }
+  if (t.rope_scale != 1.0f) {
+    w.SetString(a + "rope.scaling.type", "linear");
+    w.SetF32(a + "rope.scaling.factor", t.rope_scale);
+  }
   w.SetString("tokenizer.ggml.model", "gpt2");
   w.SetString("tokenizer.ggml.pre", qwen ? "qwen2" : "smollm");
   w.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
@@ -256,7 +272,8 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   w.SetU32("tokenizer.ggml.padding_token_id", vocab.pad_id);
   w.SetBool("tokenizer.ggml.add_bos_token", false);
   w.SetBool("tokenizer.ggml.add_eos_token", false);
-  w.SetString("tokenizer.chat_template", vlm ? kSmolVlmChatTemplate : kChatMlTemplate);
+  w.SetString("tokenizer.chat_template",
+              vlm ? kSmolVlmChatTemplate : gemma3 ? std::string_view("gemma") : kChatMlTemplate);
 
   Rng rng(opts.seed);
   TensorSink sink(&w, &rng);
@@ -264,7 +281,7 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   for (int32_t l = 0; l < t.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
-    VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_q.weight", t.d_model, t.d_model, opts.text_type));
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_q.weight", t.d_model, q_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_k.weight", t.d_model, kv_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_v.weight", t.d_model, kv_dim, opts.text_type));
     if (t.arch == "qwen2vl") {
@@ -272,12 +289,15 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k.bias", {kv_dim}, DType::kF32, Init::kBias));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_v.bias", {kv_dim}, DType::kF32, Init::kBias));
     }
-    if (t.arch == "qwen3vl") {
+    if (t.arch == "qwen3vl" || gemma3) {
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q_norm.weight", {head_dim}, DType::kF32, Init::kNorm));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k_norm.weight", {head_dim}, DType::kF32, Init::kNorm));
     }
-    VLMD_RETURN_IF_ERROR(
-        sink.AddMatrix(b + "attn_output.weight", t.d_model, t.d_model, opts.text_type));
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_output.weight", q_dim, t.d_model, opts.text_type));
+    if (gemma3) {
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "post_attention_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "post_ffw_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
+    }
     VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_gate.weight", t.d_model, t.d_ff, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_up.weight", t.d_model, t.d_ff, opts.text_type));
@@ -306,12 +326,15 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
   }
   const bool idefics3 = v.projector == ProjectorKind::kIdefics3;
   const bool internvl = v.projector == ProjectorKind::kInternvl;
+  const bool gemma3 = v.projector == ProjectorKind::kGemma3;
+  const bool siglip = idefics3 || gemma3;  // patch bias, no class token, post-LN, 0.5 / 0.5
   const int64_t grid = v.image_size / v.patch_size;
   const int64_t n_patches = grid * grid;
   const int64_t d_text = preset.text.d_model;
 
   gguf::GgufWriter w;
-  SetVisionKeys(&w, preset, opts, idefics3 ? "idefics3" : internvl ? "internvl" : "mlp", idefics3);
+  SetVisionKeys(&w, preset, opts,
+                idefics3 ? "idefics3" : internvl ? "internvl" : gemma3 ? "gemma3" : "mlp", siglip);
   w.SetBool("clip.use_gelu", true);
   if (idefics3) {
     w.SetU32("clip.vision.projector.scale_factor", v.scale_factor);
@@ -331,7 +354,7 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
   const DType vt = opts.vision_type;
   VLMD_RETURN_IF_ERROR(sink.Add("v.patch_embd.weight", {v.patch_size, v.patch_size, 3, d},
                                 DType::kF32, Init::kMatrix));
-  if (idefics3) {
+  if (siglip) {
     VLMD_RETURN_IF_ERROR(sink.Add("v.patch_embd.bias", {d}, DType::kF32, Init::kBias));
     VLMD_RETURN_IF_ERROR(
         sink.Add("v.position_embd.weight", {d, n_patches}, DType::kF32, Init::kPositional));
@@ -366,7 +389,13 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
       VLMD_RETURN_IF_ERROR(sink.Add(b + "ls2.weight", {d}, DType::kF32, Init::kNorm));
     }
   }
-  if (idefics3) {
+  if (gemma3) {
+    VLMD_RETURN_IF_ERROR(sink.Add("v.post_ln.weight", {d}, DType::kF32, Init::kNorm));
+    VLMD_RETURN_IF_ERROR(sink.Add("v.post_ln.bias", {d}, DType::kF32, Init::kBias));
+    VLMD_RETURN_IF_ERROR(sink.Add("mm.soft_emb_norm.weight", {d}, DType::kF32, Init::kNorm));
+    // Stored with rows of text width (ne [n_embd_text, D]), as the converter writes it.
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix("mm.input_projection.weight", d_text, d, vt));
+  } else if (idefics3) {
     VLMD_RETURN_IF_ERROR(sink.Add("v.post_ln.weight", {d}, DType::kF32, Init::kNorm));
     VLMD_RETURN_IF_ERROR(sink.Add("v.post_ln.bias", {d}, DType::kF32, Init::kBias));
     const int64_t shuffled = d * v.scale_factor * v.scale_factor;

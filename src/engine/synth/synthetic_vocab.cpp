@@ -138,6 +138,11 @@ SyntheticVocab BuildSyntheticVocab(int32_t n_base, AddedTokens added, uint64_t s
       b.Add(t, kTokenControl);
     }
   }
+  if (added == AddedTokens::kGemma3) {
+    for (const char* t : {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"}) {
+      b.Add(t, kTokenControl);
+    }
+  }
   if (added == AddedTokens::kSmolVlm) {
     b.Add("<global-img>", kTokenUserDefined);
     for (int r = 1; r <= 6; ++r) {

@@ -33,6 +33,8 @@ enum class AddedTokens {
   // Qwen VL: <|vision_start|>, <|vision_end|>, <|vision_pad|>, <|image_pad|>, <|video_pad|>
   // (control tokens, as the Qwen vocabularies have them); EOS stays <|im_end|>.
   kQwenVl,
+  // Gemma 3: <start_of_turn>, <end_of_turn>, <start_of_image>, <end_of_image> (control tokens).
+  kGemma3,
 };
 
 // Builds n_base tokens (specials + 256 bytes + merges), then the family's added tokens.
