@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/models/kv_cache.h"
 #include "fixture_json.h"
 #include "test_util.h"
 
@@ -224,6 +225,60 @@ TEST(MultimodalPromptSpans, Gemma3ImagesPrefillWholeInAnyChunking) {
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     EXPECT_LE(vlmd::testing::Nmse(*logits, want), 1e-5);  // paths differ in rounding only
   }
+}
+
+// Gemma 3's sliding-window layers keep rings of window + n_batch rows: a 40-row prompt fed 4
+// rows per call (rings of 16 rows for a window of 12: they wrap twice) gives the logits of full
+// caches, and the rings are smaller. A ring that lost a row the window needs would not.
+TEST(SlidingWindowRing, RingsGiveTheLogitsOfFullCaches) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(1 + (i * 37) % 200);
+  std::vector<float> want;
+  for (int32_t n_batch : {512, 4}) {
+    EngineOptions o;
+    o.threads = 2;
+    o.n_ctx = 128;
+    o.n_batch = n_batch;
+    o.precision = ops::Precision::kExact;
+    auto e = VlmEngine::Load(vlmd::testing::FixturePath("tiny-gemma3/text.gguf"), o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const models::TextDecoder& m = (*e)->model();
+    const uint64_t full = m.KvCacheBytes(128), ring = m.KvCacheBytes(128, n_batch);
+    if (n_batch == 4) {
+      EXPECT_LT(ring, full);  // 2 of 3 layers: 16 rows instead of 128
+      EXPECT_EQ(m.LayerRows(4), (std::vector<int32_t>{16, 16, 0}));
+    }
+    auto logits = (*e)->PromptLogits(prompt);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    if (want.empty()) {
+      want = *logits;
+      continue;
+    }
+    EXPECT_LE(vlmd::testing::Nmse(*logits, want), 1e-5);
+  }
+}
+
+TEST(SlidingWindowRing, PrefixCopiesNeedTheirRowsStillInTheRing) {
+  models::KvCache a(2, 64, 4, {8, 0}), b(2, 64, 4, {8, 0});
+  EXPECT_TRUE(a.ring(0));
+  EXPECT_FALSE(a.ring(1));
+  EXPECT_EQ(a.row_of(0, 19), 3);
+  EXPECT_EQ(a.row_of(1, 19), 19);
+  EXPECT_EQ(a.bytes(), size_t{2} * (8 + 64) * 4 * sizeof(uint16_t));
+  for (int32_t p = 0; p < 20; ++p) {
+    for (int32_t l = 0; l < 2; ++l) {
+      for (int32_t i = 0; i < 4; ++i) a.k(l)[a.row_of(l, p) * 4 + i] = static_cast<uint16_t>(p);
+    }
+  }
+  a.set_n_filled(20);  // the ring of layer 0 holds positions 12..19
+  EXPECT_TRUE(b.CanCopyPrefix(a, 20));   // layer 0 needs 12..19: all there
+  EXPECT_FALSE(b.CanCopyPrefix(a, 14));  // needs 6..13: 6..11 were overwritten
+  EXPECT_FALSE(b.CanCopyPrefix(a, 19));  // needs 11..18: 11 was overwritten
+  EXPECT_FALSE(b.CanCopyPrefix(a, 21));  // past what a holds
+  b.CopyPrefixFrom(a, 20);
+  EXPECT_EQ(b.n_filled(), 20);
+  EXPECT_EQ(b.k(0)[b.row_of(0, 19) * 4], 19);
+  EXPECT_EQ(b.k(1)[5 * 4], 5);
 }
 
 TEST(MultimodalPromptErrors, MarkerCountMustMatchImages) {

@@ -133,8 +133,20 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
   return m;
 }
 
-std::unique_ptr<KvCache> TextDecoder::NewCache(int32_t n_ctx) const {
-  return std::make_unique<KvCache>(config_.n_layers, n_ctx, config_.kv_dim());
+std::vector<int32_t> TextDecoder::LayerRows(int32_t max_batch_rows) const {
+  std::vector<int32_t> rows(static_cast<size_t>(config_.n_layers), 0);
+  if (max_batch_rows <= 0) return rows;
+  for (int32_t l = 0; l < config_.n_layers; ++l) {
+    // A query sees window - 1 earlier positions; the call's own rows are written before its
+    // queries attend, so the ring must hold them and the window of the first one.
+    const int32_t window = layers_[static_cast<size_t>(l)].spec.window;
+    if (window > 0) rows[static_cast<size_t>(l)] = window + max_batch_rows;
+  }
+  return rows;
+}
+
+std::unique_ptr<KvCache> TextDecoder::NewCache(int32_t n_ctx, int32_t max_batch_rows) const {
+  return std::make_unique<KvCache>(config_.n_layers, n_ctx, config_.kv_dim(), LayerRows(max_batch_rows));
 }
 
 Status TextDecoder::EmbedToken(int32_t token, float* out) const {
@@ -156,12 +168,13 @@ Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> cach
     int64_t r1 = r0 + 1;
     while (r1 < b.n_tokens && b.seq[r1] == s) ++r1;
     KvCache& cache = *caches[s];
-    // Append this group's K/V rows at their positions (F16, as llama.cpp's cache).
+    // Append this group's K/V rows at their positions (F16, as llama.cpp's cache); a ring
+    // layer (sliding window) at position % rows.
     uint16_t* kc = cache.k(layer);
     uint16_t* vc = cache.v(layer);
     const kernels::ConvertRowFn to_f16 = ctx->kernels->convert_act[static_cast<int>(DType::kF16)];
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t p = b.slot[r];
+      const int64_t p = cache.row_of(layer, b.slot[r]);
       if (to_f16 != nullptr) {  // SIMD; round to nearest even as F32ToF16
         to_f16(ctx->k.data() + r * kv_dim, kc + p * kv_dim, kv_dim);
         to_f16(ctx->v.data() + r * kv_dim, vc + p * kv_dim, kv_dim);
@@ -180,6 +193,16 @@ Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> cach
     a.out = ctx->attn.data() + r0 * c.q_dim();
     a.n_q = r1 - r0;
     a.n_kv = b.slot[r1 - 1] + 1;
+    const int32_t* kv_pos = ctx->kv_pos.data();
+    if (cache.ring(layer) && a.n_kv > cache.rows(layer)) {
+      // Ring rows hold the last rows(layer) positions up to the newest, P: row j holds the
+      // largest position <= P that is j modulo rows (unsorted: the attention masks each).
+      const int32_t rows = cache.rows(layer), last = b.slot[r1 - 1];
+      ctx->ring_pos.resize(static_cast<size_t>(rows));
+      for (int32_t j = 0; j < rows; ++j) ctx->ring_pos[static_cast<size_t>(j)] = last - (last - j) % rows;
+      a.n_kv = rows;
+      kv_pos = ctx->ring_pos.data();
+    }
     a.n_heads = c.n_heads;
     a.n_kv_heads = c.n_kv_heads;
     a.head_dim = c.head_dim;
@@ -192,7 +215,7 @@ Status TextDecoder::Attend(const ForwardBatch& b, std::span<KvCache* const> cach
       a.window = window;
       a.q_win_pos = b.slot + r0;  // the window runs back from each row's own position
     }
-    a.kv_pos = ctx->kv_pos.data();
+    a.kv_pos = kv_pos;
     a.kv_scratch = &ctx->attention_kv;
     a.bf16_tiles = bf16_attention_ && b.prompt;
     VLMD_RETURN_IF_ERROR(ops::Attention(*ctx->kernels, ctx->pool, a));
@@ -231,6 +254,21 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     if (b.slot[r] >= cache.n_ctx()) {
       return ResourceExhaustedError("context of " + std::to_string(cache.n_ctx()) +
                                     " positions is full");
+    }
+    // A ring layer holds its window and the call's rows: more rows at once would overwrite
+    // positions the first of them still sees.
+    const bool last_of_seq = r + 1 == n || b.seq[r + 1] != s;
+    if (last_of_seq) {
+      int64_t first = r;
+      while (first > 0 && b.seq[first - 1] == s) --first;
+      for (int32_t l = 0; l < c.n_layers; ++l) {
+        const int32_t window = layers_[static_cast<size_t>(l)].spec.window;
+        if (cache.ring(l) && r - first + 1 + window > cache.rows(l)) {
+          return InvalidArgumentError("batch of " + std::to_string(r - first + 1) +
+                                      " rows for one sequence exceeds its sliding-window cache of " +
+                                      std::to_string(cache.rows(l)) + " rows");
+        }
+      }
     }
     if (b.tokens[r] < 0 && b.embeddings == nullptr) {
       return InvalidArgumentError("batch row " + std::to_string(r) + " has no token and no embedding");

@@ -81,6 +81,7 @@ struct ForwardContext {
   std::vector<float> attention_kv;  // prefill attention's f32 K / V^T (ops::AttentionArgs)
   std::vector<int32_t> kv_pos;
   std::vector<int32_t> mask_pos;  // [n_tokens] causal-mask position of each row (bidirectional)
+  std::vector<int32_t> ring_pos;  // a sliding-window ring's positions, per row
 };
 
 class TextDecoder {
@@ -91,12 +92,16 @@ class TextDecoder {
                                                   const ops::WeightPacking& packing = {});
 
   const TextConfig& config() const { return config_; }
-  // A cache for one sequence of up to n_ctx positions.
-  std::unique_ptr<KvCache> NewCache(int32_t n_ctx) const;
-  // Bytes NewCache(n_ctx) allocates.
-  uint64_t KvCacheBytes(int32_t n_ctx) const {
-    return KvCache::BytesFor(config_.n_layers, n_ctx, config_.kv_dim());
+  // A cache for one sequence of up to n_ctx positions. max_batch_rows > 0: no forward call
+  // will add more rows than this to it at once, so a sliding-window layer keeps a ring of
+  // window + max_batch_rows rows (Gemma 3) instead of n_ctx; 0: every layer keeps n_ctx.
+  std::unique_ptr<KvCache> NewCache(int32_t n_ctx, int32_t max_batch_rows = 0) const;
+  // Bytes NewCache(n_ctx, max_batch_rows) allocates.
+  uint64_t KvCacheBytes(int32_t n_ctx, int32_t max_batch_rows = 0) const {
+    return KvCache::BytesFor(config_.n_layers, n_ctx, config_.kv_dim(), LayerRows(max_batch_rows));
   }
+  // Rows each layer's cache keeps for max_batch_rows (0 for every layer: all positions).
+  std::vector<int32_t> LayerRows(int32_t max_batch_rows) const;
   // Bytes of weight data this model reads per token (all matrices once).
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Matrices repacked for the packed int8 matmul at load (0: all run on the GGUF rows).

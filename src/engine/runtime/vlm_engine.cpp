@@ -124,6 +124,12 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
   return Status::Ok();
 }
 
+int32_t VlmEngine::MaxBatchRows(const PromptRows& rows) const {
+  int64_t most = opts_.n_batch;  // Prefill's chunks; decode steps add one row
+  for (const ops::RowSpan& s : rows.bidirectional) most = std::max(most, s.len);  // a whole image
+  return static_cast<int32_t>(most);
+}
+
 int32_t VlmEngine::MaxShrinkLevel(int32_t width, int32_t height) const {
   return vision_ ? vision_->MaxShrinkLevel(width, height) : 0;
 }
@@ -275,7 +281,7 @@ Result<std::vector<float>> VlmEngine::PromptLogits(const PromptRows& rows) {
     return ResourceExhaustedError("prompt of " + std::to_string(prompt.size()) +
                                   " tokens exceeds the context of " + std::to_string(opts_.n_ctx));
   }
-  auto cache = model_->NewCache(opts_.n_ctx);
+  auto cache = model_->NewCache(opts_.n_ctx, MaxBatchRows(rows));
   std::vector<float> logits(model_->config().n_vocab);
   VLMD_RETURN_IF_ERROR(Prefill(rows, cache.get(), logits.data()));
   return logits;
@@ -313,9 +319,11 @@ Result<std::unique_ptr<Sequence>> VlmEngine::BeginSequence(PromptRows rows,
                                   std::to_string(params.max_tokens) + ") exceeds the context of " +
                                   std::to_string(opts_.n_ctx));
   }
-  auto cache = model_->NewCache(static_cast<int32_t>(needed));
+  auto cache = model_->NewCache(static_cast<int32_t>(needed), MaxBatchRows(rows));
   // An image's rows depend on its later rows (bidirectional): a prefix keeps whole images only.
   prefix_len = static_cast<int32_t>(SpanSafePrefix(rows, prefix_len));
+  // A sliding-window ring of the parked sequence may have overwritten the prefix's last window.
+  if (prefix != nullptr && prefix_len > 0 && !cache->CanCopyPrefix(*prefix, prefix_len)) prefix_len = 0;
   if (prefix != nullptr && prefix_len > 0) {
     if (prefix_len >= static_cast<int32_t>(prompt.size()) || prefix_len > prefix->n_filled() ||
         prefix->kv_dim() != cache->kv_dim() || prefix->n_layers() != cache->n_layers()) {

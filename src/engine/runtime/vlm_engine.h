@@ -172,6 +172,9 @@ class VlmEngine {
   // logits when end_row is the prompt's end (may be null otherwise).
   Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
                  int64_t first_row = 0, int64_t end_row = -1);
+  // The most rows one forward call adds to a sequence of `rows`: n_batch, or a whole image that
+  // attends both ways (a chunk takes all of one); sizes its sliding-window rings.
+  int32_t MaxBatchRows(const PromptRows& rows) const;
 
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;

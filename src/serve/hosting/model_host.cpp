@@ -65,7 +65,8 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   plan.weights = h->engine_->model().memory_bytes();
   if (h->engine_->vision() != nullptr) plan.weights += h->engine_->vision()->memory_bytes();
   plan.kv_sequences = int64_t{spec.scheduler.max_batch} + std::max(spec.scheduler.prefix_cache_entries, 0);
-  plan.kv_per_sequence = h->engine_->model().KvCacheBytes(spec.engine.n_ctx);
+  // Sliding-window layers keep rings of window + n_batch rows (images up to n_batch rows).
+  plan.kv_per_sequence = h->engine_->model().KvCacheBytes(spec.engine.n_ctx, spec.engine.n_batch);
   plan.kv = SaturatingMul(static_cast<uint64_t>(plan.kv_sequences), plan.kv_per_sequence);
   plan.image_cache = spec.image_cache_bytes;
   h->cache_ = std::make_unique<ImageCache>(spec.image_cache_bytes);

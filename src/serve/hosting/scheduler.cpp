@@ -202,9 +202,11 @@ Status Scheduler::StartSequence(Slot* slot) {
   VLMD_ASSIGN_OR_RETURN(slot->seq, engine_->BeginSequence(std::move(rows), in.params,
                                                           best ? best->seq->cache() : nullptr,
                                                           best ? static_cast<int32_t>(best_len) : 0));
-  if (best != nullptr) {
-    r.reused_prompt_tokens = static_cast<int64_t>(best_len);
-    metrics_->prefix_reused_tokens.With().Inc(static_cast<double>(best_len));
+  // What was really reused: the engine keeps whole images and intact sliding windows only.
+  const int64_t reused = r.prompt_tokens - slot->seq->prefill_rows_left();
+  if (best != nullptr && reused > 0) {
+    r.reused_prompt_tokens = reused;
+    metrics_->prefix_reused_tokens.With().Inc(static_cast<double>(reused));
   }
   slot->decode_start = Clock::now();  // moved to the end of the prefill by PrefillSome
   r.prefill_start = t0;
