@@ -1,0 +1,272 @@
+// The vision families through every server path over real HTTP, one parameterized suite:
+// the answer equals the engine's own (images encoded one work unit per scheduler step, prompts
+// prefilled in chunks: Gemma 3's chunks smaller than its bidirectional images), a repeated image
+// is a cache hit and a repeated prompt is reused, streams carry earlier frames, and the OpenAI
+// endpoint takes image_url with each model's template; then each family's token budget: Qwen VL
+// shrinks in 28-pixel units, LLaVA-1.6 and InternVL pick grids of fewer slices then the overview
+// alone, Gemma 3's fixed size cannot shrink (422); and a hot swap self-checks each family's
+// image path.
+#include <gtest/gtest.h>
+
+#include "engine/runtime/vlm_engine.h"
+#include "fixture_json.h"
+#include "serve/api/requests.h"
+#include "server_harness.h"
+
+namespace vlmd::serve {
+namespace {
+
+using nlohmann::json;
+using testing::FixtureImage;
+using testing::Harness;
+using testing::HarnessOptions;
+using testing::SplitFrame;
+
+struct Family {
+  const char* fixture;
+  const char* golden_case;  // its image is images/<golden_case>.png
+  int32_t encode_tiles;     // work units encoded per scheduler step
+  int32_t prefill_chunk;    // prompt rows per scheduler step
+  int min_frame_rows;       // an earlier stream frame's rows in the next prompt, at least
+};
+
+const Family kQwen25vl{"tiny-qwen25vl", "img-168x112", 1, 256, 10};  // window attention, M-RoPE
+const Family kLlava16{"tiny-llava16", "img-64x48", 1, 256, 80};       // 4 slices + overview
+const Family kInternVl{"tiny-internvl", "img-96x64", 1, 256, 32};     // tiles + thumbnail in <img>
+const Family kGemma3{"tiny-gemma3", "img-96x64", 1, 3, 16};           // bidirectional images
+
+json Post(httplib::Client& c, const std::string& path, const json& req) {
+  auto r = c.Post(path, req.dump(), "application/json");
+  if (!r) return {{"http", -1}};
+  json j = json::parse(r->body, nullptr, false);
+  j["http"] = r->status;
+  return j;
+}
+
+HarnessOptions FamilyOptions(const Family& f) {
+  HarnessOptions o;
+  o.fixture = f.fixture;
+  o.scheduler.encode_tiles = f.encode_tiles;
+  o.scheduler.prefill_chunk = f.prefill_chunk;
+  return o;
+}
+
+class ServerFamilyTest : public ::testing::TestWithParam<Family> {};
+
+// The golden case's raw prompt and image, answered by the server and by the engine directly.
+TEST_P(ServerFamilyTest, InvokeAnswersAsTheEngineAndRepeatsHitTheCaches) {
+  const Family& f = GetParam();
+  const std::string fixture = f.fixture;
+  std::string error;
+  const json golden = vlmd::testing::ReadFixtureJson(fixture + "/golden.json", &error);
+  ASSERT_TRUE(error.empty()) << error;
+  const json* gc = nullptr;
+  for (const json& x : golden["cases"]) {
+    if (x["name"] == f.golden_case) gc = &x;
+  }
+  ASSERT_NE(gc, nullptr);
+  const std::string image = FixtureImage(std::string(f.golden_case) + ".png", fixture);
+
+  engine::runtime::EngineOptions eo;
+  eo.threads = 2;
+  eo.n_ctx = 512;
+  eo.mmproj_path = vlmd::testing::FixturePath(fixture + "/mmproj.gguf");
+  auto engine = engine::runtime::VlmEngine::Load(
+      vlmd::testing::FixturePath(fixture + "/text.gguf"), eo);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  engine::runtime::ImageTimings t;
+  auto encoded = (*engine)->EncodeImage(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(image.data()), image.size()), &t);
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  auto rows = (*engine)->BuildPrompt((*gc)["prompt"].get<std::string>(),
+                                     std::span<const engine::runtime::EncodedImage>(&*encoded, 1), true);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  engine::runtime::GenerateParams p;
+  p.max_tokens = 12;
+  auto direct = (*engine)->Generate(*rows, p);
+  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
+
+  Harness h(FamilyOptions(f));
+  auto c = h.Client();
+  json req{{"prompt", (*gc)["prompt"]},
+           {"raw_prompt", true},
+           {"max_tokens", 12},
+           {"image_base64", api::EncodeBase64(image)}};
+  const json a = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  EXPECT_EQ(a["text"], direct->text);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], (*gc)["n_prompt_tokens"]);
+
+  // The same request again: the image from the cache, every prompt row but the last reused.
+  const json b = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(b["http"], 200) << b.dump();
+  EXPECT_EQ(b["text"], a["text"]);
+  EXPECT_EQ(b["cache"]["image"], "hit") << b.dump();
+  EXPECT_EQ(b["usage"]["reused_prompt_tokens"], a["usage"]["prompt_tokens"].get<int>() - 1);
+
+  // The OpenAI endpoint with the image as a data URI.
+  const std::string uri = "data:image/png;base64," + api::EncodeBase64(image);
+  json chat{{"max_tokens", 4},
+            {"messages",
+             {{{"role", "user"},
+               {"content",
+                {{{"type", "image_url"}, {"image_url", {{"url", uri}}}},
+                 {{"type", "text"}, {"text", "What is this?"}}}}}}}};
+  const json o = Post(*c, "/v1/chat/completions", chat);
+  ASSERT_EQ(o["http"], 200) << o.dump();
+  EXPECT_EQ(o["choices"][0]["finish_reason"], "length");
+}
+
+TEST_P(ServerFamilyTest, StreamFramesJoinTheNextRequest) {
+  const Family& f = GetParam();
+  HarnessOptions o = FamilyOptions(f);
+  o.server.streams.max_frames = 3;
+  Harness h(o);
+  auto c = h.Client();
+  json first{{"prompt", "What changed?"}, {"max_tokens", 3}, {"stream_id", "cam"},
+             {"image_base64", api::EncodeBase64(SplitFrame(8))}};
+  const json a = Post(*c, "/v1/vlm/invoke", first);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  json second = first;
+  second["image_base64"] = api::EncodeBase64(SplitFrame(56));  // most of the picture changed
+  const json b = Post(*c, "/v1/vlm/invoke", second);
+  ASSERT_EQ(b["http"], 200) << b.dump();
+  EXPECT_GE(b["stream"]["context_frames"].get<int>(), 1) << b.dump();
+  // The earlier frame's rows are in the prompt.
+  EXPECT_GE(b["usage"]["prompt_tokens"].get<int>(), a["usage"]["prompt_tokens"].get<int>() + f.min_frame_rows);
+}
+
+// Hot swap: the new version passes its self-check, an image through its own scheduler (each
+// family's preprocessing, encoder and prompt), and then serves.
+TEST_P(ServerFamilyTest, HotSwapSelfChecksTheImagePath) {
+  const Family& f = GetParam();
+  Harness h(FamilyOptions(f));
+  const Status s = h.server().ReloadModel(f.fixture);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  json req{{"prompt", "hi"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage(std::string(f.golden_case) + ".png", f.fixture))}};
+  const json a = Post(*h.Client(), "/v1/vlm/invoke", req);
+  EXPECT_EQ(a["http"], 200) << a.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ServerFamilyTest, ::testing::Values(kQwen25vl, kLlava16, kInternVl, kGemma3),
+                         [](const ::testing::TestParamInfo<Family>& i) {
+                           std::string s = i.param.fixture;
+                           for (char& ch : s) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+
+TEST(ServerFamilyBudget, QwenShrinksInTokenUnitsAndSaysSo) {
+  HarnessOptions o = FamilyOptions(kQwen25vl);
+  // 168x112 is a 6 x 4 grid (24 visual tokens, + <|vision_start|> and <|vision_end|>); a budget
+  // of 30 leaves the text and about a dozen of them.
+  o.server.prepare.token_budget = 30;
+  Harness h(o);
+  auto c = h.Client();
+  json req{{"prompt", "hi"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage("img-168x112.png", kQwen25vl.fixture))}};
+  const json a = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  ASSERT_TRUE(a.contains("budget")) << a.dump();
+  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 30);
+  const auto from = a["budget"]["downsampled_from"], to = a["budget"]["to"];
+  EXPECT_EQ(from, json::array({168, 112}));
+  EXPECT_LT(to[0].get<int>() * to[1].get<int>(), from[0].get<int>() * from[1].get<int>());
+  EXPECT_EQ(to[0].get<int>() % 28, 0);
+  EXPECT_EQ(to[1].get<int>() % 28, 0);
+
+  // Below the family's minimum (8 tokens) it cannot go: 422.
+  o.server.prepare.token_budget = 12;
+  Harness small(o);
+  const json b = Post(*small.Client(), "/v1/vlm/invoke", req);
+  EXPECT_EQ(b["http"], 422) << b.dump();
+}
+
+TEST(ServerFamilyBudget, Llava16PicksFewerSlicesThenTheOverview) {
+  HarnessOptions o = FamilyOptions(kLlava16);
+  // 64x48 fits the 64x64 pinpoint: 4 slices + the overview, 80 visual tokens (+ 15 of text).
+  // A budget of 70 leaves room for the 64x32 grid (2 slices + overview, 48 tokens).
+  o.server.prepare.token_budget = 70;
+  Harness h(o);
+  json req{{"prompt", "hi"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage("img-64x48.png", kLlava16.fixture))}};
+  const json a = Post(*h.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  ASSERT_TRUE(a.contains("budget")) << a.dump();
+  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 70);
+  EXPECT_EQ(a["usage"]["image_tokens"], 48) << a.dump();
+  // The sizes are the grids' (what the slices are cut from), as for every tiled family.
+  EXPECT_EQ(a["budget"]["downsampled_from"], json::array({64, 64}));
+  EXPECT_EQ(a["budget"]["to"], json::array({64, 32}));
+
+  // 40: only the overview (16 tokens) fits.
+  o.server.prepare.token_budget = 40;
+  Harness overview(o);
+  const json b = Post(*overview.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(b["http"], 200) << b.dump();
+  EXPECT_EQ(b["usage"]["image_tokens"], 16) << b.dump();
+  EXPECT_EQ(b["budget"]["to"], json::array({32, 32}));
+
+  // Not even the overview: 422.
+  o.server.prepare.token_budget = 20;
+  Harness small(o);
+  const json c = Post(*small.Client(), "/v1/vlm/invoke", req);
+  EXPECT_EQ(c["http"], 422) << c.dump();
+}
+
+TEST(ServerFamilyBudget, InternVlPicksFewerTilesThenTheThumbnail) {
+  HarnessOptions o = FamilyOptions(kInternVl);
+  json req{{"prompt", "hi"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage("img-96x64.png", kInternVl.fixture))}};
+  // Unbounded: 96x64 fits the 3x2 grid, 6 tiles + the thumbnail, 112 visual tokens.
+  Harness full(o);
+  const json a = Post(*full.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  EXPECT_EQ(a["usage"]["image_tokens"], 112) << a.dump();
+  EXPECT_FALSE(a.contains("budget"));
+  const int text = a["usage"]["prompt_tokens"].get<int>() - 112;
+
+  // Room for three tiles: a smaller grid, and the reply says so.
+  o.server.prepare.token_budget = text + 4 * 16;
+  Harness h(o);
+  const json b = Post(*h.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(b["http"], 200) << b.dump();
+  ASSERT_TRUE(b.contains("budget")) << b.dump();
+  EXPECT_LE(b["usage"]["prompt_tokens"].get<int>(), text + 4 * 16);
+  EXPECT_LT(b["usage"]["image_tokens"].get<int>(), 112);
+  EXPECT_EQ(b["usage"]["image_tokens"].get<int>() % 16, 0);
+  EXPECT_EQ(b["budget"]["downsampled_from"], json::array({96, 64}));
+
+  // Room for the thumbnail alone.
+  o.server.prepare.token_budget = text + 16;
+  Harness thumb(o);
+  const json c = Post(*thumb.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(c["http"], 200) << c.dump();
+  EXPECT_EQ(c["usage"]["image_tokens"], 16) << c.dump();
+
+  // Not even that: 422.
+  o.server.prepare.token_budget = text + 8;
+  Harness small(o);
+  const json d = Post(*small.Client(), "/v1/vlm/invoke", req);
+  EXPECT_EQ(d["http"], 422) << d.dump();
+}
+
+TEST(ServerFamilyBudget, Gemma3FixedSizeImageCannotShrink) {
+  HarnessOptions o = FamilyOptions(kGemma3);
+  json req{{"prompt", "hi"}, {"max_tokens", 2},
+           {"image_base64", api::EncodeBase64(FixtureImage("img-96x64.png", kGemma3.fixture))}};
+  Harness full(o);
+  const json a = Post(*full.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  EXPECT_EQ(a["usage"]["image_tokens"], 16) << a.dump();
+  // A budget below the prompt: the 4x4-pooled image has one size only.
+  o.server.prepare.token_budget = a["usage"]["prompt_tokens"].get<int>() - 1;
+  Harness small(o);
+  const json b = Post(*small.Client(), "/v1/vlm/invoke", req);
+  EXPECT_EQ(b["http"], 422) << b.dump();
+}
+
+}  // namespace
+}  // namespace vlmd::serve
