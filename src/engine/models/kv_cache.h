@@ -21,7 +21,8 @@ class KvCache {
   // Positions [0, n_filled) were written (a ring layer still holds the last rows(l) of them).
   int32_t n_filled() const { return n_filled_; }
   void set_n_filled(int32_t n) { n_filled_ = n; }
-  // Forget everything from position `n` on.
+  // Forget everything from position `n` on (a cache with ring layers cannot be refilled from
+  // there: TextDecoder::Forward refuses a restart below n_filled on it).
   void Truncate(int32_t n) {
     if (n < n_filled_) n_filled_ = n < 0 ? 0 : n;
   }

@@ -255,6 +255,17 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
       return ResourceExhaustedError("context of " + std::to_string(cache.n_ctx()) +
                                     " positions is full");
     }
+    // A ring row holds the newest position that maps to it: restarting below n_filled would
+    // leave rows of later positions labelled as earlier ones.
+    if (first && b.slot[r] < cache.n_filled()) {
+      for (int32_t l = 0; l < c.n_layers; ++l) {
+        if (cache.ring(l)) {
+          return InvalidArgumentError("batch row " + std::to_string(r) + " restarts sequence " +
+                                      std::to_string(s) + " below its filled positions, which its "
+                                      "sliding-window rings cannot take back");
+        }
+      }
+    }
     // A ring layer holds its window and the call's rows: more rows at once would overwrite
     // positions the first of them still sees.
     const bool last_of_seq = r + 1 == n || b.seq[r + 1] != s;

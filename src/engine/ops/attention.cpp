@@ -497,9 +497,11 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   if (a.out_row_stride == 0) a.out_row_stride = a.n_heads * a.head_dim;
   if (a.kv_row_stride == 0) a.kv_row_stride = a.n_kv_heads * a.head_dim;
   if (a.kv_head_stride == 0) a.kv_head_stride = a.head_dim;
-  if (a.window > 0 && a.n_q > 0 && a.n_kv > 0) {
+  if (a.window > 0 && a.n_q > 0 && a.n_kv > 0 && !a.bf16_tiles) {
     // A window that reaches back past every cache row for every query masks nothing (a prompt
-    // shorter than the window): drop it, so that the call keeps the blocked and tile paths.
+    // shorter than the window): drop it, so that the call keeps the blocked path. Not with
+    // bf16_tiles: a row's numbers must not depend on the call's other rows (how a prompt is
+    // chunked), and a windowed call runs f32 on the streaming path.
     const int32_t min_kv = *std::min_element(a.kv_pos, a.kv_pos + a.n_kv);
     const int32_t max_q = *std::max_element(a.q_win_pos, a.q_win_pos + a.n_q);
     if (int64_t{max_q} - a.window < min_kv) {
