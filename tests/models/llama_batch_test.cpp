@@ -162,3 +162,40 @@ TEST_F(LlamaBatchTest, RefusesMalformedBatches) {
 
 }  // namespace
 }  // namespace vlmd::engine::models
+
+namespace vlmd::engine::models {
+namespace {
+
+// Gemma 3's ring caches: a call may not add more rows than the ring's margin, and may not restart
+// a sequence below its filled positions (a ring row would then be read as the wrong position).
+TEST(SlidingWindowRingForward, RefusesCallsTheRingsCannotHold) {
+  auto file = gguf::GgufFile::Open(vlmd::testing::FixturePath("tiny-gemma3/text.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto m = TextDecoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(*file)));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ForwardContext ctx;
+  auto isa = kernels::SelectIsa();
+  ASSERT_TRUE(isa.ok());
+  ctx.kernels = &kernels::GetKernelTable(*isa);
+  auto cache = (*m)->NewCache(64, /*max_batch_rows=*/4);  // window 12: rings of 16 rows
+  ASSERT_TRUE(cache->ring(0));
+  KvCache* caches[] = {cache.get()};
+  std::vector<float> logits((*m)->config().n_vocab);
+  auto run = [&](int32_t first_slot, int32_t n) {
+    std::vector<int32_t> tokens(static_cast<size_t>(n), 5), slot(static_cast<size_t>(n)), seq(static_cast<size_t>(n), 0);
+    for (int32_t i = 0; i < n; ++i) slot[static_cast<size_t>(i)] = first_slot + i;
+    const int32_t last = n - 1;
+    ForwardBatch b{n, tokens.data(), nullptr, slot.data(), seq.data(), &last, 1};
+    return (*m)->Forward(b, caches, &ctx, logits.data());
+  };
+  EXPECT_TRUE(run(0, 4).ok());
+  EXPECT_TRUE(run(4, 4).ok());
+  const Status too_many = run(8, 6);  // 6 rows + window 12 > 16 ring rows
+  EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument) << too_many.ToString();
+  const Status restart = run(2, 2);   // below the 8 filled positions
+  EXPECT_EQ(restart.code(), StatusCode::kInvalidArgument) << restart.ToString();
+  EXPECT_TRUE(run(8, 4).ok());
+}
+
+}  // namespace
+}  // namespace vlmd::engine::models
