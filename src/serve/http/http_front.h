@@ -8,7 +8,8 @@
 // a JSON error where the client can still read one (408, 413, 431, 503) and a count by reason.
 //
 // Two hops through the handler pool per request: the head first (authentication decides whether
-// the body is read at all, and how much of it), then the whole request.
+// the body is read at all, and how much of it), then the whole request. Optionally TLS
+// (FrontOptions::tls_cert_file), with the certificate reloaded when its files change.
 #pragma once
 
 #include <chrono>
