@@ -7,6 +7,23 @@
 #include "engine/ops/norm.h"
 
 namespace vlmd::engine::models {
+namespace {
+
+// The [d rows of n] matrix `t` (F32 or F16 elements T) as [n rows of d] in *storage, unchanged
+// element bits (an F16 projection stays F16, as llama.cpp's transposed copy does).
+template <typename T>
+ops::WeightView Transposed(const gguf::TensorInfo& t, int64_t n, int64_t d, std::vector<uint8_t>* storage) {
+  storage->resize(static_cast<size_t>(n * d) * sizeof(T));
+  const auto* src = reinterpret_cast<const T*>(t.data);
+  auto* dst = reinterpret_cast<T*>(storage->data());
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t o = 0; o < n; ++o) dst[o * d + i] = src[i * n + o];
+  }
+  return ops::WeightView{.dtype = t.type, .n = n, .k = d, .data = storage->data(),
+                         .row_bytes = static_cast<size_t>(d) * sizeof(T)};
+}
+
+}  // namespace
 
 void AveragePool(const float* in, int64_t side, int64_t d, int64_t k, float* out) {
   const int64_t g = side / k;
@@ -40,21 +57,9 @@ Result<std::unique_ptr<Gemma3Projector>> Gemma3Projector::Load(const gguf::GgufF
   }
   // Stored rows are vision features (ne[0] = text width); the matmul wants rows of outputs.
   if (t->type == DType::kF16) {
-    const auto* src = reinterpret_cast<const uint16_t*>(t->data);  // ne[0] = n values per row
-    p->proj_f16_.resize(static_cast<size_t>(n * d));
-    for (int64_t i = 0; i < d; ++i) {
-      for (int64_t o = 0; o < n; ++o) p->proj_f16_[static_cast<size_t>(o * d + i)] = src[i * n + o];
-    }
-    p->proj_ = ops::WeightView{.dtype = DType::kF16, .n = n, .k = d, .data = p->proj_f16_.data(),
-                               .row_bytes = static_cast<size_t>(d) * sizeof(uint16_t)};
+    p->proj_ = Transposed<uint16_t>(*t, n, d, &p->proj_bytes_);
   } else if (t->type == DType::kF32) {
-    VLMD_ASSIGN_OR_RETURN(std::vector<float> w, GetF32(f, "mm.input_projection.weight", {n, d}));
-    p->proj_f32_.resize(static_cast<size_t>(n * d));
-    for (int64_t i = 0; i < d; ++i) {
-      for (int64_t o = 0; o < n; ++o) p->proj_f32_[static_cast<size_t>(o * d + i)] = w[static_cast<size_t>(i * n + o)];
-    }
-    p->proj_ = ops::WeightView{.dtype = DType::kF32, .n = n, .k = d, .data = p->proj_f32_.data(),
-                               .row_bytes = static_cast<size_t>(d) * sizeof(float)};
+    p->proj_ = Transposed<float>(*t, n, d, &p->proj_bytes_);
   } else {
     return UnimplementedError("mm.input_projection.weight of type " + std::string(DTypeName(t->type)) +
                               " (F32 or F16 are supported)");

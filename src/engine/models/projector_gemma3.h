@@ -23,9 +23,7 @@ class Gemma3Projector {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
   uint64_t released_bytes() const { return 0; }  // the projection is an owned transposed copy
-  uint64_t owned_bytes() const {
-    return proj_f16_.capacity() * sizeof(uint16_t) + proj_f32_.capacity() * sizeof(float);
-  }
+  uint64_t owned_bytes() const { return proj_bytes_.capacity(); }
   // Reads mm.soft_emb_norm.weight [D] and mm.input_projection.weight (GGUF ne [n_embd, D]: its
   // rows are vision features, so it is transposed into an owned copy, F16 kept as F16 for the
   // same rounding as llama.cpp's matmul). NOT_FOUND / INVALID_ARGUMENT / UNIMPLEMENTED for a
@@ -34,10 +32,7 @@ class Gemma3Projector {
                                                        const VisionConfig& config,
                                                        const ops::WeightPacking& packing = {});
 
-  int64_t tokens_per_tile(const ClipVit& vit) const {
-    const int64_t g = vit.config().patches_per_side() / vit.config().scale_factor;
-    return g * g;
-  }
+  int64_t tokens_per_tile(const ClipVit& vit) const { return vit.config().merged_tokens_per_tile(); }
 
   // vit_out [n_tiles * vit.n_positions(), d_vit] -> out [n_tiles * tokens_per_tile, n_embd].
   Status Project(const ClipVit& vit, const float* vit_out, int64_t n_tiles, VisionContext* ctx,
@@ -46,9 +41,8 @@ class Gemma3Projector {
  private:
   Gemma3Projector() = default;
   std::vector<float> norm_w_;            // [D]
-  std::vector<uint16_t> proj_f16_;       // owned transposed projection, [n_embd rows of D]
-  std::vector<float> proj_f32_;
-  ops::WeightView proj_;                 // [D -> n_embd] over one of the above
+  std::vector<uint8_t> proj_bytes_;      // owned transposed projection, [n_embd rows of D]
+  ops::WeightView proj_;                 // [D -> n_embd] over proj_bytes_
   ops::PackedStore packed_;
 };
 

@@ -27,10 +27,7 @@ class Idefics3Projector {
                                                          const VisionConfig& config,
                                                          const ops::WeightPacking& packing = {});
 
-  int64_t tokens_per_tile(const ClipVit& vit) const {
-    const int64_t g = vit.config().patches_per_side() / vit.config().scale_factor;
-    return g * g;
-  }
+  int64_t tokens_per_tile(const ClipVit& vit) const { return vit.config().merged_tokens_per_tile(); }
 
   // vit_out [n_tiles * vit.n_positions(), d_vit] -> out [n_tiles * tokens_per_tile, n_embd].
   Status Project(const ClipVit& vit, const float* vit_out, int64_t n_tiles, VisionContext* ctx,

@@ -15,13 +15,6 @@ namespace {
 // file's (clip.cpp clip_graph_internvl::build).
 constexpr float kProjectorNormEps = 1e-5f;
 
-void AddBias(const std::vector<float>& b, int64_t rows, float* x) {
-  const int64_t n = static_cast<int64_t>(b.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; ++i) x[r * n + i] += b[i];
-  }
-}
-
 }  // namespace
 
 Result<std::unique_ptr<InternVlProjector>> InternVlProjector::Load(const gguf::GgufFile& f,
@@ -59,12 +52,11 @@ Status InternVlProjector::Project(const ClipVit& vit, const float* vit_out, int6
   VLMD_RETURN_IF_ERROR(ops::LayerNorm(kt, ctx->pool, ctx->proj_in.data(), norm_w_.data(), norm_b_.data(),
                                       normed, rows, k, kProjectorNormEps));
   float* hidden = ctx->proj_in.data();  // [rows, n_embd]: the shuffled rows are not needed again
-  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, ctx->pool, w1_, normed, rows, k, hidden, w1_.n, &ctx->matmul_scratch));
-  AddBias(b1_, rows, hidden);
+  const ops::MatmulEpilogue bias1{.bias = b1_.data()}, bias3{.bias = b3_.data()};
+  VLMD_RETURN_IF_ERROR(
+      ops::MatMul(kt, ctx->pool, w1_, normed, rows, k, hidden, w1_.n, &ctx->matmul_scratch, &bias1));
   VLMD_RETURN_IF_ERROR(ops::ActivateLikeGgml(kt, ctx->pool, ops::Activation::kGeluTanh, hidden, rows * w1_.n));
-  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, ctx->pool, w3_, hidden, rows, w3_.k, out, w3_.n, &ctx->matmul_scratch));
-  AddBias(b3_, rows, out);
-  return Status::Ok();
+  return ops::MatMul(kt, ctx->pool, w3_, hidden, rows, w3_.k, out, w3_.n, &ctx->matmul_scratch, &bias3);
 }
 
 }  // namespace vlmd::engine::models

@@ -55,8 +55,9 @@ Status ReadGemma3Keys(const gguf::GgufFile& f, const std::string& p, TextConfig*
   if (f.FindTensor("dense_2.weight") != nullptr || f.FindTensor("dense_3.weight") != nullptr) {
     return UnimplementedError("gemma3 with dense_2 / dense_3 projections (EmbeddingGemma)");
   }
-  c->attn_scale = c->n_layers == 62 ? 1.0f / std::sqrt(static_cast<float>(c->d_model / c->n_heads))
-                                    : 1.0f / std::sqrt(static_cast<float>(c->head_dim));
+  const int32_t per_head = c->n_layers == 62 ? c->d_model / c->n_heads : c->head_dim;
+  if (per_head < 1) return InvalidArgumentError(p + "embedding_length is smaller than head_count");
+  c->attn_scale = 1.0f / std::sqrt(static_cast<float>(per_head));
   return Status::Ok();
 }
 

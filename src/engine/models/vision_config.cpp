@@ -32,6 +32,21 @@ Result<std::array<float, 3>> GetRgb(const gguf::GgufFile& f, const std::string& 
   return std::array<float, 3>{v[0], v[1], v[2]};
 }
 
+// The largest image a grid may fit an image to (pixels): far above real grids (LLaVA-1.6's
+// 1008 x 336, InternVL's 12 tiles of 448), far below what a hostile file could ask for
+// (64 slices of a 16384-pixel tile).
+constexpr int64_t kMaxGridPixels = int64_t{1} << 26;
+
+Status CheckGrids(const VisionConfig& c, const std::string& key) {
+  for (const auto& [w, h] : c.grid_pinpoints) {
+    if (int64_t{w} * h > kMaxGridPixels) {
+      return InvalidArgumentError(key + ": a " + std::to_string(w) + "x" + std::to_string(h) +
+                                  " grid is over " + std::to_string(kMaxGridPixels) + " pixels");
+    }
+  }
+  return Status::Ok();
+}
+
 // LLaVA's keys: the anyres grid (LLaVA-1.6) and the blocks the ViT runs.
 Status ReadLlavaKeys(const gguf::GgufFile& f, VisionConfig* c) {
   c->n_layers_run = c->n_layers - 1;  // without feature_layer llama.cpp skips the last block
@@ -65,7 +80,7 @@ Status ReadLlavaKeys(const gguf::GgufFile& f, VisionConfig* c) {
       c->grid_pinpoints.push_back({w, h});
     }
   }
-  return Status::Ok();
+  return CheckGrids(*c, "clip.vision.image_grid_pinpoints");
 }
 
 // InternVL's keys: the pixel shuffle and the tile grids (llama.cpp's defaults 2, 1 and 12).
@@ -90,7 +105,7 @@ Status ReadInternVlKeys(const gguf::GgufFile& f, VisionConfig* c) {
                                 " > preproc_max_tiles " + std::to_string(max_tiles));
   }
   c->grid_pinpoints = InternVlGrids(c->image_size, min_tiles, max_tiles);
-  return Status::Ok();
+  return CheckGrids(*c, "internvl: clip.vision.preproc_max_tiles");
 }
 
 }  // namespace

@@ -74,6 +74,12 @@ struct VisionConfig {
 
   int32_t patches_per_side() const { return image_size / patch_size; }
   int32_t n_patches() const { return patches_per_side() * patches_per_side(); }
+  // Tokens of a tile whose patch grid is merged scale_factor x scale_factor (idefics3 and
+  // internvl pixel shuffle, gemma3 average pool).
+  int64_t merged_tokens_per_tile() const {
+    const int64_t g = patches_per_side() / scale_factor;
+    return g * g;
+  }
 };
 
 // InternVL's candidate grids (clip.cpp's set_internvl_dhr_res_candidates): every (a * side,

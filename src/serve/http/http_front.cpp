@@ -152,6 +152,42 @@ std::string SerializeHead(const HttpResponse& res, const std::string& framing, b
 
 }  // namespace
 
+// A shed connection, half-closed after its 503: what the client already sent is read and dropped
+// for kShedLinger at most, then it is closed. *count holds how many are lingering.
+class ShedLinger : public std::enable_shared_from_this<ShedLinger> {
+ public:
+  ShedLinger(tcp::socket socket, asio::io_context& io, size_t* count)
+      : socket_(std::move(socket)), timer_(io), count_(count) {
+    ++*count_;
+  }
+  ~ShedLinger() { --*count_; }
+  void Start() {
+    timer_.expires_after(kShedLinger);
+    timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec) self->Close();  // cancelled: the client closed first
+    });
+    Drop();
+  }
+
+ private:
+  void Drop() {
+    socket_.async_read_some(asio::buffer(sink_), [self = shared_from_this()](error_code ec, size_t) {
+      if (!ec) return self->Drop();
+      self->timer_.cancel();
+      self->Close();
+    });
+  }
+  void Close() {
+    error_code ignored;
+    socket_.close(ignored);
+  }
+
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  size_t* const count_;
+  char sink_[4096];
+};
+
 // What Stop needs of a connection, whatever its stream (plain TCP or TLS).
 class ConnectionBase {
  public:
@@ -204,13 +240,15 @@ struct HttpFront::Impl {
   std::unordered_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> conns;
   std::unordered_map<std::string, size_t> per_address;
   std::atomic<bool> stopping{false};
+  // Shed connections draining (I/O thread only); before io: ShedLingers left in it at
+  // destruction count themselves out here.
+  size_t shed_lingering = 0;
   asio::io_context io{1};
   // Keeps io.run() going while no operation is pending (a stream between two chunks).
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
-  size_t shed_lingering = 0;  // shed connections draining (I/O thread only)
   // TLS: the context new connections take (a connection keeps the one it started with), the
   // files' stamps it was loaded from, the stamps of a failed reload (not retried until they
   // change again). I/O thread only, after Start.
@@ -665,32 +703,7 @@ void HttpFront::Impl::Shed(tcp::socket socket, int status, std::string_view code
   }
   // What the client already sent is read and dropped for a moment: closing with unread bytes
   // would reset the connection, and the client would likely lose the 503 with it.
-  struct Lingering {
-    Lingering(tcp::socket s, asio::io_context& io) : socket(std::move(s)), timer(io) {}
-    tcp::socket socket;
-    asio::steady_timer timer;
-    char sink[4096];
-  };
-  auto l = std::make_shared<Lingering>(std::move(socket), io);
-  ++shed_lingering;
-  l->timer.expires_after(kShedLinger);
-  l->timer.async_wait([l](error_code) {
-    error_code ignored;
-    l->socket.close(ignored);
-  });
-  auto drop = std::make_shared<std::function<void(error_code, size_t)>>();
-  *drop = [this, l, drop](error_code e, size_t) {
-    if (e) {
-      l->timer.cancel();
-      error_code ignored;
-      l->socket.close(ignored);
-      --shed_lingering;
-      *drop = nullptr;  // breaks the cycle
-      return;
-    }
-    l->socket.async_read_some(asio::buffer(l->sink), *drop);
-  };
-  l->socket.async_read_some(asio::buffer(l->sink), *drop);
+  std::make_shared<ShedLinger>(std::move(socket), io, &shed_lingering)->Start();
 }
 
 void HttpFront::Impl::WatchTlsFiles() {

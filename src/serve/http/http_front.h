@@ -54,7 +54,8 @@ class FrontHandler {
   // The request head is complete; no byte of its body has been read. Return true to read the
   // body, at most *body_limit bytes (over it: 413 and close); false when `res` is the answer (a
   // body the client announced is then never read, and the connection closes after the answer).
-  virtual bool OnHead(const HttpRequest& head, HttpResponse& res, size_t* body_limit) = 0;
+  // What it notes in `head` (route, matches) is in OnRequest's request.
+  virtual bool OnHead(HttpRequest& head, HttpResponse& res, size_t* body_limit) = 0;
   // The whole request (head and body): fill `res`.
   virtual void OnRequest(HttpRequest& req, HttpResponse& res) = 0;
   // A refusal by the front itself (framing, limits, deadlines, shedding): the JSON error body it

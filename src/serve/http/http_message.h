@@ -28,6 +28,7 @@ struct HttpRequest {
   std::string remote_addr;  // numeric address of the client
   int remote_port = 0;
   std::vector<std::string> matches;  // the route pattern's capture groups
+  int32_t route = -1;  // the handler's route for this request, found once, on the head
   // True once the client has closed its side (or reset) while the request is handled; never
   // blocks, never consumes bytes. Set by the connection layer; always false when unset.
   std::function<bool()> peer_closed;

@@ -178,11 +178,10 @@ bool Server::Handlers::Admit(const HttpRequest& req, HttpResponse& res) {
   return refuse(no_key);
 }
 
-bool Server::Handlers::OnHead(const HttpRequest& head, HttpResponse& res, size_t* body_limit) {
+bool Server::Handlers::OnHead(HttpRequest& head, HttpResponse& res, size_t* body_limit) {
   if (!Admit(head, res)) return false;
-  std::vector<std::string> matches;
   int status = 404;
-  const Route* route = FindRoute(head.method, head.path, &matches, &status);
+  const Route* route = FindRoute(head.method, head.path, &head.matches, &status);
   if (route == nullptr) {
     api::ApiError e{status, "invalid_request_error", "not_found", "no route " + head.method + " " + head.path};
     if (status == 405) {
@@ -194,22 +193,14 @@ bool Server::Handlers::OnHead(const HttpRequest& head, HttpResponse& res, size_t
     return false;
   }
   *body_limit = route->body_limit;
+  head.route = static_cast<int32_t>(route - routes_.data());
   return true;
 }
 
+// The route OnHead found (routes are all registered before the front starts). An exception
+// becomes a 500 in the front (HttpFront catches it around this call).
 void Server::Handlers::OnRequest(HttpRequest& req, HttpResponse& res) {
-  int status = 404;
-  const Route* route = FindRoute(req.method, req.path, &req.matches, &status);
-  if (route == nullptr) {  // OnHead let it through: an admin route appearing between the two
-    return SendError(res, {status, "invalid_request_error", "not_found", "no route " + req.path});
-  }
-  try {
-    route->handle(req, res);
-  } catch (const std::exception& e) {
-    spdlog::error("handler exception: {}", e.what());
-    res = HttpResponse{};
-    SendError(res, {500, "server_error", "internal_error", "internal error"});
-  }
+  routes_[static_cast<size_t>(req.route)].handle(req, res);
 }
 
 HttpResponse Server::Handlers::FrontRefusal(const HttpRequest* head, int status, std::string_view code,

@@ -37,7 +37,7 @@ class Server::Handlers : public FrontHandler {
   void RegisterAdmin();
 
   // FrontHandler: authentication and routing on the head, the route's handler on the request.
-  bool OnHead(const HttpRequest& head, HttpResponse& res, size_t* body_limit) override;
+  bool OnHead(HttpRequest& head, HttpResponse& res, size_t* body_limit) override;
   void OnRequest(HttpRequest& req, HttpResponse& res) override;
   HttpResponse FrontRefusal(const HttpRequest* head, int status, std::string_view code,
                             std::string_view message) override;
