@@ -146,6 +146,16 @@ struct Case {
   int64_t m, n, k;
 };
 
+// Every x86 table from AVX2 up packs (AVX2 and plain AVX-512: vpmaddubsw; VNNI: vpdpbusd), so
+// the tests below cover each ISA this CPU has, not only the best one.
+TEST(PackedMatmulTest, EveryX86TableHasThePackedKernel) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx}) {
+    if (!kernels::IsaAvailable(isa)) continue;
+    EXPECT_NE(kernels::GetKernelTable(isa).packed_matmul, nullptr) << kernels::IsaName(isa);
+  }
+  EXPECT_EQ(kernels::GetKernelTable(Isa::kRef).packed_matmul, nullptr);
+}
+
 TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   const std::vector<Isa> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";

@@ -111,8 +111,9 @@ struct KernelTable {
   std::array<DType, kMaxDType> act_type{};
   // f32 -> activation format, indexed by the activation DType id.
   std::array<ConvertRowFn, kMaxDType> convert_act{};
-  // Matmul over weights repacked at load (PackedMatrix). nullptr: this ISA keeps the GGUF row
-  // layout (the engine then does not pack).
+  // Matmul over weights repacked at load (PackedMatrix): vpdpbusd on AVX512-VNNI, vpmaddubsw on
+  // AVX2 and plain AVX-512. nullptr (the scalar table only): the GGUF row layout is kept (the
+  // engine then does not pack).
   PackedMatmulFn packed_matmul = nullptr;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
   // conversion it needs (every table has one; the AMX table's is AVX512-BF16). The tile matmul

@@ -10,6 +10,7 @@ void FillAvx2Converters(KernelTable* t);        // avx2/convert_act_avx2.cpp
 void FillAvx2QuantMatmul(KernelTable* t);       // avx2/quant_matmul_avx2.cpp
 void FillAvx2KQuantMatmul(KernelTable* t);      // avx2/kquant_matmul_avx2.cpp
 void FillAvx2FloatMatmul(KernelTable* t);       // avx2/float_matmul_avx2.cpp
+void FillAvx2PackedMatmul(KernelTable* t);      // avx2/packed_matmul_avx2.cpp
 void FillAvx512FloatMatmul(KernelTable* t);     // avx512/float_matmul_avx512.cpp
 void FillAvx512VnniQuantMatmul(KernelTable* t);   // avx512vnni/quant_matmul_vnni.cpp
 void FillAvx512VnniKQuantMatmul(KernelTable* t);  // avx512vnni/kquant_matmul_vnni.cpp

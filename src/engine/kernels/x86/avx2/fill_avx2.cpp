@@ -8,6 +8,7 @@ void FillAvx2Kernels(KernelTable* t) {
   FillAvx2QuantMatmul(t);
   FillAvx2KQuantMatmul(t);
   FillAvx2FloatMatmul(t);
+  FillAvx2PackedMatmul(t);
 }
 
 }  // namespace vlmd::engine::kernels

@@ -1,0 +1,221 @@
+// AVX2 micro-kernel of the packed int8 matmul (layout in packed_int8.h), for CPUs without
+// AVX512-VNNI (Zen 2/3, Haswell to Comet Lake) and the plain AVX-512 table.
+//
+// The layout is the VNNI one: a panel's 16 columns are two 256-bit vectors of 8 columns x 4
+// bytes. Without vpdpbusd, a 4-byte dot per column is vpmaddubsw (u8 x s8 -> pairs summed into
+// saturating int16) then vpmaddwd against ones (-> int32). Exactness needs the int16 pair sums
+// never to saturate:
+//   - kQ4 / kQ4K: nibbles 0..15 times activations |a| <= 128 give pairs of at most 3840, so the
+//     8 products of one 32-element block are summed in int16 (<= 30720) and widened once per
+//     block; the -offset * sum(a) bias is added in int32 as in the VNNI kernel.
+//   - kQ8: stored bytes u = w + 128 would give pairs up to 2 * 255 * 127 (saturates), so the
+//     signed weight w = u ^ 0x80 is used with the sign moved onto the activation:
+//     maddubs(|w|, sign(a, w)); |w| <= 128 and |a| <= 127 give pairs of at most 32512. This
+//     needs activations in [-127, 127], which Q8_0's rule (d = amax / 127) guarantees for every
+//     row the engine converts. The offset bias is then not needed.
+// The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
+// FMA (kQ4K then subtracts mn * d_a * sum(a)), so the result is bit for bit PackedMatmulRef's.
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "engine/kernels/packed_int8.h"
+#include "engine/kernels/x86/x86_fill.h"
+#include "engine/tensor/quant_blocks.h"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// As the VNNI kernel: GEMV tiles prefetch each panel's weights a few blocks ahead.
+constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
+
+inline void PrefetchAhead(const void* p, size_t ahead) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
+}
+
+// Stores the 8 columns starting at `col` of one output row, only those below n.
+inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
+  const int64_t left = n - col;
+  if (left >= 8) {
+    _mm256_storeu_ps(out + col, v);
+  } else if (left > 0) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane);
+    _mm256_maskstore_ps(out + col, mask, v);
+  }
+}
+
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
+// panel is two vectors of 8 columns (v = 2 * panel + half).
+template <int kFmt, int MR, int NP>
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
+  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+  constexpr int NV = 2 * NP;
+  constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
+  constexpr size_t qstep = QsBytesPerBlock(kFormat);
+  constexpr size_t qstride = GroupPanels(kFormat) * qstep;
+  constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const int32_t offset = w.offset();
+  constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
+  const BlockQ8_0* a[MR];
+  const int32_t* sums[MR];
+  for (int i = 0; i < MR; ++i) {
+    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
+    sums[i] = args.a_sums + (m + i) * nb;
+  }
+  const uint8_t* wq[NP];
+  const uint16_t* ws[NP];
+  const uint16_t* wm[NP];
+  for (int v = 0; v < NP; ++v) {
+    wq[v] = w.qs(p + v, 0);
+    ws[v] = w.scales(p + v, 0);
+    wm[v] = w.mins(p + v, 0);
+  }
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 f[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) f[i][v] = _mm256_setzero_ps();
+
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (MR <= 2) {  // GEMV: memory-bound
+      const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
+      for (int v = 0; v < NP; ++v) {
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], kAhead * qstride + c);
+        PrefetchAhead(ws[v], scale_ahead);
+        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
+      }
+    }
+    __m256i acc[MR][NV];
+    if constexpr (kQ4) {
+      const __m256i low4 = _mm256_set1_epi8(0x0F);
+      for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        __m256i al[MR], ah[MR];
+        for (int i = 0; i < MR; ++i) {
+          al[i] = Broadcast4(a[i][b].qs + 8 * c);
+          ah[i] = Broadcast4(a[i][b].qs + 8 * c + 4);
+        }
+        for (int v = 0; v < NV; ++v) {
+          const __m256i raw = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(wq[v / 2] + c * 64 + (v % 2) * 32));
+          const __m256i lo = _mm256_and_si256(raw, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+          for (int i = 0; i < MR; ++i) {
+            acc[i][v] = _mm256_add_epi16(acc[i][v], _mm256_maddubs_epi16(lo, al[i]));
+            acc[i][v] = _mm256_add_epi16(acc[i][v], _mm256_maddubs_epi16(hi, ah[i]));
+          }
+        }
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m256i bias = _mm256_set1_epi32(-offset * sums[i][b]);
+        for (int v = 0; v < NV; ++v) {
+          acc[i][v] = _mm256_add_epi32(_mm256_madd_epi16(acc[i][v], ones16), bias);
+        }
+      }
+    } else {
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      for (int i = 0; i < MR; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_si256();
+      for (int q = 0; q < 8; ++q) {
+        __m256i av[MR];
+        for (int i = 0; i < MR; ++i) av[i] = Broadcast4(a[i][b].qs + 4 * q);
+        for (int v = 0; v < NV; ++v) {
+          const __m256i ws8 = _mm256_xor_si256(
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(wq[v / 2] + q * 64 + (v % 2) * 32)),
+              flip);
+          const __m256i wabs = _mm256_abs_epi8(ws8);
+          for (int i = 0; i < MR; ++i) {
+            const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[i], ws8));
+            acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(pairs, ones16));
+          }
+        }
+      }
+    }
+    __m256 dw[NV], mw[NV];
+    for (int v = 0; v < NV; ++v) {
+      dw[v] = _mm256_cvtph_ps(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+      if constexpr (kMins) {
+        mw[v] = _mm256_cvtph_ps(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
+      }
+    }
+    for (int v = 0; v < NP; ++v) {
+      wq[v] += qstride;
+      ws[v] += sstride;
+      if constexpr (kMins) wm[v] += sstride;
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m256 da = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
+      for (int v = 0; v < NV; ++v) {
+        f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][v]), _mm256_mul_ps(dw[v], da), f[i][v]);
+      }
+      if constexpr (kMins) {
+        const __m256 sum = _mm256_set1_ps(static_cast<float>(sums[i][b]));
+        for (int v = 0; v < NV; ++v) {
+          f[i][v] = _mm256_fnmadd_ps(_mm256_mul_ps(mw[v], da), sum, f[i][v]);
+        }
+      }
+    }
+  }
+
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+    for (int v = 0; v < NV; ++v) StoreColumns(out, (p + v / 2) * kPanelCols + (v % 2) * 8, w.n(), f[i][v]);
+  }
+}
+
+using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
+constexpr int kMaxMR = 3, kMaxNP = 2;
+
+template <int kFmt, int... I>
+constexpr std::array<TileFn, kMaxMR * kMaxNP> MakeTiles(std::integer_sequence<int, I...>) {
+  return {&Tile<kFmt, I / kMaxNP + 1, I % kMaxNP + 1>...};
+}
+template <int kFmt>
+constexpr auto kTiles = MakeTiles<kFmt>(std::make_integer_sequence<int, kMaxMR * kMaxNP>());
+
+// Tile shape for a row count: what fits the 16 vector registers. GEMV (1-2 rows) takes two
+// panels (4 f32 sums and 4 integer sums per row); GEMMs take one panel and kMaxMR rows.
+constexpr int kGemmRows = kMaxMR;
+constexpr int PanelsPerTile(int64_t rows) { return rows <= 2 ? 2 : 1; }
+
+template <int kFmt>
+void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  const int64_t rows = m1 - m0;
+  const int mr_max = rows <= 2 ? static_cast<int>(rows) : kGemmRows;
+  const int np_max = PanelsPerTile(rows);
+  for (int64_t p = p0; p < p1; p += np_max) {
+    const int np = static_cast<int>(p1 - p < np_max ? p1 - p : np_max);
+    for (int64_t m = m0; m < m1; m += mr_max) {
+      const int mr = static_cast<int>(m1 - m < mr_max ? m1 - m : mr_max);
+      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p);
+    }
+  }
+}
+
+void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                          int64_t p1) {
+  switch (args.w->format()) {
+    case PackedFormat::kQ8: return PackedMatmulAvx2<0>(args, m0, m1, p0, p1);
+    case PackedFormat::kQ4: return PackedMatmulAvx2<1>(args, m0, m1, p0, p1);
+    case PackedFormat::kQ4K: return PackedMatmulAvx2<2>(args, m0, m1, p0, p1);
+  }
+}
+
+}  // namespace
+
+void FillAvx2PackedMatmul(KernelTable* t) { t->packed_matmul = &PackedMatmulDispatch; }
+
+}  // namespace vlmd::engine::kernels
