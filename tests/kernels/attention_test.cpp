@@ -448,12 +448,7 @@ TEST(Attention, BlockedPathMasksPerRowLikeTheStreamingPath) {
 // u (sum p |v| + |o|) each; doubled for margin. Cases: causal GQA after a history (two query
 // blocks, a head-major cache); MQA with head_dim 72 (three tile steps per score) and its first
 // queries before every key (zeros); unmasked with head_dim 48; a single query row.
-TEST(Attention, TilePathStaysWithinBf16Rounding) {
-  const KernelTable* kt = nullptr;
-  for (Isa isa : AvailableIsas()) {
-    if (GetKernelTable(isa).tile_attention != nullptr) kt = &GetKernelTable(isa);
-  }
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+void CheckTilePathStaysWithinBf16Rounding(const KernelTable* kt) {
   ThreadPool pool(2);
   const Case cases[] = {{"tiles causal", 150, 190, 9, 3, 64, true, 40, /*head_major=*/true},
                         {"tiles mqa hd72", 20, 45, 4, 1, 72, true, -3},
@@ -511,6 +506,17 @@ TEST(Attention, TilePathStaysWithinBf16Rounding) {
       }
     }
   }
+}
+
+TEST(Attention, TilePathStaysWithinBf16Rounding) {
+  bool ran = false;
+  for (Isa isa : AvailableIsas()) {  // AVX512-BF16 (vdpbf16ps) and AMX
+    if (GetKernelTable(isa).tile_attention == nullptr) continue;
+    SCOPED_TRACE(std::string(IsaName(isa)));
+    CheckTilePathStaysWithinBf16Rounding(&GetKernelTable(isa));
+    ran = true;
+  }
+  if (!ran) GTEST_SKIP() << "no bf16 attention kernel on this CPU";
 }
 
 
@@ -593,12 +599,7 @@ TEST(Attention, SpansAttendWithinTheirOwnRowsOnly) {
 
 // The vision encoders' tile path: bf16 q (pre-scaled by scale * log2(e)), k, v and out rows at a
 // stride wider than the heads, in spans; head_dim 64 reads the queries in place, 40 copies them.
-TEST(Attention, Bf16OperandsOnTilesInSpans) {
-  const KernelTable* kt = nullptr;
-  for (Isa isa : AvailableIsas()) {
-    if (GetKernelTable(isa).tile_attention != nullptr) kt = &GetKernelTable(isa);
-  }
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+void CheckBf16OperandsOnTilesInSpans(const KernelTable* kt) {
   ThreadPool pool(2);
   for (int64_t hd : {64, 40}) {
     SpanProblem p = MakeSpanProblem(150, 2, hd, 900 + static_cast<uint32_t>(hd));
@@ -654,6 +655,17 @@ TEST(Attention, Bf16OperandsOnTilesInSpans) {
       }
     }
   }
+}
+
+TEST(Attention, Bf16OperandsOnTilesInSpans) {
+  bool ran = false;
+  for (Isa isa : AvailableIsas()) {  // AVX512-BF16 (vdpbf16ps) and AMX
+    if (GetKernelTable(isa).tile_attention == nullptr) continue;
+    SCOPED_TRACE(std::string(IsaName(isa)));
+    CheckBf16OperandsOnTilesInSpans(&GetKernelTable(isa));
+    ran = true;
+  }
+  if (!ran) GTEST_SKIP() << "no bf16 attention kernel on this CPU";
 }
 
 TEST(Attention, RejectsInconsistentArguments) {

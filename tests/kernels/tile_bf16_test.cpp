@@ -39,6 +39,18 @@ const kernels::KernelTable* TileTable() {
   return nullptr;
 }
 
+// Every table of this CPU with the kernel `has` asks for (the AVX512-BF16 row kernels and
+// attention live in the VNNI table and are inherited by the AMX one: both run).
+template <typename Has>
+std::vector<const kernels::KernelTable*> TablesWith(Has has) {
+  std::vector<const kernels::KernelTable*> out;
+  for (auto isa : vlmd::testing::AvailableIsas()) {
+    const auto& kt = kernels::GetKernelTable(isa);
+    if (has(kt)) out.push_back(&kt);
+  }
+  return out;
+}
+
 std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
   std::vector<uint16_t> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = F32ToBF16(x[i]);
@@ -108,9 +120,7 @@ TEST(TileBf16Pack, PackRowsAndColumnsZeroExtendK) {
 
 // The ISA's packing kernels write exactly what the reference packing writes, on odd sizes,
 // odd k_valid and a row stride longer than the rows.
-TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
-  const kernels::KernelTable* kt = TileTable();
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+void CheckPackKernelsEqualTheReference(const kernels::KernelTable* kt) {
   ASSERT_NE(kt->tile_pack_rows, nullptr);
   ASSERT_NE(kt->tile_pack_columns, nullptr);
   struct Shape { int64_t n, k_valid, k; };
@@ -132,6 +142,15 @@ TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
     TileBf16Matrix::PackColumns(src.data(), stride, s.n, s.k_valid, s.k, want.data());
     kt->tile_pack_columns(src.data(), stride, s.n, s.k_valid, s.k, got.data());
     EXPECT_EQ(got, want) << "columns";
+  }
+}
+
+TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
+  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_pack_rows != nullptr; });
+  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has the AVX512-BF16 tile packing";
+  for (const kernels::KernelTable* kt : tables) {
+    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
+    CheckPackKernelsEqualTheReference(kt);
   }
 }
 
@@ -189,9 +208,7 @@ TEST(TileBf16Kernel, TileMatMulValidatesItsArguments) {
 
 // The epilogue's GELU for bf16 outputs: within 1e-4 of the tanh-form GELU (double) on a wide
 // range, including the far negative tail where it underflows to zero.
-TEST(TileBf16Kernel, GeluForBf16IsWithin1e4) {
-  const kernels::KernelTable* kt = TileTable();
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+void CheckGeluForBf16IsWithin1e4(const kernels::KernelTable* kt) {
   ASSERT_NE(kt->gelu_tanh_for_bf16, nullptr);
   std::vector<float> x = vlmd::testing::RandomNormal(1000, 41, 3.0f);
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 5.0f, -5.0f, 12.0f, -12.0f, 100.0f, -100.0f,
@@ -210,9 +227,16 @@ TEST(TileBf16Kernel, GeluForBf16IsWithin1e4) {
   }
 }
 
-TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
-  const kernels::KernelTable* kt = TileTable();
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+TEST(TileBf16Kernel, GeluForBf16IsWithin1e4) {
+  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.gelu_tanh_for_bf16 != nullptr; });
+  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has the bf16 epilogue GELU";
+  for (const kernels::KernelTable* kt : tables) {
+    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
+    CheckGeluForBf16IsWithin1e4(kt);
+  }
+}
+
+void CheckToBf16MatchesTheReferenceRounding(const kernels::KernelTable* kt) {
   std::vector<float> x = vlmd::testing::RandomNormal(1000, 9, 100.0f);
   x[0] = 1.0f + 0x1p-8f;   // a tie: rounds to even (1.0)
   x[1] = 1.0f + 0x1p-7f + 0x1p-8f;  // a tie: rounds up to even
@@ -227,11 +251,18 @@ TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
   }
 }
 
+TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
+  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_pack_rows != nullptr; });
+  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has the AVX512-BF16 conversions";
+  for (const kernels::KernelTable* kt : tables) {
+    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
+    CheckToBf16MatchesTheReferenceRounding(kt);
+  }
+}
+
 // f16 -> bf16 (the tile attention's K/V cache rows): every f16 value converts to the bf16
 // rounding of its exact f32 value; NaN stays NaN. Run lengths with a masked tail.
-TEST(TileBf16Kernel, F16ToBf16RoundsEveryHalfLikeTheF32Path) {
-  const kernels::KernelTable* kt = TileTable();
-  if (kt == nullptr || kt->f16_to_bf16 == nullptr) GTEST_SKIP() << "no AMX tile kernel";
+void CheckF16ToBf16RoundsEveryHalfLikeTheF32Path(const kernels::KernelTable* kt) {
   std::vector<uint16_t> all(65536), got(65536);
   for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
   kt->f16_to_bf16(all.data(), got.data(), 65536);
@@ -248,6 +279,15 @@ TEST(TileBf16Kernel, F16ToBf16RoundsEveryHalfLikeTheF32Path) {
     kt->f16_to_bf16(all.data() + 1000, part.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], got[1000 + i]) << "n " << n;
     for (int64_t i = n; i < n + 3; ++i) ASSERT_EQ(part[i], 0xABCD) << "wrote past n " << n;
+  }
+}
+
+TEST(TileBf16Kernel, F16ToBf16RoundsEveryHalfLikeTheF32Path) {
+  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.f16_to_bf16 != nullptr; });
+  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has an f16 -> bf16 kernel";
+  for (const kernels::KernelTable* kt : tables) {
+    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
+    CheckF16ToBf16RoundsEveryHalfLikeTheF32Path(kt);
   }
 }
 
@@ -553,9 +593,7 @@ TEST(MatmulEpilogue, ResidualIsAddedOnEveryPath) {
 // before its position - a prompt after a 70-key history, its first rows seeing few keys, where
 // one key too many or too few moves the output far beyond the bf16 tolerance - against masked
 // attention in double on the same bf16 operands; a query before every key gets zeros.
-TEST(TileBf16Kernel, TileAttentionCausalMaskMatchesDoubleReference) {
-  const kernels::KernelTable* kt = TileTable();
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+void CheckTileAttentionCausalMaskMatchesDoubleReference(const kernels::KernelTable* kt) {
   const int64_t n_q = 150, history = 70, n_kv = history + n_q, hd = 64, hd_pad = 64;
   const int64_t v_k = (n_kv + 31) / 32 * 32, q_rows = (n_q + 31) / 32 * 32;
   std::vector<float> qf = vlmd::testing::RandomNormal(q_rows * hd_pad, 81, 0.6f);
@@ -604,6 +642,15 @@ TEST(TileBf16Kernel, TileAttentionCausalMaskMatchesDoubleReference) {
       ASSERT_NEAR(BF16ToF32(out[i * hd + e]), want, 0x1p-7 * v_max + 0x1p-8 * std::fabs(want))
           << "row " << i << " col " << e << " (sees " << p.size() << " keys)";
     }
+  }
+}
+
+TEST(TileBf16Kernel, TileAttentionCausalMaskMatchesDoubleReference) {
+  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_attention != nullptr; });
+  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has a bf16 attention kernel";
+  for (const kernels::KernelTable* kt : tables) {
+    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
+    CheckTileAttentionCausalMaskMatchesDoubleReference(kt);
   }
 }
 
@@ -680,9 +727,7 @@ TEST(TileBf16Kernel, PackedWeightsOnTilesEqualTheTileReference) {
 // (partial query blocks and key chunks, head_dim 48 / 64 / 72: an odd number of output panels,
 // resident and reloaded queries); a row with a NaN query gives NaN, and nothing is written past
 // head_dim.
-TEST(TileBf16Kernel, TileAttentionMatchesDoubleReference) {
-  const kernels::KernelTable* kt = TileTable();
-  if (kt == nullptr) GTEST_SKIP() << "no AMX tile kernel on this CPU";
+void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
   ASSERT_NE(kt->tile_attention, nullptr);
   // rising: later keys are longer, so later chunks raise the running max past its reference
   // (the rescale of the partial outputs runs).
@@ -759,6 +804,15 @@ TEST(TileBf16Kernel, TileAttentionMatchesDoubleReference) {
             << "row " << i << " col " << e;
       }
     }
+  }
+}
+
+TEST(TileBf16Kernel, TileAttentionMatchesDoubleReference) {
+  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_attention != nullptr; });
+  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has a bf16 attention kernel";
+  for (const kernels::KernelTable* kt : tables) {
+    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
+    CheckTileAttentionMatchesDoubleReference(kt);
   }
 }
 

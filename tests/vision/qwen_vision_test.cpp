@@ -41,7 +41,7 @@ TEST_P(QwenVisionParityTest, EveryImageChunkMatchesLlamaCpp) {
   auto le = LoadEncoder(qc.fixture, &error, qc.precision);
   ASSERT_NE(le->encoder, nullptr) << error;
   const auto& enc = *le->encoder;
-  if (qc.precision == Precision::kFast && le->ctx.kernels->tile_attention != nullptr) {
+  if (qc.precision == Precision::kFast && le->ctx.kernels->tile_bf16_matmul != nullptr) {
     EXPECT_TRUE(enc.UsesTileBlocks(*le->ctx.kernels))
         << "fast precision on AMX must run the blocks on tiles";
   }

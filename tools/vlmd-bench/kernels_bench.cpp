@@ -116,6 +116,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
     return 2;
   }
   const auto& kt = engine::kernels::GetKernelTable(*isa);
+  const ProbeUnit unit = ProbeUnitFor(engine::kernels::IsaName(*isa));
   const std::vector<std::pair<int64_t, int64_t>> gemv_shapes =
       opts.quick ? std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}}
                  : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {2048, 5632}, {5632, 2048}};
@@ -141,9 +142,9 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   engine::ops::MatmulScratch scratch;
   for (int threads : opts.threads) {
     ThreadPool pool(threads);
-    peaks[threads] = MeasureFmaPeak(pool);
-    int8_peaks[threads] = MeasureInt8DotPeak(pool);
-    int4_peaks[threads] = MeasureInt4DotPeak(pool);
+    peaks[threads] = MeasureFmaPeak(pool, unit);
+    int8_peaks[threads] = MeasureInt8DotPeak(pool, unit);
+    int4_peaks[threads] = MeasureInt4DotPeak(pool, unit);
     for (auto [k, n] : gemv_shapes) {
       const std::vector<float> a = RandomActivations(1, k);
       std::vector<float> out(static_cast<size_t>(n));
@@ -205,16 +206,21 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   }
 
   const CpuFeatures& cpu = GetCpuFeatures();
-  std::printf("vlmd-bench kernels | cpu: %s | kernels: %s | fma peak probe: %s\n",
-              cpu.brand.c_str(), std::string(engine::kernels::IsaName(*isa)).c_str(), FmaPeakIsa());
+  std::printf("vlmd-bench kernels | cpu: %s | kernels: %s | probes: %s\n", cpu.brand.c_str(),
+              std::string(engine::kernels::IsaName(*isa)).c_str(), ProbeUnitName(unit));
   for (auto [t, p] : peaks) std::printf("measured f32 FMA peak, %d thread(s): %.1f GFLOP/s\n", t, p);
   for (auto [t, p] : int8_peaks) {
-    if (p > 0) std::printf("measured int8 MAC peak (vpdpbusd), %d thread(s): %.1f G/s\n", t, p);
+    if (p > 0) {
+      std::printf("measured int8 MAC peak (%s), %d thread(s): %.1f G/s\n",
+                  Int8DotPeakInstructions(unit), t, p);
+    }
   }
   for (auto [t, p] : int4_peaks) {
     if (p > 0) {
-      std::printf("measured int4 unpack+dot peak (2 masks + 2 vpdpbusd per 128 weights), %d "
-                  "thread(s): %.1f G weights/s\n", t, p);
+      std::printf("measured int4 unpack+dot peak (%s), %d thread(s): %.1f G weights/s\n",
+                  unit == ProbeUnit::kAvx512Vnni ? "2 masks + 2 vpdpbusd per 128 weights"
+                                                 : "3 masks/shifts + 2 vpmaddubsw per 64 weights",
+                  t, p);
     }
   }
   std::printf("(type/pk: the packed int8 layout of that type; f16->i8: F16 weights quantized to\n"
@@ -229,6 +235,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   j["cpu"] = cpu.brand;
   j["cpu_features"] = cpu.ToString();
   j["kernel_isa"] = std::string(engine::kernels::IsaName(*isa));
+  j["probe_unit"] = ProbeUnitName(unit);
   for (auto [t, p] : peaks) j["fma_peak_gflops"][std::to_string(t)] = p;
   for (auto [t, p] : int8_peaks) j["int8_mac_peak_g_s"][std::to_string(t)] = p;
   for (auto [t, p] : int4_peaks) j["int4_dot_peak_g_weights_s"][std::to_string(t)] = p;

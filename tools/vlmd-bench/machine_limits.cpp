@@ -142,6 +142,63 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t DotInt4Avx512Vnni
   return _mm512_reduce_add_epi32(sum);
 }
 
+// The AVX2 packed kernel's int8 dot (packed_matmul_avx2.cpp): vpmaddubsw (32 byte products into
+// 16 saturating pairs), vpmaddwd against ones (into 8 int32), vpaddd. 12 independent chains.
+__attribute__((target("avx2"))) int32_t DotInt8Avx2(int64_t iters) {
+  __m256i acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_epi32(j);
+  __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-5);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 12; ++j) {
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
+    }
+    asm volatile("" : "+x"(u), "+x"(s));
+  }
+  __m256i sum = acc[0];
+  for (int j = 1; j < 12; ++j) sum = _mm256_add_epi32(sum, acc[j]);
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), sum);
+  return out[0] + out[7];
+}
+
+// The AVX2 4-bit kernel's least work: per 32 bytes of nibbles one mask, one shift + mask and two
+// vpmaddubsw added into an int16 accumulator (widened once per 8 loads, as a 32-element block
+// is). 8 accumulators; activations broadcast from L1.
+__attribute__((target("avx2"))) int32_t DotInt4Avx2(const uint8_t* nibbles, const int8_t* act,
+                                                    int64_t iters) {
+  constexpr int kVecs = 8;
+  __m256i acc[kVecs];
+  for (int v = 0; v < kVecs; ++v) acc[v] = _mm256_setzero_si256();
+  __m256i wide = _mm256_setzero_si256();
+  const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile("" : "+r"(nibbles), "+r"(act));
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(nibbles + v * 32));
+      int32_t a_lo, a_hi;
+      std::memcpy(&a_lo, act + 8 * (v % 4), 4);
+      std::memcpy(&a_hi, act + 8 * (v % 4) + 4, 4);
+      acc[v] = _mm256_add_epi16(
+          acc[v], _mm256_maddubs_epi16(_mm256_and_si256(raw, low4), _mm256_set1_epi32(a_lo)));
+      acc[v] = _mm256_add_epi16(
+          acc[v], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4),
+                                       _mm256_set1_epi32(a_hi)));
+    }
+    if ((i & 7) == 7) {  // one widening per 8 loads of each accumulator
+      for (int v = 0; v < kVecs; ++v) {
+        wide = _mm256_add_epi32(wide, _mm256_madd_epi16(acc[v], ones));
+        acc[v] = _mm256_setzero_si256();
+      }
+    }
+  }
+  for (int v = 0; v < kVecs; ++v) wide = _mm256_add_epi32(wide, _mm256_madd_epi16(acc[v], ones));
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), wide);
+  return out[0] + out[7];
+}
+
 bool HasAvx512() { return GetCpuFeatures().avx512f; }
 bool HasAvx2() { return GetCpuFeatures().avx2 && GetCpuFeatures().fma; }
 
@@ -149,7 +206,33 @@ volatile float g_sink = 0.0f;  // keeps the probes' results alive
 
 }  // namespace
 
-const char* FmaPeakIsa() { return HasAvx512() ? "avx512" : HasAvx2() ? "avx2" : "sse"; }
+ProbeUnit ProbeUnitFor(std::string_view kernel_isa) {
+  ProbeUnit unit = ProbeUnit::kSse;
+  if (kernel_isa == "avx2") unit = ProbeUnit::kAvx2;
+  if (kernel_isa == "avx512") unit = ProbeUnit::kAvx512;
+  if (kernel_isa == "avx512vnni" || kernel_isa == "amx") unit = ProbeUnit::kAvx512Vnni;
+  // Capped by the CPU (a table is only selected where it runs, but stay safe).
+  if (unit == ProbeUnit::kAvx512Vnni && !GetCpuFeatures().avx512vnni) unit = ProbeUnit::kAvx512;
+  if (unit == ProbeUnit::kAvx512 && !HasAvx512()) unit = ProbeUnit::kAvx2;
+  if (unit == ProbeUnit::kAvx2 && !HasAvx2()) unit = ProbeUnit::kSse;
+  return unit;
+}
+
+const char* ProbeUnitName(ProbeUnit unit) {
+  switch (unit) {
+    case ProbeUnit::kSse: return "sse";
+    case ProbeUnit::kAvx2: return "avx2";
+    case ProbeUnit::kAvx512: return "avx512";
+    case ProbeUnit::kAvx512Vnni: return "avx512vnni";
+  }
+  return "sse";
+}
+
+const char* Int8DotPeakInstructions(ProbeUnit unit) {
+  if (unit == ProbeUnit::kAvx512Vnni) return "vpdpbusd";
+  if (unit == ProbeUnit::kSse) return "none";
+  return "vpmaddubsw+vpmaddwd+vpaddd";
+}
 
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {
   const size_t n = (bytes / sizeof(float) + 63) / 64 * 64;
@@ -179,21 +262,26 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {
   return static_cast<double>(n) * sizeof(float) * passes / sec / 1e9;
 }
 
-double MeasureInt8DotPeak(ThreadPool& pool) {
-  if (!GetCpuFeatures().avx512vnni) return 0.0;
+double MeasureInt8DotPeak(ThreadPool& pool, ProbeUnit unit) {
+  if (unit == ProbeUnit::kSse) return 0.0;
+  const bool vnni = unit == ProbeUnit::kAvx512Vnni;
   constexpr int64_t kIters = 4'000'000;
   const int threads = pool.size();
   std::atomic<int32_t> sink{0};
   auto run = [&] {
-    pool.ParallelFor(threads, [&](int64_t, int) { sink.fetch_add(DotInt8Avx512Vnni(kIters)); });
+    pool.ParallelFor(threads, [&](int64_t, int) {
+      sink.fetch_add(vnni ? DotInt8Avx512Vnni(kIters) : DotInt8Avx2(kIters));
+    });
   };
   const double sec = MedianSeconds(5, run);
-  const double macs_per_iter = 16.0 * 64;  // 16 instructions x 64 byte products
+  // VNNI: 16 instructions x 64 byte products; AVX2: 12 chains x 32 byte products.
+  const double macs_per_iter = vnni ? 16.0 * 64 : 12.0 * 32;
   return macs_per_iter * kIters * threads / sec / 1e9;
 }
 
-double MeasureInt4DotPeak(ThreadPool& pool) {
-  if (!GetCpuFeatures().avx512vnni) return 0.0;
+double MeasureInt4DotPeak(ThreadPool& pool, ProbeUnit unit) {
+  if (unit == ProbeUnit::kSse) return 0.0;
+  const bool vnni = unit == ProbeUnit::kAvx512Vnni;
   constexpr int64_t kIters = 8'000'000;  // ~20 ms per timing
   const int threads = pool.size();
   std::atomic<int32_t> sink{0};
@@ -203,25 +291,29 @@ double MeasureInt4DotPeak(ThreadPool& pool) {
       alignas(64) int8_t act[32];
       for (int i = 0; i < 8 * 64; ++i) nibbles[i] = static_cast<uint8_t>(i * 37);
       for (int i = 0; i < 32; ++i) act[i] = static_cast<int8_t>(i * 5 - 80);
-      sink.fetch_add(DotInt4Avx512Vnni(nibbles, act, kIters));
+      sink.fetch_add(vnni ? DotInt4Avx512Vnni(nibbles, act, kIters)
+                          : DotInt4Avx2(nibbles, act, kIters));
     });
   };
   const double sec = MedianSeconds(7, run);
-  const double weights_per_iter = 8.0 * 128;  // 8 loads x 64 bytes x 2 nibbles
+  // VNNI: 8 loads x 64 bytes x 2 nibbles; AVX2: 8 loads x 32 bytes x 2 nibbles.
+  const double weights_per_iter = vnni ? 8.0 * 128 : 8.0 * 64;
   return weights_per_iter * kIters * threads / sec / 1e9;
 }
 
-double MeasureFmaPeak(ThreadPool& pool) {
+double MeasureFmaPeak(ThreadPool& pool, ProbeUnit unit) {
   constexpr int64_t kIters = 4'000'000;
   const int threads = pool.size();
+  const bool wide = unit == ProbeUnit::kAvx512 || unit == ProbeUnit::kAvx512Vnni;
+  const bool avx2 = unit == ProbeUnit::kAvx2;
   auto run = [&] {
     pool.ParallelFor(threads, [&](int64_t, int) {
-      const float s = HasAvx512() ? FmaAvx512(kIters) : HasAvx2() ? FmaAvx2(kIters) : FmaSse(kIters);
+      const float s = wide ? FmaAvx512(kIters) : avx2 ? FmaAvx2(kIters) : FmaSse(kIters);
       g_sink = g_sink + s;
     });
   };
   const double sec = MedianSeconds(5, run);
-  const double flops_per_iter = HasAvx512() ? 16 * 16 * 2 : HasAvx2() ? 12 * 8 * 2 : 8 * 4 * 2;
+  const double flops_per_iter = wide ? 16 * 16 * 2 : avx2 ? 12 * 8 * 2 : 8 * 4 * 2;
   return flops_per_iter * kIters * threads / sec / 1e9;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 
 #include "core/thread_pool.h"
 
@@ -13,24 +14,30 @@ namespace vlmd::bench {
 // 0 when the buffer cannot be allocated.
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes);
 
-// Peak f32 FMA throughput in GFLOP/s with all threads of `pool` (independent accumulator chains
-// in the widest vector unit this CPU has: AVX-512, else AVX2+FMA, else SSE mul+add).
-double MeasureFmaPeak(ThreadPool& pool);
+// The vector unit a probe runs on: that of the kernel table being measured (VLMD_FORCE_ISA=avx2
+// on an AVX-512 machine measures the AVX2 limits), capped by what this CPU has.
+enum class ProbeUnit { kSse, kAvx2, kAvx512, kAvx512Vnni };
+ProbeUnit ProbeUnitFor(std::string_view kernel_isa);  // "ref", "avx2", "avx512", "avx512vnni", "amx"
+const char* ProbeUnitName(ProbeUnit unit);               // "sse", "avx2", "avx512", "avx512vnni"
 
-// Name of the vector unit MeasureFmaPeak used ("avx512", "avx2", "sse").
-const char* FmaPeakIsa();
+// Peak f32 FMA throughput in GFLOP/s with all threads of `pool` (independent accumulator chains
+// in `unit`: AVX-512, AVX2+FMA, or SSE mul+add).
+double MeasureFmaPeak(ThreadPool& pool, ProbeUnit unit);
 
 // Peak int8 multiply-add rate (u8 x s8 products summed into int32, 1e9/s) with all threads of
-// `pool`: independent vpdpbusd zmm chains, the instruction the int8 GEMV kernels are built on.
-// The ceiling of a GEMV whose weights are cheap to read (a working set in L2): no kernel can
-// multiply faster than this. 0 without AVX512-VNNI.
-double MeasureInt8DotPeak(ThreadPool& pool);
+// `pool`, on the instructions the packed int8 kernels of `unit` are built on: independent
+// vpdpbusd zmm chains (AVX512-VNNI), or vpmaddubsw + vpmaddwd + vpaddd chains (AVX2 and plain
+// AVX-512, whose packed kernel is the AVX2 one). The ceiling of a GEMV whose weights are cheap
+// to read (a working set in L2): no kernel can multiply faster than this. 0 for SSE.
+double MeasureInt8DotPeak(ThreadPool& pool, ProbeUnit unit);
+const char* Int8DotPeakInstructions(ProbeUnit unit);  // what MeasureInt8DotPeak ran, for the table
 
 // Peak rate (1e9 weights/s, all threads of `pool`) at which 4-bit weights packed two to a byte
-// can be multiplied by int8 activations: per 64 bytes, the two nibble masks and two vpdpbusd
-// that every 4-bit kernel on AVX512-VNNI needs, from L1, without the per-block scaling. Half the
-// int8 MAC peak at best (the masks use the same two vector ports). 0 without AVX512-VNNI.
-double MeasureInt4DotPeak(ThreadPool& pool);
+// can be multiplied by int8 activations with the least work every 4-bit kernel of `unit` does,
+// from L1, without the per-block scaling. VNNI: per 64 bytes two nibble masks and two vpdpbusd
+// (half the int8 MAC peak at best: the masks use the same two vector ports). AVX2: per 32
+// bytes two masks, a shift and two vpmaddubsw summed in int16. 0 for SSE.
+double MeasureInt4DotPeak(ThreadPool& pool, ProbeUnit unit);
 
 // Median of `reps` timings (seconds) of fn(), after one warm-up call.
 template <typename Fn>

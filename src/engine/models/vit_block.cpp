@@ -114,12 +114,16 @@ Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool
 
 // Attention of ctx->q, k, v [n, d_model] into ctx->attn, within the spans. llama.cpp's encoder
 // runs flash attention: K and V cast to F16 and Q rounded to F16 (f32 accumulation); rounded in
-// place here, the f32 attention multiplies exactly those numbers.
+// place here, the f32 attention multiplies exactly those numbers. In the fast precision, where
+// the table has a bf16 attention kernel (AVX512-BF16 without AMX: the products stay int8, the
+// block is not on tiles), the attention runs on it instead, its operands rounded to bf16.
 Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionContext* ctx) {
   const kernels::KernelTable& kt = *ctx->kernels;
+  const bool bf16 = spec.fast && kt.tile_attention != nullptr;
   const int64_t values = rows.n * spec.d_model;
   constexpr int64_t kChunk = 1 << 14;
   for (float* buf : {ctx->q.data(), ctx->k.data(), ctx->v.data()}) {
+    if (bf16) break;
     ops::internal::ForTasks(ctx->pool, (values + kChunk - 1) / kChunk, [&](int64_t c, int) {
       kt.round_f16(buf + c * kChunk, buf + c * kChunk, std::min(kChunk, values - c * kChunk));
     });
@@ -136,6 +140,7 @@ Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionConte
   a.scale = 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
   a.spans = rows.spans;
   a.kv_scratch = &ctx->attention_scratch;
+  a.bf16_tiles = bf16;
   return ops::Attention(kt, ctx->pool, a);
 }
 

@@ -1,18 +1,11 @@
-// Flash-style attention of one head on the AMX tile unit (tile_bf16.h, TileAttentionArgs).
-//
-// Queries go in blocks of 32 rows (two row tiles), keys in chunks of kChunk = 128. Per chunk:
-//   1. S = Q K^T for the chunk (per 16-key panel: 2 accumulators), stored to a 32 x 128 f32
-//      block in L1. With head_dim 64 the block's four Q tiles stay in tile registers.
-//   2. Online softmax per row in base 2: a reference m (the running max, moved only when a
-//      chunk exceeds it by more than 8), running sum l; the block's probabilities 2^(s - m)
-//      rounded to bf16 into P (32 x 128, the A operand of the next product); the f32 output rows
-//      O are rescaled by 2^(m_old - m_new) when m moves.
-//   3. O += P V for the chunk: 2 row tiles x 2 output panels of accumulators, loaded from and
-//      stored back to O (32 x head_dim f32 in L1).
-// At the end O / l is written as bf16. Nothing of size n_q x n_kv exists: the score matrix of the
-// unfused version went through L2 twice (store, then softmax), a tenth of the encoder's time.
-// With a causal mask, a block stops at its last visible key and each row's softmax counts only
-// its own visible keys (the rest of the chunk gets probability 0).
+// Flash-style attention of one head on the AMX tile unit (tile_bf16.h, TileAttentionArgs): the
+// driver and online softmax of flash_attention_inl.h with the two products on tiles.
+//   Score: per 16-key panel two 16 x 16 accumulators (query rows 0-15, 16-31), stored to the
+//     32 x 128 f32 block in L1. With head_dim 64 the block's four Q tiles stay in tile registers.
+//   Accumulate: 2 row tiles x 2 output panels of accumulators, loaded from and stored back to O
+//     (32 x head_dim f32 in L1).
+// (Software-pipelining the product with chunk c after chunk c + 1's softmax, with two P blocks,
+// measured slower: 141-147 against 138-140 ms per SigLIP-B tile.)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,6 +14,7 @@
 
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/amx/amx_common.h"
+#include "engine/kernels/x86/flash_attention_inl.h"
 
 // GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
 // -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
@@ -29,11 +23,8 @@
 namespace vlmd::engine::kernels::amx {
 namespace {
 
-constexpr int64_t kChunk = 128;                   // keys per chunk: 8 panels
-constexpr int64_t kSStride = kChunk + 16;         // f32 score rows: off the 4 KiB set stride
-constexpr int64_t kPStride = kChunk + 32;         // bf16 probability rows
-constexpr float kLowest = -150.0f;                // 2^-150: 0 (or a denormal) against the max
-constexpr float kSlack = 8.0f;                    // probabilities up to 2^8 before a rescale
+using flash::kPStride;
+using flash::kSStride;
 
 // S block = Q rows [q0, q0 + 32) x keys of panels [p0, p0 + panels), per panel two 16 x 16
 // accumulators (rows 0-15, 16-31). hd_pad / 32 steps; the Q tiles stay resident when there are
@@ -80,53 +71,6 @@ void ScoreBlock(const TileAttentionArgs& a, const uint16_t* q, int64_t p0, int64
   }
 }
 
-// Online softmax of one row's nk scores (nk <= kChunk): updates the reference m and the sum l,
-// writes the bf16 probabilities 2^(s - m) (zero up to nk_pad) and, when m moves, rescales the
-// row's output accumulators to it before this chunk's product is added.
-void SoftmaxRow(const float* s, int64_t nk, int64_t nk_pad, float* m, float* l, uint16_t* p,
-                float* o, int64_t hd_pad) {
-  const int64_t full = nk / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (nk - full)) - 1u);
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < full; j += 16) vmax = _mm512_max_ps(_mm512_load_ps(s + j), vmax);
-  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_load_ps(tail, s + full), vmax);
-  const float chunk_max = _mm512_reduce_max_ps(vmax);
-  if (std::max(*m, chunk_max) == -INFINITY) {  // nothing but -inf and NaN so far
-    std::fill(p, p + nk_pad, uint16_t{0});   // (vmaxps skips NaN)
-    if (std::any_of(s, s + nk, [](float v) { return std::isnan(v); })) *l = NAN;
-    return;
-  }
-  // The reference m moves only when the chunk's max exceeds it by more than kSlack: terms up to
-  // 2^kSlack are fine in bf16 and f32, and most chunks then skip the rescale of O and l.
-  if (chunk_max > *m + kSlack) {
-    const float alpha = std::exp2(*m - chunk_max);  // 0 on the first chunk (m = -inf)
-    *l *= alpha;
-    const __m512 va = _mm512_set1_ps(alpha);
-    for (int64_t e = 0; e < hd_pad; e += 16) {
-      _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), va));
-    }
-    *m = chunk_max;
-  }
-  const __m512 vm = _mm512_set1_ps(*m);
-  __m512 vsum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < full; j += 16) {
-    const __m512 e = Exp2NonPositive(_mm512_sub_ps(_mm512_load_ps(s + j), vm), kLowest);
-    vsum = _mm512_add_ps(vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(e);
-    std::memcpy(p + j, &b, sizeof(b));
-  }
-  if (tail) {
-    const __m512 e =
-        Exp2NonPositive(_mm512_sub_ps(_mm512_maskz_load_ps(tail, s + full), vm), kLowest);
-    vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_mov_ps(tail, e));
-    std::memcpy(p + full, &b, sizeof(b));  // zeros past nk
-  }
-  std::fill(p + (tail ? full + 16 : full), p + nk_pad, uint16_t{0});
-  // A NaN score makes the sum NaN; so does +inf (inf - inf), and both reach the output.
-  *l += _mm512_reduce_add_ps(vsum);
-}
-
 // O rows [0, 32) += P (32 x 32 * steps) V^T's panels for keys [k0, k0 + 32 * steps).
 void AccumulateBlock(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
                      float* o, int64_t o_stride) {
@@ -167,62 +111,23 @@ void AccumulateBlock(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, 
   }
 }
 
+struct AmxBlocks {
+  void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t p0, int64_t panels,
+             float* s) const {
+    ScoreBlock(a, q, p0, panels, s);
+  }
+  void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
+                  float* o, int64_t o_stride) const {
+    AccumulateBlock(a, p, k0, steps, o, o_stride);
+  }
+};
+
 }  // namespace
 
 void TileAttentionAmx(const TileAttentionArgs& a) {
   ConfigureTiles();
-  alignas(64) float s[32 * kSStride];
-  alignas(64) uint16_t p[32 * kPStride];
-  const int64_t o_stride = a.hd_pad + 16;
-  float* o = a.o_scratch;
-  float m[32], l[32];
-  // (Software-pipelining the product with chunk c after chunk c + 1's softmax, with two P
-  // blocks, measured slower: 141-147 against 138-140 ms per SigLIP-B tile.)
-  const bool causal = a.q_pos != nullptr && a.kv_pos != nullptr;
-  int64_t visible[32];  // per row of a block: keys [0, visible) are not masked
-  for (int64_t q0 = 0; q0 < a.n_q; q0 += 32) {
-    const int64_t rows = std::min<int64_t>(32, a.n_q - q0);
-    std::fill(o, o + 32 * o_stride, 0.0f);
-    std::fill(m, m + 32, -INFINITY);
-    std::fill(l, l + 32, 0.0f);
-    int64_t n_kv = a.n_kv;
-    std::fill(visible, visible + 32, a.n_kv);
-    if (causal) {
-      n_kv = 0;
-      for (int64_t r = 0; r < 32; ++r) {
-        visible[r] = r < rows ? std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[q0 + r]) -
-                                    a.kv_pos
-                              : 0;
-        n_kv = std::max(n_kv, visible[r]);
-      }
-    }
-    const uint16_t* q = a.q + q0 * a.ldq;
-    for (int64_t k0 = 0; k0 < n_kv; k0 += kChunk) {
-      const int64_t nk = std::min(kChunk, n_kv - k0);
-      const int64_t steps = (nk + kTileK - 1) / kTileK;
-      ScoreBlock(a, q, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
-      for (int64_t r = 0; r < 32; ++r) {
-        // Masked keys (past the row's visible ones) count as absent: probability 0.
-        const int64_t nk_row = std::clamp<int64_t>(visible[r] - k0, 0, nk);
-        SoftmaxRow(s + r * kSStride, nk_row, steps * kTileK, &m[r], &l[r], p + r * kPStride,
-                   o + r * o_stride, a.hd_pad);
-      }
-      AccumulateBlock(a, p, k0, steps, o, o_stride);
-    }
-    const __mmask16 last = static_cast<__mmask16>(
-        a.hd % 16 == 0 ? 0xFFFF : (1u << (a.hd % 16)) - 1u);
-    for (int64_t r = 0; r < rows; ++r) {
-      // l is 0 only when every score was -inf: zeros then (a NaN l stays NaN).
-      const __m512 inv = _mm512_set1_ps(l[r] > 0.0f || std::isnan(l[r]) ? 1.0f / l[r] : 0.0f);
-      uint16_t* out = a.out + (q0 + r) * a.ldo;
-      for (int64_t e = 0; e < a.hd; e += 16) {
-        const __mmask16 mask = e + 16 <= a.hd ? __mmask16{0xFFFF} : last;
-        const __m256bh b =
-            _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(o + r * o_stride + e), inv));
-        _mm256_mask_storeu_epi16(out + e, mask, reinterpret_cast<const __m256i&>(b));
-      }
-    }
-  }
+  AmxBlocks blocks;
+  flash::FlashAttention(a, blocks);
   _tile_release();
 }
 

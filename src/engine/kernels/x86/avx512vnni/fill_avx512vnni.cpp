@@ -8,6 +8,8 @@ void FillAvx512VnniKernels(KernelTable* t) {
   FillAvx512VnniQuantMatmul(t);
   FillAvx512VnniKQuantMatmul(t);
   FillAvx512VnniPackedMatmul(t);
+  FillAvx512Bf16Rows(t);
+  FillAvx512Bf16Attention(t);
 }
 
 }  // namespace vlmd::engine::kernels

@@ -1,0 +1,149 @@
+// The AVX512-BF16 row kernels of the bf16 paths (tile_bf16.h): f32 / f16 -> bf16 rows, the GELU
+// of the tile epilogue, and the tile-layout packing of attention operands. Shared by the
+// AVX512-VNNI/BF16 table (its vdpbf16ps attention) and the AMX table (filled after this one).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/kernels/tile_bf16.h"
+#include "engine/kernels/x86/flash_attention_inl.h"
+#include "engine/kernels/x86/x86_fill.h"
+
+// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace vlmd::engine::kernels {
+namespace {
+
+using flash::Exp2NonPositive;
+
+void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    std::memcpy(y + i, &v, sizeof(v));
+  }
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
+    uint16_t tmp[16];
+    std::memcpy(tmp, &v, sizeof(v));
+    std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
+  }
+}
+
+// f16 -> f32 (exact) -> bf16 with the same rounding instruction as ToBf16Avx512.
+void F16ToBf16Avx512(const uint16_t* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    const __m256bh v = _mm512_cvtneps_pbh(f);
+    std::memcpy(y + i, &v, sizeof(v));
+  }
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 f = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, x + i));
+    const __m256bh v = _mm512_cvtneps_pbh(f);
+    uint16_t tmp[16];
+    std::memcpy(tmp, &v, sizeof(v));
+    std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
+  }
+}
+
+// GELU (tanh form) for values rounded to bf16 afterwards, relative error < 1e-4:
+// x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
+// z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
+// is the 14-bit reciprocal estimate. The relative bound holds down to x ~ -8.7; below, where
+// the true value is under 2^-126 |x|, the result may be a denormal or 0 (vcvtneps2bf16 makes
+// denormals 0 anyway). x = -inf gives NaN (the encoder's final check reports it).
+void GeluTanhForBf16Avx512(const float* x, float* y, int64_t n) {
+  const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
+  const __m512 k3 = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? __mmask16{0xFFFF}
+                                       : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + i);
+    const __m512 a = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), k3, k));
+    // 2^-|a|, which is 0 for |a| >= 200 (x below about -12), so that the result is then -0 for any x.
+    const __m512 z = Exp2NonPositive(_mm512_or_ps(a, sign), -200.0f);
+    const __m512 r = _mm512_rcp14_ps(_mm512_add_ps(one, z));
+    const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                            z, one);
+    _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(_mm512_mul_ps(v, num), r));
+  }
+}
+
+// TileBf16Matrix::PackRows with AVX-512: each row of a panel's B tile (16 columns x one pair of
+// k values, 32-bit words) is one gather of the same word from the panel's 16 source rows.
+void PackRowsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                    int64_t k, uint16_t* dst) {
+  if (row_stride > (int64_t{1} << 26)) {  // gather offsets (15 rows apart) must fit in int32
+    TileBf16Matrix::PackRows(rows, row_stride, n, k_valid, k, dst);
+    return;
+  }
+  const int64_t panels = (n + kTileCols - 1) / kTileCols;
+  const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // Byte offsets of the 16 source rows (row_stride values of 2 bytes each).
+  const __m512i offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(
+                                                        static_cast<int32_t>(row_stride * 2)));
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* panel = dst + p * k * kTileCols;
+    const int64_t cols = std::min<int64_t>(kTileCols, n - p * kTileCols);
+    const __mmask16 valid = static_cast<__mmask16>((1u << cols) - 1u);
+    const uint16_t* base = rows + p * kTileCols * row_stride;
+    for (int64_t w = 0; w < k / 2; ++w) {
+      __m512i v = _mm512_setzero_si512();
+      if (2 * w + 1 < k_valid) {
+        v = _mm512_mask_i32gather_epi32(v, valid, offsets, base + 2 * w, 1);
+      } else if (2 * w < k_valid) {  // odd k_valid: the last value, its pair partner zero
+        alignas(64) uint32_t words[16] = {};
+        for (int64_t j = 0; j < cols; ++j) words[j] = base[j * row_stride + 2 * w];
+        v = _mm512_load_si512(words);
+      }
+      _mm512_storeu_si512(panel + w * 2 * kTileCols, v);
+    }
+  }
+}
+
+// TileBf16Matrix::PackColumns with AVX-512: a B tile row interleaves 16 values of two
+// consecutive rows (k values 2w and 2w + 1 of the panel's 16 columns).
+void PackColumnsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+                       int64_t k, uint16_t* dst) {
+  const int64_t panels = (n + kTileCols - 1) / kTileCols;
+  alignas(64) uint16_t interleave[32];
+  for (int j = 0; j < 16; ++j) {
+    interleave[2 * j] = static_cast<uint16_t>(j);
+    interleave[2 * j + 1] = static_cast<uint16_t>(32 + j);
+  }
+  const __m512i idx = _mm512_load_si512(interleave);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* panel = dst + p * k * kTileCols;
+    const int64_t cols = std::min<int64_t>(kTileCols, n - p * kTileCols);
+    const __mmask32 valid = static_cast<__mmask32>((1u << cols) - 1u);
+    const uint16_t* col = rows + p * kTileCols;
+    for (int64_t i = 0; i < k; i += 2) {
+      const __m512i r0 = i < k_valid ? _mm512_maskz_loadu_epi16(valid, col + i * row_stride)
+                                     : _mm512_setzero_si512();
+      const __m512i r1 = i + 1 < k_valid
+                             ? _mm512_maskz_loadu_epi16(valid, col + (i + 1) * row_stride)
+                             : _mm512_setzero_si512();
+      _mm512_storeu_si512(panel + i * kTileCols, _mm512_permutex2var_epi16(r0, idx, r1));
+    }
+  }
+}
+
+}  // namespace
+
+void FillAvx512Bf16Rows(KernelTable* t) {
+  t->to_bf16 = ToBf16Avx512;
+  t->f16_to_bf16 = F16ToBf16Avx512;
+  t->gelu_tanh_for_bf16 = GeluTanhForBf16Avx512;
+  t->tile_pack_rows = PackRowsAvx512;
+  t->tile_pack_columns = PackColumnsAvx512;
+}
+
+}  // namespace vlmd::engine::kernels

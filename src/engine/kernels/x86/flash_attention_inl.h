@@ -1,0 +1,155 @@
+// The flash-style attention of one head (tile_bf16.h, TileAttentionArgs) shared by the AMX tile
+// kernel and the AVX512-BF16 one: the driver (query blocks of 32 rows, keys in chunks of
+// kChunk), the online softmax and the final normalization. Only the two products differ, and
+// come from the caller's `Blocks` type:
+//   Score(a, q, p0, panels, s): S = Q K^T for 32 query rows (q) x the 16-key panels
+//     [p0, p0 + panels), into the f32 block s (32 rows of kSStride);
+//   Accumulate(a, p, k0, steps, o, o_stride): O rows [0, 32) += P (32 rows of kPStride bf16
+//     probabilities, 32 * steps keys) x V^T's panels for keys [k0, k0 + 32 * steps).
+// Per chunk: 1. S for the chunk, in L1. 2. Online softmax per row in base 2: a reference m (the
+// running max, moved only when a chunk exceeds it by more than kSlack), running sum l; the
+// block's probabilities 2^(s - m) rounded to bf16 into P; the f32 output rows O rescaled by
+// 2^(m_old - m_new) when m moves. 3. O += P V. At the end O / l is written as bf16. Nothing of
+// size n_q x n_kv exists. With a causal mask, a block stops at its last visible key and each
+// row's softmax counts only its own visible keys (the rest of the chunk gets probability 0).
+//
+// Include only from translation units compiled with AVX-512 + AVX512-BF16 (x86/avx512vnni,
+// x86/amx).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/tile_bf16.h"
+
+namespace vlmd::engine::kernels::flash {
+
+inline constexpr int64_t kChunk = 128;            // keys per chunk: 8 panels
+inline constexpr int64_t kSStride = kChunk + 16;  // f32 score rows: off the 4 KiB set stride
+inline constexpr int64_t kPStride = kChunk + 32;  // bf16 probability rows
+inline constexpr float kLowest = -150.0f;         // 2^-150: 0 (or a denormal) against the max
+inline constexpr float kSlack = 8.0f;             // probabilities up to 2^8 before a rescale
+
+// 2^t = 2^f * 2^floor(t), f = t - floor(t) in [0, 1) (vreduceps), 2^f from a degree-4 minimax
+// polynomial (relative error < 2.6e-6), 2^floor(t) applied by vscalefps (which floors t itself).
+// Meant for t <= 0 (softmax terms; the fused attention also passes t up to 8, which is as exact).
+// t is clamped at `lowest` (-inf would make f NaN; callers pick a value below which 2^t, then 0
+// or a denormal, is negligible for them); a NaN passes through (vmaxps returns its second operand
+// when either is NaN).
+inline __m512 Exp2NonPositive(__m512 t, float lowest) {
+  t = _mm512_max_ps(_mm512_set1_ps(lowest), t);
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
+  __m512 p = _mm512_set1_ps(0.0135341605f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0520114748f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.241442748f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693003836f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.00000259f));
+  return _mm512_scalef_ps(p, t);
+}
+
+// Online softmax of one row's nk scores (nk <= kChunk): updates the reference m and the sum l,
+// writes the bf16 probabilities 2^(s - m) (zero up to nk_pad) and, when m moves, rescales the
+// row's output accumulators to it before this chunk's product is added.
+inline void SoftmaxRow(const float* s, int64_t nk, int64_t nk_pad, float* m, float* l,
+                       uint16_t* p, float* o, int64_t hd_pad) {
+  const int64_t full = nk / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (nk - full)) - 1u);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < full; j += 16) vmax = _mm512_max_ps(_mm512_load_ps(s + j), vmax);
+  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_load_ps(tail, s + full), vmax);
+  const float chunk_max = _mm512_reduce_max_ps(vmax);
+  if (std::max(*m, chunk_max) == -INFINITY) {  // nothing but -inf and NaN so far
+    std::fill(p, p + nk_pad, uint16_t{0});   // (vmaxps skips NaN)
+    if (std::any_of(s, s + nk, [](float v) { return std::isnan(v); })) *l = NAN;
+    return;
+  }
+  // The reference m moves only when the chunk's max exceeds it by more than kSlack: terms up to
+  // 2^kSlack are fine in bf16 and f32, and most chunks then skip the rescale of O and l.
+  if (chunk_max > *m + kSlack) {
+    const float alpha = std::exp2(*m - chunk_max);  // 0 on the first chunk (m = -inf)
+    *l *= alpha;
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (int64_t e = 0; e < hd_pad; e += 16) {
+      _mm512_store_ps(o + e, _mm512_mul_ps(_mm512_load_ps(o + e), va));
+    }
+    *m = chunk_max;
+  }
+  const __m512 vm = _mm512_set1_ps(*m);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < full; j += 16) {
+    const __m512 e = Exp2NonPositive(_mm512_sub_ps(_mm512_load_ps(s + j), vm), kLowest);
+    vsum = _mm512_add_ps(vsum, e);
+    const __m256bh b = _mm512_cvtneps_pbh(e);
+    std::memcpy(p + j, &b, sizeof(b));
+  }
+  if (tail) {
+    const __m512 e =
+        Exp2NonPositive(_mm512_sub_ps(_mm512_maskz_load_ps(tail, s + full), vm), kLowest);
+    vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_mov_ps(tail, e));
+    std::memcpy(p + full, &b, sizeof(b));  // zeros past nk
+  }
+  std::fill(p + (tail ? full + 16 : full), p + nk_pad, uint16_t{0});
+  // A NaN score makes the sum NaN; so does +inf (inf - inf), and both reach the output.
+  *l += _mm512_reduce_add_ps(vsum);
+}
+
+template <typename Blocks>
+void FlashAttention(const TileAttentionArgs& a, Blocks& blocks) {
+  alignas(64) float s[32 * kSStride];
+  alignas(64) uint16_t p[32 * kPStride];
+  const int64_t o_stride = a.hd_pad + 16;
+  float* o = a.o_scratch;
+  float m[32], l[32];
+  const bool causal = a.q_pos != nullptr && a.kv_pos != nullptr;
+  int64_t visible[32];  // per row of a block: keys [0, visible) are not masked
+  for (int64_t q0 = 0; q0 < a.n_q; q0 += 32) {
+    const int64_t rows = std::min<int64_t>(32, a.n_q - q0);
+    std::fill(o, o + 32 * o_stride, 0.0f);
+    std::fill(m, m + 32, -INFINITY);
+    std::fill(l, l + 32, 0.0f);
+    int64_t n_kv = a.n_kv;
+    std::fill(visible, visible + 32, a.n_kv);
+    if (causal) {
+      n_kv = 0;
+      for (int64_t r = 0; r < 32; ++r) {
+        visible[r] = r < rows ? std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[q0 + r]) -
+                                    a.kv_pos
+                              : 0;
+        n_kv = std::max(n_kv, visible[r]);
+      }
+    }
+    const uint16_t* q = a.q + q0 * a.ldq;
+    for (int64_t k0 = 0; k0 < n_kv; k0 += kChunk) {
+      const int64_t nk = std::min(kChunk, n_kv - k0);
+      const int64_t steps = (nk + kTileK - 1) / kTileK;
+      blocks.Score(a, q, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
+      for (int64_t r = 0; r < 32; ++r) {
+        // Masked keys (past the row's visible ones) count as absent: probability 0.
+        const int64_t nk_row = std::clamp<int64_t>(visible[r] - k0, 0, nk);
+        SoftmaxRow(s + r * kSStride, nk_row, steps * kTileK, &m[r], &l[r], p + r * kPStride,
+                   o + r * o_stride, a.hd_pad);
+      }
+      blocks.Accumulate(a, p, k0, steps, o, o_stride);
+    }
+    const __mmask16 last = static_cast<__mmask16>(
+        a.hd % 16 == 0 ? 0xFFFF : (1u << (a.hd % 16)) - 1u);
+    for (int64_t r = 0; r < rows; ++r) {
+      // l is 0 only when every score was -inf: zeros then (a NaN l stays NaN).
+      const __m512 inv = _mm512_set1_ps(l[r] > 0.0f || std::isnan(l[r]) ? 1.0f / l[r] : 0.0f);
+      uint16_t* out = a.out + (q0 + r) * a.ldo;
+      for (int64_t e = 0; e < a.hd; e += 16) {
+        const __mmask16 mask = e + 16 <= a.hd ? __mmask16{0xFFFF} : last;
+        const __m256bh b =
+            _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(o + r * o_stride + e), inv));
+        _mm256_mask_storeu_epi16(out + e, mask, reinterpret_cast<const __m256i&>(b));
+      }
+    }
+  }
+}
+
+}  // namespace vlmd::engine::kernels::flash
