@@ -69,6 +69,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
     sums[i] = args.a_sums + (m + i) * nb;
@@ -76,6 +77,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const uint8_t* wq[NP];
   const uint16_t* ws[NP];
   const uint16_t* wm[NP];
+#pragma GCC unroll 8
   for (int v = 0; v < NP; ++v) {
     wq[v] = w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
@@ -83,86 +85,97 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 f[MR][NV];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) f[i][v] = _mm256_setzero_ps();
 
   for (int64_t b = 0; b < nb; ++b) {
     if constexpr (MR <= 2) {  // GEMV: memory-bound
       const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
+#pragma GCC unroll 8
       for (int v = 0; v < NP; ++v) {
         for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], kAhead * qstride + c);
         PrefetchAhead(ws[v], scale_ahead);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }
     }
-    // One vector of 8 columns at a time (its MR integer sums live only for that vector): with
-    // all 2 * NP vectors' sums live, a 4-panel GEMV tile did not fit the 16 registers.
-    __m256i dot[MR][NV];
+    // One vector of 8 columns at a time, scaled into its f32 sums as soon as its integer dot is
+    // done: only that vector's MR integer sums are live (with every vector's sums live until
+    // the block's end, a 4-panel GEMV or a 2 x 2-panel GEMM tile did not fit 16 registers).
+    __m256 da[MR], sum_a[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      da[i] = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
+      if constexpr (kMins) sum_a[i] = _mm256_set1_ps(static_cast<float>(sums[i][b]));
+    }
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       const uint8_t* q = wq[v / 2] + (v % 2) * 32;
       __m256i acc[MR];
+#pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_si256();
       if constexpr (kQ4) {
         const __m256i low4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
         for (int c = 0; c < 4; ++c) {
           const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 64));
           const __m256i lo = _mm256_and_si256(raw, low4);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+#pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
             acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(lo, Broadcast4(a[i][b].qs + 8 * c)));
             acc[i] = _mm256_add_epi16(acc[i],
                                       _mm256_maddubs_epi16(hi, Broadcast4(a[i][b].qs + 8 * c + 4)));
           }
         }
+#pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
-          dot[i][v] = _mm256_add_epi32(_mm256_madd_epi16(acc[i], ones16),
-                                       _mm256_set1_epi32(-offset * sums[i][b]));
+          acc[i] = _mm256_add_epi32(_mm256_madd_epi16(acc[i], ones16),
+                                    _mm256_set1_epi32(-offset * sums[i][b]));
         }
       } else {
         const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
         for (int k4 = 0; k4 < 8; ++k4) {
           const __m256i ws8 = _mm256_xor_si256(
               _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k4 * 64)), flip);
           const __m256i wabs = _mm256_abs_epi8(ws8);
+#pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
             const __m256i pairs =
                 _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(Broadcast4(a[i][b].qs + 4 * k4), ws8));
             acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(pairs, ones16));
           }
         }
-        for (int i = 0; i < MR; ++i) dot[i][v] = acc[i];
       }
-    }
-    __m256 dw[NV], mw[NV];
-    for (int v = 0; v < NV; ++v) {
-      dw[v] = _mm256_cvtph_ps(
+      const __m256 dw = _mm256_cvtph_ps(
           _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(dw, da[i]), f[i][v]);
+      }
       if constexpr (kMins) {
-        mw[v] = _mm256_cvtph_ps(
+        const __m256 mw = _mm256_cvtph_ps(
             _mm_load_si128(reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          f[i][v] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da[i]), sum_a[i], f[i][v]);
+        }
       }
     }
+#pragma GCC unroll 8
     for (int v = 0; v < NP; ++v) {
       wq[v] += qstride;
       ws[v] += sstride;
       if constexpr (kMins) wm[v] += sstride;
     }
-    for (int i = 0; i < MR; ++i) {
-      const __m256 da = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
-      for (int v = 0; v < NV; ++v) {
-        f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][v]), _mm256_mul_ps(dw[v], da), f[i][v]);
-      }
-      if constexpr (kMins) {
-        const __m256 sum = _mm256_set1_ps(static_cast<float>(sums[i][b]));
-        for (int v = 0; v < NV; ++v) {
-          f[i][v] = _mm256_fnmadd_ps(_mm256_mul_ps(mw[v], da), sum, f[i][v]);
-        }
-      }
-    }
   }
 
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     float* out = args.out + (m + i) * args.out_stride;
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) StoreColumns(out, (p + v / 2) * kPanelCols + (v % 2) * 8, w.n(), f[i][v]);
   }
 }
@@ -180,8 +193,8 @@ constexpr auto kTiles = MakeTiles<kFmt>(std::make_integer_sequence<int, kMaxMR *
 // Tile shape for a row count. GEMV (1-2 rows) takes 4 panels: a 4-bit panel group is then read
 // as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode ~0.3 of the
 // bandwidth bound); GEMMs take one panel and kMaxMR rows (their 2 x 3 f32 sums stay in registers).
-constexpr int kGemmRows = kMaxMR;
-constexpr int PanelsPerTile(int64_t rows) { return rows <= 2 ? kMaxNP : 1; }
+constexpr int kGemmRows = 2;
+constexpr int PanelsPerTile(int64_t rows) { return rows <= 2 ? kMaxNP : 2; }
 
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
