@@ -163,9 +163,12 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   ops::MatmulScratch scratch;
   uint32_t seed = 11;
   // One row over 7 panels: GEMV tiles of 4 panels and a narrower last one.
+  // n = 29, 45, 71: a last panel whose second 8-column half is partial (the AVX2 tiles' masked
+  // stores).
   const std::vector<Case> cases = {Case{1, 1, 32},  Case{1, 17, 96},  Case{1, 100, 64},
                                    Case{2, 50, 256}, Case{3, 16, 64},  Case{4, 71, 128},
-                                   Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160}};
+                                   Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160},
+                                   Case{1, 45, 64},  Case{2, 29, 96},  Case{7, 45, 64}};
   const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{1, 100, 256}, Case{3, 50, 512},
                                      Case{70, 33, 256}};
   for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kQ4_K}) {

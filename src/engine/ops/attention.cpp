@@ -333,8 +333,8 @@ bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p) {
   const bool converts = a.kv_type == DType::kBF16  ? true
                         : a.kv_type == DType::kF16 ? kt.f16_to_bf16 != nullptr
                                                    : kt.to_bf16 != nullptr;
-  return a.bf16_tiles && kt.tile_attention != nullptr && kt.to_bf16 != nullptr && converts &&
-         a.n_kv > 0 && a.head_dim <= kMaxTileHeadDim && (!a.causal || p.sorted_kv_pos);
+  return a.bf16_tiles && Bf16AttentionRuns(kt, a.head_dim) && converts && a.n_kv > 0 &&
+         (!a.causal || p.sorted_kv_pos);
 }
 
 Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
@@ -589,6 +589,10 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
     }
   }
   return Status::Ok();
+}
+
+bool Bf16AttentionRuns(const kernels::KernelTable& kt, int64_t head_dim) {
+  return kt.tile_attention != nullptr && kt.to_bf16 != nullptr && head_dim <= kMaxTileHeadDim;
 }
 
 }  // namespace vlmd::engine::ops

@@ -82,8 +82,9 @@ struct AttentionArgs {
   // a query block and its output; the streaming path its partial results per task.
   std::vector<float>* kv_scratch = nullptr;
 
-  // The engine's fast precision: round Q, K and V to bf16 and run on the AMX tile unit
-  // (kernels::TileAttentionArgs: products and sums f32) where the kernel table has it, for any
+  // The engine's fast precision: round Q, K and V to bf16 and run the fused bf16 attention
+  // kernel (kernels::TileAttentionArgs: products and sums f32; AMX tiles, or vdpbf16ps on
+  // AVX512-BF16 without AMX) where the kernel table has it (Bf16AttentionRuns), for any
   // number of query rows, so that a row's result does not depend on how many share the call
   // (TextDecoder sets it for prompt rows, never for decode steps). Off: the f32 paths above.
   bool bf16_tiles = false;
@@ -98,5 +99,9 @@ struct AttentionArgs {
 // head_dim. INVALID_ARGUMENT on inconsistent shapes,
 // strides, null buffers, a missing position array or a kv_type other than F16/F32.
 Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const AttentionArgs& args);
+
+// True when an attention with bf16_tiles set and f32 (or bf16) operands of this head size runs on
+// the table's bf16 kernel (else it takes the f32 paths).
+bool Bf16AttentionRuns(const kernels::KernelTable& kt, int64_t head_dim);
 
 }  // namespace vlmd::engine::ops

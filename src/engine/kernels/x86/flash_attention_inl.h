@@ -27,6 +27,9 @@
 #include "engine/kernels/tile_bf16.h"
 
 namespace vlmd::engine::kernels::flash {
+// Internal linkage: the including translation units are compiled with different ISA flags, and
+// one linker-chosen copy of an inline function must not run where its ISA is missing.
+namespace {
 
 inline constexpr int64_t kChunk = 128;            // keys per chunk: 8 panels
 inline constexpr int64_t kSStride = kChunk + 16;  // f32 score rows: off the 4 KiB set stride
@@ -152,4 +155,5 @@ void FlashAttention(const TileAttentionArgs& a, Blocks& blocks) {
   }
 }
 
+}  // namespace
 }  // namespace vlmd::engine::kernels::flash

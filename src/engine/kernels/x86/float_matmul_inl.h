@@ -1,7 +1,7 @@
 // Dot-product-shaped matmul tiles for F32 / F16 / BF16 weights (activations in the same format:
 // F32, F16-rounded, BF16-rounded), at the widest float vector of the including ISA: 512-bit when
-// compiled with AVX-512F, else 256-bit. Used for decode (few activation rows) on every ISA and for
-// GEMM on AVX2; the AVX-512 GEMM for many rows is the packed kernel in avx512/.
+// compiled with AVX-512F, else 256-bit. Used for decode (few activation rows) on every ISA; the GEMMs
+// of many rows are the packed kernels in avx2/ and avx512/.
 //
 // Numerics: weights and activations are widened exactly to f32 and multiplied-added with FMA into
 // kLanes partial sums per output, summed at the end; error <= (k / kLanes + log2 kLanes) u sum|wa|.

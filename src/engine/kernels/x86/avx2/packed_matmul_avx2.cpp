@@ -56,7 +56,7 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
 // panel is two vectors of 8 columns (v = 2 * panel + half).
 template <int kFmt, int MR, int NP>
-void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
   constexpr int NV = 2 * NP;
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
@@ -91,7 +91,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     for (int v = 0; v < NV; ++v) f[i][v] = _mm256_setzero_ps();
 
   for (int64_t b = 0; b < nb; ++b) {
-    if constexpr (MR <= 2) {  // GEMV: memory-bound
+    if (gemv) {  // memory-bound: each panel's weights a few blocks ahead
       const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
 #pragma GCC unroll 8
       for (int v = 0; v < NP; ++v) {
@@ -180,8 +180,8 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
 }
 
-using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
-constexpr int kMaxMR = 3, kMaxNP = 4;
+using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t, bool);
+constexpr int kMaxMR = 2, kMaxNP = 4;
 
 template <int kFmt, int... I>
 constexpr std::array<TileFn, kMaxMR * kMaxNP> MakeTiles(std::integer_sequence<int, I...>) {
@@ -190,22 +190,25 @@ constexpr std::array<TileFn, kMaxMR * kMaxNP> MakeTiles(std::integer_sequence<in
 template <int kFmt>
 constexpr auto kTiles = MakeTiles<kFmt>(std::make_integer_sequence<int, kMaxMR * kMaxNP>());
 
-// Tile shape for a row count. GEMV (1-2 rows) takes 4 panels: a 4-bit panel group is then read
-// as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode ~0.3 of the
-// bandwidth bound); GEMMs take one panel and kMaxMR rows (their 2 x 3 f32 sums stay in registers).
-constexpr int kGemmRows = 2;
-constexpr int PanelsPerTile(int64_t rows) { return rows <= 2 ? kMaxNP : 2; }
+// Tile shape for a call's row count. One row (decode) takes 4 panels: a 4-bit panel group is
+// then read as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode
+// 114 -> 166-198 tok/s when changed, SmolLM2-135M shape, 2 threads on a Zen 4). Two rows and
+// more take 2 rows x 2 panels: 8 f32 sums, the most that fits the 16 registers beside the
+// weights and broadcasts (4 panels for two rows would spill its 16 sums every block).
+constexpr int kGemmRows = kMaxMR;
+constexpr int PanelsPerTile(int64_t rows) { return rows == 1 ? kMaxNP : 2; }
 
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int64_t rows = m1 - m0;
-  const int mr_max = rows <= 2 ? static_cast<int>(rows) : kGemmRows;
+  const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
+  const bool gemv = rows <= 2;  // decode steps: weights streamed from memory, prefetched
   for (int64_t p = p0; p < p1; p += np_max) {
     const int np = static_cast<int>(p1 - p < np_max ? p1 - p : np_max);
     for (int64_t m = m0; m < m1; m += mr_max) {
       const int mr = static_cast<int>(m1 - m < mr_max ? m1 - m : mr_max);
-      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p);
+      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv);
     }
   }
 }
