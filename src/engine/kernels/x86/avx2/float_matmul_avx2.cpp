@@ -8,6 +8,7 @@
 // copied to f32 rows at a fixed stride. The dot tiles, which need a horizontal sum per output,
 // ran these products (the encoder's attention, exact-precision prompts) at ~0.5 of the FMA peak.
 #define VLMD_X86_NS avx2
+#include "engine/kernels/x86/float_gemm_pack_inl.h"
 #include "engine/kernels/x86/float_matmul_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 
@@ -21,65 +22,6 @@ constexpr int kKC = 256;
 constexpr int kNC = 128;
 // Below this many rows the packing does not pay for itself: use the dot tiles.
 constexpr int64_t kPackedMinRows = 8;
-
-// In-register 8 x 8 transpose (unpack, shuffle, lane permute).
-inline void Transpose8(__m256 r[8]) {
-  __m256 t[8], s[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {
-    s[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-  }
-}
-
-// Packs weight rows [n, n + nc) x [kb, kb + kc) as f32 panels wp[s][k][16] (s = column / 16);
-// columns past nc are zero so the micro-kernel can always run full width.
-template <class E>
-void PackW(const MatmulArgs& p, int64_t n, int nc, int64_t kb, int kc, float* wp) {
-  using T = typename E::T;
-  const int n_strips = (nc + kNR - 1) / kNR;
-  const int kc8 = kc - kc % 8;
-  for (int s = 0; s < n_strips; ++s) {
-    float* panel = wp + static_cast<int64_t>(s) * kc * kNR;
-    for (int c0 = 0; c0 < kNR; c0 += 8) {
-      const int col0 = s * kNR + c0;
-      if (col0 + 8 <= nc) {
-        const T* rows[8];
-        for (int r = 0; r < 8; ++r) {
-          rows[r] = reinterpret_cast<const T*>(p.w + (n + col0 + r) * p.w_row_bytes) + kb;
-        }
-        for (int k = 0; k < kc8; k += 8) {
-          __m256 v[8];
-          for (int r = 0; r < 8; ++r) v[r] = E::Load(rows[r] + k);
-          Transpose8(v);
-          for (int r = 0; r < 8; ++r) _mm256_store_ps(panel + (k + r) * kNR + c0, v[r]);
-        }
-        for (int k = kc8; k < kc; ++k) {
-          for (int r = 0; r < 8; ++r) panel[k * kNR + c0 + r] = E::Scalar(rows[r] + k);
-        }
-      } else {
-        for (int r = 0; r < 8; ++r) {
-          const int col = col0 + r;
-          if (col < nc) {
-            const T* row = reinterpret_cast<const T*>(p.w + (n + col) * p.w_row_bytes) + kb;
-            for (int k = 0; k < kc; ++k) panel[k * kNR + c0 + r] = E::Scalar(row + k);
-          } else {
-            for (int k = 0; k < kc; ++k) panel[k * kNR + c0 + r] = 0.0f;
-          }
-        }
-      }
-    }
-  }
-}
 
 // Copies activation rows [m, m + mr) x [kb, kb + kc) as f32 rows ap[i * kKC + k].
 template <class E>
@@ -147,7 +89,7 @@ void PackedGemm(const MatmulArgs& p, int64_t m0, int64_t m1, int64_t n0, int64_t
     const int nc = static_cast<int>(n1 - nb < kNC ? n1 - nb : kNC);
     for (int64_t kb = 0; kb < p.k; kb += kKC) {
       const int kc = static_cast<int>(p.k - kb < kKC ? p.k - kb : kKC);
-      PackW<E>(p, nb, nc, kb, kc, wp);
+      PackWeightPanels<E, kNR>(p, nb, nc, kb, kc, wp);
       for (int64_t m = m0; m < m1; m += kMR) {
         const int mr = static_cast<int>(m1 - m < kMR ? m1 - m : kMR);
         PackA<E>(p, m, mr, kb, kc, ap);

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "engine/kernels/packed_int8.h"
+#include "engine/kernels/x86/prefetch_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
 
@@ -32,13 +33,6 @@ inline __m256i Broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
-}
-
-// As the VNNI kernel: GEMV tiles prefetch each panel's weights a few blocks ahead.
-constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
-
-inline void PrefetchAhead(const void* p, size_t ahead) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
 }
 
 // Stores the 8 columns starting at `col` of one output row, only those below n.

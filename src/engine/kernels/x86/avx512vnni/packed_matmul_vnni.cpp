@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/kernels/packed_int8.h"
+#include "engine/kernels/x86/prefetch_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
 
@@ -27,18 +28,6 @@ inline __m512i Broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
-}
-
-// GEMV tiles prefetch each panel's weights this many blocks ahead: a decode step's matrices are
-// short (0.2-1 MB at SmolLM2-135M's width), and the hardware prefetchers were still ramping up
-// when a range ended (q4_0 decode ~500 -> ~545 tok/s on 2 threads). 4 KB ahead in a kQ4 group's
-// stream and one block (512 bytes) ahead in a kQ8 panel measured best (2 threads, SmolLM2-135M).
-constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
-
-// Prefetches the line `ahead` bytes past p. The address is formed as an integer: the last blocks
-// prefetch past the arrays, harmless for a prefetch but not a pointer C++ lets us form.
-inline void PrefetchAhead(const void* p, size_t ahead) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2).
