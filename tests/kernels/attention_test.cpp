@@ -508,15 +508,11 @@ void CheckTilePathStaysWithinBf16Rounding(const KernelTable* kt) {
   }
 }
 
-TEST(Attention, TilePathStaysWithinBf16Rounding) {
-  bool ran = false;
-  for (Isa isa : AvailableIsas()) {  // AVX512-BF16 (vdpbf16ps) and AMX
-    if (GetKernelTable(isa).tile_attention == nullptr) continue;
-    SCOPED_TRACE(std::string(IsaName(isa)));
-    CheckTilePathStaysWithinBf16Rounding(&GetKernelTable(isa));
-    ran = true;
+TEST(Attention, TilePathStaysWithinBf16Rounding) {  // AVX512-BF16 (vdpbf16ps) and AMX
+  const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
+  if (!ForEachTableWith(has, CheckTilePathStaysWithinBf16Rounding)) {
+    GTEST_SKIP() << "no bf16 attention kernel on this CPU";
   }
-  if (!ran) GTEST_SKIP() << "no bf16 attention kernel on this CPU";
 }
 
 
@@ -657,15 +653,11 @@ void CheckBf16OperandsOnTilesInSpans(const KernelTable* kt) {
   }
 }
 
-TEST(Attention, Bf16OperandsOnTilesInSpans) {
-  bool ran = false;
-  for (Isa isa : AvailableIsas()) {  // AVX512-BF16 (vdpbf16ps) and AMX
-    if (GetKernelTable(isa).tile_attention == nullptr) continue;
-    SCOPED_TRACE(std::string(IsaName(isa)));
-    CheckBf16OperandsOnTilesInSpans(&GetKernelTable(isa));
-    ran = true;
+TEST(Attention, Bf16OperandsOnTilesInSpans) {  // AVX512-BF16 (vdpbf16ps) and AMX
+  const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
+  if (!ForEachTableWith(has, CheckBf16OperandsOnTilesInSpans)) {
+    GTEST_SKIP() << "no bf16 attention kernel on this CPU";
   }
-  if (!ran) GTEST_SKIP() << "no bf16 attention kernel on this CPU";
 }
 
 TEST(Attention, RejectsInconsistentArguments) {

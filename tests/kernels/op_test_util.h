@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "engine/kernels/kernel_table.h"
 
@@ -26,6 +29,22 @@ inline std::vector<engine::kernels::Isa> AvailableIsas() {
     if (engine::kernels::IsaAvailable(isa)) out.push_back(isa);
   }
   return out;
+}
+
+// Runs check(&table) on every table of this CPU for which has(table) holds (e.g. the kernels
+// of both AVX512-BF16 and AMX), each under a trace naming its ISA. False when none has it: the
+// caller skips.
+template <typename Has, typename Check>
+bool ForEachTableWith(Has has, Check check) {
+  bool ran = false;
+  for (const auto isa : AvailableIsas()) {
+    const auto& kt = engine::kernels::GetKernelTable(isa);
+    if (!has(kt)) continue;
+    SCOPED_TRACE(std::string(engine::kernels::IsaName(isa)));
+    check(&kt);
+    ran = true;
+  }
+  return ran;
 }
 
 // f32 lanes of the Highway target behind an ISA's table (ref: 1, its kernels are scalar).

@@ -23,6 +23,7 @@ namespace {
 
 using kernels::TileBf16Args;
 using kernels::TileBf16Matrix;
+using vlmd::testing::ForEachTableWith;
 
 // The packed bf16 value of weight (col, i).
 uint16_t PackedAt(const uint16_t* data, int64_t k, int64_t col, int64_t i) {
@@ -37,18 +38,6 @@ const kernels::KernelTable* TileTable() {
     if (kt.tile_bf16_matmul != nullptr) return &kt;
   }
   return nullptr;
-}
-
-// Every table of this CPU with the kernel `has` asks for (the AVX512-BF16 row kernels and
-// attention live in the VNNI table and are inherited by the AMX one: both run).
-template <typename Has>
-std::vector<const kernels::KernelTable*> TablesWith(Has has) {
-  std::vector<const kernels::KernelTable*> out;
-  for (auto isa : vlmd::testing::AvailableIsas()) {
-    const auto& kt = kernels::GetKernelTable(isa);
-    if (has(kt)) out.push_back(&kt);
-  }
-  return out;
 }
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
@@ -146,11 +135,9 @@ void CheckPackKernelsEqualTheReference(const kernels::KernelTable* kt) {
 }
 
 TEST(TileBf16Kernel, PackKernelsEqualTheReference) {
-  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_pack_rows != nullptr; });
-  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has the AVX512-BF16 tile packing";
-  for (const kernels::KernelTable* kt : tables) {
-    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
-    CheckPackKernelsEqualTheReference(kt);
+  const auto has = [](const kernels::KernelTable& t) { return t.tile_pack_rows != nullptr; };
+  if (!ForEachTableWith(has, CheckPackKernelsEqualTheReference)) {
+    GTEST_SKIP() << "no table of this CPU has the AVX512-BF16 tile packing";
   }
 }
 
@@ -228,11 +215,9 @@ void CheckGeluForBf16IsWithin1e4(const kernels::KernelTable* kt) {
 }
 
 TEST(TileBf16Kernel, GeluForBf16IsWithin1e4) {
-  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.gelu_tanh_for_bf16 != nullptr; });
-  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has the bf16 epilogue GELU";
-  for (const kernels::KernelTable* kt : tables) {
-    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
-    CheckGeluForBf16IsWithin1e4(kt);
+  const auto has = [](const kernels::KernelTable& t) { return t.gelu_tanh_for_bf16 != nullptr; };
+  if (!ForEachTableWith(has, CheckGeluForBf16IsWithin1e4)) {
+    GTEST_SKIP() << "no table of this CPU has the bf16 epilogue GELU";
   }
 }
 
@@ -252,11 +237,9 @@ void CheckToBf16MatchesTheReferenceRounding(const kernels::KernelTable* kt) {
 }
 
 TEST(TileBf16Kernel, ToBf16MatchesTheReferenceRounding) {
-  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_pack_rows != nullptr; });
-  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has the AVX512-BF16 conversions";
-  for (const kernels::KernelTable* kt : tables) {
-    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
-    CheckToBf16MatchesTheReferenceRounding(kt);
+  const auto has = [](const kernels::KernelTable& t) { return t.to_bf16 != nullptr; };
+  if (!ForEachTableWith(has, CheckToBf16MatchesTheReferenceRounding)) {
+    GTEST_SKIP() << "no table of this CPU converts to bf16";
   }
 }
 
@@ -283,11 +266,9 @@ void CheckF16ToBf16RoundsEveryHalfLikeTheF32Path(const kernels::KernelTable* kt)
 }
 
 TEST(TileBf16Kernel, F16ToBf16RoundsEveryHalfLikeTheF32Path) {
-  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.f16_to_bf16 != nullptr; });
-  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has an f16 -> bf16 kernel";
-  for (const kernels::KernelTable* kt : tables) {
-    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
-    CheckF16ToBf16RoundsEveryHalfLikeTheF32Path(kt);
+  const auto has = [](const kernels::KernelTable& t) { return t.f16_to_bf16 != nullptr; };
+  if (!ForEachTableWith(has, CheckF16ToBf16RoundsEveryHalfLikeTheF32Path)) {
+    GTEST_SKIP() << "no table of this CPU has an f16 -> bf16 kernel";
   }
 }
 
@@ -646,11 +627,9 @@ void CheckTileAttentionCausalMaskMatchesDoubleReference(const kernels::KernelTab
 }
 
 TEST(TileBf16Kernel, TileAttentionCausalMaskMatchesDoubleReference) {
-  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_attention != nullptr; });
-  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has a bf16 attention kernel";
-  for (const kernels::KernelTable* kt : tables) {
-    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
-    CheckTileAttentionCausalMaskMatchesDoubleReference(kt);
+  const auto has = [](const kernels::KernelTable& t) { return t.tile_attention != nullptr; };
+  if (!ForEachTableWith(has, CheckTileAttentionCausalMaskMatchesDoubleReference)) {
+    GTEST_SKIP() << "no table of this CPU has a bf16 attention kernel";
   }
 }
 
@@ -808,11 +787,9 @@ void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
 }
 
 TEST(TileBf16Kernel, TileAttentionMatchesDoubleReference) {
-  const auto tables = TablesWith([](const kernels::KernelTable& t) { return t.tile_attention != nullptr; });
-  if (tables.empty()) GTEST_SKIP() << "no table of this CPU has a bf16 attention kernel";
-  for (const kernels::KernelTable* kt : tables) {
-    SCOPED_TRACE(std::string(kernels::IsaName(kt->isa)));
-    CheckTileAttentionMatchesDoubleReference(kt);
+  const auto has = [](const kernels::KernelTable& t) { return t.tile_attention != nullptr; };
+  if (!ForEachTableWith(has, CheckTileAttentionMatchesDoubleReference)) {
+    GTEST_SKIP() << "no table of this CPU has a bf16 attention kernel";
   }
 }
 

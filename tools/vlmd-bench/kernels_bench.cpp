@@ -116,7 +116,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
     return 2;
   }
   const auto& kt = engine::kernels::GetKernelTable(*isa);
-  const ProbeUnit unit = ProbeUnitFor(engine::kernels::IsaName(*isa));
+  const ProbeUnit unit = ProbeUnitFor(*isa);
   const std::vector<std::pair<int64_t, int64_t>> gemv_shapes =
       opts.quick ? std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}}
                  : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {2048, 5632}, {5632, 2048}};
@@ -218,9 +218,7 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   for (auto [t, p] : int4_peaks) {
     if (p > 0) {
       std::printf("measured int4 unpack+dot peak (%s), %d thread(s): %.1f G weights/s\n",
-                  unit == ProbeUnit::kAvx512Vnni ? "2 masks + 2 vpdpbusd per 128 weights"
-                                                 : "3 masks/shifts + 2 vpmaddubsw per 64 weights",
-                  t, p);
+                  Int4DotPeakInstructions(unit), t, p);
     }
   }
   std::printf("(type/pk: the packed int8 layout of that type; f16->i8: F16 weights quantized to\n"

@@ -206,11 +206,16 @@ volatile float g_sink = 0.0f;  // keeps the probes' results alive
 
 }  // namespace
 
-ProbeUnit ProbeUnitFor(std::string_view kernel_isa) {
+ProbeUnit ProbeUnitFor(engine::kernels::Isa kernel_isa) {
+  using engine::kernels::Isa;
   ProbeUnit unit = ProbeUnit::kSse;
-  if (kernel_isa == "avx2") unit = ProbeUnit::kAvx2;
-  if (kernel_isa == "avx512") unit = ProbeUnit::kAvx512;
-  if (kernel_isa == "avx512vnni" || kernel_isa == "amx") unit = ProbeUnit::kAvx512Vnni;
+  switch (kernel_isa) {
+    case Isa::kRef: unit = ProbeUnit::kSse; break;
+    case Isa::kAvx2: unit = ProbeUnit::kAvx2; break;
+    case Isa::kAvx512: unit = ProbeUnit::kAvx512; break;
+    case Isa::kAvx512Vnni:
+    case Isa::kAmx: unit = ProbeUnit::kAvx512Vnni; break;
+  }
   // Capped by the CPU (a table is only selected where it runs, but stay safe).
   if (unit == ProbeUnit::kAvx512Vnni && !GetCpuFeatures().avx512vnni) unit = ProbeUnit::kAvx512;
   if (unit == ProbeUnit::kAvx512 && !HasAvx512()) unit = ProbeUnit::kAvx2;
@@ -232,6 +237,12 @@ const char* Int8DotPeakInstructions(ProbeUnit unit) {
   if (unit == ProbeUnit::kAvx512Vnni) return "vpdpbusd";
   if (unit == ProbeUnit::kSse) return "none";
   return "vpmaddubsw+vpmaddwd+vpaddd";
+}
+
+const char* Int4DotPeakInstructions(ProbeUnit unit) {
+  if (unit == ProbeUnit::kAvx512Vnni) return "2 masks + 2 vpdpbusd per 128 weights";
+  if (unit == ProbeUnit::kSse) return "none";
+  return "3 masks/shifts + 2 vpmaddubsw per 64 weights";
 }
 
 double MeasureReadBandwidth(ThreadPool& pool, size_t bytes) {

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <cstddef>
-#include <string_view>
 
 #include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
 
 namespace vlmd::bench {
 
@@ -17,7 +17,7 @@ double MeasureReadBandwidth(ThreadPool& pool, size_t bytes);
 // The vector unit a probe runs on: that of the kernel table being measured (VLMD_FORCE_ISA=avx2
 // on an AVX-512 machine measures the AVX2 limits), capped by what this CPU has.
 enum class ProbeUnit { kSse, kAvx2, kAvx512, kAvx512Vnni };
-ProbeUnit ProbeUnitFor(std::string_view kernel_isa);  // "ref", "avx2", "avx512", "avx512vnni", "amx"
+ProbeUnit ProbeUnitFor(engine::kernels::Isa kernel_isa);
 const char* ProbeUnitName(ProbeUnit unit);               // "sse", "avx2", "avx512", "avx512vnni"
 
 // Peak f32 FMA throughput in GFLOP/s with all threads of `pool` (independent accumulator chains
@@ -31,6 +31,7 @@ double MeasureFmaPeak(ThreadPool& pool, ProbeUnit unit);
 // to read (a working set in L2): no kernel can multiply faster than this. 0 for SSE.
 double MeasureInt8DotPeak(ThreadPool& pool, ProbeUnit unit);
 const char* Int8DotPeakInstructions(ProbeUnit unit);  // what MeasureInt8DotPeak ran, for the table
+const char* Int4DotPeakInstructions(ProbeUnit unit);  // what MeasureInt4DotPeak ran
 
 // Peak rate (1e9 weights/s, all threads of `pool`) at which 4-bit weights packed two to a byte
 // can be multiplied by int8 activations with the least work every 4-bit kernel of `unit` does,

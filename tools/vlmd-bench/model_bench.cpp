@@ -175,7 +175,7 @@ int RunModelBench(const ModelBenchOptions& opts) {
         std::fprintf(stderr, "vlmd-bench: error: %s\n", s.ToString().c_str());
         return 1;
       }
-      peak = MeasureFmaPeak(e.pool(), ProbeUnitFor(e.isa_name()));
+      peak = MeasureFmaPeak(e.pool(), ProbeUnitFor(e.isa()));
       j["image_width"] = opts.image_side;
       j["image_height"] = image_height;
       j["image_tiles"] = enc.tiles;

@@ -123,11 +123,12 @@ Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionConte
   const bool bf16 = spec.fast && ops::Bf16AttentionRuns(kt, spec.head_dim);
   const int64_t values = rows.n * spec.d_model;
   constexpr int64_t kChunk = 1 << 14;
-  for (float* buf : {ctx->q.data(), ctx->k.data(), ctx->v.data()}) {
-    if (bf16) break;
-    ops::internal::ForTasks(ctx->pool, (values + kChunk - 1) / kChunk, [&](int64_t c, int) {
-      kt.round_f16(buf + c * kChunk, buf + c * kChunk, std::min(kChunk, values - c * kChunk));
-    });
+  if (!bf16) {  // (the bf16 kernel rounds its operands itself)
+    for (float* buf : {ctx->q.data(), ctx->k.data(), ctx->v.data()}) {
+      ops::internal::ForTasks(ctx->pool, (values + kChunk - 1) / kChunk, [&](int64_t c, int) {
+        kt.round_f16(buf + c * kChunk, buf + c * kChunk, std::min(kChunk, values - c * kChunk));
+      });
+    }
   }
   ops::AttentionArgs a;
   a.q = ctx->q.data();

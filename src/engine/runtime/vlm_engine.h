@@ -77,6 +77,7 @@ class VlmEngine {
   // The vision encoder, or nullptr for a text-only engine.
   const models::VisionEncoder* vision() const { return vision_.get(); }
   ThreadPool& pool() { return *pool_; }
+  kernels::Isa isa() const { return ctx_.kernels->isa; }
   std::string_view isa_name() const;
 
   // Decodes, preprocesses and encodes one image file's bytes into visual-token embeddings.

@@ -1,10 +1,10 @@
 // The flash-style attention of one head (tile_bf16.h, TileAttentionArgs) shared by the AMX tile
 // kernel and the AVX512-BF16 one: the driver (query blocks of 32 rows, keys in chunks of
 // kChunk), the online softmax and the final normalization. Only the two products differ, and
-// come from the caller's `Blocks` type:
-//   Score(a, q, p0, panels, s): S = Q K^T for 32 query rows (q) x the 16-key panels
+// are the caller's:
+//   score(a, q, p0, panels, s): S = Q K^T for 32 query rows (q) x the 16-key panels
 //     [p0, p0 + panels), into the f32 block s (32 rows of kSStride);
-//   Accumulate(a, p, k0, steps, o, o_stride): O rows [0, 32) += P (32 rows of kPStride bf16
+//   accumulate(a, p, k0, steps, o, o_stride): O rows [0, 32) += P (32 rows of kPStride bf16
 //     probabilities, 32 * steps keys) x V^T's panels for keys [k0, k0 + 32 * steps).
 // Per chunk: 1. S for the chunk, in L1. 2. Online softmax per row in base 2: a reference m (the
 // running max, moved only when a chunk exceeds it by more than kSlack), running sum l; the
@@ -101,8 +101,9 @@ inline void SoftmaxRow(const float* s, int64_t nk, int64_t nk_pad, float* m, flo
   *l += _mm512_reduce_add_ps(vsum);
 }
 
-template <typename Blocks>
-void FlashAttention(const TileAttentionArgs& a, Blocks& blocks) {
+// kScore and kAccumulate: the two products (functions, template arguments so that they inline).
+template <auto kScore, auto kAccumulate>
+void FlashAttention(const TileAttentionArgs& a) {
   alignas(64) float s[32 * kSStride];
   alignas(64) uint16_t p[32 * kPStride];
   const int64_t o_stride = a.hd_pad + 16;
@@ -130,14 +131,14 @@ void FlashAttention(const TileAttentionArgs& a, Blocks& blocks) {
     for (int64_t k0 = 0; k0 < n_kv; k0 += kChunk) {
       const int64_t nk = std::min(kChunk, n_kv - k0);
       const int64_t steps = (nk + kTileK - 1) / kTileK;
-      blocks.Score(a, q, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
+      kScore(a, q, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
       for (int64_t r = 0; r < 32; ++r) {
         // Masked keys (past the row's visible ones) count as absent: probability 0.
         const int64_t nk_row = std::clamp<int64_t>(visible[r] - k0, 0, nk);
         SoftmaxRow(s + r * kSStride, nk_row, steps * kTileK, &m[r], &l[r], p + r * kPStride,
                    o + r * o_stride, a.hd_pad);
       }
-      blocks.Accumulate(a, p, k0, steps, o, o_stride);
+      kAccumulate(a, p, k0, steps, o, o_stride);
     }
     const __mmask16 last = static_cast<__mmask16>(
         a.hd % 16 == 0 ? 0xFFFF : (1u << (a.hd % 16)) - 1u);

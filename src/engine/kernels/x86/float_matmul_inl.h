@@ -15,12 +15,14 @@ namespace vlmd::engine::kernels::VLMD_X86_NS {
 using VecF = __m512;
 inline constexpr int kLanes = 16;
 inline VecF VZero() { return _mm512_setzero_ps(); }
+inline void VStore(float* p, VecF v) { _mm512_store_ps(p, v); }  // p 64-byte aligned
 inline VecF VFma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
 inline float VSum(VecF v) { return _mm512_reduce_add_ps(v); }
 #else
 using VecF = __m256;
 inline constexpr int kLanes = 8;
 inline VecF VZero() { return _mm256_setzero_ps(); }
+inline void VStore(float* p, VecF v) { _mm256_store_ps(p, v); }  // p 32-byte aligned
 inline VecF VFma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
 inline float VSum(VecF v) { return HSum(v); }
 #endif

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "engine/kernels/kernel_table.h"
+#include "engine/kernels/x86/tile_table_inl.h"
 
 #ifndef VLMD_X86_NS
 #error "define VLMD_X86_NS (the per-ISA namespace) before including simd_inl.h"
@@ -79,33 +80,18 @@ inline void StoreTile(const MatmulArgs& p, int64_t m, int64_t n, const __m256 (&
 // A tile kernel computes out rows [m, m + MR) x columns [n, n + NR) over the whole k range.
 using TileFn = void (*)(const MatmulArgs& p, int64_t m, int64_t n);
 
-// Kernel::Tile<mr, nr> for every 1 <= mr <= MR, 1 <= nr <= NR, so edges reuse the same code.
-template <class Kernel, int MR, int NR>
-struct TileTable {
-  template <int I, int J>
-  static constexpr TileFn Entry() { return &Kernel::template Tile<I + 1, J + 1>; }
-  template <int I, int... J>
-  static constexpr std::array<TileFn, NR> Row(std::integer_sequence<int, J...>) {
-    return {Entry<I, J>()...};
-  }
-  template <int... I>
-  static constexpr std::array<std::array<TileFn, NR>, MR> Make(std::integer_sequence<int, I...>) {
-    return {Row<I>(std::make_integer_sequence<int, NR>())...};
-  }
-  static constexpr std::array<std::array<TileFn, NR>, MR> kTiles =
-      Make(std::make_integer_sequence<int, MR>());
-};
-
 // Covers [m0, m1) x [n0, n1) with MR x NR tiles. Column tiles are the outer loop so that the NR
 // weight rows of a tile stay in L1 while every activation row of the block streams past them.
 template <class Kernel, int MR, int NR>
 void RunTiles(const MatmulArgs& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  const auto& tiles = TileTable<Kernel, MR, NR>::kTiles;
+  // Kernel::Tile<mr, nr> for every 1 <= mr <= MR, 1 <= nr <= NR, so edges reuse the same code.
+  static constexpr auto tiles =
+      TileTable<MR, NR>([]<int I, int J>() -> TileFn { return &Kernel::template Tile<I, J>; });
   for (int64_t n = n0; n < n1; n += NR) {
     const int64_t nr = n1 - n < NR ? n1 - n : NR;
     for (int64_t m = m0; m < m1; m += MR) {
       const int64_t mr = m1 - m < MR ? m1 - m : MR;
-      tiles[mr - 1][nr - 1](p, m, n);
+      tiles[(mr - 1) * NR + (nr - 1)](p, m, n);
     }
   }
 }

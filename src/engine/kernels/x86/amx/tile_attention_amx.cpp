@@ -111,23 +111,11 @@ void AccumulateBlock(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, 
   }
 }
 
-struct AmxBlocks {
-  void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t p0, int64_t panels,
-             float* s) const {
-    ScoreBlock(a, q, p0, panels, s);
-  }
-  void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
-                  float* o, int64_t o_stride) const {
-    AccumulateBlock(a, p, k0, steps, o, o_stride);
-  }
-};
-
 }  // namespace
 
 void TileAttentionAmx(const TileAttentionArgs& a) {
   ConfigureTiles();
-  AmxBlocks blocks;
-  flash::FlashAttention(a, blocks);
+  flash::FlashAttention<ScoreBlock, AccumulateBlock>(a);
   _tile_release();
 }
 

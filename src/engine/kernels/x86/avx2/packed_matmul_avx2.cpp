@@ -17,12 +17,11 @@
 // FMA (kQ4K then subtracts mn * d_a * sum(a)), so the result is bit for bit PackedMatmulRef's.
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "engine/kernels/packed_int8.h"
-#include "engine/kernels/x86/prefetch_inl.h"
+#include "engine/kernels/x86/packed_matmul_inl.h"
+#include "engine/kernels/x86/tile_table_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
 
@@ -118,9 +117,9 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
 #pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
-            acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(lo, Broadcast4(a[i][b].qs + 8 * c)));
-            acc[i] = _mm256_add_epi16(acc[i],
-                                      _mm256_maddubs_epi16(hi, Broadcast4(a[i][b].qs + 8 * c + 4)));
+            const int8_t* qa = a[i][b].qs + 8 * c;
+            acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(lo, Broadcast4(qa)));
+            acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(hi, Broadcast4(qa + 4)));
           }
         }
 #pragma GCC unroll 8
@@ -170,19 +169,16 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   for (int i = 0; i < MR; ++i) {
     float* out = args.out + (m + i) * args.out_stride;
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) StoreColumns(out, (p + v / 2) * kPanelCols + (v % 2) * 8, w.n(), f[i][v]);
+    for (int v = 0; v < NV; ++v) {
+      StoreColumns(out, (p + v / 2) * kPanelCols + (v % 2) * 8, w.n(), f[i][v]);
+    }
   }
 }
 
-using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t, bool);
 constexpr int kMaxMR = 2, kMaxNP = 4;
-
-template <int kFmt, int... I>
-constexpr std::array<TileFn, kMaxMR * kMaxNP> MakeTiles(std::integer_sequence<int, I...>) {
-  return {&Tile<kFmt, I / kMaxNP + 1, I % kMaxNP + 1>...};
-}
 template <int kFmt>
-constexpr auto kTiles = MakeTiles<kFmt>(std::make_integer_sequence<int, kMaxMR * kMaxNP>());
+constexpr auto kTiles =
+    TileTable<kMaxMR, kMaxNP>([]<int MR, int NP>() { return &Tile<kFmt, MR, NP>; });
 
 // Tile shape for a call's row count. One row (decode) takes 4 panels: a 4-bit panel group is
 // then read as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode
@@ -193,7 +189,8 @@ constexpr int kGemmRows = kMaxMR;
 constexpr int PanelsPerTile(int64_t rows) { return rows == 1 ? kMaxNP : 2; }
 
 template <int kFmt>
-void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                      int64_t p1) {
   const int64_t rows = m1 - m0;
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
@@ -209,11 +206,8 @@ void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
 
 void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                           int64_t p1) {
-  switch (args.w->format()) {
-    case PackedFormat::kQ8: return PackedMatmulAvx2<0>(args, m0, m1, p0, p1);
-    case PackedFormat::kQ4: return PackedMatmulAvx2<1>(args, m0, m1, p0, p1);
-    case PackedFormat::kQ4K: return PackedMatmulAvx2<2>(args, m0, m1, p0, p1);
-  }
+  ForPackedFormat(args.w->format(),
+                  [&]<int kFmt>() { PackedMatmulAvx2<kFmt>(args, m0, m1, p0, p1); });
 }
 
 }  // namespace

@@ -8,12 +8,11 @@
 // is exactly that of PackedMatmulRef (same integers, same roundings).
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "engine/kernels/packed_int8.h"
-#include "engine/kernels/x86/prefetch_inl.h"
+#include "engine/kernels/x86/packed_matmul_inl.h"
+#include "engine/kernels/x86/tile_table_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
 
@@ -164,15 +163,10 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
 }
 
-using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
 constexpr int kMaxMR = 4, kMaxNV = 4;
-
-template <int kFmt, int... I>
-constexpr std::array<TileFn, kMaxMR * kMaxNV> MakeTiles(std::integer_sequence<int, I...>) {
-  return {&Tile<kFmt, I / kMaxNV + 1, I % kMaxNV + 1>...};
-}
 template <int kFmt>
-constexpr auto kTiles = MakeTiles<kFmt>(std::make_integer_sequence<int, kMaxMR * kMaxNV>());
+constexpr auto kTiles =
+    TileTable<kMaxMR, kMaxNV>([]<int MR, int NV>() { return &Tile<kFmt, MR, NV>; });
 
 // Panels per tile for a tile height: what fits the 32 vector registers (accumulators, f32 sums,
 // weight vectors and broadcasts) without spilling.
@@ -195,11 +189,8 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
 
 void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                           int64_t p1) {
-  switch (args.w->format()) {
-    case PackedFormat::kQ8: return PackedMatmulVnni<0>(args, m0, m1, p0, p1);
-    case PackedFormat::kQ4: return PackedMatmulVnni<1>(args, m0, m1, p0, p1);
-    case PackedFormat::kQ4K: return PackedMatmulVnni<2>(args, m0, m1, p0, p1);
-  }
+  ForPackedFormat(args.w->format(),
+                  [&]<int kFmt>() { PackedMatmulVnni<kFmt>(args, m0, m1, p0, p1); });
 }
 
 }  // namespace

@@ -35,58 +35,30 @@ inline __m512bh BroadcastPair(const uint16_t* p) {
 // Unaligned: the panels are where the caller put them (the tile loads of AMX need no alignment).
 inline __m512bh LoadPairs(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
-// S rows [r0, r0 + 4) x panels [p0, p0 + NP) of the chunk (absolute panel pa0 = first + p0).
-template <int NP>
-void ScoreTile(const TileAttentionArgs& a, const uint16_t* q, int64_t r0, int64_t pa0,
-               int64_t p0, float* s) {
-  __m512 acc[kRows][NP];
-  for (int i = 0; i < kRows; ++i)
-    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
-  const uint16_t* k[NP];
-  for (int j = 0; j < NP; ++j) k[j] = a.k_tiles + (pa0 + j) * a.hd_pad * kTileCols;
-  const uint16_t* qr[kRows];
-  for (int i = 0; i < kRows; ++i) qr[i] = q + (r0 + i) * a.ldq;
-  for (int64_t w = 0; w < a.hd_pad / 2; ++w) {
-    __m512bh kv[NP];
-    for (int j = 0; j < NP; ++j) kv[j] = LoadPairs(k[j] + w * 2 * kTileCols);
+// Both products of the attention as one register tile: C rows [0, 4) x panels [0, N) (+)= the
+// sum over `pairs` steps w of A's row pair w (broadcast) times row w of B's panel j.
+//   A: bf16 rows lda apart (Q for the scores, P for the output), pair w at 2w;
+//   B: panel j at b + j * b_panel_stride, its row w (16 columns x a pair) at + 32 w;
+//   C: f32 rows ldc apart, panel j's 16 columns at + 16 j; loaded first when kAccumulate.
+template <int N, bool kAccumulate>
+void PairDotTile(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t b_panel_stride,
+                 int64_t pairs, float* c, int64_t ldc) {
+  __m512 acc[kRows][N];
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < N; ++j) {
+      acc[i][j] = kAccumulate ? _mm512_load_ps(c + i * ldc + j * kTileCols) : _mm512_setzero_ps();
+    }
+  }
+  for (int64_t w = 0; w < pairs; ++w) {
+    __m512bh bv[N];
+    for (int j = 0; j < N; ++j) bv[j] = LoadPairs(b + j * b_panel_stride + w * 2 * kTileCols);
     for (int i = 0; i < kRows; ++i) {
-      const __m512bh qb = BroadcastPair(qr[i] + 2 * w);
-      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], qb, kv[j]);
+      const __m512bh ab = BroadcastPair(a + i * lda + 2 * w);
+      for (int j = 0; j < N; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], ab, bv[j]);
     }
   }
   for (int i = 0; i < kRows; ++i) {
-    for (int j = 0; j < NP; ++j) {
-      _mm512_store_ps(s + (r0 + i) * kSStride + (p0 + j) * kTileCols, acc[i][j]);
-    }
-  }
-}
-
-// O rows [r0, r0 + 4) x output panels [e0, e0 + NE) += P x V^T for keys [k0, k0 + 32 steps).
-template <int NE>
-void AccumulateTile(const TileAttentionArgs& a, const uint16_t* p, int64_t r0, int64_t e0,
-                    int64_t k0, int64_t steps, float* o, int64_t o_stride) {
-  __m512 acc[kRows][NE];
-  for (int i = 0; i < kRows; ++i) {
-    for (int j = 0; j < NE; ++j) {
-      acc[i][j] = _mm512_load_ps(o + (r0 + i) * o_stride + (e0 + j) * kTileCols);
-    }
-  }
-  const uint16_t* v[NE];
-  for (int j = 0; j < NE; ++j) v[j] = a.v_tiles + (e0 + j) * a.v_k * kTileCols + k0 * kTileCols;
-  const uint16_t* pr[kRows];
-  for (int i = 0; i < kRows; ++i) pr[i] = p + (r0 + i) * kPStride;
-  for (int64_t w = 0; w < steps * kTileK / 2; ++w) {
-    __m512bh vv[NE];
-    for (int j = 0; j < NE; ++j) vv[j] = LoadPairs(v[j] + w * 2 * kTileCols);
-    for (int i = 0; i < kRows; ++i) {
-      const __m512bh pb = BroadcastPair(pr[i] + 2 * w);
-      for (int j = 0; j < NE; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], pb, vv[j]);
-    }
-  }
-  for (int i = 0; i < kRows; ++i) {
-    for (int j = 0; j < NE; ++j) {
-      _mm512_store_ps(o + (r0 + i) * o_stride + (e0 + j) * kTileCols, acc[i][j]);
-    }
+    for (int j = 0; j < N; ++j) _mm512_store_ps(c + i * ldc + j * kTileCols, acc[i][j]);
   }
 }
 
@@ -102,30 +74,39 @@ void WithPanels(int64_t left, F&& f) {
   }
 }
 
-struct Bf16Blocks {
-  void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first_panel, int64_t panels,
-             float* s) const {
-    for (int64_t p0 = 0; p0 < panels; p0 += 4) {
-      for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
-        WithPanels(panels - p0, [&]<int N>() { ScoreTile<N>(a, q, r0, first_panel + p0, p0, s); });
-      }
+// S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
+// kScore).
+void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
+           float* s) {
+  const int64_t k_panel = a.hd_pad * kTileCols;
+  for (int64_t p0 = 0; p0 < panels; p0 += 4) {
+    for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
+      WithPanels(panels - p0, [&]<int N>() {
+        PairDotTile<N, false>(q + r0 * a.ldq, a.ldq, a.k_tiles + (first + p0) * k_panel, k_panel,
+                              a.hd_pad / 2, s + r0 * kSStride + p0 * kTileCols, kSStride);
+      });
     }
   }
-  void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
-                  float* o, int64_t o_stride) const {
-    const int64_t out_panels = (a.hd + kTileCols - 1) / kTileCols;
-    for (int64_t e0 = 0; e0 < out_panels; e0 += 4) {
-      for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
-        WithPanels(out_panels - e0,
-                   [&]<int N>() { AccumulateTile<N>(a, p, r0, e0, k0, steps, o, o_stride); });
-      }
+}
+
+// O rows [0, 32) += P V for keys [k0, k0 + 32 steps) (the driver's kAccumulate).
+void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
+                float* o, int64_t o_stride) {
+  const int64_t out_panels = (a.hd + kTileCols - 1) / kTileCols;
+  const int64_t v_panel = a.v_k * kTileCols;
+  for (int64_t e0 = 0; e0 < out_panels; e0 += 4) {
+    for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
+      WithPanels(out_panels - e0, [&]<int N>() {
+        PairDotTile<N, true>(p + r0 * kPStride, kPStride,
+                             a.v_tiles + e0 * v_panel + k0 * kTileCols, v_panel,
+                             steps * kTileK / 2, o + r0 * o_stride + e0 * kTileCols, o_stride);
+      });
     }
   }
-};
+}
 
 void TileAttentionAvx512Bf16(const TileAttentionArgs& a) {
-  Bf16Blocks blocks;
-  flash::FlashAttention(a, blocks);
+  flash::FlashAttention<Score, Accumulate>(a);
 }
 
 }  // namespace

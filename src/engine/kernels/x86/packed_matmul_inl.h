@@ -1,4 +1,5 @@
-// Software prefetch for the packed GEMV kernels (avx2/ and avx512vnni/packed_matmul_*.cpp).
+// What the x86 packed int8 matmul kernels share (avx2/ and avx512vnni/packed_matmul_*.cpp): the
+// GEMV prefetch and the dispatch on the matrix's packed format.
 #pragma once
 
 #include <immintrin.h>
@@ -6,7 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/kernels/packed_int8.h"
+
 namespace vlmd::engine::kernels {
+// Internal linkage: the including translation units are compiled with different ISA flags.
+namespace {
 
 // GEMV tiles prefetch each panel's weights this many blocks ahead: a decode step's matrices are
 // short (0.2-1 MB at SmolLM2-135M's width), and the hardware prefetchers were still ramping up
@@ -21,4 +26,16 @@ inline void PrefetchAhead(const void* p, size_t ahead) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
 }
 
+// Calls fn.template operator()<kFmt>() with the format as an int (kQ8 0, kQ4 1, kQ4K 2): the
+// kernels take it as a template parameter.
+template <typename Fn>
+inline void ForPackedFormat(PackedFormat format, Fn&& fn) {
+  switch (format) {
+    case PackedFormat::kQ8: return fn.template operator()<0>();
+    case PackedFormat::kQ4: return fn.template operator()<1>();
+    case PackedFormat::kQ4K: return fn.template operator()<2>();
+  }
+}
+
+}  // namespace
 }  // namespace vlmd::engine::kernels
