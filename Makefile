@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 # ccache keys on paths relative to the checkout, so clones in other folders (CI) share the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure server run test test-asan test-tsan fuzz bench clean
+.PHONY: all deps configure server run test test-asan test-tsan test-arm64 fuzz bench clean
 
 all: deps configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -22,6 +22,19 @@ configure: deps
 
 test: all
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+# The engine cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu, the :arm64 libraries)
+# and its suites (kernels, models, vision, runtime, units; not the HTTP server) run under
+# qemu-user. QEMU_CPU=max emulates a CPU with the dot product, so the neon and neondot tables
+# are both tested; speed under emulation means nothing.
+ARM64_BUILD ?= build-arm64
+test-arm64: deps
+	bash scripts/setup_arm64.sh
+	@test -f $(ARM64_BUILD)/build.ninja || cmake -S . -B $(ARM64_BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
+	  -DVLMD_BUILD_SERVER=OFF
+	cmake --build $(ARM64_BUILD) -j$(JOBS)
+	QEMU_CPU=max ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS)
 
 # Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang). The same build holds
 # the libFuzzer targets, so CI compiles the engine once for both.

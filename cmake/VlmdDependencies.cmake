@@ -1,5 +1,8 @@
 # Third-party dependencies: Debian 12 packages only (scripts/setup.sh installs them).
 find_package(Threads REQUIRED)
+if(VLMD_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
 pkg_check_modules(HWY_CONTRIB REQUIRED IMPORTED_TARGET libhwy-contrib)
@@ -9,6 +12,9 @@ pkg_check_modules(PNG REQUIRED IMPORTED_TARGET libpng)
 pkg_check_modules(WEBP REQUIRED IMPORTED_TARGET libwebp)
 find_package(OpenSSL REQUIRED COMPONENTS Crypto SSL)         # SHA-256 (image keys, allowlists); TLS (serve/http)
 find_package(nlohmann_json 3.10 REQUIRED)
+if(NOT VLMD_BUILD_SERVER)
+  return()  # the engine alone: what follows serves HTTP, logs and parses command lines
+endif()
 find_package(CLI11 REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP clients (image URLs, OTLP, tests)
 # Boost.Asio + Boost.Beast (header-only): the server's event-driven connection layer and its
@@ -19,6 +25,3 @@ find_package(Boost 1.81 REQUIRED)
 # Every translation unit sees the same value (the header's inline functions must not differ).
 add_compile_definitions(CPPHTTPLIB_LISTEN_BACKLOG=1024)
 find_package(spdlog REQUIRED)                                   # structured server logs
-if(VLMD_BUILD_TESTS)
-  find_package(GTest REQUIRED)
-endif()

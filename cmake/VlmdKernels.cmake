@@ -1,9 +1,15 @@
-# Per-ISA kernel translation units: each file under kernels/x86/<isa>/ is compiled with exactly
-# that ISA's flags and reached only through the KernelTable, chosen at run time from CPUID.
+# Per-ISA kernel translation units: each file under kernels/x86/<isa>/ (kernels/arm64/<isa>/ on
+# aarch64) is compiled with exactly that ISA's flags and reached only through the KernelTable,
+# chosen at run time from CPUID (the HWCAP bits on aarch64).
 set(VLMD_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c -mbmi2)
 set(VLMD_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -mbmi2)
 set(VLMD_ISA_FLAGS_avx512vnni ${VLMD_ISA_FLAGS_avx512} -mavx512vnni -mavx512bf16)
 set(VLMD_ISA_FLAGS_amx ${VLMD_ISA_FLAGS_avx512vnni} -mamx-tile -mamx-bf16 -mamx-int8)
+# aarch64: the signed int8 dot product (SDOT, ARMv8.2-A's optional FEAT_DotProd: Cortex-A55/A76
+# and later, Neoverse N1/V1/N2, Graviton 2-4, Ampere Altra, Apple M1 and later).
+set(VLMD_ISA_FLAGS_neondot -march=armv8.2-a+dotprod)
+set(VLMD_ISAS_x86 avx2 avx512 avx512vnni amx)
+set(VLMD_ISAS_arm64 neondot)
 
 # vlmd_isa_sources(<target> <isa> <files...>): adds files with the ISA's compile flags.
 function(vlmd_isa_sources target isa)

@@ -1,16 +1,25 @@
-// CPUID-based feature detection. OS support for AVX / AVX-512 state is checked with XGETBV: a CPU
-// can have AVX-512 while the OS has not enabled its register state, and then it must not be used.
+// Feature detection. x86-64: CPUID, with OS support for AVX / AVX-512 state checked with XGETBV
+// (a CPU can have AVX-512 while the OS has not enabled its register state, and then it must not
+// be used). aarch64: the HWCAP bits the kernel reports only for what it also supports.
 #include "core/cpu_features.h"
 
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+
+#include <fstream>
+#endif
 
 #include <cstdint>
 #include <cstring>
 
 namespace vlmd {
 namespace {
+
+#if defined(__x86_64__)
 
 struct Regs {
   uint32_t a = 0, b = 0, c = 0, d = 0;
@@ -84,6 +93,39 @@ CpuFeatures Detect() {
   return f;
 }
 
+#elif defined(__aarch64__)
+
+// The Linux uapi bit numbers (asm/hwcap.h), spelled out: older sysroots lack the newer names.
+constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapAsimdhp = 1ul << 10,
+                        kHwcapAsimddp = 1ul << 20, kHwcapSve = 1ul << 22;
+constexpr unsigned long kHwcap2I8mm = 1ul << 13, kHwcap2Bf16 = 1ul << 14;
+
+CpuFeatures Detect() {
+  CpuFeatures f;
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  f.asimd = (hw & kHwcapAsimd) != 0;
+  f.asimdhp = (hw & kHwcapAsimdhp) != 0;
+  f.asimddp = (hw & kHwcapAsimddp) != 0;
+  f.sve = (hw & kHwcapSve) != 0;
+  f.i8mm = (hw2 & kHwcap2I8mm) != 0;
+  f.bf16 = (hw2 & kHwcap2Bf16) != 0;
+  // No brand string on Arm: the first core's implementer and part numbers (MIDR) say which.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, implementer, part;
+  while (std::getline(cpuinfo, line) && part.empty()) {
+    const auto value = [&line] { return line.substr(line.find(':') + 1); };
+    if (line.rfind("CPU implementer", 0) == 0) implementer = value();
+    if (line.rfind("CPU part", 0) == 0) part = value();
+  }
+  f.brand = "aarch64";
+  if (!part.empty()) f.brand += " (implementer" + implementer + ", part" + part + ")";
+  return f;
+}
+
+#else
+CpuFeatures Detect() { return {}; }  // no SIMD kernels for this architecture: the scalar table
+#endif
+
 }  // namespace
 
 std::string CpuFeatures::ToString() const {
@@ -97,7 +139,8 @@ std::string CpuFeatures::ToString() const {
   add(bmi2, "bmi2"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
   add(avx512dq, "avx512dq"); add(avx512vnni, "avx512vnni"); add(avx512bf16, "avx512bf16");
   add(avx512fp16, "avx512fp16"); add(amx_tile, "amx-tile"); add(amx_bf16, "amx-bf16");
-  add(amx_int8, "amx-int8");
+  add(amx_int8, "amx-int8"); add(asimd, "asimd"); add(asimdhp, "asimdhp");
+  add(asimddp, "asimddp"); add(i8mm, "i8mm"); add(bf16, "bf16"); add(sve, "sve");
   return s;
 }
 

@@ -1,4 +1,6 @@
-// CPU feature detection (CPUID + XGETBV + the Linux AMX permission request), done once.
+// CPU feature detection, done once: x86-64 from CPUID + XGETBV + the Linux AMX permission
+// request; aarch64 from the kernel's HWCAP bits (getauxval). A field of the other architecture
+// stays false.
 #pragma once
 
 #include <string>
@@ -22,6 +24,14 @@ struct CpuFeatures {
   bool amx_tile = false;   // CPUID says so AND the OS granted XTILEDATA permission
   bool amx_bf16 = false;
   bool amx_int8 = false;
+  // aarch64 (Linux HWCAP names): Advanced SIMD, the SDOT/UDOT dot product, the int8 matrix
+  // multiply (SMMLA/USDOT), BF16 (BFDOT/BFMMLA), half-precision arithmetic and SVE.
+  bool asimd = false;
+  bool asimddp = false;
+  bool i8mm = false;
+  bool bf16 = false;
+  bool asimdhp = false;
+  bool sve = false;
   std::string brand;       // e.g. "Intel(R) Xeon(R) ..."
   std::string ToString() const;  // "avx2 fma f16c avx512f ..."
 };

@@ -21,7 +21,13 @@ namespace {
 // forward pass, short enough not to burn a core while the server is idle.
 constexpr int kSpinIterations = 20000;
 
-inline void CpuRelax() { __builtin_ia32_pause(); }
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
 inline uint32_t GenOf(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
 inline uint32_t IndexOf(uint64_t word) { return static_cast<uint32_t>(word); }
 }  // namespace

@@ -70,6 +70,26 @@ TEST(IsaSelect, ForcedIsaIsHonouredWhenAvailable) {
   }
 }
 
+// A build compiles one architecture's kernels: the other one's ISAs are never available, so
+// forcing one is UNIMPLEMENTED (above) and its table holds only the scalar kernels.
+TEST(IsaSelect, OnlyThisArchitecturesIsasAreAvailable) {
+#if defined(__x86_64__)
+  const Isa foreign[] = {Isa::kNeon, Isa::kNeonDot};
+#elif defined(__aarch64__)
+  const Isa foreign[] = {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx};
+#else
+  const Isa foreign[] = {Isa::kAvx2, Isa::kNeon};
+#endif
+  for (Isa isa : foreign) {
+    EXPECT_FALSE(IsaAvailable(isa)) << IsaName(isa);
+    EXPECT_EQ(GetKernelTable(isa).rms_norm, GetKernelTable(Isa::kRef).rms_norm) << IsaName(isa);
+    EXPECT_EQ(GetKernelTable(isa).packed_matmul, nullptr) << IsaName(isa);
+  }
+#if defined(__aarch64__)
+  EXPECT_TRUE(IsaAvailable(Isa::kNeon)) << "Advanced SIMD is part of every ARMv8-A CPU";
+#endif
+}
+
 TEST(IsaSelect, UnknownNameIsInvalidArgument) {
   for (const char* v : {"avx1024", "AVX2", "ref "}) {
     ScopedForceIsa force(v);

@@ -52,6 +52,8 @@ inline int Lanes(engine::kernels::Isa isa) {
   switch (isa) {
     case engine::kernels::Isa::kRef: return 1;
     case engine::kernels::Isa::kAvx2: return 8;
+    case engine::kernels::Isa::kNeon:
+    case engine::kernels::Isa::kNeonDot: return 4;
     default: return 16;
   }
 }

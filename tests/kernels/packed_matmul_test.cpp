@@ -146,10 +146,11 @@ struct Case {
   int64_t m, n, k;
 };
 
-// Every x86 table from AVX2 up packs (AVX2 and plain AVX-512: vpmaddubsw; VNNI: vpdpbusd), so
-// the tests below cover each ISA this CPU has, not only the best one.
-TEST(PackedMatmulTest, EveryX86TableHasThePackedKernel) {
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx}) {
+// Every x86 table from AVX2 up packs (AVX2 and plain AVX-512: vpmaddubsw; VNNI: vpdpbusd), and
+// so does aarch64 with the dot product (SDOT), so the tests below cover each ISA this CPU has,
+// not only the best one. (aarch64 without the dot product keeps the GGUF rows.)
+TEST(PackedMatmulTest, EverySimdTableWithAnInt8DotHasThePackedKernel) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx, Isa::kNeonDot}) {
     if (!kernels::IsaAvailable(isa)) continue;
     EXPECT_NE(kernels::GetKernelTable(isa).packed_matmul, nullptr) << kernels::IsaName(isa);
   }

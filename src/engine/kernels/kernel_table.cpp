@@ -8,6 +8,21 @@
 #include "core/cpu_features.h"
 
 namespace vlmd::engine::kernels {
+namespace {
+
+// The ISAs whose kernels this build compiles: the x86 chain or the aarch64 one.
+bool IsaAvailableOnThisArch(Isa isa) {
+  if (isa == Isa::kRef) return true;
+#if defined(__x86_64__)
+  return isa >= Isa::kAvx2 && isa <= Isa::kAmx;
+#elif defined(__aarch64__)
+  return isa >= Isa::kNeon && isa <= Isa::kNeonDot;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
@@ -16,6 +31,8 @@ std::string_view IsaName(Isa isa) {
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512vnni";
     case Isa::kAmx: return "amx";
+    case Isa::kNeon: return "neon";
+    case Isa::kNeonDot: return "neondot";
   }
   return "unknown";
 }
@@ -28,6 +45,7 @@ std::optional<Isa> ParseIsa(std::string_view name) {
 }
 
 bool IsaAvailable(Isa isa) {
+  if (!IsaAvailableOnThisArch(isa)) return false;
   const CpuFeatures& f = GetCpuFeatures();
   const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
@@ -38,6 +56,8 @@ bool IsaAvailable(Isa isa) {
     case Isa::kAvx512Vnni: return avx512 && f.avx512vnni && f.avx512bf16;
     case Isa::kAmx:
       return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_bf16;
+    case Isa::kNeon: return f.asimd;
+    case Isa::kNeonDot: return f.asimd && f.asimddp;
   }
   return false;
 }
@@ -55,7 +75,7 @@ Result<Isa> SelectIsa() {
   auto isa = ParseIsa(forced);
   if (!isa) {
     return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
-                                " is not one of ref, avx2, avx512, avx512vnni, amx");
+                                " is not one of ref, avx2, avx512, avx512vnni, amx, neon, neondot");
   }
   if (!IsaAvailable(*isa)) {
     return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +
@@ -66,15 +86,23 @@ Result<Isa> SelectIsa() {
 
 namespace {
 
+// Each table is the ref table, then the Highway kernels, then the fillers of its architecture's
+// chain up to itself. Only this architecture's fillers are compiled in; a table of the other
+// architecture is never available (IsaAvailable), so it is the ref table.
 KernelTable Build(Isa isa) {
   KernelTable t;
   t.isa = isa;
   FillRefKernels(&t);
+  if (!IsaAvailableOnThisArch(isa)) return t;
   if (isa != Isa::kRef) FillHwyKernels(&t);
+#if defined(__x86_64__)
   if (isa >= Isa::kAvx2) FillAvx2Kernels(&t);
   if (isa >= Isa::kAvx512) FillAvx512Kernels(&t);
   if (isa >= Isa::kAvx512Vnni) FillAvx512VnniKernels(&t);
   if (isa >= Isa::kAmx) FillAmxKernels(&t);
+#elif defined(__aarch64__)
+  if (isa >= Isa::kNeonDot) FillNeonDotKernels(&t);
+#endif
   return t;
 }
 

@@ -18,10 +18,16 @@
 namespace vlmd::engine::kernels {
 
 // kAmx: AVX512-VNNI/BF16 plus the AMX tile unit (bf16 tile matmul, tile_bf16.h).
-enum class Isa : uint8_t { kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4 };
-inline constexpr int kNumIsas = 5;
+// kNeon: aarch64 Advanced SIMD (every ARMv8-A CPU); kNeonDot: plus the int8 dot product (SDOT).
+// Each architecture's ISAs form one chain (a table inherits the slots of the ones below it);
+// values are only ever appended.
+enum class Isa : uint8_t {
+  kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4, kNeon = 5, kNeonDot = 6
+};
+inline constexpr int kNumIsas = 7;
 
-std::string_view IsaName(Isa isa);  // "ref", "avx2", "avx512", "avx512vnni", "amx"
+// "ref", "avx2", "avx512", "avx512vnni", "amx", "neon", "neondot"
+std::string_view IsaName(Isa isa);
 std::optional<Isa> ParseIsa(std::string_view name);
 bool IsaAvailable(Isa isa);                      // this CPU (and OS) can run it
 Isa BestAvailableIsa();
@@ -160,6 +166,7 @@ void FillAvx2Kernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);
 void FillAvx512VnniKernels(KernelTable* t);
 void FillAmxKernels(KernelTable* t);  // x86/amx/tile_bf16_amx.cpp
+void FillNeonDotKernels(KernelTable* t);  // arm64/neondot/
 void FillHwyKernels(KernelTable* t);  // Highway elementwise kernels for t->isa
 
 }  // namespace vlmd::engine::kernels

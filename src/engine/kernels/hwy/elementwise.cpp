@@ -1,7 +1,7 @@
 // Highway SIMD kernels for the non-matmul slots (norms, softmax, activations, rope, attention
-// rows). foreach_target.h recompiles this file once per Highway target; only the AVX2 and AVX3
-// passes emit code, each ending in a filler (FillHwyOpsAvx2 / FillHwyOpsAvx512) that points the
-// KernelTable slots at its own namespace. Dispatch stays the KernelTable: no HWY_DYNAMIC_DISPATCH.
+// rows). foreach_target.h recompiles this file once per Highway target; only the AVX2, AVX3 and
+// (on aarch64) NEON passes emit code, each ending in a filler (FillHwyOpsAvx2 / FillHwyOpsAvx512 /
+// FillHwyOpsNeon) that points the KernelTable slots at its own namespace. Dispatch stays the KernelTable: no HWY_DYNAMIC_DISPATCH.
 //
 // Numerics: f32 lanes throughout. Reductions keep two vector accumulators, so a sum of n terms
 // takes about n / (2 * lanes) sequential additions (the bound the tests derive tolerances from).
@@ -23,7 +23,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace vlmd::engine::kernels {
 namespace HWY_NAMESPACE {
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_NEON
 
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
@@ -66,9 +66,9 @@ HWY_INLINE void MapUnary(const float* x, float* y, int64_t n, F f) {
 HWY_INLINE VF DivOnePlusExp(DF d, VF x, VF arg) {
   const VF z = hn::Exp(d, hn::Neg(hn::Abs(arg)));
   const VF den = hn::Add(hn::Set(d, 1.0f), z);
-  VF r = hn::ApproximateReciprocal(den);  // AVX-512: 14 bits; AVX2: 12 bits
+  VF r = hn::ApproximateReciprocal(den);  // AVX-512: 14 bits; AVX2: 12 bits; NEON: 8 bits
   r = hn::Mul(r, hn::NegMulAdd(den, r, hn::Set(d, 2.0f)));
-#if HWY_TARGET == HWY_AVX2  // a 12-bit estimate needs a second step
+#if HWY_TARGET != HWY_AVX3  // a 12- or 8-bit estimate needs a second step
   r = hn::Mul(r, hn::NegMulAdd(den, r, hn::Set(d, 2.0f)));
 #endif
   const VF num = hn::IfThenElse(hn::Lt(arg, hn::Zero(d)), hn::Set(d, 1.0f), z);
@@ -536,7 +536,7 @@ void AxpyRowsF16(const float* w, int64_t w_stride, int64_t g, const void* rows, 
   AxpyRows<F16Rows>(w, w_stride, g, rows, stride, n_rows, n, acc);
 }
 
-#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_NEON
 }  // namespace HWY_NAMESPACE
 }  // namespace vlmd::engine::kernels
 HWY_AFTER_NAMESPACE();
@@ -547,6 +547,8 @@ HWY_AFTER_NAMESPACE();
 #define VLMD_HWY_OPS_FILLER FillHwyOpsAvx2
 #elif HWY_TARGET == HWY_AVX3
 #define VLMD_HWY_OPS_FILLER FillHwyOpsAvx512
+#elif HWY_TARGET == HWY_NEON
+#define VLMD_HWY_OPS_FILLER FillHwyOpsNeon
 #endif
 
 #ifdef VLMD_HWY_OPS_FILLER

@@ -1,13 +1,20 @@
 // Fills the KernelTable slots implemented with Highway for t->isa: avx2 gets the HWY_AVX2 code,
-// avx512 and avx512vnni the HWY_AVX3 code, ref nothing (see hwy/elementwise.cpp).
+// avx512, avx512vnni and amx the HWY_AVX3 code, neon and neondot the HWY_NEON code, ref nothing
+// (see hwy/elementwise.cpp).
 #include "engine/kernels/hwy/hwy_fill.h"
 #include "hwy/highway.h"
 
-// Both targets must survive Highway's target policy under our baseline flags (-march=x86-64-v2
-// makes SSE4 the static target; AVX2 and AVX3 are attainable above it). If this fires, the
-// fillers below would be missing at link time anyway; this says why.
+// The targets must survive Highway's target policy under our baseline flags (-march=x86-64-v2
+// makes SSE4 the static target, AVX2 and AVX3 are attainable above it; -march=armv8-a makes NEON
+// the static target). If this fires, the fillers below would be missing at link time anyway;
+// this says why.
+#if defined(__x86_64__)
 static_assert((HWY_TARGETS & HWY_AVX2) != 0 && (HWY_TARGETS & HWY_AVX3) != 0,
               "Highway does not compile the AVX2 and AVX3 targets under these flags");
+#elif defined(__aarch64__)
+static_assert((HWY_TARGETS & HWY_NEON) != 0,
+              "Highway does not compile the NEON target under these flags");
+#endif
 
 namespace vlmd::engine::kernels {
 
@@ -15,6 +22,7 @@ void FillHwyKernels(KernelTable* t) {
   switch (t->isa) {
     case Isa::kRef:
       return;
+#if defined(__x86_64__)
     case Isa::kAvx2:
       FillHwyOpsAvx2(t);
       return;
@@ -23,6 +31,14 @@ void FillHwyKernels(KernelTable* t) {
     case Isa::kAmx:
       FillHwyOpsAvx512(t);
       return;
+#elif defined(__aarch64__)
+    case Isa::kNeon:
+    case Isa::kNeonDot:
+      FillHwyOpsNeon(t);
+      return;
+#endif
+    default:
+      return;  // another architecture's ISA: never available here
   }
 }
 

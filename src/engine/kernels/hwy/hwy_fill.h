@@ -9,5 +9,6 @@ namespace vlmd::engine::kernels {
 
 void FillHwyOpsAvx2(KernelTable* t);    // Highway target HWY_AVX2 (AVX2 + FMA + F16C + BMI2)
 void FillHwyOpsAvx512(KernelTable* t);  // Highway target HWY_AVX3 (AVX-512 F/VL/DQ/BW)
+void FillHwyOpsNeon(KernelTable* t);    // Highway target HWY_NEON (aarch64 Advanced SIMD)
 
 }  // namespace vlmd::engine::kernels

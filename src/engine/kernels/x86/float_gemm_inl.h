@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "engine/kernels/x86/float_matmul_inl.h"
-#include "engine/kernels/x86/tile_table_inl.h"
+#include "engine/kernels/tile_table_inl.h"
 
 namespace vlmd::engine::kernels::VLMD_X86_NS {
 

@@ -1,5 +1,5 @@
 // What the x86 packed int8 matmul kernels share (avx2/ and avx512vnni/packed_matmul_*.cpp): the
-// GEMV prefetch and the dispatch on the matrix's packed format.
+// GEMV prefetch, and (packed_format_inl.h) the dispatch on the matrix's packed format.
 #pragma once
 
 #include <immintrin.h>
@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/kernels/packed_format_inl.h"
 #include "engine/kernels/packed_int8.h"
 
 namespace vlmd::engine::kernels {
@@ -24,17 +25,6 @@ inline constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
 // prefetch past the arrays, harmless for a prefetch but not a pointer C++ lets us form.
 inline void PrefetchAhead(const void* p, size_t ahead) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
-}
-
-// Calls fn.template operator()<kFmt>() with the format as an int (kQ8 0, kQ4 1, kQ4K 2): the
-// kernels take it as a template parameter.
-template <typename Fn>
-inline void ForPackedFormat(PackedFormat format, Fn&& fn) {
-  switch (format) {
-    case PackedFormat::kQ8: return fn.template operator()<0>();
-    case PackedFormat::kQ4: return fn.template operator()<1>();
-    case PackedFormat::kQ4K: return fn.template operator()<2>();
-  }
 }
 
 }  // namespace

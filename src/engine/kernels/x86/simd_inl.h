@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "engine/kernels/kernel_table.h"
-#include "engine/kernels/x86/tile_table_inl.h"
+#include "engine/kernels/tile_table_inl.h"
 
 #ifndef VLMD_X86_NS
 #error "define VLMD_X86_NS (the per-ISA namespace) before including simd_inl.h"

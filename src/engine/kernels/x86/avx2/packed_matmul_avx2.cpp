@@ -21,7 +21,7 @@
 
 #include "engine/kernels/packed_int8.h"
 #include "engine/kernels/x86/packed_matmul_inl.h"
-#include "engine/kernels/x86/tile_table_inl.h"
+#include "engine/kernels/tile_table_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
 

@@ -1,0 +1,11 @@
+// Fillers of the aarch64 kernel families; each lives in its own translation unit under
+// arm64/<isa>/ (compiled with that ISA's flags) and overwrites the KernelTable slots it implements.
+#pragma once
+
+#include "engine/kernels/kernel_table.h"
+
+namespace vlmd::engine::kernels {
+
+void FillNeonDotPackedMatmul(KernelTable* t);  // neondot/packed_matmul_neondot.cpp
+
+}  // namespace vlmd::engine::kernels
