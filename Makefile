@@ -25,8 +25,9 @@ test: all
 
 # The engine cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu, the :arm64 libraries)
 # and its suites (kernels, models, vision, runtime, units; not the HTTP server) run under
-# qemu-user. QEMU_CPU=max emulates a CPU with the dot product, so the neon and neondot tables
-# are both tested; speed under emulation means nothing.
+# qemu-user: all of them on QEMU_CPU=max (every extension: the neon and neondot tables are both
+# tested), then the kernel suite on a Cortex-A72 (no dot product: the HWCAP detection picks neon).
+# Speed under emulation means nothing.
 ARM64_BUILD ?= build-arm64
 test-arm64: deps
 	bash scripts/setup_arm64.sh
@@ -35,6 +36,7 @@ test-arm64: deps
 	  -DVLMD_BUILD_SERVER=OFF
 	cmake --build $(ARM64_BUILD) -j$(JOBS)
 	QEMU_CPU=max ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS)
+	QEMU_CPU=cortex-a72 ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS) -L kernel
 
 # Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang). The same build holds
 # the libFuzzer targets, so CI compiles the engine once for both.

@@ -146,11 +146,12 @@ struct Case {
   int64_t m, n, k;
 };
 
-// Every x86 table from AVX2 up packs (AVX2 and plain AVX-512: vpmaddubsw; VNNI: vpdpbusd), and
-// so does aarch64 with the dot product (SDOT), so the tests below cover each ISA this CPU has,
-// not only the best one. (aarch64 without the dot product keeps the GGUF rows.)
-TEST(PackedMatmulTest, EverySimdTableWithAnInt8DotHasThePackedKernel) {
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx, Isa::kNeonDot}) {
+// Every SIMD table packs (AVX2 and plain AVX-512: vpmaddubsw; VNNI: vpdpbusd; aarch64: SDOT,
+// or widening multiplies without the dot product), so the tests below cover each ISA this CPU
+// has, not only the best one.
+TEST(PackedMatmulTest, EverySimdTableHasThePackedKernel) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx, Isa::kNeon,
+                  Isa::kNeonDot}) {
     if (!kernels::IsaAvailable(isa)) continue;
     EXPECT_NE(kernels::GetKernelTable(isa).packed_matmul, nullptr) << kernels::IsaName(isa);
   }
@@ -227,6 +228,71 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
       }
     }
   }
+}
+
+// The largest products the formats allow: Q8_0 quants of -128 and +127 (a GGUF file may hold
+// -128) against activations that quantize to +-127, all of one sign along k or alternating.
+// The kernels that sum two products in int16 before widening (AVX2's vpmaddubsw, aarch64
+// without the dot product) reach their 32512 limit here; a wrap or saturation shows as a
+// difference from the reference.
+TEST(PackedMatmulTest, ExtremeQ8ProductsAreExact) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const int64_t n = 20, k = 64, m = 3;
+  std::vector<BlockQ8_0> w(n * (k / 32));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      BlockQ8_0& blk = w[r * (k / 32) + b];
+      blk.d = F32ToF16(0.01f * static_cast<float>(r + 1));
+      for (int e = 0; e < 32; ++e) {
+        const bool low = r % 3 == 0 || (r % 3 == 2 && e % 2 == 0);
+        blk.qs[e] = static_cast<int8_t>(low ? -128 : 127);
+      }
+    }
+  }
+  auto pm = PackedMatrix::Pack(DType::kQ8_0, w.data(), sizeof(BlockQ8_0) * (k / 32), n, k);
+  ASSERT_TRUE(pm.ok());
+  std::vector<float> a(m * k);
+  for (int64_t i = 0; i < k; ++i) {
+    a[i] = -1.0f;                         // quantizes to -127 everywhere
+    a[k + i] = 1.0f;                      // +127
+    a[2 * k + i] = i % 2 ? 1.0f : -1.0f;  // alternating
+  }
+  const size_t arb = *RowBytes(DType::kQ8_0, k);
+  std::vector<uint8_t> aq(arb * m);
+  std::vector<int32_t> sums(m * (k / 32));
+  for (int64_t r = 0; r < m; ++r) {
+    quant::QuantizeRowQ8_0Act(a.data() + r * k, reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), k);
+    kernels::SumQ8_0Blocks(aq.data() + r * arb, k, sums.data() + r * (k / 32));
+    EXPECT_EQ(reinterpret_cast<const BlockQ8_0*>(aq.data() + r * arb)->qs[0], r == 1 ? 127 : -127);
+  }
+  std::vector<float> want(m * n);
+  kernels::PackedMatmulArgs args;
+  args.w = pm->get();
+  args.a = aq.data();
+  args.a_row_bytes = arb;
+  args.a_sums = sums.data();
+  args.out = want.data();
+  args.out_stride = n;
+  kernels::PackedMatmulRef(args, 0, m, 0, (*pm)->panels());
+  ops::WeightView wv{DType::kQ8_0, n, k, reinterpret_cast<const uint8_t*>(w.data()), 0};
+  wv.packed = pm->get();
+  ops::MatmulScratch scratch;
+  for (Isa isa : isas) {
+    for (int64_t rows : {int64_t{1}, m}) {  // the GEMV tile and the GEMM tiles
+      SCOPED_TRACE(std::string(kernels::IsaName(isa)) + " rows=" + std::to_string(rows));
+      std::vector<float> out(m * n, -777.0f);
+      ASSERT_TRUE(ops::MatMul(kernels::GetKernelTable(isa), nullptr, wv, a.data(), rows, k,
+                              out.data(), n, &scratch)
+                      .ok());
+      for (int64_t i = 0; i < rows * n; ++i) {
+        ASSERT_EQ(std::memcmp(&out[i], &want[i], sizeof(float)), 0)
+            << "[" << i / n << "," << i % n << "] got " << out[i] << " want " << want[i];
+      }
+    }
+  }
+  // The products really are the extremes: column 0, row 0 is 64 x (-128) x (-127) scaled.
+  EXPECT_NEAR(want[0], 64.0 * 128 * 127 * 0.01 / 127, 0.05);
 }
 
 // The packed path against the GGUF-layout path of the reference table (vec-dots written

@@ -95,6 +95,13 @@ struct Row {
   // otherwise), 0 otherwise. Below `bound` the GEMV cannot reach the bandwidth even if it did
   // nothing but multiply.
   double mac_bound = 0;
+  // Rows on int8 dot products: the measured MAC peak of their instructions (G MAC/s; the int4
+  // unpack+dot peak for 4-bit types), 0 otherwise. The row's MACs per second over it is how
+  // much of what the instruction set can multiply the kernel uses.
+  double mac_peak = 0;
+  double MacPeakRatio() const {
+    return mac_peak > 0 ? static_cast<double>(m) * n * k / (ms * 1e-3) / 1e9 / mac_peak : 0.0;
+  }
 };
 
 // The GEMV kernels of these variants multiply int8 activations by int8/int4 weights.
@@ -176,9 +183,10 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
         const double bytes_per_weight = static_cast<double>(bytes) / static_cast<double>(n * k);
         const double mac_peak =
             HasFourBitWeights(type) ? int4_peaks[threads] : int8_peaks[threads];
-        const double mac_bound = UsesInt8Dots(type) ? mac_peak * bytes_per_weight : 0.0;
+        const bool int8_dots = UsesInt8Dots(type);
+        const double mac_bound = int8_dots ? mac_peak * bytes_per_weight : 0.0;
         rows.push_back({"gemv", type.name(), 1, n, k, threads, sec * 1e3, bytes / sec / 1e9, bw,
-                        mac_bound});
+                        mac_bound, int8_dots ? mac_peak : 0.0});
       }
     }
     for (int64_t m : gemm_m) {
@@ -199,8 +207,10 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
           std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
           return 1;
         }
+        const double mac_peak =
+            HasFourBitWeights(type) ? int4_peaks[threads] : int8_peaks[threads];
         rows.push_back({"gemm", type.name(), m, n, k, threads, sec * 1e3, 2.0 * m * n * k / sec / 1e9,
-                        peaks[threads]});
+                        peaks[threads], 0.0, UsesInt8Dots(type) ? mac_peak : 0.0});
       }
     }
   }
@@ -226,9 +236,10 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
               " precision of the vision encoder. GEMV bytes are those of the layout read. mac-bound:\n"
               " the GB/s at which the int8 MAC peak (4-bit types: the int4 unpack+dot peak) reads\n"
               " the weights; where it is below the bandwidth, a GEMV that only multiplied could not\n"
-              " reach the bandwidth either.)\n");
-  std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s %10s\n", "path", "type", "M", "N",
-              "K", "thr", "ms", "achieved", "bound", "ratio", "mac-bound");
+              " reach the bandwidth either. of-mac: the row's multiply-adds per second over that\n"
+              " peak, for the kernels on int8 dot products.)\n");
+  std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s %10s %6s\n", "path", "type", "M", "N",
+              "K", "thr", "ms", "achieved", "bound", "ratio", "mac-bound", "of-mac");
   nlohmann::json j;
   j["cpu"] = cpu.brand;
   j["cpu_features"] = cpu.ToString();
@@ -241,17 +252,20 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
     const bool gemv = r.kind == "gemv";
     char mac[32] = "";
     if (r.mac_bound > 0) std::snprintf(mac, sizeof(mac), "%5.1f GB/s", r.mac_bound);
-    std::printf("%-5s %-7s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f %10s\n",
+    char of_mac[16] = "";
+    if (r.mac_peak > 0) std::snprintf(of_mac, sizeof(of_mac), "%6.2f", r.MacPeakRatio());
+    std::printf("%-5s %-7s %5lld %5lld %5lld %3d %9.3f %7.1f %-4s %7.1f %-4s %6.2f %10s %6s\n",
                 r.kind.c_str(), r.type.c_str(),
                 static_cast<long long>(r.m), static_cast<long long>(r.n),
                 static_cast<long long>(r.k), r.threads, r.ms, r.value, gemv ? "GB/s" : "GF/s",
-                r.bound, gemv ? "GB/s" : "GF/s", r.value / r.bound, mac);
+                r.bound, gemv ? "GB/s" : "GF/s", r.value / r.bound, mac, of_mac);
     j["results"].push_back({{"path", r.kind}, {"type", r.type},
                             {"m", r.m}, {"n", r.n}, {"k", r.k}, {"threads", r.threads},
                             {"ms", r.ms}, {gemv ? "gb_s" : "gflop_s", r.value},
                             {gemv ? "bandwidth_gb_s" : "peak_gflop_s", r.bound},
                             {"ratio", r.value / r.bound}});
     if (r.mac_bound > 0) j["results"].back()["int8_mac_bound_gb_s"] = r.mac_bound;
+    if (r.mac_peak > 0) j["results"].back()["of_int8_mac_peak"] = r.MacPeakRatio();
   }
   if (opts.json_path == "-") {
     std::cout << j.dump(2) << "\n";

@@ -101,6 +101,7 @@ KernelTable Build(Isa isa) {
   if (isa >= Isa::kAvx512Vnni) FillAvx512VnniKernels(&t);
   if (isa >= Isa::kAmx) FillAmxKernels(&t);
 #elif defined(__aarch64__)
+  if (isa >= Isa::kNeon) FillNeonKernels(&t);
   if (isa >= Isa::kNeonDot) FillNeonDotKernels(&t);
 #endif
   return t;

@@ -166,6 +166,7 @@ void FillAvx2Kernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);
 void FillAvx512VnniKernels(KernelTable* t);
 void FillAmxKernels(KernelTable* t);  // x86/amx/tile_bf16_amx.cpp
+void FillNeonKernels(KernelTable* t);     // arm64/neon/
 void FillNeonDotKernels(KernelTable* t);  // arm64/neondot/
 void FillHwyKernels(KernelTable* t);  // Highway elementwise kernels for t->isa
 

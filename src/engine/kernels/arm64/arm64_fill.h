@@ -6,6 +6,7 @@
 
 namespace vlmd::engine::kernels {
 
+void FillNeonPackedMatmul(KernelTable* t);     // neon/packed_matmul_neon.cpp
 void FillNeonDotPackedMatmul(KernelTable* t);  // neondot/packed_matmul_neondot.cpp
 
 }  // namespace vlmd::engine::kernels

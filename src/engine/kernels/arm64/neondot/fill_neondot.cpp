@@ -1,5 +1,5 @@
-// The neondot table (aarch64 with the int8 dot product): the Highway NEON kernels (filled before
-// this) plus the packed int8 matmul on SDOT.
+// The neondot table (aarch64 with the int8 dot product): the neon table's kernels (filled before
+// this) with the packed int8 matmul on SDOT instead.
 #include "engine/kernels/arm64/arm64_fill.h"
 
 namespace vlmd::engine::kernels {
