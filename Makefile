@@ -25,8 +25,8 @@ test: all
 
 # The engine cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu, the :arm64 libraries)
 # and its suites (kernels, models, vision, runtime, units; not the HTTP server) run under
-# qemu-user: all of them on QEMU_CPU=max (every extension: the neon and neondot tables are both
-# tested), then the kernel suite on a Cortex-A72 (no dot product: the HWCAP detection picks neon).
+# qemu-user: all of them on QEMU_CPU=max (every extension: the neon, neondot and neoni8mm tables
+# are all tested), then the kernel suite on a Cortex-A72 (no dot product: the HWCAP detection picks neon).
 # Speed under emulation means nothing.
 ARM64_BUILD ?= build-arm64
 test-arm64: deps

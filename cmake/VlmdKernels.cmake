@@ -10,8 +10,11 @@ set(VLMD_ISA_FLAGS_amx ${VLMD_ISA_FLAGS_avx512vnni} -mamx-tile -mamx-bf16 -mamx-
 # Graviton 2-4, Ampere Altra, Apple M1 and later).
 set(VLMD_ISA_FLAGS_neon "")
 set(VLMD_ISA_FLAGS_neondot -march=armv8.2-a+dotprod)
+# neoni8mm adds the int8 matrix multiply (SMMLA, FEAT_I8MM: Neoverse V1/V2/N2, Graviton 3/4,
+# Apple M2 and later).
+set(VLMD_ISA_FLAGS_neoni8mm -march=armv8.2-a+dotprod+i8mm)
 set(VLMD_ISAS_x86 avx2 avx512 avx512vnni amx)
-set(VLMD_ISAS_arm64 neon neondot)
+set(VLMD_ISAS_arm64 neon neondot neoni8mm)
 
 # vlmd_isa_sources(<target> <isa> <files...>): adds files with the ISA's compile flags.
 function(vlmd_isa_sources target isa)

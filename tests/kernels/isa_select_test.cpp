@@ -74,7 +74,7 @@ TEST(IsaSelect, ForcedIsaIsHonouredWhenAvailable) {
 // forcing one is UNIMPLEMENTED (above) and its table holds only the scalar kernels.
 TEST(IsaSelect, OnlyThisArchitecturesIsasAreAvailable) {
 #if defined(__x86_64__)
-  const Isa foreign[] = {Isa::kNeon, Isa::kNeonDot};
+  const Isa foreign[] = {Isa::kNeon, Isa::kNeonDot, Isa::kNeonI8mm};
 #elif defined(__aarch64__)
   const Isa foreign[] = {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx};
 #else

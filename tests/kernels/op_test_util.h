@@ -53,7 +53,8 @@ inline int Lanes(engine::kernels::Isa isa) {
     case engine::kernels::Isa::kRef: return 1;
     case engine::kernels::Isa::kAvx2: return 8;
     case engine::kernels::Isa::kNeon:
-    case engine::kernels::Isa::kNeonDot: return 4;
+    case engine::kernels::Isa::kNeonDot:
+    case engine::kernels::Isa::kNeonI8mm: return 4;
     default: return 16;
   }
 }

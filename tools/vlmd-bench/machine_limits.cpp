@@ -216,7 +216,8 @@ ProbeUnit ProbeUnitFor(engine::kernels::Isa kernel_isa) {
     case Isa::kAvx512Vnni:
     case Isa::kAmx: unit = ProbeUnit::kAvx512Vnni; break;
     case Isa::kNeon:
-    case Isa::kNeonDot: break;  // vlmd-bench's probes are x86 only (it builds with the server)
+    case Isa::kNeonDot:
+    case Isa::kNeonI8mm: break;  // vlmd-bench's probes are x86 only (it builds with the server)
   }
   // Capped by the CPU (a table is only selected where it runs, but stay safe).
   if (unit == ProbeUnit::kAvx512Vnni && !GetCpuFeatures().avx512vnni) unit = ProbeUnit::kAvx512;

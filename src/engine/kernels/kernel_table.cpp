@@ -16,7 +16,7 @@ bool IsaAvailableOnThisArch(Isa isa) {
 #if defined(__x86_64__)
   return isa >= Isa::kAvx2 && isa <= Isa::kAmx;
 #elif defined(__aarch64__)
-  return isa >= Isa::kNeon && isa <= Isa::kNeonDot;
+  return isa >= Isa::kNeon && isa <= Isa::kNeonI8mm;
 #else
   return false;
 #endif
@@ -33,6 +33,7 @@ std::string_view IsaName(Isa isa) {
     case Isa::kAmx: return "amx";
     case Isa::kNeon: return "neon";
     case Isa::kNeonDot: return "neondot";
+    case Isa::kNeonI8mm: return "neoni8mm";
   }
   return "unknown";
 }
@@ -58,6 +59,7 @@ bool IsaAvailable(Isa isa) {
       return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_bf16;
     case Isa::kNeon: return f.asimd;
     case Isa::kNeonDot: return f.asimd && f.asimddp;
+    case Isa::kNeonI8mm: return f.asimd && f.asimddp && f.i8mm;
   }
   return false;
 }
@@ -75,7 +77,7 @@ Result<Isa> SelectIsa() {
   auto isa = ParseIsa(forced);
   if (!isa) {
     return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
-                                " is not one of ref, avx2, avx512, avx512vnni, amx, neon, neondot");
+                                " is not one of ref, avx2, avx512, avx512vnni, amx, neon, neondot, neoni8mm");
   }
   if (!IsaAvailable(*isa)) {
     return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +
@@ -103,6 +105,7 @@ KernelTable Build(Isa isa) {
 #elif defined(__aarch64__)
   if (isa >= Isa::kNeon) FillNeonKernels(&t);
   if (isa >= Isa::kNeonDot) FillNeonDotKernels(&t);
+  if (isa >= Isa::kNeonI8mm) FillNeonI8mmKernels(&t);
 #endif
   return t;
 }

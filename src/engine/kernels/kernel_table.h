@@ -18,15 +18,17 @@
 namespace vlmd::engine::kernels {
 
 // kAmx: AVX512-VNNI/BF16 plus the AMX tile unit (bf16 tile matmul, tile_bf16.h).
-// kNeon: aarch64 Advanced SIMD (every ARMv8-A CPU); kNeonDot: plus the int8 dot product (SDOT).
+// kNeon: aarch64 Advanced SIMD (every ARMv8-A CPU); kNeonDot: plus the int8 dot product (SDOT);
+// kNeonI8mm: plus the int8 matrix multiply (SMMLA).
 // Each architecture's ISAs form one chain (a table inherits the slots of the ones below it);
 // values are only ever appended.
 enum class Isa : uint8_t {
-  kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4, kNeon = 5, kNeonDot = 6
+  kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4, kNeon = 5, kNeonDot = 6,
+  kNeonI8mm = 7
 };
-inline constexpr int kNumIsas = 7;
+inline constexpr int kNumIsas = 8;
 
-// "ref", "avx2", "avx512", "avx512vnni", "amx", "neon", "neondot"
+// "ref", "avx2", "avx512", "avx512vnni", "amx", "neon", "neondot", "neoni8mm"
 std::string_view IsaName(Isa isa);
 std::optional<Isa> ParseIsa(std::string_view name);
 bool IsaAvailable(Isa isa);                      // this CPU (and OS) can run it
@@ -168,6 +170,7 @@ void FillAvx512VnniKernels(KernelTable* t);
 void FillAmxKernels(KernelTable* t);  // x86/amx/tile_bf16_amx.cpp
 void FillNeonKernels(KernelTable* t);     // arm64/neon/
 void FillNeonDotKernels(KernelTable* t);  // arm64/neondot/
+void FillNeonI8mmKernels(KernelTable* t);  // arm64/neoni8mm/
 void FillHwyKernels(KernelTable* t);  // Highway elementwise kernels for t->isa
 
 }  // namespace vlmd::engine::kernels

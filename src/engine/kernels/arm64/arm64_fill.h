@@ -8,5 +8,6 @@ namespace vlmd::engine::kernels {
 
 void FillNeonPackedMatmul(KernelTable* t);     // neon/packed_matmul_neon.cpp
 void FillNeonDotPackedMatmul(KernelTable* t);  // neondot/packed_matmul_neondot.cpp
+void FillNeonI8mmPackedMatmul(KernelTable* t);  // neoni8mm/packed_matmul_i8mm.cpp
 
 }  // namespace vlmd::engine::kernels

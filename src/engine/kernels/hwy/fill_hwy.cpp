@@ -1,5 +1,5 @@
 // Fills the KernelTable slots implemented with Highway for t->isa: avx2 gets the HWY_AVX2 code,
-// avx512, avx512vnni and amx the HWY_AVX3 code, neon and neondot the HWY_NEON code, ref nothing
+// avx512, avx512vnni and amx the HWY_AVX3 code, the neon tables the HWY_NEON code, ref nothing
 // (see hwy/elementwise.cpp).
 #include "engine/kernels/hwy/hwy_fill.h"
 #include "hwy/highway.h"
@@ -34,6 +34,7 @@ void FillHwyKernels(KernelTable* t) {
 #elif defined(__aarch64__)
     case Isa::kNeon:
     case Isa::kNeonDot:
+    case Isa::kNeonI8mm:
       FillHwyOpsNeon(t);
       return;
 #endif
