@@ -35,8 +35,10 @@ test-arm64: deps
 	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
 	  -DVLMD_BUILD_SERVER=OFF
 	cmake --build $(ARM64_BUILD) -j$(JOBS)
-	QEMU_CPU=max ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS)
-	QEMU_CPU=cortex-a72 ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS) -L kernel
+	QEMU_CPU=max VLMD_EXPECT_ISA=neoni8mm \
+	  ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS)
+	QEMU_CPU=cortex-a72 VLMD_EXPECT_ISA=neon \
+	  ctest --test-dir $(ARM64_BUILD) --output-on-failure -j$(JOBS) -L kernel
 
 # Every suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang). The same build holds
 # the libFuzzer targets, so CI compiles the engine once for both.
@@ -69,4 +71,4 @@ server: deps configure
 	cmake --build $(BUILD) --target vlmd -j$(JOBS)
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan $(ARM64_BUILD)

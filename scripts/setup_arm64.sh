@@ -2,8 +2,9 @@
 # Installs what `make test-arm64` needs besides scripts/setup.sh's packages: Debian's aarch64
 # cross compiler, qemu-user to run the test binaries, and the engine's libraries as :arm64
 # packages beside the native ones (multiarch). Idempotent; apt runs only when something is
-# missing. If apt cannot fetch the arm64 indexes, the foreign architecture is removed again so
-# that the machine's apt is left as it was.
+# missing. If apt cannot fetch the arm64 indexes or install the packages, the foreign
+# architecture is removed again (when no arm64 package got installed) so that the machine's apt
+# is left as it was.
 set -euo pipefail
 
 PACKAGES=(
@@ -39,4 +40,10 @@ if ! $SUDO apt-get update -qq; then
   if [ "$added_arch" = 1 ]; then $SUDO dpkg --remove-architecture arm64 || true; fi
   exit 1
 fi
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+  echo "setup-arm64: installing ${missing[*]} failed" >&2
+  if [ "$added_arch" = 1 ] && ! dpkg -l | awk '{print $4}' | grep -qx arm64; then
+    $SUDO dpkg --remove-architecture arm64 || true
+  fi
+  exit 1
+fi

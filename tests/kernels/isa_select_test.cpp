@@ -90,6 +90,15 @@ TEST(IsaSelect, OnlyThisArchitecturesIsasAreAvailable) {
 #endif
 }
 
+// VLMD_EXPECT_ISA (set by make test-arm64 for each emulated CPU) names the table this CPU must
+// pick: a feature bit read wrongly, or an emulator without an extension, would otherwise drop
+// that table's kernels from every test without a failure.
+TEST(IsaSelect, PicksTheExpectedTableWhereOneIsNamed) {
+  const char* expect = std::getenv("VLMD_EXPECT_ISA");
+  if (expect == nullptr || *expect == '\0') GTEST_SKIP() << "VLMD_EXPECT_ISA not set";
+  EXPECT_EQ(IsaName(BestAvailableIsa()), std::string(expect));
+}
+
 TEST(IsaSelect, UnknownNameIsInvalidArgument) {
   for (const char* v : {"avx1024", "AVX2", "ref "}) {
     ScopedForceIsa force(v);

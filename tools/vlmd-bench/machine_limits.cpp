@@ -151,9 +151,13 @@ __attribute__((target("avx2"))) int32_t DotInt8Avx2(int64_t iters) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t i = 0; i < iters; ++i) {
     for (int j = 0; j < 12; ++j) {
+      // The barrier makes every chain's operand a new value: without it the compiler computed
+      // one vpmaddubsw + vpmaddwd per 12 chains and the probe timed mostly vpaddd (a peak ~3x
+      // too high, sessions 14 and 15's first runs).
+      asm volatile("" : "+x"(u));
       acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
     }
-    asm volatile("" : "+x"(u), "+x"(s));
+    asm volatile("" : "+x"(s));
   }
   __m256i sum = acc[0];
   for (int j = 1; j < 12; ++j) sum = _mm256_add_epi32(sum, acc[j]);

@@ -120,7 +120,7 @@ struct KernelTable {
   // f32 -> activation format, indexed by the activation DType id.
   std::array<ConvertRowFn, kMaxDType> convert_act{};
   // Matmul over weights repacked at load (PackedMatrix): vpdpbusd on AVX512-VNNI, vpmaddubsw on
-  // AVX2 and plain AVX-512. nullptr (the scalar table only): the GGUF row layout is kept (the
+  // AVX2 and plain AVX-512; on aarch64 SMMLA (i8mm), SDOT (dotprod) or widening multiplies. nullptr (the scalar table only): the GGUF row layout is kept (the
   // engine then does not pack).
   PackedMatmulFn packed_matmul = nullptr;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation

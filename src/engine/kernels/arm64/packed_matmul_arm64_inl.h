@@ -1,5 +1,6 @@
 // The aarch64 packed int8 matmul (layout in packed_int8.h), shared by the neon and neondot
-// tables; they differ only in how 4-byte dots are computed (the Dot policy of the includer).
+// tables (and neoni8mm's single rows); they differ only in how 4-byte dots are computed (the Dot
+// policy of the includer).
 //
 // The layout is the VNNI one: a panel block's k-quad is 64 bytes, 16 columns x 4 bytes, i.e.
 // four 128-bit vectors of 4 columns, each multiplied by one 4-byte quad of the activation (a
