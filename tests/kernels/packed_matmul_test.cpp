@@ -131,6 +131,29 @@ TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 0, 32).ok());
 }
 
+// PackedMatmulRef over m activation rows of w.k() floats, converted as the engine converts them
+// (the converters are byte-exact): the output every packed kernel must equal bit for bit.
+std::vector<float> PackedReference(const PackedMatrix& w, const std::vector<float>& a, int64_t m) {
+  const int64_t k = w.k();
+  const size_t arb = *RowBytes(DType::kQ8_0, k);
+  std::vector<uint8_t> aq(arb * m);
+  std::vector<int32_t> sums(m * (k / 32));
+  for (int64_t r = 0; r < m; ++r) {
+    quant::QuantizeRowQ8_0Act(a.data() + r * k, reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), k);
+    kernels::SumQ8_0Blocks(aq.data() + r * arb, k, sums.data() + r * (k / 32));
+  }
+  std::vector<float> want(m * w.n());
+  kernels::PackedMatmulArgs args;
+  args.w = &w;
+  args.a = aq.data();
+  args.a_row_bytes = arb;
+  args.a_sums = sums.data();
+  args.out = want.data();
+  args.out_stride = w.n();
+  kernels::PackedMatmulRef(args, 0, m, 0, w.panels());
+  return want;
+}
+
 std::vector<Isa> PackedIsas() {
   std::vector<Isa> isas;
   for (int i = 0; i < kernels::kNumIsas; ++i) {
@@ -183,23 +206,7 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
       auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, c.k), c.n, c.k);
       ASSERT_TRUE(pm.ok());
       const std::vector<float> a = RandomFloats(c.m * c.k, seed++, 2.0f);
-      // The reference on reference-converted activations (the converters are byte-exact).
-      const size_t arb = *RowBytes(DType::kQ8_0, c.k);
-      std::vector<uint8_t> aq(arb * c.m);
-      std::vector<int32_t> sums(c.m * (c.k / 32));
-      for (int64_t r = 0; r < c.m; ++r) {
-        quant::QuantizeRowQ8_0Act(a.data() + r * c.k, reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), c.k);
-        kernels::SumQ8_0Blocks(aq.data() + r * arb, c.k, sums.data() + r * (c.k / 32));
-      }
-      std::vector<float> want(c.m * c.n);
-      kernels::PackedMatmulArgs args;
-      args.w = pm->get();
-      args.a = aq.data();
-      args.a_row_bytes = arb;
-      args.a_sums = sums.data();
-      args.out = want.data();
-      args.out_stride = c.n;
-      kernels::PackedMatmulRef(args, 0, c.m, 0, (*pm)->panels());
+      const std::vector<float> want = PackedReference(**pm, a, c.m);
 
       ops::WeightView wv{type, c.n, c.k, rows.data(), 0};
       wv.packed = pm->get();
@@ -258,23 +265,12 @@ TEST(PackedMatmulTest, ExtremeQ8ProductsAreExact) {
     a[k + i] = 1.0f;                      // +127
     a[2 * k + i] = i % 2 ? 1.0f : -1.0f;  // alternating
   }
-  const size_t arb = *RowBytes(DType::kQ8_0, k);
-  std::vector<uint8_t> aq(arb * m);
-  std::vector<int32_t> sums(m * (k / 32));
-  for (int64_t r = 0; r < m; ++r) {
-    quant::QuantizeRowQ8_0Act(a.data() + r * k, reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), k);
-    kernels::SumQ8_0Blocks(aq.data() + r * arb, k, sums.data() + r * (k / 32));
-    EXPECT_EQ(reinterpret_cast<const BlockQ8_0*>(aq.data() + r * arb)->qs[0], r == 1 ? 127 : -127);
+  for (int64_t r = 0; r < m; ++r) {  // every activation quantizes to +-127
+    BlockQ8_0 q;
+    quant::QuantizeRowQ8_0Act(a.data() + r * k, &q, 32);
+    EXPECT_EQ(q.qs[0], r == 1 ? 127 : -127);
   }
-  std::vector<float> want(m * n);
-  kernels::PackedMatmulArgs args;
-  args.w = pm->get();
-  args.a = aq.data();
-  args.a_row_bytes = arb;
-  args.a_sums = sums.data();
-  args.out = want.data();
-  args.out_stride = n;
-  kernels::PackedMatmulRef(args, 0, m, 0, (*pm)->panels());
+  const std::vector<float> want = PackedReference(**pm, a, m);
   ops::WeightView wv{DType::kQ8_0, n, k, reinterpret_cast<const uint8_t*>(w.data()), 0};
   wv.packed = pm->get();
   ops::MatmulScratch scratch;

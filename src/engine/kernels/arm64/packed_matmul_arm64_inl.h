@@ -45,40 +45,81 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, float32x4_t v) {
   }
 }
 
+// The signed weights of k-quads 2 pair and 2 pair + 1 of the 4 columns whose quants start at q:
+// for kQ4/kQ4K the low and high nibbles of chunk `pair`, for kQ8 two stored quads with the
+// +128 offset removed (u ^ 0x80 = u - 128).
+template <int kFmt>
+inline void LoadPair(const uint8_t* q, int pair, int8x16_t* w0, int8x16_t* w1) {
+  if constexpr (kFmt != 0) {
+    const uint8x16_t raw = vld1q_u8(q + pair * 64);
+    *w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F)));
+    *w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+  } else {
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    *w0 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 2 * pair * 64), flip));
+    *w1 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + (2 * pair + 1) * 64), flip));
+  }
+}
+
 // Two k-quads of the 4 columns in w0 and w1 against activation quads kLane0 and kLane1 of the
 // register `a` (16 activation bytes = 4 quads), added into `acc` by the policy Dot:
 // Dot::TwoQuads<kLane0, kLane1>(acc, w0, w1, a). Pair kPair of a block is, for kQ4, chunk kPair
 // (low nibbles: quad 2 kPair, high nibbles: quad 2 kPair + 1) and, for kQ8, quads 2 kPair and
 // 2 kPair + 1; either way quads 0-3 are in the block's first 16 activation bytes.
 template <class Dot, int kFmt, int MR, int kPair>
-inline void PairDots(const uint8_t* q, int v, const int8x16_t (&a)[MR], int32x4_t (&acc)[MR]) {
+inline void PairDots(const uint8_t* q, const int8x16_t (&a)[MR], int32x4_t (&acc)[MR]) {
   constexpr int kLane0 = (2 * kPair) % 4, kLane1 = kLane0 + 1;
   int8x16_t w0, w1;
-  if constexpr (kFmt != 0) {
-    const uint8x16_t raw = vld1q_u8(q + kPair * 64 + v * 16);
-    w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F)));
-    w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
-  } else {
-    const uint8x16_t flip = vdupq_n_u8(0x80);
-    w0 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 2 * kPair * 64 + v * 16), flip));
-    w1 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + (2 * kPair + 1) * 64 + v * 16), flip));
-  }
+  LoadPair<kFmt>(q, kPair, &w0, &w1);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) acc[i] = Dot::template TwoQuads<kLane0, kLane1>(acc[i], w0, w1, a[i]);
 }
 
-// The integer dot of one 32-element block for the 4 columns of vector `v` (0..3) of a panel,
-// for MR activation rows: acc[i] lanes = sum_e w[col][e] * a_i[e].
+// The integer dot of one 32-element block for the 4 columns whose quants start at q (a panel
+// block's quants + 16 x the vector's quarter), for MR activation rows: acc[i] lanes =
+// sum_e w[col][e] * a_i[e].
 template <class Dot, int kFmt, int MR>
-inline void BlockDots(const uint8_t* q, int v, const int8x16_t (&a_lo)[MR],
+inline void BlockDots(const uint8_t* q, const int8x16_t (&a_lo)[MR],
                       const int8x16_t (&a_hi)[MR], int32x4_t (&acc)[MR]) {
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) acc[i] = vdupq_n_s32(0);
-  PairDots<Dot, kFmt, MR, 0>(q, v, a_lo, acc);
-  PairDots<Dot, kFmt, MR, 1>(q, v, a_lo, acc);
-  PairDots<Dot, kFmt, MR, 2>(q, v, a_hi, acc);
-  PairDots<Dot, kFmt, MR, 3>(q, v, a_hi, acc);
+  PairDots<Dot, kFmt, MR, 0>(q, a_lo, acc);
+  PairDots<Dot, kFmt, MR, 1>(q, a_lo, acc);
+  PairDots<Dot, kFmt, MR, 2>(q, a_hi, acc);
+  PairDots<Dot, kFmt, MR, 3>(q, a_hi, acc);
 }
+
+// The current block of NP consecutive panels: their quants, f16 scales and (kQ4K) mins, moved
+// to the next block by Next(). Vector v (4 columns) of the tile is quarter v % 4 of panel v / 4.
+template <int kFmt, int NP>
+struct PanelCursor {
+  static constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
+  static constexpr size_t kQsStride = GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
+  static constexpr int64_t kScaleStride = GroupPanels(kFormat) * kPanelCols;
+  const uint8_t* qs[NP];
+  const uint16_t* scales[NP];
+  const uint16_t* mins[NP];
+
+  PanelCursor(const PackedMatrix& w, int64_t p) {
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+      qs[i] = w.qs(p + i, 0);
+      scales[i] = w.scales(p + i, 0);
+      mins[i] = w.mins(p + i, 0);
+    }
+  }
+  const uint8_t* Quants(int v) const { return qs[v / 4] + (v % 4) * 16; }
+  float32x4_t Scales(int v) const { return LoadF16x4(scales[v / 4] + (v % 4) * 4); }
+  float32x4_t Mins(int v) const { return LoadF16x4(mins[v / 4] + (v % 4) * 4); }
+  void Next() {
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+      qs[i] += kQsStride;
+      scales[i] += kScaleStride;
+      if constexpr (kFmt == 2) mins[i] += kScaleStride;
+    }
+  }
+};
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
 // panel is four vectors of 4 columns (v = 4 * panel + quarter).
@@ -86,9 +127,6 @@ template <class Dot, int kFmt, int MR, int NP>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr bool kMins = kFmt == 2;
   constexpr int NV = 4 * NP;
-  constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
-  constexpr size_t qstride = GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
-  constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
@@ -99,15 +137,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
     sums[i] = args.a_sums + (m + i) * nb;
   }
-  const uint8_t* wq[NP];
-  const uint16_t* ws[NP];
-  const uint16_t* wm[NP];
-#pragma GCC unroll 8
-  for (int v = 0; v < NP; ++v) {
-    wq[v] = w.qs(p + v, 0);
-    ws[v] = w.scales(p + v, 0);
-    wm[v] = w.mins(p + v, 0);
-  }
+  PanelCursor<kFmt, NP> panels(w, p);
   float32x4_t f[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -132,25 +162,20 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
       int32x4_t acc[MR];
-      BlockDots<Dot, kFmt, MR>(wq[v / 4], v % 4, a_lo, a_hi, acc);
-      const float32x4_t dw = LoadF16x4(ws[v / 4] + (v % 4) * 4);
+      BlockDots<Dot, kFmt, MR>(panels.Quants(v), a_lo, a_hi, acc);
+      const float32x4_t dw = panels.Scales(v);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         if constexpr (kFmt != 0) acc[i] = vaddq_s32(acc[i], bias[i]);
         f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(acc[i]), vmulq_f32(dw, da[i]));
       }
       if constexpr (kMins) {
-        const float32x4_t mw = LoadF16x4(wm[v / 4] + (v % 4) * 4);
+        const float32x4_t mw = panels.Mins(v);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) f[i][v] = vfmsq_f32(f[i][v], vmulq_f32(mw, da[i]), sum_a[i]);
       }
     }
-#pragma GCC unroll 8
-    for (int v = 0; v < NP; ++v) {
-      wq[v] += qstride;
-      ws[v] += sstride;
-      if constexpr (kMins) wm[v] += sstride;
-    }
+    panels.Next();
   }
 
 #pragma GCC unroll 8

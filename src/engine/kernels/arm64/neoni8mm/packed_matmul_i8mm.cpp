@@ -37,9 +37,6 @@ template <int kFmt, int NP>
 void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr bool kMins = kFmt == 2;
   constexpr int NV = 4 * NP;
-  constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
-  constexpr size_t qstride = GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
-  constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
@@ -47,15 +44,7 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const auto* a1 = reinterpret_cast<const BlockQ8_0*>(args.a + (m + 1) * args.a_row_bytes);
   const int32_t* sums0 = args.a_sums + m * nb;
   const int32_t* sums1 = args.a_sums + (m + 1) * nb;
-  const uint8_t* wq[NP];
-  const uint16_t* ws[NP];
-  const uint16_t* wm[NP];
-#pragma GCC unroll 8
-  for (int v = 0; v < NP; ++v) {
-    wq[v] = w.qs(p + v, 0);
-    ws[v] = w.scales(p + v, 0);
-    wm[v] = w.mins(p + v, 0);
-  }
+  PanelCursor<kFmt, NP> panels(w, p);
   float32x4_t f[NV][2];  // vector v, columns (0, 1) and (2, 3) of it: [r0c0, r0c1, r1c0, r1c1]
 #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) f[v][0] = f[v][1] = vdupq_n_f32(0.0f);
@@ -75,20 +64,12 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     }
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
-      const uint8_t* q = wq[v / 4] + (v % 4) * 16;
+      const uint8_t* q = panels.Quants(v);
       int32x4_t acc01 = vdupq_n_s32(0), acc23 = vdupq_n_s32(0);
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
         int8x16_t w0, w1;  // k-quads 2g and 2g + 1 of the vector's 4 columns
-        if constexpr (kFmt != 0) {
-          const uint8x16_t raw = vld1q_u8(q + g * 64);
-          w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F)));
-          w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
-        } else {
-          const uint8x16_t flip = vdupq_n_u8(0x80);
-          w0 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + 2 * g * 64), flip));
-          w1 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + (2 * g + 1) * 64), flip));
-        }
+        LoadPair<kFmt>(q, g, &w0, &w1);
         const int32x4_t w0s = vreinterpretq_s32_s8(w0), w1s = vreinterpretq_s32_s8(w1);
         acc01 = vmmlaq_s32(acc01, act[g], vreinterpretq_s8_s32(vzip1q_s32(w0s, w1s)));
         acc23 = vmmlaq_s32(acc23, act[g], vreinterpretq_s8_s32(vzip2q_s32(w0s, w1s)));
@@ -97,21 +78,16 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
         acc01 = vaddq_s32(acc01, bias);
         acc23 = vaddq_s32(acc23, bias);
       }
-      const float32x4_t dw = LoadF16x4(ws[v / 4] + (v % 4) * 4);
+      const float32x4_t dw = panels.Scales(v);
       f[v][0] = vfmaq_f32(f[v][0], vcvtq_f32_s32(acc01), vmulq_f32(LowPair(dw), da));
       f[v][1] = vfmaq_f32(f[v][1], vcvtq_f32_s32(acc23), vmulq_f32(HighPair(dw), da));
       if constexpr (kMins) {
-        const float32x4_t mw = LoadF16x4(wm[v / 4] + (v % 4) * 4);
+        const float32x4_t mw = panels.Mins(v);
         f[v][0] = vfmsq_f32(f[v][0], vmulq_f32(LowPair(mw), da), sum_a);
         f[v][1] = vfmsq_f32(f[v][1], vmulq_f32(HighPair(mw), da), sum_a);
       }
     }
-#pragma GCC unroll 8
-    for (int v = 0; v < NP; ++v) {
-      wq[v] += qstride;
-      ws[v] += sstride;
-      if constexpr (kMins) wm[v] += sstride;
-    }
+    panels.Next();
   }
 
   float* out0 = args.out + m * args.out_stride;
