@@ -75,6 +75,17 @@ inline void PairDots(const uint8_t* q, const int8x16_t (&a)[MR], int32x4_t (&acc
   for (int i = 0; i < MR; ++i) acc[i] = Dot::template TwoQuads<kLane0, kLane1>(acc[i], w0, w1, a[i]);
 }
 
+#if defined(__ARM_FEATURE_DOTPROD)
+// The Dot policy on SDOT: one vdotq_laneq_s32 per k-quad of 4 columns (the neondot table, and the
+// neoni8mm table's single rows).
+struct SdotQuads {
+  template <int kLane0, int kLane1>
+  static int32x4_t TwoQuads(int32x4_t acc, int8x16_t w0, int8x16_t w1, int8x16_t a) {
+    return vdotq_laneq_s32(vdotq_laneq_s32(acc, w0, a, kLane0), w1, a, kLane1);
+  }
+};
+#endif
+
 // The integer dot of one 32-element block for the 4 columns whose quants start at q (a panel
 // block's quants + 16 x the vector's quarter), for MR activation rows: acc[i] lanes =
 // sum_e w[col][e] * a_i[e].

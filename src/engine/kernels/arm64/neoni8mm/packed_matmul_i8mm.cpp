@@ -19,13 +19,6 @@
 namespace vlmd::engine::kernels {
 namespace {
 
-struct SdotQuads {  // the single-row tiles (as in neondot/)
-  template <int kLane0, int kLane1>
-  static int32x4_t TwoQuads(int32x4_t acc, int8x16_t w0, int8x16_t w1, int8x16_t a) {
-    return vdotq_laneq_s32(vdotq_laneq_s32(acc, w0, a, kLane0), w1, a, kLane1);
-  }
-};
-
 // [x0, x1, x0, x1] and [x2, x3, x2, x3]: per-column values in the 2 x 2 layout.
 inline float32x4_t LowPair(float32x4_t x) { return vcombine_f32(vget_low_f32(x), vget_low_f32(x)); }
 inline float32x4_t HighPair(float32x4_t x) {
