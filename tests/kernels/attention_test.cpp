@@ -38,6 +38,9 @@ struct Case {
   bool growing_keys = false;     // later keys larger: the running max rises block after block
   int32_t window = 0;            // sliding window (kv_pos > q_win_pos - window)
   bool one_span = false;         // every query's q_pos raised to the last one's (bidirectional)
+  // A sliding-window ring that wrapped: positions ring_first_pos .. + n_kv - 1, row j holding
+  // the one that is j modulo n_kv (0: kv_pos[j] = j).
+  int32_t ring_first_pos = 0;
 
   std::string Vars(Isa isa, DType kv) const {
     return std::string(name) + " isa=" + std::string(IsaName(isa)) +
@@ -82,6 +85,12 @@ Problem Make(const Case& c, DType kv_type, uint32_t seed) {
   if (c.one_span) std::fill(p.q_pos.begin(), p.q_pos.end(), p.q_pos.back());
   p.kv_pos.resize(c.n_kv);
   std::iota(p.kv_pos.begin(), p.kv_pos.end(), 0);
+  if (c.ring_first_pos > 0) {
+    const auto n = static_cast<int32_t>(c.n_kv);
+    for (int32_t j = 0; j < n; ++j) {
+      p.kv_pos[j] = c.ring_first_pos + ((j - c.ring_first_pos) % n + n) % n;
+    }
+  }
   if (c.shuffle_kv) {
     // Reverse the rows (and their positions): an unsorted cache must give the same answer.
     std::reverse(p.kv_pos.begin(), p.kv_pos.end());
@@ -450,10 +459,21 @@ TEST(Attention, BlockedPathMasksPerRowLikeTheStreamingPath) {
 // queries before every key (zeros); unmasked with head_dim 48; a single query row.
 void CheckTilePathStaysWithinBf16Rounding(const KernelTable* kt) {
   ThreadPool pool(2);
-  const Case cases[] = {{"tiles causal", 150, 190, 9, 3, 64, true, 40, /*head_major=*/true},
-                        {"tiles mqa hd72", 20, 45, 4, 1, 72, true, -3},
-                        {"tiles unmasked", 40, 70, 4, 2, 48, false},
-                        {"tiles one row", 1, 33, 6, 2, 64, true, 32}};
+  std::vector<Case> cases = {{"tiles causal", 150, 190, 9, 3, 64, true, 40, /*head_major=*/true},
+                             {"tiles mqa hd72", 20, 45, 4, 1, 72, true, -3},
+                             {"tiles unmasked", 40, 70, 4, 2, 48, false},
+                             {"tiles one row", 1, 33, 6, 2, 64, true, 32}};
+  // Sliding windows: a prompt after 150 keys whose rows' windows start in the second and third
+  // chunks of 128 keys; a ring that wrapped (positions 200..375 rotated in 176 rows: the kernel
+  // reads them from position 128, 72 keys of zero padding); rows of a bidirectional span.
+  cases.push_back({"tiles window", 150, 300, 4, 2, 64, true, 150});
+  cases.back().window = 100;
+  cases.push_back({"tiles window ring", 40, 176, 4, 2, 64, true, 336});
+  cases.back().window = 130;
+  cases.back().ring_first_pos = 200;
+  cases.push_back({"tiles window span", 20, 60, 4, 2, 32, true, 40});
+  cases.back().window = 12;
+  cases.back().one_span = true;
   for (const Case& c : cases) {
     for (DType kv : {DType::kF16, DType::kF32}) {
       Problem p = Make(c, kv, 77);
@@ -472,6 +492,7 @@ void CheckTilePathStaysWithinBf16Rounding(const KernelTable* kt) {
           double big_s = 0;
           for (int64_t j = 0; j < c.n_kv; ++j) {
             if (c.causal && p.kv_pos[j] > p.q_pos[i]) continue;
+            if (c.window > 0 && p.q_win_pos[i] - p.kv_pos[j] >= c.window) continue;
             const float* k = p.k_vals.data() + (j * c.n_kv_heads + h / group) * hd;
             double dot = 0, mag = 0;
             for (int64_t d = 0; d < hd; ++d) {

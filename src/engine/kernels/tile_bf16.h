@@ -110,12 +110,12 @@ struct TileBf16Args {
   }
 };
 
-// Attention of one head on the tile unit, flash-style (unmasked, or causal by positions, below):
-// for each query row i < n_q,
+// Attention of one head on the tile unit, flash-style (every key, or a range of keys per query,
+// below): for each query row i < n_q,
 //   out[i, e] = bf16( sum_j 2^(s_ij - m_i) v_je / sum_j 2^(s_ij - m_i) ),  e < hd,
 // with s_ij = q_i . k_j in log2 units (the caller folds log2 e into q's scale) and m_i the row's
-// running max. Keys go in chunks of 128 whose scores and probabilities stay in L1: the
-// probabilities are rounded to bf16 for the P V product, their sums stay f32.
+// running max. Keys go in chunks of kTileAttentionChunk whose scores and probabilities stay in
+// L1: the probabilities are rounded to bf16 for the P V product, their sums stay f32.
 //   q: bf16 rows of hd_pad values (zero past hd), row i at q + i * ldq, readable up to row
 //      n_q rounded up to 32 (rows past n_q only feed outputs that are not written).
 //   k_tiles: TileBf16Matrix::PackRows of K (n_kv columns of hd_pad values);
@@ -124,10 +124,15 @@ struct TileBf16Args {
 //   64-byte aligned.
 // hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN; a row of only -inf
 // scores gives zeros.
-// Causal mask (q_pos and kv_pos both set, kv_pos ascending): query i sees key j iff
-// kv_pos[j] <= q_pos[i], and a query that sees no key gets zeros. Per block of 32 queries, keys
-// are read up to the block's last visible one, rounded up to the tile edge (16 keys of K, 32 of
-// V), weighted 0 past each row's own: those must be finite (or the tile padding's zeros).
+// Key ranges (kv_first and kv_end both set; a causal mask, a sliding window): query i sees keys
+// [kv_first[i], kv_end[i]) (clamped to [0, n_kv]), and a query that sees no key gets zeros. Per
+// block of 32 queries, keys are read from the chunk holding the block's first visible one to its
+// last visible one, rounded up to the tile edge (16 keys of K, 32 of V), and weighted 0 outside
+// each row's own range: those must be finite (or the tile padding's zeros). Chunks start at
+// multiples of kTileAttentionChunk and a chunk that holds none of a row's keys leaves the row
+// as it was, so a row's result depends only on its own range and keys, never on the other rows
+// of the call (a prompt gives the same bits however it is cut into calls).
+inline constexpr int64_t kTileAttentionChunk = 128;
 struct TileAttentionArgs {
   const uint16_t* q = nullptr;
   int64_t ldq = 0;
@@ -138,8 +143,8 @@ struct TileAttentionArgs {
   uint16_t* out = nullptr;
   int64_t ldo = 0;
   float* o_scratch = nullptr;
-  const int32_t* q_pos = nullptr;   // [n_q]
-  const int32_t* kv_pos = nullptr;  // [n_kv]
+  const int32_t* kv_first = nullptr;  // [n_q]
+  const int32_t* kv_end = nullptr;    // [n_q]
 };
 
 // Scalar reference of the tile matmul: the same bf16 products, f32 accumulation in k order.

@@ -321,29 +321,105 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
 // The tile path (AttentionArgs::bf16_tiles): K of each kv head as the columns of Q K^T and V^T
 // as those of P V, in bf16 tiles, then one job per (query head, block of kTileQueryBlock
 // queries) of the fused kernel (scores and probabilities of 32 queries x 128 keys in L1), which
-// applies the causal mask itself. Causal: only the cache rows some query can see are converted
-// (the others may never have been written), so the kernel's reads past a row's last visible key
-// (to its 16- or 32-key tile edge, weighted 0) see zero padding. Q is scaled by
-// scale * log2(e) (the kernel works in base 2) before its rounding to bf16.
+// takes each query's visible keys as a range. Causal (and windowed), the keys are laid out in
+// position order (TileKeys) and only those some query sees are converted (the others may never
+// have been written), starting at a multiple of the kernel's chunk, so that a row meets the same
+// chunk boundaries whatever the call; the kernel's reads past a row's range (to its 16- or 32-key
+// tile edge, weighted 0) see real keys or zero padding. Q is scaled by scale * log2(e) (the
+// kernel works in base 2) before its rounding to bf16.
 constexpr int64_t kTileQueryBlock = 128;
 constexpr int64_t kMaxTileHeadDim = 512;  // the q row's f32 staging buffer below
 
-bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p) {
+// The cache rows as a run of consecutive positions stored rotated (a sliding-window ring that
+// wrapped: positions P - rows + 1 .. P, row j holding the one that is j modulo rows): the row of
+// the smallest position, or -1 when kv_pos is not such a run.
+int64_t RotatedRunStart(const int32_t* kv_pos, int64_t n) {
+  if (n == 0) return -1;
+  const int64_t start = std::min_element(kv_pos, kv_pos + n) - kv_pos;
+  for (int64_t t = 0; t < n; ++t) {
+    if (int64_t{kv_pos[(start + t) % n]} != int64_t{kv_pos[start]} + t) return -1;
+  }
+  return start;
+}
+
+// The keys of a causal call in position order, as the tile kernel reads them: key v is cache row
+// row(v) (-1: none, zero padding), and query i sees keys [first[i], end[i]). Sorted kv_pos: key v
+// is row v. A rotated run: key v is position base + v with base the smallest position rounded
+// down to the kernel's chunk, so that chunk boundaries fall on the same positions as in a cache
+// that never wrapped (where row = position). Only keys [lo, hi) are packed (lo a chunk multiple).
+struct TileKeys {
+  int64_t rotated_start = -1;  // RotatedRunStart, or -1 (sorted)
+  int64_t base = 0;            // rotated: the position of key 0
+  int64_t lo = 0, hi = 0;      // the keys some query sees, lo rounded down to a chunk
+  std::vector<int32_t> first, end;  // per query, relative to lo
+
+  int64_t row(const AttentionArgs& a, int64_t v) const {
+    if (rotated_start < 0) return v;
+    const int64_t offset = base + v - a.kv_pos[rotated_start];
+    return offset < 0 ? -1 : (rotated_start + offset) % a.n_kv;
+  }
+};
+
+TileKeys CausalTileKeys(const AttentionArgs& a, int64_t rotated_start) {
+  constexpr int64_t kChunk = kernels::kTileAttentionChunk;
+  TileKeys t;
+  t.rotated_start = rotated_start;
+  const int32_t* pos = a.kv_pos;
+  int64_t n_keys = a.n_kv;
+  if (rotated_start >= 0) {
+    const int64_t min_pos = a.kv_pos[rotated_start];
+    t.base = min_pos / kChunk * kChunk;
+    n_keys = min_pos + a.n_kv - t.base;
+  }
+  // The first key at a position > p (positions of keys ascend).
+  auto after = [&](int64_t p) -> int64_t {
+    if (rotated_start < 0) return std::upper_bound(pos, pos + a.n_kv, p) - pos;
+    const int64_t min_pos = a.kv_pos[rotated_start];
+    return std::clamp<int64_t>(p + 1, min_pos, min_pos + a.n_kv) - t.base;
+  };
+  const auto n_q = static_cast<size_t>(a.n_q);
+  t.first.resize(n_q);
+  t.end.resize(n_q);
+  int64_t lo = n_keys, hi = 0;
+  for (size_t i = 0; i < n_q; ++i) {
+    const int64_t first = std::max(a.window > 0 ? after(int64_t{a.q_win_pos[i]} - a.window)
+                                                : int64_t{0},
+                                   rotated_start >= 0 ? a.kv_pos[rotated_start] - t.base : 0);
+    const int64_t end = after(a.q_pos[i]);
+    t.first[i] = static_cast<int32_t>(first);
+    t.end[i] = static_cast<int32_t>(end);
+    if (end > first) {
+      lo = std::min(lo, first);
+      hi = std::max(hi, end);
+    }
+  }
+  t.lo = hi > lo ? lo / kChunk * kChunk : 0;
+  t.hi = std::max(hi, t.lo);
+  for (size_t i = 0; i < n_q; ++i) {
+    t.first[i] -= static_cast<int32_t>(t.lo);
+    t.end[i] -= static_cast<int32_t>(t.lo);
+  }
+  return t;
+}
+
+bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p, int64_t rotated_start) {
   const AttentionArgs& a = *p.a;
   const bool converts = a.kv_type == DType::kBF16  ? true
                         : a.kv_type == DType::kF16 ? kt.f16_to_bf16 != nullptr
                                                    : kt.to_bf16 != nullptr;
   return a.bf16_tiles && Bf16AttentionRuns(kt, a.head_dim) && converts && a.n_kv > 0 &&
-         (!a.causal || p.sorted_kv_pos);
+         (!a.causal || p.sorted_kv_pos || rotated_start >= 0);
 }
 
-Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p) {
+Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p,
+                      int64_t rotated_start) {
   const AttentionArgs& a = *p.a;
   const int64_t hd = a.head_dim, n_q = a.n_q;
-  int64_t n_kv = a.n_kv;  // causal: the rows visible to the last query (kv_pos sorted)
+  TileKeys keys;
+  int64_t n_kv = a.n_kv;  // the keys packed: causal, those some query sees
   if (a.causal) {
-    const int32_t max_pos = *std::max_element(a.q_pos, a.q_pos + n_q);
-    n_kv = std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, max_pos) - a.kv_pos;
+    keys = CausalTileKeys(a, rotated_start);
+    n_kv = keys.hi - keys.lo;
     if (n_kv == 0) {  // nothing visible to any query: zeros
       for (int64_t i = 0; i < n_q; ++i) {
         std::fill_n(a.out + i * a.out_row_stride, a.n_heads * hd, 0.0f);
@@ -398,10 +474,15 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
     uint16_t* v16 = k16 + n_kv * hd_pad;
     const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
     for (int64_t j = 0; j < n_kv; ++j) {
+      const int64_t row = keys.row(a, keys.lo + j);
       for (int kv = 0; kv < 2; ++kv) {
-        const auto* src = static_cast<const uint8_t*>(kv == 0 ? a.k : a.v) + head_offset +
-                          static_cast<size_t>(j) * p.kv_row_bytes;
         uint16_t* dst = (kv == 0 ? k16 : v16) + j * hd_pad;
+        if (row < 0) {  // a position before the ring's oldest (masked for every query)
+          std::fill(dst, dst + hd_pad, uint16_t{0});
+          continue;
+        }
+        const auto* src = static_cast<const uint8_t*>(kv == 0 ? a.k : a.v) + head_offset +
+                          static_cast<size_t>(row) * p.kv_row_bytes;
         if (a.kv_type == DType::kF16) {
           kt.f16_to_bf16(reinterpret_cast<const uint16_t*>(src), dst, hd);
         } else {
@@ -457,8 +538,8 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
       }
     }
     if (a.causal) {
-      t.q_pos = a.q_pos + i0;
-      t.kv_pos = a.kv_pos;
+      t.kv_first = keys.first.data() + i0;
+      t.kv_end = keys.end.data() + i0;
     }
     kt.tile_attention(t);
     if (a.out_bf16 != nullptr) return;  // written in place
@@ -522,8 +603,11 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
-  // A sliding window runs on the streaming path (each query's rows a range of the cache).
-  if (a.window == 0 && UsesTileAttention(kt, p)) return AttentionTiles(kt, pool, p);
+  const int64_t rotated_start = a.causal && a.bf16_tiles && !p.sorted_kv_pos
+                                    ? RotatedRunStart(a.kv_pos, a.n_kv)
+                                    : -1;
+  if (UsesTileAttention(kt, p, rotated_start)) return AttentionTiles(kt, pool, p, rotated_start);
+  // Otherwise a sliding window runs on the streaming path (each query's rows a range of the cache).
   if (a.kv_type == DType::kBF16) {
     return UnimplementedError("Attention: bf16 operands without the tile kernels");
   }

@@ -58,7 +58,8 @@ struct AttentionArgs {
   const int32_t* kv_pos = nullptr;  // [n_kv]
   // Sliding window (Gemma 3's local layers; causal only): query i also needs
   // q_win_pos[i] - kv_pos[j] < window, q_win_pos being the query's own position (q_pos may be
-  // raised past it by a bidirectional span). 0: no window. Runs on the streaming path.
+  // raised past it by a bidirectional span). 0: no window. On the tile path with bf16_tiles
+  // (kv_pos sorted, or a ring's rotated run of positions), else on the streaming path.
   int32_t window = 0;
   const int32_t* q_win_pos = nullptr;  // [n_q] when window > 0
 

@@ -10,8 +10,9 @@
 // running max, moved only when a chunk exceeds it by more than kSlack), running sum l; the
 // block's probabilities 2^(s - m) rounded to bf16 into P; the f32 output rows O rescaled by
 // 2^(m_old - m_new) when m moves. 3. O += P V. At the end O / l is written as bf16. Nothing of
-// size n_q x n_kv exists. With a causal mask, a block stops at its last visible key and each
-// row's softmax counts only its own visible keys (the rest of the chunk gets probability 0).
+// size n_q x n_kv exists. With key ranges (causal mask, sliding window), a block starts at the
+// chunk of its first visible key and stops at its last one, and each row's softmax counts only
+// its own keys (the rest of the chunk gets probability 0; a chunk with none leaves it as it was).
 //
 // Include only from translation units compiled with AVX-512 + AVX512-BF16 (x86/avx512vnni,
 // x86/amx).
@@ -31,7 +32,7 @@ namespace vlmd::engine::kernels::flash {
 // one linker-chosen copy of an inline function must not run where its ISA is missing.
 namespace {
 
-inline constexpr int64_t kChunk = 128;            // keys per chunk: 8 panels
+inline constexpr int64_t kChunk = kTileAttentionChunk;  // keys per chunk: 8 panels
 inline constexpr int64_t kSStride = kChunk + 16;  // f32 score rows: off the 4 KiB set stride
 inline constexpr int64_t kPStride = kChunk + 32;  // bf16 probability rows
 inline constexpr float kLowest = -150.0f;         // 2^-150: 0 (or a denormal) against the max
@@ -54,20 +55,29 @@ inline __m512 Exp2NonPositive(__m512 t, float lowest) {
   return _mm512_scalef_ps(p, t);
 }
 
-// Online softmax of one row's nk scores (nk <= kChunk): updates the reference m and the sum l,
-// writes the bf16 probabilities 2^(s - m) (zero up to nk_pad) and, when m moves, rescales the
-// row's output accumulators to it before this chunk's product is added.
-inline void SoftmaxRow(const float* s, int64_t nk, int64_t nk_pad, float* m, float* l,
+// Lanes [j, j + 16) that lie in [lo, hi), as a mask.
+inline __mmask16 LanesIn(int64_t j, int64_t lo, int64_t hi) {
+  const int64_t a = std::clamp<int64_t>(lo - j, 0, 16), b = std::clamp<int64_t>(hi - j, 0, 16);
+  return static_cast<__mmask16>(((1u << b) - 1u) & ~((1u << a) - 1u));
+}
+
+// Online softmax of one row's scores at [lo, hi) of the chunk (the others count as absent):
+// updates the reference m and the sum l, writes the bf16 probabilities 2^(s - m) (zero outside
+// [lo, hi), up to nk_pad) and, when m moves, rescales the row's output accumulators to it before
+// this chunk's product is added. With lo = 0 the operations are those of a whole-row softmax,
+// lane for lane (whole 16-score groups add unmasked, as a full mask does).
+inline void SoftmaxRow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float* m, float* l,
                        uint16_t* p, float* o, int64_t hd_pad) {
-  const int64_t full = nk / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (nk - full)) - 1u);
+  const int64_t j0 = hi > lo ? lo / 16 * 16 : 0, j1 = hi > lo ? hi : 0;
   __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < full; j += 16) vmax = _mm512_max_ps(_mm512_load_ps(s + j), vmax);
-  if (tail) vmax = _mm512_mask_max_ps(vmax, tail, _mm512_maskz_load_ps(tail, s + full), vmax);
+  for (int64_t j = j0; j < j1; j += 16) {
+    const __mmask16 in = LanesIn(j, lo, hi);
+    vmax = _mm512_mask_max_ps(vmax, in, _mm512_maskz_load_ps(in, s + j), vmax);
+  }
   const float chunk_max = _mm512_reduce_max_ps(vmax);
   if (std::max(*m, chunk_max) == -INFINITY) {  // nothing but -inf and NaN so far
     std::fill(p, p + nk_pad, uint16_t{0});   // (vmaxps skips NaN)
-    if (std::any_of(s, s + nk, [](float v) { return std::isnan(v); })) *l = NAN;
+    if (hi > lo && std::any_of(s + lo, s + hi, [](float v) { return std::isnan(v); })) *l = NAN;
     return;
   }
   // The reference m moves only when the chunk's max exceeds it by more than kSlack: terms up to
@@ -83,20 +93,16 @@ inline void SoftmaxRow(const float* s, int64_t nk, int64_t nk_pad, float* m, flo
   }
   const __m512 vm = _mm512_set1_ps(*m);
   __m512 vsum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < full; j += 16) {
-    const __m512 e = Exp2NonPositive(_mm512_sub_ps(_mm512_load_ps(s + j), vm), kLowest);
-    vsum = _mm512_add_ps(vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(e);
-    std::memcpy(p + j, &b, sizeof(b));
-  }
-  if (tail) {
+  std::fill(p, p + j0, uint16_t{0});
+  for (int64_t j = j0; j < j1; j += 16) {
+    const __mmask16 in = LanesIn(j, lo, hi);
     const __m512 e =
-        Exp2NonPositive(_mm512_sub_ps(_mm512_maskz_load_ps(tail, s + full), vm), kLowest);
-    vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_mov_ps(tail, e));
-    std::memcpy(p + full, &b, sizeof(b));  // zeros past nk
+        Exp2NonPositive(_mm512_sub_ps(_mm512_maskz_load_ps(in, s + j), vm), kLowest);
+    vsum = _mm512_mask_add_ps(vsum, in, vsum, e);
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_mov_ps(in, e));
+    std::memcpy(p + j, &b, sizeof(b));  // zeros outside [lo, hi)
   }
-  std::fill(p + (tail ? full + 16 : full), p + nk_pad, uint16_t{0});
+  std::fill(p + std::max(j0, (j1 + 15) / 16 * 16), p + nk_pad, uint16_t{0});
   // A NaN score makes the sum NaN; so does +inf (inf - inf), and both reach the output.
   *l += _mm512_reduce_add_ps(vsum);
 }
@@ -109,34 +115,37 @@ void FlashAttention(const TileAttentionArgs& a) {
   const int64_t o_stride = a.hd_pad + 16;
   float* o = a.o_scratch;
   float m[32], l[32];
-  const bool causal = a.q_pos != nullptr && a.kv_pos != nullptr;
-  int64_t visible[32];  // per row of a block: keys [0, visible) are not masked
+  const bool ranged = a.kv_first != nullptr && a.kv_end != nullptr;
+  int64_t lo[32], hi[32];  // per row of a block: its keys [lo, hi)
   for (int64_t q0 = 0; q0 < a.n_q; q0 += 32) {
     const int64_t rows = std::min<int64_t>(32, a.n_q - q0);
     std::fill(o, o + 32 * o_stride, 0.0f);
     std::fill(m, m + 32, -INFINITY);
     std::fill(l, l + 32, 0.0f);
-    int64_t n_kv = a.n_kv;
-    std::fill(visible, visible + 32, a.n_kv);
-    if (causal) {
-      n_kv = 0;
-      for (int64_t r = 0; r < 32; ++r) {
-        visible[r] = r < rows ? std::upper_bound(a.kv_pos, a.kv_pos + a.n_kv, a.q_pos[q0 + r]) -
-                                    a.kv_pos
-                              : 0;
-        n_kv = std::max(n_kv, visible[r]);
+    int64_t k_begin = a.n_kv, k_end = 0;  // the keys some row of the block sees
+    for (int64_t r = 0; r < 32; ++r) {
+      lo[r] = hi[r] = 0;  // rows past n_q see nothing
+      if (r >= rows) continue;
+      if (ranged) {
+        lo[r] = std::clamp<int64_t>(a.kv_first[q0 + r], 0, a.n_kv);
+        hi[r] = std::clamp<int64_t>(a.kv_end[q0 + r], lo[r], a.n_kv);
+      } else {
+        hi[r] = a.n_kv;
+      }
+      if (hi[r] > lo[r]) {
+        k_begin = std::min(k_begin, lo[r]);
+        k_end = std::max(k_end, hi[r]);
       }
     }
     const uint16_t* q = a.q + q0 * a.ldq;
-    for (int64_t k0 = 0; k0 < n_kv; k0 += kChunk) {
-      const int64_t nk = std::min(kChunk, n_kv - k0);
+    for (int64_t k0 = k_begin / kChunk * kChunk; k0 < k_end; k0 += kChunk) {
+      const int64_t nk = std::min(kChunk, k_end - k0);
       const int64_t steps = (nk + kTileK - 1) / kTileK;
       kScore(a, q, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
       for (int64_t r = 0; r < 32; ++r) {
-        // Masked keys (past the row's visible ones) count as absent: probability 0.
-        const int64_t nk_row = std::clamp<int64_t>(visible[r] - k0, 0, nk);
-        SoftmaxRow(s + r * kSStride, nk_row, steps * kTileK, &m[r], &l[r], p + r * kPStride,
-                   o + r * o_stride, a.hd_pad);
+        SoftmaxRow(s + r * kSStride, std::clamp<int64_t>(lo[r] - k0, 0, nk),
+                   std::clamp<int64_t>(hi[r] - k0, 0, nk), steps * kTileK, &m[r], &l[r],
+                   p + r * kPStride, o + r * o_stride, a.hd_pad);
       }
       kAccumulate(a, p, k0, steps, o, o_stride);
     }
