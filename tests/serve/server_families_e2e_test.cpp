@@ -4,14 +4,16 @@
 // is a cache hit and a repeated prompt is reused, streams carry earlier frames, and the OpenAI
 // endpoint takes image_url with each model's template; then each family's token budget: Qwen VL
 // shrinks in 28-pixel units, LLaVA-1.6 and InternVL pick grids of fewer slices then the overview
-// alone, Gemma 3's fixed size cannot shrink (422); and a hot swap self-checks each family's
-// image path.
+// alone, Gemma 3's fixed size cannot shrink (422); a hot swap self-checks each family's
+// image path; and routes whose models are of different families (complexity tiers, a weighted
+// split) answer as each model asked by name.
 #include <gtest/gtest.h>
 
 #include "engine/runtime/vlm_engine.h"
 #include "fixture_json.h"
 #include "serve/api/requests.h"
 #include "server_harness.h"
+#include "server_test_servers.h"
 
 namespace vlmd::serve {
 namespace {
@@ -266,6 +268,63 @@ TEST(ServerFamilyBudget, Gemma3FixedSizeImageCannotShrink) {
   Harness small(o);
   const json b = Post(*small.Client(), "/v1/vlm/invoke", req);
   EXPECT_EQ(b["http"], 422) << b.dump();
+}
+
+// Routing is family-blind: complexity tiers whose models are a Qwen2.5-VL, a LLaVA-1.6 and a
+// Gemma 3 send a flat image with a short prompt to the first and a busy image with a long prompt
+// to the last, each through its own preprocessing, encoder and template, answering what that
+// model answers when asked by name (greedy); a 50/50 split between two families serves every
+// client from one of them, both APIs.
+TEST(ServerFamilyRouting, RoutesAcrossFamiliesAnswerAsTheModelAskedByName) {
+  auto server = StartServer({}, {FixtureSpec("qwen", "q", kQwen25vl.fixture),
+                                 FixtureSpec("llava", "l", kLlava16.fixture),
+                                 FixtureSpec("gemma", "g", kGemma3.fixture)});
+  RouteConfig tiers;
+  tiers.name = "auto";
+  tiers.tiers = {"qwen", "llava", "gemma"};
+  server->router().SetRoutes({tiers, SplitRoute("split", {{"llava", 50}, {"gemma", 50}})}, "");
+  auto c = ClientOf(*server);
+  const std::string flat = "P6\n64 64\n255\n" + std::string(64 * 64 * 3, char(128));
+  std::string busy = "P6\n64 64\n255\n";
+  for (int y = 0; y < 64; ++y) {
+    for (int x = 0; x < 64; ++x) busy += std::string(3, ((x / 2 + y / 2) % 2) ? char(255) : char(0));
+  }
+  std::string long_prompt;
+  for (int i = 0; i < 80; ++i) long_prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  struct Ask {
+    std::string image, prompt, tier, model, version;
+  };
+  for (const Ask& ask : {Ask{flat, "hi", "light", "qwen", "q"},
+                         Ask{busy, long_prompt, "robust", "gemma", "g"}}) {
+    json req{{"model", "auto"}, {"prompt", ask.prompt}, {"max_tokens", 6},
+             {"image_base64", api::EncodeBase64(ask.image)}};
+    const json routed = Post(*c, "/v1/vlm/invoke", req);
+    ASSERT_EQ(routed["http"], 200) << routed.dump();
+    EXPECT_EQ(routed["routing"]["tier"], ask.tier) << routed.dump();
+    EXPECT_EQ(routed["version"], ask.version) << routed.dump();
+    req["model"] = ask.model;
+    const json named = Post(*c, "/v1/vlm/invoke", req);
+    ASSERT_EQ(named["http"], 200) << named.dump();
+    EXPECT_EQ(routed["text"], named["text"]);
+    EXPECT_EQ(routed["usage"]["prompt_tokens"], named["usage"]["prompt_tokens"]);
+  }
+  const std::string uri = "data:image/ppm;base64," + api::EncodeBase64(busy);
+  for (const char* path : {"/v1/vlm/invoke", "/v1/chat/completions"}) {
+    const json req =
+        std::string(path) == "/v1/vlm/invoke"
+            ? json{{"model", "split"}, {"prompt", "What is it?"}, {"max_tokens", 3},
+                   {"image_base64", api::EncodeBase64(busy)}}
+            : json{{"model", "split"}, {"max_tokens", 3},
+                   {"messages",
+                    {{{"role", "user"},
+                      {"content",
+                       {{{"type", "image_url"}, {"image_url", {{"url", uri}}}},
+                        {{"type", "text"}, {"text", "What is it?"}}}}}}}};
+    const json a = Post(*c, path, req);
+    ASSERT_EQ(a["http"], 200) << path << " " << a.dump();
+    EXPECT_EQ(a["routing"]["route"], "split") << a.dump();
+    EXPECT_TRUE(a["version"] == "l" || a["version"] == "g") << a.dump();
+  }
 }
 
 }  // namespace
