@@ -37,14 +37,16 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
   // LLaVA was trained on) unless clip.vision.feature_layer names the last block to run
   // (VisionConfig::n_layers_run).
   m->n_layers_used_ = c.projector == ProjectorType::kMlp ? std::max(c.n_layers_run, 0) : c.n_layers;
-  m->block_ = VitBlockSpec{.d_model = d, .d_ff = ff, .n_heads = c.n_heads,
-                           .head_dim = c.head_dim, .eps = c.eps, .norm = VitNorm::kLayerNorm,
-                           .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};
   const bool internvl = c.projector == ProjectorType::kInternvl;
-  if (internvl && f.FindTensor("v.blk.0.attn_q_norm.weight") != nullptr) {
-    return UnimplementedError("InternViT-6B (RMSNorm with q/k norms) is not supported yet");
-  }
-  const VitBlockTensors tensors{.layer_scale = internvl};
+  // InternViT-6B (InternVL 2.5/3 26B, 38B, 78B) uses RMSNorm where the 300M ViT has LayerNorm,
+  // and q/k norms: llama.cpp (models/internvl.cpp) tells them apart by the shape alone (width
+  // 3200, 45 blocks), and so does vlmd, so that a file runs the same way in both.
+  const bool internvit_6b = internvl && d == 3200 && c.n_layers == 45;
+  m->block_ = VitBlockSpec{.d_model = d, .d_ff = ff, .n_heads = c.n_heads,
+                           .head_dim = c.head_dim, .eps = c.eps,
+                           .norm = internvit_6b ? VitNorm::kRmsNorm : VitNorm::kLayerNorm,
+                           .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};
+  const VitBlockTensors tensors{.layer_scale = internvl, .qk_norm = internvl};
   for (int32_t l = 0; l < m->n_layers_used_; ++l) {
     VLMD_ASSIGN_OR_RETURN(VitBlockWeights block,
                           LoadVitBlock(f, l, m->block_, tensors, packing, &m->packed_, &m->released_));

@@ -9,13 +9,15 @@
 // and rounds to bf16 while each 16 x 16 block is in L1), so no pass converts f32 activations and
 // no f32 intermediate goes through memory. Only the residual stream x stays f32: the norm reads
 // it and writes bf16 rows, the output projection and the FFN's down projection add into it (with
-// their biases) in their epilogues. With RoPE, q and k leave their products as f32 rows, are
-// rotated there and rounded to bf16 after; the gated FFN's product is formed in f32 too.
+// their biases) in their epilogues. With RoPE or q/k norms, q and k leave their products as f32
+// rows, are normed and rotated there and rounded to bf16 after; the gated FFN's product is formed
+// in f32 too.
 #include "engine/models/vit_block.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "engine/kernels/tile_bf16.h"
 #include "engine/models/weights.h"
@@ -97,13 +99,35 @@ kernels::UnaryFn TileBlockActivation(const kernels::KernelTable& kt, ops::Activa
   return ops::ActivationKernel(kt, act);
 }
 
+// y[r] += b for n rows of width d (nothing when b is empty): an RMSNorm's optional bias, added
+// after the weight as llama.cpp's build_norm does.
+void AddRowBias(const std::vector<float>& b, int64_t n, int64_t d, float* y) {
+  if (b.empty()) return;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < d; ++i) y[r * d + i] += b[static_cast<size_t>(i)];
+  }
+}
+
 Status Norm(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
             const float* x, const std::vector<float>& w, const std::vector<float>& b, float* y,
             int64_t rows) {
   if (spec.norm == VitNorm::kRmsNorm) {
-    return ops::RmsNorm(kt, pool, x, w.data(), y, rows, spec.d_model, spec.eps);
+    VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, w.data(), y, rows, spec.d_model, spec.eps));
+    AddRowBias(b, rows, spec.d_model, y);
+    return Status::Ok();
   }
   return ops::LayerNorm(kt, pool, x, w.data(), OrNull(b), y, rows, spec.d_model, spec.eps);
+}
+
+// The optional q or k norm of n rows [n, d_model] in place: the block's norm with weight w and no
+// bias (llama.cpp's build_norm), over each whole row or each head of it.
+Status QkNorm(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
+              const std::vector<float>& w, float* x, int64_t n) {
+  if (w.empty()) return Status::Ok();
+  const int64_t width = static_cast<int64_t>(w.size());
+  const int64_t rows = n * (spec.d_model / width);
+  if (spec.norm == VitNorm::kRmsNorm) return ops::RmsNorm(kt, pool, x, w.data(), x, rows, width, spec.eps);
+  return ops::LayerNorm(kt, pool, x, w.data(), nullptr, x, rows, width, spec.eps);
 }
 
 Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
@@ -171,7 +195,7 @@ Status AttendTiles(const VitBlockSpec& spec, const VitBlockRows& rows, const uin
 // applied by the matmul's epilogue while the outputs are in cache, not in passes of their own.
 Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const VitBlockRows& rows,
                    VisionContext* ctx) {
-  const int64_t n = rows.n, d = spec.d_model, ff = spec.d_ff, hd = spec.head_dim;
+  const int64_t n = rows.n, d = spec.d_model, ff = spec.d_ff;
   const bool gated = L.w_gate.data != nullptr;
   GrowScratch(ctx->xn, n * d);
   GrowScratch(ctx->q, n * d);
@@ -194,6 +218,8 @@ Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const Vit
   const ops::MatmulEpilogue* const qkv_ep_ptr[] = {&qkv_ep[0], &qkv_ep[1], &qkv_ep[2]};
   VLMD_RETURN_IF_ERROR(ops::MatMulShared(kt, pool, qkv_w, xn, n, d, qkv_out,
                                          &ctx->matmul_scratch, qkv_ep_ptr));
+  VLMD_RETURN_IF_ERROR(QkNorm(spec, kt, pool, L.q_norm, ctx->q.data(), n));
+  VLMD_RETURN_IF_ERROR(QkNorm(spec, kt, pool, L.k_norm, ctx->k.data(), n));
   if (rows.rope != nullptr) {
     VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
     VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
@@ -263,13 +289,13 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
       return ops::LayerNormToBf16(kt, pool, x, w.data(), OrNull(b), xn16, ld, n, d, spec.eps);
     }
     GrowScratch(ctx->xn, n * d);
-    VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, w.data(), ctx->xn.data(), n, d, spec.eps));
+    VLMD_RETURN_IF_ERROR(Norm(spec, kt, pool, x, w, b, ctx->xn.data(), n));
     for (int64_t r = 0; r < n; ++r) kt.to_bf16(ctx->xn.data() + r * d, xn16 + r * ld, d);
     return Status::Ok();
   };
   const float q_scale = TileQueryScale(hd);
   VLMD_RETURN_IF_ERROR(norm_to_bf16(L.ln1_w, L.ln1_b));
-  if (rows.rope == nullptr) {
+  if (rows.rope == nullptr && L.q_norm.empty() && L.k_norm.empty()) {
     // (x Wq^T + bq) log2(e) / sqrt(head_dim) straight to bf16: bq_scaled = bq * q_scale.
     kernels::TileBf16Args q_args = to_bf16(xn16, ld, q16, ld, OrNull(L.bq_scaled));
     q_args.scale = q_scale;
@@ -280,8 +306,12 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
     GrowScratch(ctx->k, n * d);
     VLMD_RETURN_IF_ERROR(product(L.wq, to_f32(xn16, ld, ctx->q.data(), d, OrNull(L.bq))));
     VLMD_RETURN_IF_ERROR(product(L.wk, to_f32(xn16, ld, ctx->k.data(), d, OrNull(L.bk))));
-    VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
-    VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
+    VLMD_RETURN_IF_ERROR(QkNorm(spec, kt, pool, L.q_norm, ctx->q.data(), n));
+    VLMD_RETURN_IF_ERROR(QkNorm(spec, kt, pool, L.k_norm, ctx->k.data(), n));
+    if (rows.rope != nullptr) {
+      VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
+      VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
+    }
     for (int64_t r = 0; r < n; ++r) {
       float* qr = ctx->q.data() + r * d;
       for (int64_t i = 0; i < d; ++i) qr[i] *= q_scale;
@@ -330,6 +360,9 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   if (spec.norm == VitNorm::kLayerNorm) {
     VLMD_ASSIGN_OR_RETURN(L.ln1_b, bias("ln1.bias", d));
     VLMD_ASSIGN_OR_RETURN(L.ln2_b, bias("ln2.bias", d));
+  } else {  // an RMSNorm's bias is optional (llama.cpp adds it when the file has one)
+    VLMD_ASSIGN_OR_RETURN(L.ln1_b, GetOptionalF32(f, p + "ln1.bias", {d}));
+    VLMD_ASSIGN_OR_RETURN(L.ln2_b, GetOptionalF32(f, p + "ln2.bias", {d}));
   }
   if (tensors.fused_qkv) {
     VLMD_ASSIGN_OR_RETURN(ops::WeightView qkv, GetMatrix(f, p + "attn_qkv.weight", d, 3 * d));
@@ -359,6 +392,19 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   if (tensors.gated_ffn) {
     VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
     VLMD_ASSIGN_OR_RETURN(L.b_gate, bias("ffn_gate.bias", ff));
+  }
+  if (tensors.qk_norm) {
+    for (auto [name, w] : {std::pair{"attn_q_norm.weight", &L.q_norm}, std::pair{"attn_k_norm.weight", &L.k_norm}}) {
+      const gguf::TensorInfo* t = f.FindTensor(p + name);
+      if (t == nullptr) continue;
+      const int64_t width = t->n_elements();
+      if (t->n_dims != 1 || (width != d && width != spec.head_dim)) {
+        return InvalidArgumentError("tensor " + p + name + ": " + std::to_string(width) +
+                                    " values, neither the width " + std::to_string(d) +
+                                    " nor the head size " + std::to_string(spec.head_dim));
+      }
+      VLMD_ASSIGN_OR_RETURN(*w, GetF32(f, p + name, {width}));
+    }
   }
   if (tensors.layer_scale) {
     VLMD_ASSIGN_OR_RETURN(L.ls1, GetF32(f, p + "ls1.weight", {d}));

@@ -1,9 +1,11 @@
 // The transformer block of every vision encoder (CLIP, SigLIP, the Qwen VL ViTs), one
 // implementation with the families' variants as data:
-//   x += Wo Attention(Rope(Wq n1(x) + bq), Rope(Wk n1(x) + bk), Wv n1(x) + bv) within row spans
+//   x += Wo Attention(Rope(nq(Wq n1(x) + bq)), Rope(nk(Wk n1(x) + bk)), Wv n1(x) + bv) within row spans
 //   x += Wdown act(Wup n2(x) + b_up) + b_down        (or SwiGLU: silu(Wgate ..) * (Wup ..))
 // with n1, n2 LayerNorm or RMSNorm, act GELU (tanh / erf) or quick-GELU, RoPE the 2-D table of
-// the Qwen ViTs or none (learned positions are added before the first block), and the spans the
+// the Qwen ViTs or none (learned positions are added before the first block), nq and nk the
+// optional q/k norms (InternViT-6B: the block's norm with a weight and no bias, over the whole
+// projection or per head, as the weight's width says), and the spans the
 // tiles of a tiled image, the windows of a windowed layer, or the whole image. Two executions of
 // the same math: f32 activations (exact precision, or any CPU), and on the AMX tile unit in the
 // fast precision (bf16 activation rows between the products, attention on tiles). With layer
@@ -45,16 +47,20 @@ struct VitBlockTensors {
   bool gated_ffn = false;        // ffn_gate with SwiGLU (Qwen2.5-VL)
   bool biases_required = false;  // every projection has a bias (Qwen VL); else optional (CLIP)
   bool layer_scale = false;      // ls1 / ls2 scale each branch before its residual (InternViT)
+  // attn_q_norm / attn_k_norm when present, each [d_model] (over the whole projection) or
+  // [head_dim] (per head) (InternViT-6B).
+  bool qk_norm = false;
 };
 
 struct VitBlockWeights {
-  std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases empty for RMSNorm
+  std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases optional (empty)
   ops::WeightView wq, wk, wv, wo;                 // [d_model -> d_model]
   std::vector<float> bq, bk, bv, bo;              // [d_model] or empty
   std::vector<float> bq_scaled;                   // bq * TileQueryScale(head_dim) (tile blocks)
   ops::WeightView w_up, w_gate, w_down;           // [d -> d_ff], gate: gated FFN only, [d_ff -> d]
   std::vector<float> b_up, b_gate, b_down;
   std::vector<float> ls1, ls2;                    // [d_model] layer scale, or empty
+  std::vector<float> q_norm, k_norm;              // [d_model] or [head_dim] weights, or empty
   // Fast precision with layer scale: ls1 / ls2 folded into the output and down projections
   // (their rows and biases scaled at load), these the scaled f32 matrices while no packed copy
   // replaces them; ls1 / ls2 are then empty and the blocks may run on tiles.
