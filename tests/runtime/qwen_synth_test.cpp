@@ -3,6 +3,7 @@
 // the image encoded at once; positions continue after an image in decode.
 #include <gtest/gtest.h>
 
+#include "engine/gguf/gguf_reader.h"
 #include "engine/runtime/vlm_engine.h"
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
@@ -88,6 +89,39 @@ INSTANTIATE_TEST_SUITE_P(Presets, QwenSynthTest, ::testing::Values("tiny-qwen25v
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return s;
                          });
+
+// The `qwen2` text architecture (InternVL's text, the internvl3-2b preset): q/k/v biases of the
+// projections' widths, one RoPE position per row, ChatML; the engine loads it as qwen2 and
+// generates.
+TEST(QwenSynth, Qwen2TextLoadsWithItsBiasesAndGenerates) {
+  auto preset = synth::FindPreset("tiny");
+  ASSERT_TRUE(preset.has_value());
+  preset->vision.projector = synth::ProjectorKind::kNone;
+  preset->text.arch = "qwen2";
+  const std::string path = ::testing::TempDir() + "/vlmd_tiny_qwen2-text.gguf";
+  ASSERT_TRUE(synth::WriteSyntheticText(*preset, {}, path).ok());
+  auto file = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const gguf::TensorInfo* q_bias = (*file)->FindTensor("blk.1.attn_q.bias");
+  ASSERT_NE(q_bias, nullptr);
+  EXPECT_EQ(q_bias->n_elements(), preset->text.d_model);
+  EXPECT_NE((*file)->FindTensor("blk.0.attn_v.bias"), nullptr);
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 256;
+  auto e = VlmEngine::Load(path, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)->model().config().arch, "qwen2");
+  EXPECT_FALSE((*e)->model().config().multi_rope());
+  GenerateParams p;
+  p.max_tokens = 4;
+  p.ignore_eos = true;
+  auto rows = (*e)->BuildPrompt("Hello there.", {}, /*raw=*/false);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  auto r = (*e)->Generate(*rows, p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tokens.size(), 4u);
+}
 
 }  // namespace
 }  // namespace vlmd::engine::runtime

@@ -143,6 +143,25 @@ std::vector<ModelPreset> MakePresets() {
                .ln_eps = 1e-6f, .max_tiles = 12};
   p.push_back(iv);
 
+  // The whole models of the two towers above, for the text benchmarks. InternVL3-2B's text is
+  // Qwen2.5-1.5B (28 x 1536, 12 heads / 2 KV heads, ffn 8960, vocab 151936, tied).
+  ModelPreset iv_full = iv;
+  iv_full.name = "internvl3-2b";
+  iv_full.description = "InternVL3-2B shape: Qwen2.5-1.5B text + InternViT-300M 448px";
+  iv_full.text = {.n_layers = 28, .d_model = 1536, .n_heads = 12, .n_kv_heads = 2, .d_ff = 8960,
+                  .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+                  .n_vocab_base = 151643, .arch = "qwen2"};
+  p.push_back(iv_full);
+  // LLaVA-1.6-Mistral-7B's text is Mistral-7B-Instruct-v0.2 (32 x 4096, 32 heads / 8 KV heads,
+  // ffn 14336, vocab 32000, an output head of its own, RoPE base 1e6).
+  ModelPreset l16_full = l16;
+  l16_full.name = "llava16-mistral-7b";
+  l16_full.description = "LLaVA-1.6-Mistral-7B shape: Mistral-7B text + CLIP ViT-L/14-336 anyres";
+  l16_full.text = {.n_layers = 32, .d_model = 4096, .n_heads = 32, .n_kv_heads = 8,
+                   .d_ff = 14336, .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-5f,
+                   .tied_output = false, .n_vocab_base = 32000};
+  p.push_back(l16_full);
+
   // Gemma-3-4B: 34 layers of 2560, 8 heads / 4 KV heads of 256 (q 2048 != d_model), ffn 10240,
   // vocab 262144, tied; window 1024, 5 local layers (base 1e4) per global one (base 1e6, linear
   // scaling 8) + SigLIP-so400m at 896 (27 x 1152, 16 heads, ffn 4304, patch 14: 64 x 64

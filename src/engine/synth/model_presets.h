@@ -22,8 +22,9 @@ struct TextShape {
   float rms_eps = 1e-5f;
   bool tied_output = true;     // no output.weight: token_embd is the head (SmolLM2)
   int32_t n_vocab_base = 4096; // BPE vocabulary before the family's added tokens
-  // general.architecture: "llama", "qwen2vl" (q/k/v biases, M-RoPE) or "qwen3vl" (q/k norms,
-  // interleaved M-RoPE, deepstack); the Qwen ones need rope_sections (sum head_dim / 2).
+  // general.architecture: "llama", "qwen2" (q/k/v biases), "qwen2vl" (q/k/v biases, M-RoPE),
+  // "qwen3vl" (q/k norms, interleaved M-RoPE, deepstack; the VL ones need rope_sections, summing
+  // to head_dim / 2) or "gemma3".
   std::string arch = "llama";
   std::array<int32_t, 4> rope_sections{};
   int32_t n_deepstack = 0;     // qwen3vl: image rows carry this many extra slices
@@ -64,6 +65,9 @@ struct VisionShape {
   std::vector<int32_t> grid_pinpoints;
   int32_t feature_layer = 0;
   int32_t max_tiles = 12;      // internvl: preproc_max_tiles (min 1)
+  // internvl: InternViT-6B's blocks (q/k norms over the whole projection, norms without biases;
+  // RMSNorm where llama.cpp's rule says so: width 3200 and 45 blocks).
+  bool internvit_6b_blocks = false;
 };
 
 struct ModelPreset {
@@ -79,7 +83,8 @@ struct ModelPreset {
 // "tiny-qwen25vl" and "tiny-qwen3vl" (test-sized), "qwen2.5vl-3b" and "qwen3vl-2b" (the
 // published shapes, for benchmarks); "llava16-vit" (LLaVA-1.6's CLIP ViT-L/14-336 with its
 // pinpoints) and "internvl3-2b-vit" (InternViT-300M at 448), vision benchmarks with a small text
-// model; "gemma3-4b" (Gemma-3-4B: text and SigLIP-so400m at 896).
+// model, and "llava16-mistral-7b" and "internvl3-2b" (the same towers with their models' text:
+// Mistral-7B, Qwen2.5-1.5B); "gemma3-4b" (Gemma-3-4B: text and SigLIP-so400m at 896).
 std::optional<ModelPreset> FindPreset(std::string_view name);
 std::vector<std::string> PresetNames();
 

@@ -218,7 +218,8 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   }
   const TextShape& t = preset.text;
   const bool vlm = preset.vision.projector == ProjectorKind::kIdefics3;
-  const bool qwen = t.arch == "qwen2vl" || t.arch == "qwen3vl";
+  // qwen2 (Qwen2 / Qwen2.5 text, as InternVL ships it): the qwen2vl tensors without M-RoPE.
+  const bool qwen = t.arch == "qwen2" || t.arch == "qwen2vl" || t.arch == "qwen3vl";
   const bool gemma3 = t.arch == "gemma3";
   if (!qwen && !gemma3 && t.arch != "llama") {
     return InvalidArgumentError("cannot write text architecture '" + t.arch + "'");
@@ -246,7 +247,9 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   w.SetF32(a + "rope.freq_base", t.rope_theta);
   w.SetU32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.SetU32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
-  if (qwen) w.SetI32Array(a + "rope.dimension_sections", t.rope_sections);
+  if (t.arch == "qwen2vl" || t.arch == "qwen3vl") {
+    w.SetI32Array(a + "rope.dimension_sections", t.rope_sections);
+  }
   if (t.arch == "qwen3vl") w.SetU32(a + "n_deepstack_layers", static_cast<uint32_t>(t.n_deepstack));
   if (t.head_dim > 0) {
     w.SetU32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
@@ -284,8 +287,8 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_q.weight", t.d_model, q_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_k.weight", t.d_model, kv_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_v.weight", t.d_model, kv_dim, opts.text_type));
-    if (t.arch == "qwen2vl") {
-      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q.bias", {t.d_model}, DType::kF32, Init::kBias));
+    if (t.arch == "qwen2" || t.arch == "qwen2vl") {
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q.bias", {q_dim}, DType::kF32, Init::kBias));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k.bias", {kv_dim}, DType::kF32, Init::kBias));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_v.bias", {kv_dim}, DType::kF32, Init::kBias));
     }
@@ -378,7 +381,13 @@ Status WriteSyntheticMmproj(const ModelPreset& preset, const SynthOptions& opts,
     }
     for (const char* ln : {"ln1", "ln2"}) {
       VLMD_RETURN_IF_ERROR(sink.Add(b + ln + ".weight", {d}, DType::kF32, Init::kNorm));
-      VLMD_RETURN_IF_ERROR(sink.Add(b + ln + ".bias", {d}, DType::kF32, Init::kBias));
+      if (!v.internvit_6b_blocks) {
+        VLMD_RETURN_IF_ERROR(sink.Add(b + ln + ".bias", {d}, DType::kF32, Init::kBias));
+      }
+    }
+    if (internvl && v.internvit_6b_blocks) {
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q_norm.weight", {d}, DType::kF32, Init::kNorm));
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k_norm.weight", {d}, DType::kF32, Init::kNorm));
     }
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_up.weight", d, v.d_ff, vt));
     VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_up.bias", {v.d_ff}, DType::kF32, Init::kBias));
