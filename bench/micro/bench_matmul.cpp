@@ -79,6 +79,35 @@ void BM_Matmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t 
                                                  benchmark::Counter::kIsRate);
 }
 
+// The decoder's prompt products in the fast precision: the weight packed as the engine packs it
+// (ops::PackWeight: packed int8, on the tile unit from 32 rows where the CPU has AMX).
+void BM_PackedMatmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t n, int64_t k,
+                     int threads) {
+  const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
+  const std::vector<uint8_t>& w = Weights(type, n, k);
+  const std::vector<float> a = RandomFloats(m * k, 7);
+  std::vector<float> out(m * n);
+  ops::MatmulScratch scratch;
+  ops::WeightView wv{type, n, k, w.data(), 0};
+  ops::PackedStore store;
+  const Status packed = ops::PackWeight({&kt, ops::Precision::kFast}, &wv, &store);
+  if (!packed.ok() || wv.packed == nullptr) {
+    state.SkipWithError(packed.ok() ? "not packed on this ISA" : packed.ToString().c_str());
+    return;
+  }
+  ThreadPool* pool = Pool(threads);
+  for (auto _ : state) {
+    const Status s = ops::MatMul(kt, pool, wv, a.data(), m, k, out.data(), n, &scratch);
+    if (!s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * static_cast<double>(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+
 // Reads `bytes` with `threads` threads (each a disjoint slice), summing 64-bit words: the
 // bandwidth a GEMV over weights of that size could reach at best.
 void BM_ReadBandwidth(benchmark::State& state, size_t bytes, int threads) {
@@ -133,6 +162,19 @@ void RegisterAll() {
                                    std::to_string(threads);
           benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, 1, s.n, s.k, threads)
               ->UseRealTime();
+        }
+      }
+      // Prompt products of the benchmark models' shapes: the FFN down projections of
+      // InternVL3-2B's text (k 8960) and Qwen2.5-3B (k 11008), and a 2048-wide square one.
+      const Shape packed_shapes[] = {{1536, 8960}, {2048, 11008}, {2048, 2048}};
+      for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+        for (const Shape& s : packed_shapes) {
+          const std::string name = "gemm_packed/" + std::string(DTypeName(t)) + "/" + isa_name +
+                                   "/m512_n" + std::to_string(s.n) + "_k" + std::to_string(s.k) +
+                                   "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_PackedMatmul, t, isa, 512, s.n, s.k, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
         }
       }
       for (DType t : gemm_types) {
