@@ -331,10 +331,11 @@ TEST(VisionStructureTest, AnyresSlicesAndOverview) {
   EXPECT_EQ(rows, 16) << "the last level is the overview alone";
 }
 
-// vlmd-synth writes LLaVA-1.6 and InternVL vision towers (the benchmark presets, shrunk here)
-// that load and encode with the layouts of their families, in both precisions.
+// vlmd-synth writes LLaVA-1.6 and InternVL vision towers (the benchmark presets, shrunk here;
+// InternVL also with InternViT-6B's q/k-norm blocks) that load and encode with the layouts of
+// their families, in both precisions.
 TEST(VisionStructureTest, SyntheticLlava16AndInternVlTowersEncode) {
-  for (const char* name : {"llava16-vit", "internvl3-2b-vit"}) {
+  for (const char* name : {"llava16-vit", "internvl3-2b-vit", "tiny-internvl6b"}) {
     SCOPED_TRACE(name);
     auto preset = engine::synth::FindPreset(name);
     ASSERT_TRUE(preset.has_value());

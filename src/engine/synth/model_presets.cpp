@@ -143,6 +143,36 @@ std::vector<ModelPreset> MakePresets() {
                .ln_eps = 1e-6f, .max_tiles = 12};
   p.push_back(iv);
 
+  // Test-sized InternVL with InternViT-6B's blocks (q/k norms over the whole projection, norms
+  // without biases; LayerNorm at this size, as llama.cpp decides by shape) and qwen2 text.
+  ModelPreset iv6 = iv;
+  iv6.name = "tiny-internvl6b";
+  iv6.description = "test-sized InternVL with InternViT-6B's blocks (q/k norms) and qwen2 text";
+  iv6.text = {.n_layers = 2, .d_model = 64, .n_heads = 4, .n_kv_heads = 2, .d_ff = 256,
+              .n_ctx = 2048, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+              .n_vocab_base = 4096, .arch = "qwen2"};
+  iv6.vision.image_size = 56;
+  iv6.vision.n_layers = 2;
+  iv6.vision.d_model = 64;
+  iv6.vision.n_heads = 2;
+  iv6.vision.d_ff = 128;
+  iv6.vision.max_tiles = 4;
+  iv6.vision.internvit_6b_blocks = true;
+  p.push_back(iv6);
+
+  // InternViT-6B (InternVL 2.5/3 at 26B-78B): 45 blocks of 3200, 25 heads, ffn 12800, q/k norms
+  // and RMSNorm, at 448, into 5120 (Qwen2.5-32B's width; 2 small text layers).
+  ModelPreset iv6b;
+  iv6b.name = "internvit-6b-vit";
+  iv6b.description = "InternViT-6B vision tower (RMSNorm, q/k norms) at 448px + pixel shuffle + MLP";
+  iv6b.text = {.n_layers = 2, .d_model = 5120, .n_heads = 40, .n_kv_heads = 8, .d_ff = 1024,
+               .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+               .n_vocab_base = 4096};
+  iv6b.vision = {.projector = ProjectorKind::kInternvl, .image_size = 448, .patch_size = 14,
+                 .n_layers = 45, .d_model = 3200, .n_heads = 25, .d_ff = 12800, .scale_factor = 2,
+                 .ln_eps = 1e-6f, .max_tiles = 12, .internvit_6b_blocks = true};
+  p.push_back(iv6b);
+
   // The whole models of the two towers above, for the text benchmarks. InternVL3-2B's text is
   // Qwen2.5-1.5B (28 x 1536, 12 heads / 2 KV heads, ffn 8960, vocab 151936, tied).
   ModelPreset iv_full = iv;

@@ -84,7 +84,9 @@ struct ModelPreset {
 // published shapes, for benchmarks); "llava16-vit" (LLaVA-1.6's CLIP ViT-L/14-336 with its
 // pinpoints) and "internvl3-2b-vit" (InternViT-300M at 448), vision benchmarks with a small text
 // model, and "llava16-mistral-7b" and "internvl3-2b" (the same towers with their models' text:
-// Mistral-7B, Qwen2.5-1.5B); "gemma3-4b" (Gemma-3-4B: text and SigLIP-so400m at 896).
+// Mistral-7B, Qwen2.5-1.5B); "tiny-internvl6b" (test-sized, InternViT-6B's blocks) and
+// "internvit-6b-vit" (the InternViT-6B tower at 448 with a small text model); "gemma3-4b"
+// (Gemma-3-4B: text and SigLIP-so400m at 896).
 std::optional<ModelPreset> FindPreset(std::string_view name);
 std::vector<std::string> PresetNames();
 
