@@ -674,6 +674,84 @@ void CheckBf16OperandsOnTilesInSpans(const KernelTable* kt) {
   }
 }
 
+// The tile path's promise to the decoder: a prompt row's output is the same bits however the
+// prompt is cut into calls and whatever rows hold its keys. 100 queries at positions 300..399
+// with a sliding window of 150 over 400 positions, answered (a) in one call over a plain cache
+// of positions 0..399, (b) in calls of 37 rows over the plain cache as it fills, and (c) in the
+// same calls over a ring of 187 rows (window + 37, not a multiple of the kernel's 128-key chunk)
+// whose rows hold the positions the decoder's ring holds: the second call's ring happens to be
+// sorted (its newest position, 373, is 186 modulo 187), the others are rotated. Also a causal
+// call without a window over a plain cache at the same positions, in one call and in calls.
+void CheckTileRowsDoNotDependOnTheCall(const KernelTable* kt) {
+  constexpr int64_t kPositions = 400, kFirstQuery = 300, kWindow = 150, kCall = 37;
+  constexpr int64_t kRing = kWindow + kCall, kHeads = 4, kKvHeads = 2, kHd = 64;
+  constexpr int64_t kQWidth = kHeads * kHd, kKvWidth = kKvHeads * kHd;
+  const std::vector<float> q = RandomNormal(static_cast<size_t>(kPositions * kQWidth), 91);
+  const std::vector<float> k = RandomNormal(static_cast<size_t>(kPositions * kKvWidth), 92);
+  const std::vector<float> v = RandomNormal(static_cast<size_t>(kPositions * kKvWidth), 93);
+  std::vector<int32_t> pos(kPositions);
+  std::iota(pos.begin(), pos.end(), 0);
+  ThreadPool pool(2);
+  // Queries [q0, q1) over the cache rows `rows` (kv_pos: their positions, K/V: those positions'
+  // values), into out's rows for positions q0.. (out holds rows from kFirstQuery on).
+  auto run = [&](int64_t q0, int64_t q1, const std::vector<int32_t>& kv_pos, int32_t window,
+                 std::vector<float>* out) {
+    std::vector<float> kc, vc;
+    for (int32_t p : kv_pos) {
+      kc.insert(kc.end(), k.begin() + p * kKvWidth, k.begin() + (p + 1) * kKvWidth);
+      vc.insert(vc.end(), v.begin() + p * kKvWidth, v.begin() + (p + 1) * kKvWidth);
+    }
+    AttentionArgs a;
+    a.q = q.data() + q0 * kQWidth;
+    a.k = kc.data();
+    a.v = vc.data();
+    a.kv_type = DType::kF32;
+    a.out = out->data() + (q0 - kFirstQuery) * kQWidth;
+    a.n_q = q1 - q0;
+    a.n_kv = static_cast<int64_t>(kv_pos.size());
+    a.n_heads = kHeads;
+    a.n_kv_heads = kKvHeads;
+    a.head_dim = kHd;
+    a.scale = 0.125f;
+    a.causal = true;
+    a.q_pos = pos.data() + q0;
+    a.kv_pos = kv_pos.data();
+    a.window = window;
+    a.q_win_pos = window > 0 ? pos.data() + q0 : nullptr;
+    a.bf16_tiles = true;
+    ASSERT_TRUE(engine::ops::Attention(*kt, &pool, a).ok());
+  };
+  const size_t out_size = static_cast<size_t>((kPositions - kFirstQuery) * kQWidth);
+  for (const int32_t window : {int32_t{kWindow}, int32_t{0}}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> whole(out_size, -1.0f), calls(out_size, -2.0f), ring(out_size, -3.0f);
+    run(kFirstQuery, kPositions, pos, window, &whole);
+    bool sorted_ring_seen = false;
+    for (int64_t q0 = kFirstQuery; q0 < kPositions; q0 += kCall) {
+      const int64_t q1 = std::min(kPositions, q0 + kCall);
+      run(q0, q1, std::vector<int32_t>(pos.begin(), pos.begin() + q1), window, &calls);
+      if (window == 0) continue;
+      const auto last = static_cast<int32_t>(q1 - 1);
+      std::vector<int32_t> ring_pos(kRing);  // as TextDecoder::Attend labels a wrapped ring
+      for (int32_t j = 0; j < kRing; ++j) ring_pos[j] = last - (last - j) % kRing;
+      sorted_ring_seen |= std::is_sorted(ring_pos.begin(), ring_pos.end());
+      run(q0, q1, ring_pos, window, &ring);
+    }
+    for (size_t i = 0; i < out_size; ++i) {
+      ASSERT_EQ(calls[i], whole[i]) << "calls of 37, value " << i;
+      if (window > 0) ASSERT_EQ(ring[i], whole[i]) << "ring, value " << i;
+    }
+    if (window > 0) EXPECT_TRUE(sorted_ring_seen);
+  }
+}
+
+TEST(Attention, TileRowsDoNotDependOnTheCall) {  // AVX512-BF16 (vdpbf16ps) and AMX
+  const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
+  if (!ForEachTableWith(has, CheckTileRowsDoNotDependOnTheCall)) {
+    GTEST_SKIP() << "no bf16 attention kernel on this CPU";
+  }
+}
+
 TEST(Attention, Bf16OperandsOnTilesInSpans) {  // AVX512-BF16 (vdpbf16ps) and AMX
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckBf16OperandsOnTilesInSpans)) {

@@ -129,9 +129,10 @@ struct TileBf16Args {
 // block of 32 queries, keys are read from the chunk holding the block's first visible one to its
 // last visible one, rounded up to the tile edge (16 keys of K, 32 of V), and weighted 0 outside
 // each row's own range: those must be finite (or the tile padding's zeros). Chunks start at
-// multiples of kTileAttentionChunk and a chunk that holds none of a row's keys leaves the row
-// as it was, so a row's result depends only on its own range and keys, never on the other rows
-// of the call (a prompt gives the same bits however it is cut into calls).
+// multiples of kTileAttentionChunk, and a chunk that holds none of a row's keys gives the row
+// probabilities 0 only (its output rows get 0 x V added: with finite keys, as required above,
+// nothing changes), so a row's result depends only on its own range and keys, never on the other
+// rows of the call (a prompt gives the same bits however it is cut into calls).
 inline constexpr int64_t kTileAttentionChunk = 128;
 struct TileAttentionArgs {
   const uint16_t* q = nullptr;

@@ -330,9 +330,10 @@ Status AttentionBlocked(const kernels::KernelTable& kt, ThreadPool* pool, const 
 constexpr int64_t kTileQueryBlock = 128;
 constexpr int64_t kMaxTileHeadDim = 512;  // the q row's f32 staging buffer below
 
-// The cache rows as a run of consecutive positions stored rotated (a sliding-window ring that
-// wrapped: positions P - rows + 1 .. P, row j holding the one that is j modulo rows): the row of
-// the smallest position, or -1 when kv_pos is not such a run.
+// The cache rows as a run of consecutive positions, possibly stored rotated (a sliding-window
+// ring that wrapped: positions P - rows + 1 .. P, row j holding the one that is j modulo rows;
+// a plain cache is the run 0 .. n - 1 unrotated): the row of the smallest position, or -1 when
+// kv_pos is not such a run.
 int64_t RotatedRunStart(const int32_t* kv_pos, int64_t n) {
   if (n == 0) return -1;
   const int64_t start = std::min_element(kv_pos, kv_pos + n) - kv_pos;
@@ -343,13 +344,15 @@ int64_t RotatedRunStart(const int32_t* kv_pos, int64_t n) {
 }
 
 // The keys of a causal call in position order, as the tile kernel reads them: key v is cache row
-// row(v) (-1: none, zero padding), and query i sees keys [first[i], end[i]). Sorted kv_pos: key v
-// is row v. A rotated run: key v is position base + v with base the smallest position rounded
-// down to the kernel's chunk, so that chunk boundaries fall on the same positions as in a cache
-// that never wrapped (where row = position). Only keys [lo, hi) are packed (lo a chunk multiple).
+// row(v) (-1: none, zero padding), and query i sees keys [first[i], end[i]). A run of consecutive
+// positions (RotatedRunStart; a plain cache, or a ring, wrapped or not): key v is position
+// base + v with base the smallest position rounded down to the kernel's chunk, so that a
+// position always has the same lane and chunk, whichever rows hold the run (a ring whose oldest
+// row happens to be row 0 is sorted but does not start at position 0). Other sorted positions
+// (gaps): key v is row v. Only keys [lo, hi) are packed (lo a chunk multiple).
 struct TileKeys {
-  int64_t rotated_start = -1;  // RotatedRunStart, or -1 (sorted)
-  int64_t base = 0;            // rotated: the position of key 0
+  int64_t rotated_start = -1;  // RotatedRunStart, or -1 (sorted, not consecutive)
+  int64_t base = 0;            // a run: the position of key 0
   int64_t lo = 0, hi = 0;      // the keys some query sees, lo rounded down to a chunk
   std::vector<int32_t> first, end;  // per query, relative to lo
 
@@ -581,8 +584,8 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   if (a.window > 0 && a.n_q > 0 && a.n_kv > 0 && !a.bf16_tiles) {
     // A window that reaches back past every cache row for every query masks nothing (a prompt
     // shorter than the window): drop it, so that the call keeps the blocked path. Not with
-    // bf16_tiles: a row's numbers must not depend on the call's other rows (how a prompt is
-    // chunked), and a windowed call runs f32 on the streaming path.
+    // bf16_tiles: the tile path keeps the window itself, and whether a window is dropped depends
+    // on the call's other rows.
     const int32_t min_kv = *std::min_element(a.kv_pos, a.kv_pos + a.n_kv);
     const int32_t max_q = *std::max_element(a.q_win_pos, a.q_win_pos + a.n_q);
     if (int64_t{max_q} - a.window < min_kv) {
@@ -603,9 +606,7 @@ Status Attention(const kernels::KernelTable& kt, ThreadPool* pool, const Attenti
   p.kv_row_bytes = static_cast<size_t>(a.kv_row_stride) * p.elem_bytes;
   p.group = a.n_heads / a.n_kv_heads;
   p.sorted_kv_pos = a.causal && std::is_sorted(a.kv_pos, a.kv_pos + a.n_kv);
-  const int64_t rotated_start = a.causal && a.bf16_tiles && !p.sorted_kv_pos
-                                    ? RotatedRunStart(a.kv_pos, a.n_kv)
-                                    : -1;
+  const int64_t rotated_start = a.causal && a.bf16_tiles ? RotatedRunStart(a.kv_pos, a.n_kv) : -1;
   if (UsesTileAttention(kt, p, rotated_start)) return AttentionTiles(kt, pool, p, rotated_start);
   // Otherwise a sliding window runs on the streaming path (each query's rows a range of the cache).
   if (a.kv_type == DType::kBF16) {
