@@ -55,14 +55,25 @@ ThreadPool* Pool(int threads) {
   return p.get();
 }
 
+// ops::MatMul of m rows over an n x k weight of `type`: as the GGUF rows (packed = false), or
+// packed as the engine packs it for the fast precision (ops::PackWeight: packed int8, on the
+// tile unit from 32 rows where the CPU has AMX; the decoder's prompt products).
 void BM_Matmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t n, int64_t k,
-               int threads) {
+               int threads, bool packed) {
   const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
   const std::vector<uint8_t>& w = Weights(type, n, k);
   const std::vector<float> a = RandomFloats(m * k, 7);
   std::vector<float> out(m * n);
   ops::MatmulScratch scratch;
   ops::WeightView wv{type, n, k, w.data(), 0};
+  ops::PackedStore store;
+  if (packed) {
+    const Status s = ops::PackWeight({&kt, ops::Precision::kFast}, &wv, &store);
+    if (!s.ok() || wv.packed == nullptr) {
+      state.SkipWithError(s.ok() ? "not packed on this ISA" : s.ToString().c_str());
+      return;
+    }
+  }
   ThreadPool* pool = Pool(threads);
   for (auto _ : state) {
     const Status s = ops::MatMul(kt, pool, wv, a.data(), m, k, out.data(), n, &scratch);
@@ -73,38 +84,11 @@ void BM_Matmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t 
     benchmark::DoNotOptimize(out.data());
   }
   const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) * iters / 1e9,
-                                              benchmark::Counter::kIsRate);
+  if (!packed) {
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) * iters / 1e9,
+                                                benchmark::Counter::kIsRate);
+  }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * iters / 1e9,
-                                                 benchmark::Counter::kIsRate);
-}
-
-// The decoder's prompt products in the fast precision: the weight packed as the engine packs it
-// (ops::PackWeight: packed int8, on the tile unit from 32 rows where the CPU has AMX).
-void BM_PackedMatmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t n, int64_t k,
-                     int threads) {
-  const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
-  const std::vector<uint8_t>& w = Weights(type, n, k);
-  const std::vector<float> a = RandomFloats(m * k, 7);
-  std::vector<float> out(m * n);
-  ops::MatmulScratch scratch;
-  ops::WeightView wv{type, n, k, w.data(), 0};
-  ops::PackedStore store;
-  const Status packed = ops::PackWeight({&kt, ops::Precision::kFast}, &wv, &store);
-  if (!packed.ok() || wv.packed == nullptr) {
-    state.SkipWithError(packed.ok() ? "not packed on this ISA" : packed.ToString().c_str());
-    return;
-  }
-  ThreadPool* pool = Pool(threads);
-  for (auto _ : state) {
-    const Status s = ops::MatMul(kt, pool, wv, a.data(), m, k, out.data(), n, &scratch);
-    if (!s.ok()) {
-      state.SkipWithError(s.ToString().c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * static_cast<double>(state.iterations()) / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
 
@@ -160,7 +144,7 @@ void RegisterAll() {
           const std::string name = "gemv/" + std::string(DTypeName(t)) + "/" + isa_name + "/n" +
                                    std::to_string(s.n) + "_k" + std::to_string(s.k) + "/t" +
                                    std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, 1, s.n, s.k, threads)
+          benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, 1, s.n, s.k, threads, false)
               ->UseRealTime();
         }
       }
@@ -172,7 +156,7 @@ void RegisterAll() {
           const std::string name = "gemm_packed/" + std::string(DTypeName(t)) + "/" + isa_name +
                                    "/m512_n" + std::to_string(s.n) + "_k" + std::to_string(s.k) +
                                    "/t" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_PackedMatmul, t, isa, 512, s.n, s.k, threads)
+          benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, 512, s.n, s.k, threads, true)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }
@@ -183,7 +167,7 @@ void RegisterAll() {
             const std::string name = "gemm/" + std::string(DTypeName(t)) + "/" + isa_name + "/m" +
                                      std::to_string(m) + "_n" + std::to_string(s.n) + "_k" +
                                      std::to_string(s.k) + "/t" + std::to_string(threads);
-            benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, m, s.n, s.k, threads)
+            benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, m, s.n, s.k, threads, false)
                 ->UseRealTime()
                 ->Unit(benchmark::kMillisecond);
           }
