@@ -150,6 +150,29 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
   }
 }
 
+TEST(Config, SealedModelKeysArePerModelOverTheCommandLine) {
+  VlmdConfig defaults;
+  ModelSpec cli;
+  cli.engine.model_key.file = "/run/secrets/cli.key";
+  defaults.models.push_back(cli);
+  auto c = ParseConfig(R"({"models": [
+      {"name": "a", "model": "a.sealed", "key_file": "keys/a.key"},
+      {"name": "b", "model": "b.sealed", "key_command": "kms-client get"},
+      {"name": "c", "model": "c.gguf"}]})", "/etc/vlmd", defaults);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->models[0].engine.model_key.file, "/etc/vlmd/keys/a.key");
+  EXPECT_EQ(c->models[0].engine.model_key.command, "");
+  EXPECT_EQ(c->models[1].engine.model_key.file, "");  // its own source replaces the command line's
+  EXPECT_EQ(c->models[1].engine.model_key.command, "kms-client get");
+  EXPECT_EQ(c->models[2].engine.model_key.file, "/run/secrets/cli.key");
+  auto both = ParseConfig(R"({"models": [{"name": "a", "model": "x", "key_file": "k", "key_command": "c"}]})",
+                          "/etc", {});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("models[0].key_file: give key_file or key_command, not both"),
+            std::string::npos) << both.status().message();
+  EXPECT_FALSE(ParseConfig(R"({"models": [{"name": "a", "model": "x", "key_file": 7}]})", "/etc", {}).ok());
+}
+
 TEST(Config, MissingFileIsNotFound) {
   auto r = LoadConfigFile("/nonexistent/vlmd.json", {});
   ASSERT_FALSE(r.ok());

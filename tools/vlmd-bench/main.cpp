@@ -7,6 +7,7 @@
 
 #include "kernels_bench.h"
 #include "model_bench.h"
+#include "seal_bench.h"
 #include "serve_bench.h"
 
 int main(int argc, char** argv) {
@@ -34,6 +35,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"exact", "fast"}))
       ->capture_default_str();
   vlmd::bench::ServeBenchOptions sopts;
+  vlmd::bench::SealBenchOptions seal_opts;
+  CLI::App* seal = app.add_subcommand("seal", "load time of sealed (SM4) model files against the plain ones");
+  seal->add_option("-m,--model", seal_opts.model_path, "text model GGUF")->required();
+  seal->add_option("--mmproj", seal_opts.mmproj_path, "vision GGUF");
+  seal->add_option("-t,--threads", seal_opts.threads, "thread counts to run (default: 1 2)");
+  seal->add_option("-r,--reps", seal_opts.reps, "repetitions (median)")->capture_default_str();
+  seal->add_option("--scratch", seal_opts.scratch_dir, "folder for the sealed copies (default: the temp folder)");
   CLI::App* serve = app.add_subcommand("serve", "images/s and latency of a running vlmd server");
   serve->add_option("--url", sopts.url, "server base URL, e.g. http://127.0.0.1:8080")->required();
   serve->add_option("-c,--concurrency", sopts.concurrency, "client threads")->capture_default_str();
@@ -58,6 +66,7 @@ int main(int argc, char** argv) {
                     "seconds the hostile connections are held before the loaded run")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (seal->parsed()) return vlmd::bench::RunSealBench(seal_opts);
   if (kernels->parsed()) return vlmd::bench::RunKernelsBench(kopts);
   if (model->parsed()) return vlmd::bench::RunModelBench(mopts);
   if (serve->parsed()) return vlmd::bench::RunServeBench(sopts);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/model_key.h"
+
 namespace vlmd::tools {
 
 // Exit codes shared by all commands (CLI11 usage errors keep CLI11's own codes, >= 100).
@@ -20,6 +22,7 @@ struct RunOptions {
   // Generation (-m MODEL -p PROMPT ...).
   std::string model_path;        // -m
   std::string mmproj_path;       // --mmproj (vision encoder + projector)
+  ModelKeySource model_key;      // --model-key-file / --model-key-command (sealed files)
   std::vector<std::string> images;  // --image (repeatable); one <__media__> marker per image
   std::string dump_image_embeddings_path;  // f32 [n_image_tokens, n_embd] of the first image
   std::string prompt;            // -p
@@ -54,7 +57,8 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err);
 // special-token text not parsed unless --add-special).
 int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err);
 
-// --info: prints the GGUF header, metadata and tensor table of `path` as JSON on `out`.
-int RunInfo(const std::string& path, std::ostream& out, std::ostream& err);
+// --info: prints the GGUF header, metadata and tensor table of `path` as JSON on `out`; for a
+// sealed file, its sealed header (and, with a key, the decrypted GGUF's).
+int RunInfo(const std::string& path, const ModelKeySource& key, std::ostream& out, std::ostream& err);
 
 }  // namespace vlmd::tools

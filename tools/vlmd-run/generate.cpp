@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/gguf/gguf_reader.h"
+#include "engine/gguf/model_file.h"
 #include "engine/runtime/vlm_engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "vlmd-run/commands.h"
@@ -44,7 +45,7 @@ Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
 }  // namespace
 
 int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err) {
-  auto file = engine::gguf::GgufFile::Open(opts.model_path);
+  auto file = engine::gguf::OpenModelFile(opts.model_path, opts.model_key, nullptr);
   if (!file.ok()) return Fail(err, file.status());
   auto tok = engine::tokenizer::Tokenizer::FromGguf(**file);
   if (!tok.ok()) return Fail(err, tok.status());
@@ -72,6 +73,7 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   eo.n_ctx = opts.n_ctx;
   eo.precision = engine::ops::ParsePrecision(opts.precision).value_or(engine::ops::Precision::kFast);
   eo.mmproj_path = opts.mmproj_path;
+  eo.model_key = opts.model_key;
   if (!opts.images.empty() && opts.mmproj_path.empty()) {
     return Fail(err, InvalidArgumentError("--image needs --mmproj"));
   }

@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "core/sealed_file.h"
 #include "engine/gguf/gguf_reader.h"
+#include "engine/gguf/model_file.h"
 #include "engine/models/text_config.h"
 #include "engine/models/vision_config.h"
 #include "vlmd-run/commands.h"
@@ -126,15 +128,33 @@ Json InfoJson(const std::string& path, const GgufFile& f) {
 
 }  // namespace
 
-int RunInfo(const std::string& path, std::ostream& out, std::ostream& err) {
-  auto file = GgufFile::Open(path);
+int RunInfo(const std::string& path, const ModelKeySource& key, std::ostream& out, std::ostream& err) {
+  Json sealed;
+  if (IsSealedFile(path)) {
+    auto h = ReadSealedHeader(path);
+    if (!h.ok()) {
+      err << "vlmd-run: error: " << h.status().ToString() << "\n";
+      return kExitError;
+    }
+    sealed = {{"scheme", h->scheme}, {"key_id", h->key_id}, {"plaintext_bytes", h->plaintext_bytes},
+              {"plaintext_sha256", DigestHex(h->plaintext_sha256)}};
+    const char* env = std::getenv(kModelKeyEnv);
+    if (key.empty() && (env == nullptr || *env == '\0')) {  // the header alone, without a key
+      Json j{{"file", path}, {"sealed", sealed}};
+      out << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+      return kExitOk;
+    }
+  }
+  auto file = engine::gguf::OpenModelFile(path, key, nullptr);
   if (!file.ok()) {
     err << "vlmd-run: error: " << file.status().ToString() << "\n";
     return kExitError;
   }
   // Strings in GGUF files are not guaranteed UTF-8 (byte-level vocab pieces): replace invalid
   // sequences with U+FFFD instead of failing.
-  out << InfoJson(path, **file).dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+  Json j = InfoJson(path, **file);
+  if (!sealed.is_null()) j["sealed"] = sealed;
+  out << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
   return kExitOk;
 }
 

@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", opts.model_path, "Text model GGUF")->type_name("FILE.gguf");
   app.add_option("--mmproj", opts.mmproj_path, "Vision encoder + projector GGUF")
       ->type_name("FILE.gguf");
+  app.add_option("--model-key-file", opts.model_key.file,
+                 "key of sealed model files (32 hex digits; else env VLMD_MODEL_KEY)");
+  app.add_option("--model-key-command", opts.model_key.command,
+                 "command printing that key (run by /bin/sh with VLMD_KEY_ID set)");
   app.add_option("--image", opts.images,
                  "Image file (JPEG, PNG, WebP, BMP, PPM); repeatable, one <__media__> per image "
                  "in the prompt (without markers images go first)");
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (!opts.info_path.empty()) return vlmd::tools::RunInfo(opts.info_path, std::cout, std::cerr);
+  if (!opts.info_path.empty()) return vlmd::tools::RunInfo(opts.info_path, opts.model_key, std::cout, std::cerr);
   if (!opts.model_path.empty() && (tok->count() > 0 || tok_file->count() > 0)) {
     return vlmd::tools::RunTokenize(opts, std::cout, std::cerr);
   }

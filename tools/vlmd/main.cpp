@@ -57,6 +57,7 @@ Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) 
     spdlog::info("model '{}' ready: version {}, sha256 {}, memory at most {}", spec.name,
                  model->spec().version, model->hash(),
                  model->memory_plan().ToString(spec.engine.n_ctx));
+    serve::LogSealedModel(*model);
   }
   return Status::Ok();
 }
@@ -75,6 +76,10 @@ int main(int argc, char** argv) {
                  "set the defaults the file overrides");
   app.add_option("-m,--model", spec.text_path, "text model GGUF (none: the random-weight demo model)");
   app.add_option("--mmproj", spec.mmproj_path, "vision encoder + projector GGUF");
+  app.add_option("--model-key-file", spec.engine.model_key.file,
+                 "key of sealed model files (vlmd-encrypt; 32 hex digits; else env VLMD_MODEL_KEY)");
+  app.add_option("--model-key-command", spec.engine.model_key.command,
+                 "command printing that key, e.g. a KMS client (run by /bin/sh with VLMD_KEY_ID set)");
   app.add_option("--name", spec.name, "served model id (default: the text file's stem)");
   app.add_option("--model-version", spec.version, "version label (default: the files' SHA-256 prefix)");
   app.add_option("--host", so.host, "address to listen on")->capture_default_str();

@@ -3,6 +3,8 @@
 // every count is bounded by the bytes left before anything is allocated for it.
 #include "engine/gguf/gguf_reader.h"
 
+#include "core/secure_memory.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -207,6 +209,7 @@ struct GgufFile::Impl {
   // Exactly one of these owns the bytes.
   void* mapping = nullptr;    // mmap'ed file (munmap on destruction)
   uint8_t* owned = nullptr;   // aligned copy (free on destruction)
+  SecureBuffer secure;        // decrypted sealed file (wiped on destruction)
   const uint8_t* base = nullptr;
   uint64_t size = 0;
 
@@ -483,6 +486,17 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path,
   return std::unique_ptr<GgufFile>(new GgufFile(std::move(impl)));
 }
 
+Result<std::unique_ptr<GgufFile>> GgufFile::FromSecureBuffer(SecureBuffer&& buffer,
+                                                             const OpenOptions& opts) {
+  auto impl = std::make_unique<Impl>();
+  impl->secure = std::move(buffer);
+  impl->size = impl->secure.size();
+  static const uint8_t kEmpty[1] = {0};
+  impl->base = impl->size > 0 ? impl->secure.data() : kEmpty;  // empty: fails at the magic
+  VLMD_RETURN_IF_ERROR(impl->Parse(opts));
+  return std::unique_ptr<GgufFile>(new GgufFile(std::move(impl)));
+}
+
 Result<std::unique_ptr<GgufFile>> GgufFile::FromBytes(std::span<const uint8_t> bytes,
                                                       const OpenOptions& opts) {
   auto impl = std::make_unique<Impl>();
@@ -503,6 +517,9 @@ uint32_t GgufFile::version() const { return impl_->version; }
 uint64_t GgufFile::alignment() const { return impl_->alignment; }
 uint64_t GgufFile::file_size() const { return impl_->size; }
 uint64_t GgufFile::data_offset() const { return impl_->data_offset; }
+std::span<const uint8_t> GgufFile::content() const { return {impl_->base, impl_->size}; }
+bool GgufFile::decrypted() const { return impl_->secure.data() != nullptr; }
+bool GgufFile::locked_in_memory() const { return impl_->secure.locked(); }
 const std::vector<MetadataEntry>& GgufFile::metadata() const { return impl_->metadata; }
 const std::vector<TensorInfo>& GgufFile::tensors() const { return impl_->tensors; }
 
@@ -517,6 +534,7 @@ const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
 }
 
 uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {
+  if (impl_->secure.data() != nullptr) return impl_->secure.ReleaseRange(data, size);
   if (impl_->mapping == nullptr || data == nullptr || size == 0) return 0;
   const auto begin = reinterpret_cast<uintptr_t>(data);
   const auto map_begin = reinterpret_cast<uintptr_t>(impl_->base);

@@ -20,6 +20,10 @@
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
 
+namespace vlmd {
+class SecureBuffer;
+}
+
 namespace vlmd::engine::gguf {
 
 // GGUF metadata value types (gguf_type in ggml).
@@ -79,6 +83,10 @@ class GgufFile {
   // Parses an in-memory image (copied into an owned buffer; used by tests and the fuzzer).
   static Result<std::unique_ptr<GgufFile>> FromBytes(std::span<const uint8_t> bytes,
                                                      const OpenOptions& opts = {});
+  // Parses a decrypted image in place and takes it over (a sealed model, core/sealed_file.h): the
+  // bytes stay in locked anonymous memory and are wiped when the file is destroyed.
+  static Result<std::unique_ptr<GgufFile>> FromSecureBuffer(SecureBuffer&& buffer,
+                                                            const OpenOptions& opts = {});
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -87,6 +95,11 @@ class GgufFile {
   uint64_t alignment() const;
   uint64_t file_size() const;
   uint64_t data_offset() const;  // start of the tensor data section in the file
+  // The whole file's bytes (for hashing before any pages are released).
+  std::span<const uint8_t> content() const;
+  // Whether the bytes are a decrypted sealed file, and whether they are locked in memory.
+  bool decrypted() const;
+  bool locked_in_memory() const;
 
   const std::vector<MetadataEntry>& metadata() const;
   const MetadataValue* Find(std::string_view key) const;  // nullptr if absent
@@ -112,7 +125,8 @@ class GgufFile {
   // MADV_DONTNEED): for tensors the engine has copied into its own layout and will not read
   // again. Only resident memory changes: a later read faults the bytes back in from the file.
   // Returns the bytes released (page-rounded inward); 0 for an in-memory image (FromBytes) or a
-  // range not inside the mapping.
+  // range not inside the mapping. A decrypted image's pages are wiped and given back (they read
+  // as zeros afterwards: nothing can fault them back in).
   uint64_t ReleasePages(const void* data, uint64_t size) const;
 
  private:

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "engine/gguf/gguf_reader.h"
+#include "engine/gguf/model_file.h"
 #include "engine/image/image.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/ops/numerics.h"
@@ -29,8 +30,32 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   e->opts_ = opts;
   VLMD_ASSIGN_OR_RETURN(kernels::Isa isa, kernels::SelectIsa());
   e->ctx_.kernels = &kernels::GetKernelTable(isa);
-  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(model_path));
+  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
+  e->pool_ = std::make_unique<ThreadPool>(threads < 1 ? 1 : threads);
+  e->ctx_.pool = e->pool_.get();
+  e->vision_ctx_.kernels = e->ctx_.kernels;
+  e->vision_ctx_.pool = e->pool_.get();
+  // Both files are opened (a sealed one decrypted) and hashed before any loader releases pages.
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
+                        gguf::OpenModelFile(model_path, opts.model_key, e->pool_.get()));
   std::shared_ptr<const gguf::GgufFile> shared(std::move(file));
+  std::shared_ptr<const gguf::GgufFile> mmproj;
+  if (!opts.mmproj_path.empty()) {
+    VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> mm,
+                          gguf::OpenModelFile(opts.mmproj_path, opts.model_key, e->pool_.get()));
+    mmproj = std::move(mm);
+  }
+  std::vector<gguf::OpenedFile> opened{{model_path, shared.get()}};
+  if (mmproj) opened.push_back({opts.mmproj_path, mmproj.get()});
+  for (const gguf::OpenedFile& f : opened) {
+    if (!f.file->decrypted()) continue;
+    e->decrypted_ = true;
+    e->decrypted_locked_ = e->decrypted_locked_ && f.file->locked_in_memory();
+  }
+  if (!e->decrypted_) e->decrypted_locked_ = false;
+  if (opts.hash_files) {
+    VLMD_ASSIGN_OR_RETURN(e->files_sha256_, gguf::HashModelFiles(opened));
+  }
   VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, {e->ctx_.kernels, opts.precision}));
@@ -38,11 +63,8 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
     auto src = shared->GetString("tokenizer.chat_template");
     if (src.ok()) e->chat_template_source_ = std::string(*src);
   }
-  if (!opts.mmproj_path.empty()) {
-    VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> mm, gguf::GgufFile::Open(opts.mmproj_path));
-    VLMD_ASSIGN_OR_RETURN(e->vision_,
-                          models::VisionEncoder::Load(std::shared_ptr<const gguf::GgufFile>(std::move(mm)),
-                                                      {e->ctx_.kernels, opts.precision}));
+  if (mmproj) {
+    VLMD_ASSIGN_OR_RETURN(e->vision_, models::VisionEncoder::Load(mmproj, {e->ctx_.kernels, opts.precision}));
     if (e->vision_->n_embd() != e->model_->config().n_embd_inp()) {
       return InvalidArgumentError("the mmproj projects to width " + std::to_string(e->vision_->n_embd()) +
                                   " but the text model's input width is " +
@@ -57,11 +79,6 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   if (e->tokenizer_->n_tokens() > e->model_->config().n_vocab) {
     return InvalidArgumentError("the vocabulary has more tokens than token_embd.weight has rows");
   }
-  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
-  e->pool_ = std::make_unique<ThreadPool>(threads < 1 ? 1 : threads);
-  e->ctx_.pool = e->pool_.get();
-  e->vision_ctx_.kernels = e->ctx_.kernels;
-  e->vision_ctx_.pool = e->pool_.get();
   return e;
 }
 

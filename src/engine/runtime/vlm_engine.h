@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/model_key.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/models/text_decoder.h"
@@ -35,6 +36,10 @@ struct EngineOptions {
   // with 8 kv heads of 128) is freed when a prompt is complete if it holds more than this, so
   // that one long prompt does not keep it for the engine's lifetime; smaller ones are reused.
   uint64_t max_idle_scratch_bytes = uint64_t{64} << 20;
+  // Where the key of a sealed model file comes from (asked only when a file is sealed).
+  ModelKeySource model_key;
+  // Compute files_sha256() while loading (the server's model_hash); off for one-shot tools.
+  bool hash_files = false;
 };
 
 struct GenerateResult {
@@ -77,6 +82,12 @@ class VlmEngine {
   // The vision encoder, or nullptr for a text-only engine.
   const models::VisionEncoder* vision() const { return vision_.get(); }
   ThreadPool& pool() { return *pool_; }
+  // SHA-256 (hex) of the text file's then the mmproj's plaintext bytes, when hash_files was set.
+  const std::string& files_sha256() const { return files_sha256_; }
+  // Whether a file was sealed (decrypted into memory at load), and whether all such memory is
+  // locked against swapping.
+  bool decrypted() const { return decrypted_; }
+  bool decrypted_locked() const { return decrypted_locked_; }
   kernels::Isa isa() const { return ctx_.kernels->isa; }
   std::string_view isa_name() const;
 
@@ -179,6 +190,9 @@ class VlmEngine {
 
   EngineOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
+  std::string files_sha256_;
+  bool decrypted_ = false;
+  bool decrypted_locked_ = true;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<models::TextDecoder> model_;
   std::unique_ptr<models::VisionEncoder> vision_;

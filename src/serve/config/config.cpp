@@ -169,7 +169,7 @@ Status ParseModels(const json& arr, const std::string& base_dir, const ModelSpec
   std::set<std::string> names;
   for (size_t i = 0; i < arr.size(); ++i) {
     Section s(arr[i], "models[" + std::to_string(i) + "]");
-    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "version", "model", "mmproj"}));
+    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "version", "model", "mmproj", "key_file", "key_command"}));
     ModelSpec spec = defaults;  // engine and scheduler settings; identity and files are its own
     spec.name.clear();
     spec.version.clear();
@@ -180,6 +180,18 @@ Status ParseModels(const json& arr, const std::string& base_dir, const ModelSpec
     VLMD_RETURN_IF_ERROR(s.Get("version", &spec.version));
     VLMD_RETURN_IF_ERROR(s.Get("model", &spec.text_path));
     VLMD_RETURN_IF_ERROR(s.Get("mmproj", &spec.mmproj_path));
+    // A sealed model's key: its own source replaces the command line's (--model-key-*).
+    if (s.has("key_file") || s.has("key_command")) {
+      spec.engine.model_key = {};
+      VLMD_RETURN_IF_ERROR(s.Get("key_file", &spec.engine.model_key.file));
+      VLMD_RETURN_IF_ERROR(s.Get("key_command", &spec.engine.model_key.command));
+      if (!spec.engine.model_key.file.empty() && !spec.engine.model_key.command.empty()) {
+        return InvalidArgumentError(s.path("key_file") + ": give key_file or key_command, not both");
+      }
+      if (!spec.engine.model_key.file.empty()) {
+        spec.engine.model_key.file = Resolve(base_dir, spec.engine.model_key.file);
+      }
+    }
     if (spec.name.empty()) return InvalidArgumentError(s.path("name") + ": required");
     if (spec.text_path.empty()) return InvalidArgumentError(s.path("model") + ": required");
     if (!names.insert(spec.name).second) {

@@ -3,28 +3,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <vector>
 
-#include "core/sha256.h"
-
 namespace vlmd::serve {
-
-Result<std::string> HashFiles(const std::vector<std::string>& paths) {
-  Sha256 sha;
-  std::vector<uint8_t> buf(1 << 20);
-  for (const std::string& p : paths) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) return NotFoundError("cannot read " + p);
-    while (in) {
-      in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-      const std::streamsize n = in.gcount();
-      if (n > 0) sha.Update(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
-    }
-    if (in.bad()) return NotFoundError("error reading " + p);
-  }
-  return DigestHex(sha.Finish());
-}
 
 uint64_t CeilMiB(uint64_t bytes) { return bytes / (1u << 20) + (bytes % (1u << 20) != 0); }
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
@@ -55,10 +36,9 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   h->spec_ = spec;
   engine::runtime::EngineOptions eo = spec.engine;
   eo.mmproj_path = spec.mmproj_path;
+  eo.hash_files = true;  // model_hash: the plaintexts' SHA-256, sealed or not
   VLMD_ASSIGN_OR_RETURN(h->engine_, engine::runtime::VlmEngine::Load(spec.text_path, eo));
-  std::vector<std::string> files{spec.text_path};
-  if (!spec.mmproj_path.empty()) files.push_back(spec.mmproj_path);
-  VLMD_ASSIGN_OR_RETURN(h->hash_, HashFiles(files));
+  h->hash_ = h->engine_->files_sha256();
   h->spec_.version_from_hash = h->spec_.version.empty();
   if (h->spec_.version_from_hash) h->spec_.version = h->hash_.substr(0, 12);
   MemoryPlan& plan = h->memory_plan_;

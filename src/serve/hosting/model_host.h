@@ -59,6 +59,9 @@ class ModelHost {
   // Const engine queries (tokenizer, templates, image preparation) are safe from any thread;
   // everything else belongs to the scheduler thread.
   const engine::runtime::VlmEngine& engine() const { return *engine_; }
+  // A sealed model's files were decrypted into memory; whether all of it is locked (mlock).
+  bool decrypted() const { return engine_->decrypted(); }
+  bool decrypted_locked() const { return engine_->decrypted_locked(); }
   Scheduler& scheduler() { return *scheduler_; }
 
  private:
@@ -70,8 +73,5 @@ class ModelHost {
   std::unique_ptr<ImageCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;  // declared last: stops first
 };
-
-// SHA-256 over the concatenated bytes of `paths` (read in chunks). NOT_FOUND when unreadable.
-Result<std::string> HashFiles(const std::vector<std::string>& paths);
 
 }  // namespace vlmd::serve

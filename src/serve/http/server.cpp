@@ -354,6 +354,18 @@ Status SelfCheck(ModelHost& host) {
 
 }  // namespace
 
+void LogSealedModel(const ModelHost& model) {
+  if (!model.decrypted()) return;
+  if (model.decrypted_locked()) {
+    spdlog::info("model '{}': sealed files decrypted into locked memory (never on disk, not swappable)",
+                 model.spec().name);
+  } else {
+    spdlog::warn("model '{}': sealed files decrypted into memory that could not be locked (raise "
+                 "RLIMIT_MEMLOCK, e.g. ulimit -l, or run without swap): a swap device could receive its pages",
+                 model.spec().name);
+  }
+}
+
 Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spec,
                            std::string* previous_version) {
   std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
@@ -379,6 +391,7 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
   std::shared_ptr<ModelHost> fresh(std::move(*loaded));
   spdlog::info("model '{}' now serves version {} (sha256 {}); was {}", name, fresh->spec().version,
                fresh->hash(), old->spec().version);
+  LogSealedModel(*fresh);
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);
     replaced_.push_back(old);  // counted until its in-flight requests release it

@@ -33,6 +33,9 @@ class HttpFront;
 // 8 random hex digits (std::random_device): the request-id prefix of one server start.
 std::string RandomInstanceId();
 
+// Logs that a sealed model was decrypted into memory, and warns when it could not be locked.
+void LogSealedModel(const ModelHost& model);
+
 class Server {
  public:
   explicit Server(ServerOptions options);

@@ -24,9 +24,11 @@ api::ApiError BadRequest(std::string message) {
 }
 
 json ModelJson(const ModelHost& m) {
-  return {{"name", m.spec().name},        {"version", m.spec().version},
-          {"model_hash", m.hash()},       {"model", m.spec().text_path},
-          {"mmproj", m.spec().mmproj_path}, {"demo", m.spec().demo}};
+  json j{{"name", m.spec().name},        {"version", m.spec().version},
+         {"model_hash", m.hash()},       {"model", m.spec().text_path},
+         {"mmproj", m.spec().mmproj_path}, {"demo", m.spec().demo}};
+  if (m.decrypted()) j["sealed"] = {{"decrypted_in_memory", true}, {"locked", m.decrypted_locked()}};
+  return j;
 }
 
 json RouteJson(const RouteConfig& r) {
