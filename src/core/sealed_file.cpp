@@ -32,6 +32,18 @@ constexpr uint32_t kMaxChunk = 64u << 20;
 
 std::span<const uint8_t> Span(const void* p, size_t n) { return {static_cast<const uint8_t*>(p), n}; }
 
+// Key ids go to a KMS command's environment and into messages before anything authenticates
+// them: letters, digits and . _ : / @ + - only (KMS ids and ARNs), at most 255 bytes.
+bool ValidKeyId(std::string_view id) {
+  if (id.size() > kMaxKeyId) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    std::string_view("._:/@+-").find(c) != std::string_view::npos;
+    if (!ok) return false;
+  }
+  return true;
+}
+
 // ---- OpenSSL helpers (RAII; each failure is an INTERNAL status naming the step) ----
 
 struct EvpCipherCtxFree { void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); } };
@@ -214,6 +226,9 @@ Result<ParsedHeader> ParseHeader(std::span<const uint8_t> file, const std::strin
     s->assign(reinterpret_cast<const char*>(file.data() + at), n);
     at += n;
   }
+  if (!ValidKeyId(p.h.key_id)) {
+    return DataLossError("'" + path + "' has a key id of other than at most 255 of [A-Za-z0-9._:/@+-]: the file was altered");
+  }
   if (p.h.scheme != kSealedScheme) {
     return UnimplementedError("'" + path + "' is sealed with '" + p.h.scheme + "'; this vlmd reads " +
                               std::string(kSealedScheme));
@@ -316,7 +331,9 @@ Result<SealedHeader> ReadSealedHeader(const std::string& path) {
 
 Status SealFile(const std::string& in_path, const std::string& out_path, const SecretKey& key,
                 const SealOptions& opts, ThreadPool* pool) {
-  if (opts.key_id.size() > kMaxKeyId) return InvalidArgumentError("key id longer than 255 bytes");
+  if (!ValidKeyId(opts.key_id)) {
+    return InvalidArgumentError("a key id is at most 255 of the characters A-Z a-z 0-9 . _ : / @ + -");
+  }
   if (opts.chunk_bytes == 0 || opts.chunk_bytes % 16 != 0 || opts.chunk_bytes > kMaxChunk) {
     return InvalidArgumentError("chunk size must be a multiple of 16 up to 64 MiB");
   }
@@ -351,7 +368,12 @@ Status SealFile(const std::string& in_path, const std::string& out_path, const S
 
   // Written next to the target and renamed when complete: a failure leaves no partial file.
   const std::string tmp = out_path + ".partial";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::error_code ec;
+  if (std::filesystem::equivalent(in_path, tmp, ec) || std::filesystem::equivalent(in_path, out_path, ec)) {
+    return InvalidArgumentError("the sealed file must not replace its input '" + in_path + "'");
+  }
+  ::unlink(tmp.c_str());  // a stale one from an interrupted run
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return UnavailableError("cannot create '" + tmp + "': " + std::strerror(errno));
   auto fail = [&](Status s) {
     ::close(fd);

@@ -6,8 +6,9 @@
 // from the user's 128-bit key K and a random per-file salt, HKDF-SHA256 derives an SM4 key and an
 // HMAC-SHA256 key. The plaintext is cut into chunks (1 MiB); chunk i is SM4-CTR encrypted with the
 // counter block nonce || (i * chunk / 16) and authenticated by its own tag
-// HMAC(header MAC || i || ciphertext), so chunks decrypt and verify in parallel (SM4 runs at
-// ~60 MB/s per core in OpenSSL 3.0) and a moved, dropped or altered chunk is detected.
+// HMAC(header MAC || i || ciphertext), so chunks decrypt and verify in parallel (OpenSSL 3.0's
+// SM4 is portable code: ~60 MB/s per core on x86) and a moved, dropped or altered chunk is
+// detected.
 //
 // Layout (little-endian):
 //   "VLMDSEAL" | u32 version (1) | u16 n + scheme | u16 n + key id | salt[32] | nonce[8] |

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -82,6 +86,39 @@ TEST_F(ModelKeyTest, FromACommandThatIsToldTheKeyId) {
   EXPECT_FALSE(ResolveModelKey({"", "head -c 10000 /dev/zero"}, "id").ok());
   EXPECT_FALSE(ResolveModelKey({"", "kill -9 $$"}, "id").ok());
   EXPECT_FALSE(ResolveModelKey({file_, "echo x"}, "id").ok());  // both: ambiguous
+}
+
+TEST_F(ModelKeyTest, ACommandThatHangsIsKilledWithItsChildrenAtTheDeadline) {
+  for (const char* cmd : {"exec >&-; sleep 20",                // closes stdout, keeps running
+                          "(sleep 20) & echo 00112233445566778899aabbccddeeff"}) {  // a child holds stdout
+    SCOPED_TRACE(cmd);
+    ModelKeySource source{"", cmd, 400};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = ResolveModelKey(source, "id");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+    EXPECT_LT(s, 5.0);
+  }
+}
+
+TEST_F(ModelKeyTest, TheCommandGetsNeitherTheKeyVariableNorOurFilesNorOurBlockedSignals) {
+  ::setenv(kModelKeyEnv, "ffffffffffffffffffffffffffffffff", 1);
+  ExpectTheKey(ResolveModelKey({"", std::string("test -z \"$VLMD_MODEL_KEY\" && echo ") + kHex}, "id"));
+  const int fd = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC, as Asio's sockets
+  ASSERT_GE(fd, 0);
+  const std::string probe = "test ! -e /proc/self/fd/" + std::to_string(fd) + " && echo " + kHex;
+  ExpectTheKey(ResolveModelKey({"", probe}, "id"));
+  ::close(fd);
+  // vlmd blocks SIGTERM for its sigwait thread; the command must still die of one.
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &term, &old);
+  auto r = ResolveModelKey({"", std::string("kill -TERM $$; echo ") + kHex}, "id");
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("signal 15"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ TEST_F(SealedFileTest, EveryAlteredByteIsDetected) {
     const char* says;
   };
   const Case cases[] = {
-      {38, "header"},                            // inside the key id
+      {38, "key id"},                            // inside the key id (now not a valid one)
       {50, "header"},                            // the salt
       {header - 80, "header"},                   // the plaintext SHA-256
       {header - 40, "key check bytes were altered"},  // the key check: read as a wrong key
@@ -162,6 +162,11 @@ TEST_F(SealedFileTest, PlainFilesAndMissingFilesAreNotSealed) {
   EXPECT_FALSE(SealFile(Path("missing"), Path("out"), key_, opts_, nullptr).ok());
   EXPECT_FALSE(SealFile(Path("in"), Path("out"), key_, {std::string(256, 'k'), 4096}, nullptr).ok());
   EXPECT_FALSE(SealFile(Path("in"), Path("out"), key_, {"k", 100}, nullptr).ok());  // not a multiple of 16
+  EXPECT_FALSE(SealFile(Path("in"), Path("out"), key_, {"bad id\n", 4096}, nullptr).ok());
+  EXPECT_TRUE(SealFile(Path("in"), Path("out"), key_, {"arn:aws:kms:eu-1:12/key@v+2_x.y", 4096}, nullptr).ok());
+  EXPECT_FALSE(SealFile(Path("in"), Path("in"), key_, opts_, nullptr).ok());  // would replace its input
+  EXPECT_FALSE(SealFile(Path("in.partial"), Path("in"), key_, opts_, nullptr).ok());
+  EXPECT_EQ(Read(Path("in")).size(), 100u);
 }
 
 // The fuzzer's seeds (tests/fuzz/corpus/sealed) are valid files under its all-zero key, so that

@@ -40,6 +40,7 @@ class SealedModelTest : public ::testing::Test {
     std::vector<float> image_rows;
     std::vector<int32_t> tokens;
     std::string hash;
+    uint64_t released = 0;  // decoder pages released after packing
   };
   static Result<Answer> Run(const std::string& text, EngineOptions o) {
     o.threads = 2;
@@ -54,7 +55,7 @@ class SealedModelTest : public ::testing::Test {
     GenerateParams p;
     p.max_tokens = 8;
     VLMD_ASSIGN_OR_RETURN(GenerateResult r, e->Generate(rows, p));
-    return Answer{img.embeddings, r.tokens, e->files_sha256()};
+    return Answer{img.embeddings, r.tokens, e->files_sha256(), e->model().released_bytes()};
   }
   fs::path dir_;
 };
@@ -76,6 +77,9 @@ TEST_F(SealedModelTest, AnswersAsThePlainFilesInBothPrecisions) {
     EXPECT_EQ(got->tokens, want->tokens);
     EXPECT_EQ(got->hash, want->hash);
     EXPECT_EQ(got->hash.size(), 64u);
+    // The fast precision packs the F16 matrices and releases their (here: decrypted) pages, so
+    // this case checks that nothing reads a released page.
+    if (precision == ops::Precision::kFast) EXPECT_GT(got->released, uint64_t{64} << 10);
   }
 }
 

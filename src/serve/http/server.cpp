@@ -357,7 +357,8 @@ Status SelfCheck(ModelHost& host) {
 void LogSealedModel(const ModelHost& model) {
   if (!model.decrypted()) return;
   if (model.decrypted_locked()) {
-    spdlog::info("model '{}': sealed files decrypted into locked memory (never on disk, not swappable)",
+    spdlog::info("model '{}': sealed files decrypted into locked memory (the engine's packed copies of "
+                 "the weights are ordinary memory: run without swap and core dumps where that matters)",
                  model.spec().name);
   } else {
     spdlog::warn("model '{}': sealed files decrypted into memory that could not be locked (raise "
