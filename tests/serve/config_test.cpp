@@ -55,7 +55,35 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(c->server.streams.max_bytes, uint64_t{256} << 20);
   EXPECT_EQ(c->server.streams.idle, std::chrono::seconds(600));
   EXPECT_EQ(c->server.streams.max_age, std::chrono::seconds(60));
+  const DriftOptions& d = c->server.drift;
+  EXPECT_TRUE(d.enabled);
+  ASSERT_EQ(d.windows.size(), 2u);
+  EXPECT_EQ(d.windows[1].name, "24h");
+  EXPECT_EQ(d.windows[1].seconds, 86400);
+  EXPECT_EQ(d.baseline_requests, 500);
+  EXPECT_EQ(d.min_requests, 100);
+  EXPECT_DOUBLE_EQ(d.threshold, 0.25);
+  EXPECT_EQ(d.baseline_dir, "/var/lib/vlmd/drift");
+  EXPECT_EQ(d.webhook_url, "http://alerts.internal:9000/vlmd-drift");
+  EXPECT_EQ(d.webhook_retries, 3);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Config, DriftAlarmsAreOffUnlessConfiguredAndTakeDurations) {
+  auto off = ParseConfig("{}", "/etc/vlmd", {});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->server.drift.enabled);
+  auto on = ParseConfig(R"({"drift": {"windows": ["90s", "15m", "7d"], "baseline_dir": "drift"}})", "/etc/vlmd", {});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->server.drift.enabled);
+  ASSERT_EQ(on->server.drift.windows.size(), 3u);
+  EXPECT_EQ(on->server.drift.windows[0].seconds, 90);
+  EXPECT_EQ(on->server.drift.windows[1].seconds, 900);
+  EXPECT_EQ(on->server.drift.windows[2].seconds, 7 * 86400);
+  EXPECT_EQ(on->server.drift.baseline_dir, "/etc/vlmd/drift");
+  auto disabled = ParseConfig(R"({"drift": {"enabled": false}})", "/etc/vlmd", {});
+  ASSERT_TRUE(disabled.ok());
+  EXPECT_FALSE(disabled->server.drift.enabled);
 }
 
 TEST(Config, CommandLineModelKeepsItsFilesAndTakesTheServerSection) {
@@ -132,6 +160,22 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"tracing": {"sample_ratio": 1.5}})", "tracing.sample_ratio: must be in [0, 1]"},
       {R"({"tracing": {"endpoint": "http://x"}})", "unknown key 'endpoint'"},
       {R"({"streams": {"max_frames": 0}})", "streams.max_frames: must be 1 to 16"},
+      {R"({"drift": {"window": ["1h"]}})", "drift: unknown key 'window'"},
+      {R"({"drift": {"windows": []}})", "drift.windows: 1 to 4 windows"},
+      {R"({"drift": {"windows": ["1h", "60m"]}})", "'60m' twice"},
+      {R"({"drift": {"windows": ["1x"]}})", "'1x': expected a duration"},
+      {R"({"drift": {"windows": ["30s"]}})", "'30s': expected a duration from 1m to 30d"},
+      {R"({"drift": {"windows": ["-1h"]}})", "'-1h': expected a duration"},
+      {R"({"drift": {"windows": ["31d"]}})", "'31d': expected a duration"},
+      {R"({"drift": {"windows": [3600]}})", "drift.windows: expected an array of strings"},
+      {R"({"drift": {"baseline_requests": 5}})", "drift.baseline_requests: must be 10 to 1000000"},
+      {R"({"drift": {"min_requests": 0}})", "drift.min_requests: must be 10 to 1000000"},
+      {R"({"drift": {"threshold": 0}})", "drift.threshold: must be > 0"},
+      {R"({"drift": {"enabled": "yes"}})", "drift.enabled: expected true or false"},
+      {R"({"drift": {"webhook": {"url": "ftp://x/y"}}})", "drift.webhook.url: expected an http(s) URL"},
+      {R"({"drift": {"webhook": {"url": "http://x/y", "retries": 11}}})", "drift.webhook.retries: must be 0 to 10"},
+      {R"({"drift": {"webhook": {"url": "http://x/y", "timeout_s": 0}}})", "drift.webhook.timeout_s: must be 1 to 60"},
+      {R"({"drift": {"webhook": {"uri": "http://x/y"}}})", "drift.webhook: unknown key 'uri'"},
       {R"({"streams": {"motion_low": 0.5, "motion_high": 0.1}})", "need 0 <= low < high <= 1"},
       {R"({"streams": {"idle_s": 0}})", "streams.idle_s: must be 1 to 604800"},
       {R"({"streams": {"max_mb": 0}})", "streams.max_mb: must be 1 to 2^30"},

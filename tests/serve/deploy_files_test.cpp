@@ -64,6 +64,7 @@ TEST(DeployFiles, TheKubernetesConfigParsesAndItsProbesAndPortAreTheServers) {
   EXPECT_EQ(c->routes[0].split[1].weight, 20);
   EXPECT_EQ(c->default_model, c->routes[0].name);
   EXPECT_GT(c->server.memory_budget_bytes, 0u);
+  EXPECT_TRUE(c->server.drift.enabled);  // deploy/prometheus/vlmd-alerts.yml alerts on its gauges
   EXPECT_EQ(c->server.host, "0.0.0.0");
   EXPECT_NE(yaml.find("containerPort: " + std::to_string(c->server.port)), std::string::npos);
   EXPECT_NE(yaml.find("readinessProbe:\n            httpGet: {path: /ready"), std::string::npos);
@@ -91,36 +92,76 @@ TEST(DeployFiles, TheKubernetesConfigParsesAndItsProbesAndPortAreTheServers) {
   EXPECT_EQ(client->Get("/ready")->status, 503);
 }
 
-TEST(DeployFiles, EveryMetricTheDashboardQueriesIsExported) {
-  const json dash = json::parse(SourceText("deploy/grafana/vlmd-dashboard.json"));
+// "name type" from the # TYPE lines of a running server's /metrics.
+std::set<std::string> ExportedTypes() {
   testing::Harness h;
   const std::string metrics = h.Client()->Get("/metrics")->body;
-  std::set<std::string> types;  // "name type" from the # TYPE lines
+  std::set<std::string> types;
   std::istringstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("# TYPE ", 0) == 0) types.insert(line.substr(7));
   }
+  return types;
+}
+
+// Checks every vlm_* metric `expr` names against the exported types; returns how many it named.
+int CheckQueriedMetrics(const std::string& expr, const std::set<std::string>& types) {
   auto exported = [&](const std::string& name, const std::string& type) {
     return types.count(name + " " + type) > 0;
   };
   const std::regex metric(R"(vlm_[a-z_]+)");
   int queried = 0;
-  for (const json& panel : dash.at("panels")) {
-    for (const json& target : panel.at("targets")) {
-      const std::string expr = target.at("expr");
-      for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it) {
-        std::string name = it->str();
-        ++queried;
-        if (name.size() > 7 && name.compare(name.size() - 7, 7, "_bucket") == 0) {
-          name.resize(name.size() - 7);
-          EXPECT_TRUE(exported(name, "histogram")) << name << " in: " << expr;
-        } else {
-          EXPECT_TRUE(exported(name, "counter") || exported(name, "gauge")) << name << " in: " << expr;
-        }
-      }
+  for (std::sregex_iterator it(expr.begin(), expr.end(), metric), end; it != end; ++it) {
+    std::string name = it->str();
+    ++queried;
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, "_bucket") == 0) {
+      name.resize(name.size() - 7);
+      EXPECT_TRUE(exported(name, "histogram")) << name << " in: " << expr;
+    } else {
+      EXPECT_TRUE(exported(name, "counter") || exported(name, "gauge")) << name << " in: " << expr;
     }
   }
+  return queried;
+}
+
+TEST(DeployFiles, EveryMetricTheDashboardQueriesIsExported) {
+  const json dash = json::parse(SourceText("deploy/grafana/vlmd-dashboard.json"));
+  const std::set<std::string> types = ExportedTypes();
+  int queried = 0;
+  bool drift_row = false;
+  for (const json& panel : dash.at("panels")) {
+    if (panel.at("type") == "row") {  // a row groups panels and queries nothing
+      drift_row |= panel.at("title") == "Drift";
+      continue;
+    }
+    for (const json& target : panel.at("targets")) queried += CheckQueriedMetrics(target.at("expr"), types);
+  }
   EXPECT_GT(queried, 20);
+  EXPECT_TRUE(drift_row);
+}
+
+TEST(DeployFiles, TheAlertRulesQueryExportedMetricsAtTheDefaultDriftThreshold) {
+  const std::string rules = SourceText("deploy/prometheus/vlmd-alerts.yml");
+  const std::set<std::string> types = ExportedTypes();
+  int queried = 0, alerts = 0;
+  std::istringstream in(rules);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("- alert: ") != std::string::npos) ++alerts;
+    const size_t at = line.find("expr: ");
+    if (at == std::string::npos) continue;
+    const std::string expr = line.substr(at + 6);
+    queried += CheckQueriedMetrics(expr, types);
+    // A rule on the score itself uses the server's default threshold (the file says to keep
+    // them equal), or the "severe" level above it.
+    const size_t gt = expr.find("(vlm_drift_score) > ");
+    if (gt != std::string::npos) {
+      const double level = std::stod(expr.substr(gt + 20));
+      EXPECT_TRUE(level == DriftOptions{}.threshold || level > 2 * DriftOptions{}.threshold) << expr;
+    }
+  }
+  EXPECT_EQ(alerts, 4);
+  EXPECT_EQ(queried, alerts);
+  EXPECT_NE(rules.find("groups:"), std::string::npos);
 }
 
 }  // namespace

@@ -55,6 +55,31 @@ struct TracingOptions {
   double sample_ratio = 1.0;
 };
 
+// Drift alarms (issue 23 part 3; policy/drift.h, http/drift_monitor.h): per model version, the
+// statistics of its replies in rolling windows against a baseline, scored with the population
+// stability index. Off unless `enabled`.
+struct DriftWindow {
+  std::string name;  // the `window` label, as configured ("1h")
+  double seconds = 0;
+};
+
+struct DriftOptions {
+  bool enabled = false;
+  std::vector<DriftWindow> windows = {{"1h", 3600}, {"24h", 86400}};
+  // The first this many replies of a version form its baseline (unless a baseline file exists).
+  int baseline_requests = 500;
+  // A window is scored only once it holds this many replies showing the statistic (PSI's noise
+  // floor: about 9 * (1/n + 1/N) with 10 bins).
+  int min_requests = 100;
+  double threshold = 0.25;  // PSI over this raises the alarm; it clears below it
+  // Where baseline files live (<dir>/<model>@<version>.json): read when a version loads, written
+  // by POST /admin/models/{name}/baseline. Empty: baselines live in memory only.
+  std::string baseline_dir;
+  std::string webhook_url;  // alarms (and their clearing) are POSTed here; empty: none
+  int webhook_timeout_s = 5;
+  int webhook_retries = 3;
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
@@ -88,6 +113,7 @@ struct ServerOptions {
   uint64_t memory_budget_bytes = 0;
   TracingOptions tracing;
   StreamOptions streams;  // camera / video streams (stream_id): the windows' limits
+  DriftOptions drift;
 };
 
 }  // namespace vlmd::serve

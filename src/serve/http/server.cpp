@@ -82,6 +82,7 @@ void Server::Handlers::Register() {
     s_.UpdateMemoryPlanGauge();  // replaced versions drop out once their requests are done
     s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
     s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
+    if (s_.drift_) s_.drift_->Refresh();  // replies older than a window slide out
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   Get("/v1/models", [this](HttpRequest&, HttpResponse& res) {
@@ -262,6 +263,12 @@ Status Server::Start() {
     VLMD_ASSIGN_OR_RETURN(exporter_, SpanExporter::Create(std::move(eo), &metrics_->trace_spans));
     spdlog::info("tracing: spans go to {} (sample ratio {})", tracing.otlp_endpoint, tracing.sample_ratio);
   }
+  if (options_.drift.enabled) {
+    VLMD_ASSIGN_OR_RETURN(drift_, DriftMonitor::Create(options_.drift, metrics_.get()));
+    spdlog::info("drift alarms: PSI > {} over {} window(s), baselines of {} replies{}", options_.drift.threshold,
+                 options_.drift.windows.size(), options_.drift.baseline_requests,
+                 options_.drift.webhook_url.empty() ? "" : ", webhook " + options_.drift.webhook_url);
+  }
   if (guard_->admin_enabled()) handlers_->RegisterAdmin();
   FrontOptions fo;
   fo.host = options_.host;
@@ -310,6 +317,7 @@ Status Server::CheckMemoryBudget(const ModelHost& candidate) {
 
 Status Server::AddModel(std::shared_ptr<ModelHost> model) {
   VLMD_RETURN_IF_ERROR(CheckMemoryBudget(*model));
+  if (drift_) drift_->Track(model->spec().name, model->spec().version, model->hash());
   router_.Put(std::move(model));
   UpdateMemoryPlanGauge();
   return Status::Ok();
@@ -397,6 +405,7 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
     std::lock_guard<std::mutex> lock(replaced_mu_);
     replaced_.push_back(old);  // counted until its in-flight requests release it
   }
+  if (drift_) drift_->Track(name, fresh->spec().version, fresh->hash());
   router_.Put(std::move(fresh));
   old.reset();
   UpdateMemoryPlanGauge();

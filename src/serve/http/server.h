@@ -21,6 +21,7 @@
 #include "serve/hosting/model_host.h"
 #include "serve/hosting/prepare_job.h"
 #include "serve/hosting/stream_window.h"
+#include "serve/http/drift_monitor.h"
 #include "serve/http/span_exporter.h"
 #include "serve/obs/metrics.h"
 #include "serve/obs/server_metrics.h"
@@ -94,6 +95,7 @@ class Server {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Guard> guard_;
   std::unique_ptr<SpanExporter> exporter_;  // nullptr: no OTLP endpoint
+  std::unique_ptr<DriftMonitor> drift_;     // nullptr: drift alarms off (created by Start)
   std::unique_ptr<StreamWindows> streams_;  // stream_id windows (SPEC S6)
   Router router_;
   std::unique_ptr<Handlers> handlers_;

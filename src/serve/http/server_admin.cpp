@@ -2,6 +2,7 @@
 // server.cpp checks the key): model list and hot swap, route weights.
 //   GET  /admin/models                       models with version, hash and files
 //   POST /admin/models/{name}/reload         body (optional): {"model", "mmproj", "version"}
+//   POST /admin/models/{name}/baseline       drift alarms: recent replies become the baseline
 //   GET  /admin/routes                       routes with their targets and weights
 //   POST /admin/routes/{name}/weights        body: {"weights": [{"model", "weight"}, ...]}
 #include <spdlog/spdlog.h>
@@ -23,11 +24,12 @@ api::ApiError BadRequest(std::string message) {
   return {400, "invalid_request_error", "invalid_request", std::move(message)};
 }
 
-json ModelJson(const ModelHost& m) {
+json ModelJson(const ModelHost& m, const DriftMonitor* drift) {
   json j{{"name", m.spec().name},        {"version", m.spec().version},
          {"model_hash", m.hash()},       {"model", m.spec().text_path},
          {"mmproj", m.spec().mmproj_path}, {"demo", m.spec().demo}};
   if (m.decrypted()) j["sealed"] = {{"decrypted_in_memory", true}, {"locked", m.decrypted_locked()}};
+  if (drift != nullptr) j["drift"] = drift->Describe(m.spec().name);
   return j;
 }
 
@@ -49,7 +51,7 @@ json RouteJson(const RouteConfig& r) {
 void Server::Handlers::RegisterAdmin() {
   Get("/admin/models", [this](HttpRequest&, HttpResponse& res) {
     json models = json::array();
-    for (const auto& m : s_.router_.Models()) models.push_back(ModelJson(*m));
+    for (const auto& m : s_.router_.Models()) models.push_back(ModelJson(*m, s_.drift_.get()));
     SendJson(res, {{"models", models}});
   });
   Post(R"(/admin/models/([^/]+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
@@ -101,7 +103,24 @@ void Server::Handlers::RegisterAdmin() {
     if (!s.ok()) return answer(409, {{"message", s.message()}}, "reload_failed");
     const auto now = s_.router_.Get(name);
     if (!now) return answer(503, {{"message", "the server is stopping"}}, "not_ready");
-    answer(200, {{"reloaded", ModelJson(*now)}, {"previous_version", previous}}, "");
+    answer(200, {{"reloaded", ModelJson(*now, s_.drift_.get())}, {"previous_version", previous}}, "");
+  });
+  Post(R"(/admin/models/([^/]+)/baseline)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
+    const std::string name = req.matches[0];
+    Result<json> taken = s_.drift_ ? s_.drift_->TakeBaseline(name)
+                                   : Result<json>(FailedPreconditionError("drift alarms are off (config \"drift\")"));
+    api::ApiError error;
+    if (!taken.ok()) {
+      // Nothing to take (or drift off) is the caller's conflict with the server's state.
+      error = taken.status().code() == StatusCode::kFailedPrecondition
+                  ? api::ApiError{409, "invalid_request_error", "conflict", taken.status().message()}
+                  : api::FromStatus(taken.status());
+    }
+    (void)s_.guard_->Audit({{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
+                            {"remote_addr", req.remote_addr}, {"route", "/admin/models/{name}/baseline"},
+                            {"model", name}, {"status", taken.ok() ? 200 : error.http_status}});
+    if (!taken.ok()) return SendError(res, error);
+    SendJson(res, {{"baseline", *taken}});
   });
   Get("/admin/routes", [this](HttpRequest&, HttpResponse& res) {
     json routes = json::array();

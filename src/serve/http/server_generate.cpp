@@ -48,6 +48,26 @@ Result<double> Complexity(const api::GenerationRequest& request, const ModelHost
   return policy::ComplexityScore(edges, policy::TokenEntropyScore(tokens), weights);
 }
 
+// The mean L2 norm of the visual-token embeddings of a job's own images (rows of n_embd);
+// nullopt without images.
+std::optional<double> MeanEmbeddingNorm(const JobResult& r, int64_t n_embd) {
+  if (n_embd <= 0) return std::nullopt;
+  double sum = 0;
+  int64_t rows = 0;
+  for (const auto& image : r.encoded_images) {
+    if (!image) continue;
+    const std::vector<float>& e = image->embeddings;
+    for (size_t row = 0; row + size_t(n_embd) <= e.size(); row += size_t(n_embd)) {
+      double sq = 0;
+      for (size_t i = row; i < row + size_t(n_embd); ++i) sq += double(e[i]) * double(e[i]);
+      sum += std::sqrt(sq);
+      ++rows;
+    }
+  }
+  if (rows == 0) return std::nullopt;
+  return sum / double(rows);
+}
+
 }  // namespace
 
 std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
@@ -265,7 +285,24 @@ JobResult Server::Handlers::Finalize(Call& call, std::string* tail) {
     s_.guard_->CountFilter(*call.filter);
   }
   call.reply.trust = s_.guard_->Trust(r);
+  if (s_.drift_) RecordDrift(call, r);
   return r;
+}
+
+void Server::Handlers::RecordDrift(const Call& call, const JobResult& r) {
+  using policy::DriftStat;
+  policy::DriftSample sample;
+  if (!r.token_stats.empty()) sample[DriftStat::kMeanEntropy] = call.reply.trust->mean_entropy_bits;
+  sample[DriftStat::kTrustFlagged] = call.reply.trust->flagged ? 1.0 : 0.0;
+  sample[DriftStat::kReplyTokens] = static_cast<double>(r.tokens.size());
+  sample[DriftStat::kFinishReason] = policy::FinishReasonCategory(r.finish_reason);
+  sample[DriftStat::kFilterHit] =
+      call.filter && (call.filter->blocked() || call.filter->matches() > 0) ? 1.0 : 0.0;
+  if (const auto* vision = call.model->engine().vision()) {
+    sample[DriftStat::kEmbeddingNorm] = MeanEmbeddingNorm(r, vision->n_embd());
+  }
+  sample[DriftStat::kVisualTokens] = static_cast<double>(r.image_tokens);
+  s_.drift_->Record(call.model->spec().name, call.model->hash(), sample);
 }
 
 std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) {

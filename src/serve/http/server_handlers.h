@@ -105,6 +105,8 @@ class Server::Handlers : public FrontHandler {
   // in *tail, already in sent_text), text = sent_text, finish_reason content_filter when
   // blocked, logprobs withheld when they would spell a filtered word, trust signals set.
   JobResult Finalize(Call& call, std::string* tail);
+  // Counts a finished reply in the drift statistics of its model version.
+  void RecordDrift(const Call& call, const JobResult& r);
   // The generated tokens' pieces joined (what logprobs would show).
   static std::string TokenPieces(const Call& call, const JobResult& r);
   // One audit line for the call; `r` is null for a request that failed before generating.

@@ -1,37 +1,27 @@
 // OTLP/HTTP JSON span export (see span_exporter.h).
 #include "serve/http/span_exporter.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <spdlog/spdlog.h>
-
-#include "serve/api/image_inputs.h"
 
 namespace vlmd::serve {
 
 Result<std::unique_ptr<SpanExporter>> SpanExporter::Create(SpanExporterOptions options,
                                                            obs::CounterFamily* spans) {
-  auto url = api::internal::ParseHttpUrl(options.endpoint);
-  if (!url.ok()) {
-    return InvalidArgumentError("OTLP endpoint '" + options.endpoint + "': " + url.status().message());
+  auto endpoint = ParseJsonEndpoint(options.endpoint);
+  if (!endpoint.ok()) {
+    return InvalidArgumentError("OTLP endpoint '" + options.endpoint + "': " + endpoint.status().message());
   }
-  const int port = url->port > 0 ? url->port : (url->scheme == "https" ? 443 : 80);
-  const std::string host = url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host;
-  // The path (and query) as given; a bare collector address ("http://c:4318" or ".../") means
-  // OTLP's traces path.
-  std::string path = api::internal::RequestPath(options.endpoint);
-  if (path == "/") path = "/v1/traces";
-  return std::unique_ptr<SpanExporter>(new SpanExporter(
-      std::move(options), spans, url->scheme + "://" + host + ":" + std::to_string(port), path));
+  // A bare collector address ("http://c:4318" or ".../") means OTLP's traces path.
+  if (endpoint->path == "/") endpoint->path = "/v1/traces";
+  return std::unique_ptr<SpanExporter>(new SpanExporter(std::move(options), spans, std::move(*endpoint)));
 }
 
 SpanExporter::SpanExporter(SpanExporterOptions options, obs::CounterFamily* spans,
-                           std::string base, std::string path)
+                           JsonEndpoint endpoint)
     : options_(std::move(options)),
       counts_(spans),
-      base_(std::move(base)),
-      path_(std::move(path)),
+      endpoint_(std::move(endpoint)),
       thread_([this] { Run(); }) {}
 
 SpanExporter::~SpanExporter() {
@@ -91,19 +81,11 @@ void SpanExporter::Run() {
 }
 
 bool SpanExporter::Post(const std::vector<obs::Span>& batch, int timeout_s) {
-  httplib::Client client(base_);
-  client.set_connection_timeout(timeout_s, 0);
-  client.set_read_timeout(timeout_s, 0);
-  client.set_write_timeout(timeout_s, 0);
-  client.set_follow_location(false);
-  client.enable_server_certificate_verification(true);
-  const std::string body = obs::OtlpJson(batch, options_.service_name, options_.service_version);
-  auto res = client.Post(path_, body, "application/json");
-  if (!res || res->status < 200 || res->status >= 300) {
+  const std::string error = PostJson(
+      endpoint_, obs::OtlpJson(batch, options_.service_name, options_.service_version), timeout_s);
+  if (!error.empty()) {
     // At most one line per failed post (once per flush interval), not one per span.
-    spdlog::warn("trace export to {}{} failed ({}); {} spans dropped", base_, path_,
-                 res ? "HTTP " + std::to_string(res->status) : httplib::to_string(res.error()),
-                 batch.size());
+    spdlog::warn("trace export to {} failed ({}); {} spans dropped", endpoint_.url(), error, batch.size());
     return false;
   }
   return true;

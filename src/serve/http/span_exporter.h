@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "serve/http/json_post.h"
 #include "serve/obs/metrics.h"
 #include "serve/obs/trace.h"
 
@@ -46,15 +47,13 @@ class SpanExporter {
  private:
   static constexpr size_t kMaxBatch = 512;
   static constexpr int kShutdownTimeoutS = 2;
-  SpanExporter(SpanExporterOptions options, obs::CounterFamily* spans, std::string base,
-               std::string path);
+  SpanExporter(SpanExporterOptions options, obs::CounterFamily* spans, JsonEndpoint endpoint);
   void Run();
   bool Post(const std::vector<obs::Span>& batch, int timeout_s);
 
   SpanExporterOptions options_;
   obs::CounterFamily* counts_;
-  std::string base_;  // scheme://host:port
-  std::string path_;
+  JsonEndpoint endpoint_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<obs::Span> queue_;

@@ -71,7 +71,19 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       http_dropped(r->AddCounter("vlm_http_dropped_connections_total",
                                  "Connections closed without a reply, by reason", {"reason"})),
       http_tls_reloads(r->AddCounter("vlm_http_tls_reloads_total",
-                                     "TLS certificate reloads after the files changed, by result", {"result"})) {}
+                                     "TLS certificate reloads after the files changed, by result", {"result"})),
+      drift_score(r->AddGauge("vlm_drift_score",
+                              "Population stability index of a reply statistic in a window against the "
+                              "version's baseline (NaN: too few replies to score)",
+                              {"model", "version", "stat", "window"})),
+      drift_alarms(r->AddCounter("vlm_drift_alarms_total",
+                                 "Drift alarms raised (a score crossing the threshold)",
+                                 {"model", "version", "stat", "window"})),
+      drift_baseline_requests(r->AddGauge("vlm_drift_baseline_requests",
+                                          "Replies in the version's drift baseline (0: still collecting)",
+                                          {"model", "version"})),
+      drift_webhooks(r->AddCounter("vlm_drift_webhook_events_total",
+                                   "Drift webhook events by outcome", {"result"})) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

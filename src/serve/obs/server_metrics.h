@@ -52,6 +52,12 @@ struct ServerMetrics {
   obs::CounterFamily& http_refusals;
   obs::CounterFamily& http_dropped;
   obs::CounterFamily& http_tls_reloads;  // {result = ok | failed}
+  // Drift alarms (serve/http/drift_monitor.h): PSI per statistic and window against the
+  // version's baseline (NaN: not scored), alarms raised, the baseline's size, webhook outcomes.
+  obs::GaugeFamily& drift_score;             // {model, version, stat, window}
+  obs::CounterFamily& drift_alarms;          // {model, version, stat, window}
+  obs::GaugeFamily& drift_baseline_requests; // {model, version}: 0 while being collected
+  obs::CounterFamily& drift_webhooks;        // {result = sent | failed | dropped}
 
   // Refreshes the process gauges (called before each /metrics render).
   void UpdateProcessMemory();
