@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "test_util.h"
+
 namespace vlmd::serve::policy {
 namespace {
 
@@ -220,6 +222,16 @@ TEST(DriftBaselineFile, RefusesHostileFiles) {
   j = good;
   j["stats"]["mean_entropy"] = "x";
   refused(j, "expected");
+}
+
+TEST(DriftBaselineFile, TheFuzzSeedsAreAcceptedBaselines) {
+  // tests/fuzz/corpus/drift_baseline: seeds that reach past the parser's checks.
+  for (const char* seed : {"full.json", "categorical.json", "empty_stats.json"}) {
+    const std::vector<uint8_t> bytes =
+        vlmd::testing::ReadFileBytes(vlmd::testing::SourcePath(std::string("tests/fuzz/corpus/drift_baseline/") + seed));
+    auto b = BaselineFromJson(json::parse(std::string(bytes.begin(), bytes.end())));
+    EXPECT_TRUE(b.ok()) << seed << ": " << b.status().ToString();
+  }
 }
 
 }  // namespace

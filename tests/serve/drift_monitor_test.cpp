@@ -175,6 +175,15 @@ TEST(DriftMonitor, TakenBaselinesAreWrittenAndReadBackForTheSameFilesOnly) {
   Monitored other(o);
   other.monitor->Track("m", "v1/rc", "h-other");
   EXPECT_TRUE(other.monitor->Describe("m")["baseline"]["source"].is_null());
+  // A file whose model_hash is not even a string: not theirs either (and no exception).
+  {
+    nlohmann::json j = nlohmann::json::parse(testing::ReadText(dir.Path("baselines/m@v1_rc.json")));
+    j["model_hash"] = 5;
+    dir.Write("baselines/m@v1_rc.json", j.dump());
+    Monitored odd(o);
+    odd.monitor->Track("m", "v1/rc", "h1");
+    EXPECT_TRUE(odd.monitor->Describe("m")["baseline"]["source"].is_null());
+  }
   // A damaged file: the first replies form the baseline.
   dir.Write("baselines/m@v1_rc.json", "{\"format\": \"vlmd-drift-baseline\", \"stats\": 3");
   Monitored damaged(o);

@@ -107,7 +107,7 @@ void DriftMonitor::LoadBaselineFile(VersionState& v) {
                  v.model, v.version, path, parsed.status().message(), options_.baseline_requests);
     return;
   }
-  if (j.value("model_hash", std::string()) != v.hash) {
+  if (!j.contains("model_hash") || j["model_hash"] != v.hash) {
     spdlog::warn("drift: model '{}' version {}: baseline file {} was taken from other model files; the "
                  "first {} replies form the baseline",
                  v.model, v.version, path, options_.baseline_requests);

@@ -137,7 +137,10 @@ std::string BaselineToJson(const DriftBaseline& b, const json& extra) {
 Result<DriftBaseline> BaselineFromJson(const json& j) {
   auto bad = [](const std::string& why) { return InvalidArgumentError("drift baseline: " + why); };
   if (!j.is_object()) return bad("expected a JSON object");
-  if (j.value("format", std::string()) != "vlmd-drift-baseline") return bad("format: expected \"vlmd-drift-baseline\"");
+  // (json::value() throws on a value of another type: compare the node itself.)
+  if (!j.contains("format") || j["format"] != "vlmd-drift-baseline") {
+    return bad("format: expected \"vlmd-drift-baseline\"");
+  }
   if (!j.contains("format_version") || j["format_version"] != 1) return bad("format_version: expected 1");
   if (!j.contains("requests") || !j["requests"].is_number_integer() || j["requests"].get<int64_t>() < 1) {
     return bad("requests: expected a positive integer");
