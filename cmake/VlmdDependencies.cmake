@@ -25,3 +25,15 @@ find_package(Boost 1.81 REQUIRED)
 # Every translation unit sees the same value (the header's inline functions must not differ).
 add_compile_definitions(CPPHTTPLIB_LISTEN_BACKLOG=1024)
 find_package(spdlog REQUIRED)                                   # structured server logs
+# Redaction (serve/redact): dlib's HOG face detector and OpenCV's cascades (faces, number plates;
+# the XML files come with opencv-data). Only the three OpenCV modules used are linked, not the
+# whole opencv4.pc list (video I/O, GUI; Debian ships that file only with libopencv-dev, which
+# installs every module).
+find_path(VLMD_OPENCV_INCLUDE_DIR opencv2/objdetect.hpp PATH_SUFFIXES opencv4 REQUIRED)
+foreach(module core imgproc objdetect)
+  find_library(VLMD_OPENCV_${module} opencv_${module} REQUIRED)
+endforeach()
+add_library(vlmd_opencv INTERFACE)
+target_include_directories(vlmd_opencv SYSTEM INTERFACE ${VLMD_OPENCV_INCLUDE_DIR})
+target_link_libraries(vlmd_opencv INTERFACE ${VLMD_OPENCV_objdetect} ${VLMD_OPENCV_imgproc} ${VLMD_OPENCV_core})
+find_package(dlib REQUIRED)

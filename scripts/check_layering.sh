@@ -22,8 +22,9 @@ declare -A allowed=(
   [serve/obs]="core serve/obs"
   [serve/api]="core serve/api"
   [serve/policy]="core serve/policy"
-  [serve/hosting]="core engine serve/api serve/obs serve/hosting"
-  [serve/config]="core engine serve/api serve/obs serve/policy serve/hosting serve/config"
+  [serve/redact]="core engine/tensor engine/image serve/redact"
+  [serve/hosting]="core engine serve/api serve/obs serve/redact serve/hosting"
+  [serve/config]="core engine serve/api serve/obs serve/policy serve/redact serve/hosting serve/config"
   [serve/http]="core engine serve"
 )
 

@@ -22,6 +22,9 @@ PACKAGES=(
   libcpp-httplib-dev    # HTTP/1.1 clients: image URLs, OTLP span export, tests, vlmd-bench
   libboost1.81-dev      # Boost.Asio + Beast: the server's event-driven connection layer
   libspdlog-dev         # server logs
+  libopencv-objdetect-dev  # redaction: OpenCV's cascade detector (number plates; faces optionally)
+  opencv-data           # redaction: the cascade files (faces, Russian number plates)
+  libdlib-dev           # redaction: dlib's HOG frontal-face detector
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

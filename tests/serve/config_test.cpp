@@ -60,8 +60,8 @@ TEST(Config, TheDocumentedExampleParses) {
   ASSERT_EQ(d.windows.size(), 2u);
   EXPECT_EQ(d.windows[1].name, "24h");
   EXPECT_EQ(d.windows[1].seconds, 86400);
-  EXPECT_EQ(d.baseline_requests, 500);
-  EXPECT_EQ(d.min_requests, 100);
+  EXPECT_EQ(d.baseline_requests, 1000);
+  EXPECT_EQ(d.min_requests, 200);
   EXPECT_DOUBLE_EQ(d.threshold, 0.25);
   EXPECT_EQ(d.baseline_dir, "/var/lib/vlmd/drift");
   EXPECT_EQ(d.webhook_url, "http://alerts.internal:9000/vlmd-drift");
@@ -176,6 +176,7 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"drift": {"webhook": {"url": "http://x/y", "retries": 11}}})", "drift.webhook.retries: must be 0 to 10"},
       {R"({"drift": {"webhook": {"url": "http://x/y", "timeout_s": 0}}})", "drift.webhook.timeout_s: must be 1 to 60"},
       {R"({"drift": {"webhook": {"uri": "http://x/y"}}})", "drift.webhook: unknown key 'uri'"},
+      {R"({"drift": {"webhook": {"timeout_s": 5}}})", "drift.webhook.url: required"},
       {R"({"streams": {"motion_low": 0.5, "motion_high": 0.1}})", "need 0 <= low < high <= 1"},
       {R"({"streams": {"idle_s": 0}})", "streams.idle_s: must be 1 to 604800"},
       {R"({"streams": {"max_mb": 0}})", "streams.max_mb: must be 1 to 2^30"},

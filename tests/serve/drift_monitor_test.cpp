@@ -127,6 +127,48 @@ TEST(DriftMonitor, UnchangedTrafficRaisesNothingAShiftRaisesAnAlarmThatClears) {
   EXPECT_EQ(m.Metric("vlm_drift_webhook_events_total{result=\"sent\"}"), 4);
 }
 
+// Replies showing only the trust flag, `flagged` of `n` flagged.
+std::vector<DriftSample> Flagged(int n, int flagged) {
+  std::vector<DriftSample> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out[size_t(i)][DriftStat::kTrustFlagged] = i < flagged ? 1.0 : 0.0;
+  return out;
+}
+
+TEST(DriftMonitor, AnAlarmClearsOnlyWellUnderTheThreshold) {
+  Monitored m(Options());
+  m.monitor->Track("m", "v1", "h1");
+  m.Record(Flagged(300, 30));  // 10% flagged
+  const std::string alarms =
+      "vlm_drift_alarms_total{model=\"m\",version=\"v1\",stat=\"trust_flagged\",window=\"10m\"}";
+  EXPECT_EQ(m.Metric(alarms), 0);  // the series exists before its first alarm
+  auto alarmed = [&] { return !m.monitor->Describe("m")["windows"][0]["alarms"].empty(); };
+  m.Record(Flagged(200, 80));  // 40%: PSI ~0.53
+  EXPECT_GT(m.Score("trust_flagged"), 0.5);
+  EXPECT_TRUE(alarmed());
+  m.now += 700;
+  m.Record(Flagged(200, 55));  // 27.5%: PSI ~0.21, under 0.25 but over 0.8 x 0.25: still on
+  EXPECT_GT(m.Score("trust_flagged"), 0.2);
+  EXPECT_LT(m.Score("trust_flagged"), 0.25);
+  EXPECT_TRUE(alarmed());
+  m.now += 700;
+  m.Record(Flagged(200, 20));  // back to 10%
+  EXPECT_FALSE(alarmed());
+  EXPECT_EQ(m.Metric(alarms), 1);
+}
+
+TEST(DriftMonitor, AStatisticFewBaselineRepliesShowedIsNotScored) {
+  Monitored m(Options());  // min_requests 100
+  m.monitor->Track("m", "v1", "h1");
+  std::vector<DriftSample> base = Replies(300, 2.0, 0.1, 1);
+  for (int i = 0; i < 20; ++i) base[size_t(i)][DriftStat::kEmbeddingNorm] = 10.0 + 0.1 * i;  // 20 images
+  m.Record(base);
+  std::vector<DriftSample> images = Replies(200, 2.0, 0.1, 2);
+  for (auto& r : images) r[DriftStat::kEmbeddingNorm] = 10.5;
+  m.Record(images);
+  EXPECT_TRUE(std::isnan(m.Score("embedding_norm")));  // 20 < 100 baseline replies showed it
+  EXPECT_LT(m.Score("mean_entropy"), 0.25);            // the others are scored
+}
+
 TEST(DriftMonitor, ANewVersionStartsAfreshAndTheOldOnesRepliesAreIgnored) {
   Monitored m(Options());
   m.monitor->Track("m", "v1", "h1");
@@ -161,16 +203,17 @@ TEST(DriftMonitor, TakenBaselinesAreWrittenAndReadBackForTheSameFilesOnly) {
     EXPECT_EQ((*taken)["file"], dir.Path("baselines/m@v1_rc.json"));
     EXPECT_EQ(m.monitor->Describe("m")["baseline"]["source"], "admin");
     // From a window: its replies (with the first baseline's bins) become the baseline.
+    // Later: the latest replies (all of them, up to baseline_requests) form the next one.
     m.Record(Replies(25, 3.0, 0.5, 2));
     taken = m.monitor->TakeBaseline("m");
     ASSERT_TRUE(taken.ok());
-    EXPECT_EQ((*taken)["baseline_requests"], 25);
+    EXPECT_EQ((*taken)["baseline_requests"], 65);
     EXPECT_EQ(m.monitor->Describe("m")["windows"][0]["requests"], 0);  // windows start afresh
   }
   Monitored again(o);
   again.monitor->Track("m", "v1/rc", "h1");
   EXPECT_EQ(again.monitor->Describe("m")["baseline"]["source"], "file");
-  EXPECT_EQ(again.monitor->Describe("m")["baseline"]["requests"], 25);
+  EXPECT_EQ(again.monitor->Describe("m")["baseline"]["requests"], 65);
   // The same label on other files: the file is not theirs.
   Monitored other(o);
   other.monitor->Track("m", "v1/rc", "h-other");

@@ -44,6 +44,13 @@ class WebhookReceiver {
     cv_.wait_for(lock, timeout, [&] { return events_.size() >= n; });
     return events_;
   }
+  // The events received once `done(events)` holds (or what there is after `timeout`).
+  template <typename Done>
+  std::vector<nlohmann::json> WaitUntil(Done done, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return done(events_); });
+    return events_;
+  }
   int posts() {
     std::lock_guard<std::mutex> lock(mu_);
     return posts_;

@@ -11,79 +11,15 @@
 #include <sstream>
 
 #include "serve/api/image_inputs.h"
+#include "serve/config/config_section.h"
 
 namespace vlmd::serve {
 namespace {
 
 using nlohmann::json;
+using internal::Resolve;
+using internal::Section;
 namespace fs = std::filesystem;
-
-// Reads one JSON object section, refusing keys it does not know (typos) and wrong types.
-class Section {
- public:
-  Section(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
-
-  Status CheckObject(const std::set<std::string>& known) const {
-    if (!j_.is_object()) return InvalidArgumentError(where_ + ": expected an object");
-    for (const auto& [k, v] : j_.items()) {
-      if (!known.count(k)) return InvalidArgumentError(where_ + ": unknown key '" + k + "'");
-    }
-    return Status::Ok();
-  }
-  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  const json& at(const char* key) const { return j_[key]; }
-  std::string path(const char* key) const { return where_ + "." + key; }
-
-  template <typename T>
-  Status Get(const char* key, T* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_[key];
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!v.is_boolean()) return InvalidArgumentError(path(key) + ": expected true or false");
-    } else if constexpr (std::is_arithmetic_v<T>) {
-      if (!v.is_number()) return InvalidArgumentError(path(key) + ": expected a number");
-      if constexpr (std::is_integral_v<T>) {
-        if (!v.is_number_integer()) return InvalidArgumentError(path(key) + ": expected an integer");
-        // Range-check before converting: get<T> would silently wrap a large value.
-        if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(std::numeric_limits<T>::max())
-                                   : (v.get<int64_t>() < int64_t(std::numeric_limits<T>::min()) ||
-                                      (v.get<int64_t>() > 0 && uint64_t(v.get<int64_t>()) >
-                                                                   uint64_t(std::numeric_limits<T>::max())))) {
-          return InvalidArgumentError(path(key) + ": out of range");
-        }
-      } else if (!std::isfinite(v.get<double>())) {
-        return InvalidArgumentError(path(key) + ": expected a finite number");
-      }
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!v.is_string()) return InvalidArgumentError(path(key) + ": expected a string");
-    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-      if (!v.is_array()) return InvalidArgumentError(path(key) + ": expected an array of strings");
-      for (const json& e : v) {
-        if (!e.is_string()) return InvalidArgumentError(path(key) + ": expected an array of strings");
-      }
-    }
-    *out = v.get<T>();
-    return Status::Ok();
-  }
-  // Non-negative number.
-  template <typename T>
-  Status GetNonNegative(const char* key, T* out) const {
-    T v = *out;
-    VLMD_RETURN_IF_ERROR(Get(key, &v));
-    if (v < 0) return InvalidArgumentError(path(key) + ": must be >= 0");
-    *out = v;
-    return Status::Ok();
-  }
-
- private:
-  const json& j_;
-  std::string where_;
-};
-
-std::string Resolve(const std::string& base_dir, const std::string& p) {
-  if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
-  return (fs::path(base_dir) / p).lexically_normal().string();
-}
 
 Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions* so, ModelSpec* model_defaults) {
   VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
@@ -170,7 +106,7 @@ Status ParseModels(const json& arr, const std::string& base_dir, const ModelSpec
   std::set<std::string> names;
   for (size_t i = 0; i < arr.size(); ++i) {
     Section s(arr[i], "models[" + std::to_string(i) + "]");
-    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "version", "model", "mmproj", "key_file", "key_command"}));
+    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "version", "model", "mmproj", "key_file", "key_command", "redact"}));
     ModelSpec spec = defaults;  // engine and scheduler settings; identity and files are its own
     spec.name.clear();
     spec.version.clear();
@@ -200,17 +136,25 @@ Status ParseModels(const json& arr, const std::string& base_dir, const ModelSpec
     }
     spec.text_path = Resolve(base_dir, spec.text_path);
     spec.mmproj_path = Resolve(base_dir, spec.mmproj_path);
+    if (s.has("redact")) {
+      spec.redact.emplace();
+      VLMD_RETURN_IF_ERROR(internal::ParseRedact(Section(s.at("redact"), s.path("redact")), base_dir, &*spec.redact));
+    }
     out->push_back(std::move(spec));
   }
   return Status::Ok();
 }
 
-Status ParseRoutes(const json& arr, std::vector<RouteConfig>* out) {
+Status ParseRoutes(const json& arr, const std::string& base_dir, std::vector<RouteConfig>* out) {
   if (!arr.is_array()) return InvalidArgumentError("routes: expected an array");
   for (size_t i = 0; i < arr.size(); ++i) {
     Section s(arr[i], "routes[" + std::to_string(i) + "]");
-    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "split", "tiers", "thresholds", "weights"}));
+    VLMD_RETURN_IF_ERROR(s.CheckObject({"name", "split", "tiers", "thresholds", "weights", "redact"}));
     RouteConfig r;
+    if (s.has("redact")) {
+      r.redact.emplace();
+      VLMD_RETURN_IF_ERROR(internal::ParseRedact(Section(s.at("redact"), s.path("redact")), base_dir, &*r.redact));
+    }
     VLMD_RETURN_IF_ERROR(s.Get("name", &r.name));
     if (r.name.empty()) return InvalidArgumentError(s.path("name") + ": required");
     if (s.has("split") == s.has("tiers")) {
@@ -263,77 +207,6 @@ Status ParseRoutes(const json& arr, std::vector<RouteConfig>* out) {
       }
     }
     out->push_back(std::move(r));
-  }
-  return Status::Ok();
-}
-
-// "30s", "15m", "1h", "7d": a positive whole number and a unit; seconds.
-std::optional<double> ParseWindowDuration(const std::string& text) {
-  if (text.size() < 2 || text.size() > 12) return std::nullopt;
-  double unit = 0;
-  switch (text.back()) {
-    case 's': unit = 1; break;
-    case 'm': unit = 60; break;
-    case 'h': unit = 3600; break;
-    case 'd': unit = 86400; break;
-    default: return std::nullopt;
-  }
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return std::nullopt;
-    n = n * 10 + (text[i] - '0');
-  }
-  if (n <= 0) return std::nullopt;
-  return double(n) * unit;
-}
-
-Status ParseDrift(const Section& s, const std::string& base_dir, DriftOptions* d) {
-  VLMD_RETURN_IF_ERROR(s.CheckObject({"enabled", "windows", "baseline_requests", "min_requests",
-                                      "threshold", "baseline_dir", "webhook"}));
-  d->enabled = true;  // the section's presence turns the alarms on
-  VLMD_RETURN_IF_ERROR(s.Get("enabled", &d->enabled));
-  if (s.has("windows")) {
-    std::vector<std::string> names;
-    VLMD_RETURN_IF_ERROR(s.Get("windows", &names));
-    if (names.empty() || names.size() > 4) return InvalidArgumentError(s.path("windows") + ": 1 to 4 windows");
-    d->windows.clear();
-    for (const std::string& name : names) {
-      const auto seconds = ParseWindowDuration(name);
-      if (!seconds || *seconds < 60 || *seconds > 30 * 86400) {
-        return InvalidArgumentError(s.path("windows") + ": '" + name +
-                                    "': expected a duration from 1m to 30d, e.g. \"1h\" or \"24h\"");
-      }
-      for (const DriftWindow& w : d->windows) {
-        if (w.seconds == *seconds) return InvalidArgumentError(s.path("windows") + ": '" + name + "' twice");
-      }
-      d->windows.push_back({name, *seconds});
-    }
-  }
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("baseline_requests", &d->baseline_requests));
-  if (d->baseline_requests < 10 || d->baseline_requests > 1'000'000) {
-    return InvalidArgumentError(s.path("baseline_requests") + ": must be 10 to 1000000");
-  }
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("min_requests", &d->min_requests));
-  if (d->min_requests < 10 || d->min_requests > 1'000'000) {
-    return InvalidArgumentError(s.path("min_requests") + ": must be 10 to 1000000");
-  }
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("threshold", &d->threshold));
-  if (d->threshold <= 0) return InvalidArgumentError(s.path("threshold") + ": must be > 0 (PSI; 0.25 is usual)");
-  VLMD_RETURN_IF_ERROR(s.Get("baseline_dir", &d->baseline_dir));
-  d->baseline_dir = Resolve(base_dir, d->baseline_dir);
-  if (s.has("webhook")) {
-    Section w(s.at("webhook"), s.path("webhook"));
-    VLMD_RETURN_IF_ERROR(w.CheckObject({"url", "timeout_s", "retries"}));
-    VLMD_RETURN_IF_ERROR(w.Get("url", &d->webhook_url));
-    if (!api::internal::ParseHttpUrl(d->webhook_url).ok()) {
-      return InvalidArgumentError(w.path("url") + ": expected an http(s) URL");
-    }
-    VLMD_RETURN_IF_ERROR(w.GetNonNegative("timeout_s", &d->webhook_timeout_s));
-    if (d->webhook_timeout_s < 1 || d->webhook_timeout_s > 60) {
-      return InvalidArgumentError(w.path("timeout_s") + ": must be 1 to 60");
-    }
-    VLMD_RETURN_IF_ERROR(w.GetNonNegative("retries", &d->webhook_retries));
-    if (d->webhook_retries > 10) return InvalidArgumentError(w.path("retries") + ": must be 0 to 10");
   }
   return Status::Ok();
 }
@@ -443,7 +316,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
   VlmdConfig c = std::move(defaults);
   Section top(j, "config");
   VLMD_RETURN_IF_ERROR(top.CheckObject({"server", "models", "routes", "default_model", "security",
-                                        "audit", "trust", "tracing", "streams", "drift"}));
+                                        "audit", "trust", "tracing", "streams", "drift", "policies"}));
   ModelSpec model_defaults = c.models.empty() ? ModelSpec{} : c.models.front();
   if (top.has("server")) {
     VLMD_RETURN_IF_ERROR(ParseServer(Section(top.at("server"), "server"), base_dir, &c.server, &model_defaults));
@@ -462,7 +335,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
   for (ModelSpec& m : c.models) {
     if (m.name.empty() && !m.text_path.empty()) m.name = fs::path(m.text_path).stem().string();
   }
-  if (top.has("routes")) VLMD_RETURN_IF_ERROR(ParseRoutes(top.at("routes"), &c.routes));
+  if (top.has("routes")) VLMD_RETURN_IF_ERROR(ParseRoutes(top.at("routes"), base_dir, &c.routes));
   VLMD_RETURN_IF_ERROR(top.Get("default_model", &c.default_model));
   if (top.has("security")) {
     VLMD_RETURN_IF_ERROR(ParseSecurity(Section(top.at("security"), "security"), base_dir, &c.server.guard));
@@ -525,8 +398,15 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
     }
     so.max_age = std::chrono::seconds(age_s);
   }
+  if (top.has("policies")) {
+    Section p(top.at("policies"), "policies");
+    VLMD_RETURN_IF_ERROR(p.CheckObject({"redact"}));
+    if (p.has("redact")) {
+      VLMD_RETURN_IF_ERROR(internal::ParseRedact(Section(p.at("redact"), p.path("redact")), base_dir, &c.server.redact));
+    }
+  }
   if (top.has("drift")) {
-    VLMD_RETURN_IF_ERROR(ParseDrift(Section(top.at("drift"), "drift"), base_dir, &c.server.drift));
+    VLMD_RETURN_IF_ERROR(internal::ParseDrift(Section(top.at("drift"), "drift"), base_dir, &c.server.drift));
   }
   VLMD_RETURN_IF_ERROR(CheckReferences(c));
   return c;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,9 @@ struct RouteConfig {
   std::array<std::string, 3> tiers;             // light, balanced, robust (tier routes)
   policy::TierThresholds thresholds;
   policy::ComplexityWeights weights;
+  // Redaction for requests that name this route, replacing the target model's and the
+  // server-wide one; unset: those apply.
+  std::optional<redact::RedactOptions> redact;
   bool is_split() const { return !split.empty(); }
 };
 

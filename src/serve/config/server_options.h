@@ -12,6 +12,7 @@
 #include "serve/hosting/prepare_job.h"
 #include "serve/hosting/stream_window.h"
 #include "serve/policy/word_filter.h"
+#include "serve/redact/redactor.h"
 
 namespace vlmd::serve {
 
@@ -66,12 +67,15 @@ struct DriftWindow {
 struct DriftOptions {
   bool enabled = false;
   std::vector<DriftWindow> windows = {{"1h", 3600}, {"24h", 86400}};
-  // The first this many replies of a version form its baseline (unless a baseline file exists).
-  int baseline_requests = 500;
-  // A window is scored only once it holds this many replies showing the statistic (PSI's noise
-  // floor: about 9 * (1/n + 1/N) with 10 bins).
-  int min_requests = 100;
-  double threshold = 0.25;  // PSI over this raises the alarm; it clears below it
+  // The first this many replies of a version form its baseline (unless a baseline file exists);
+  // the admin action takes the latest this many.
+  int baseline_requests = 1000;
+  // A statistic is scored only when the window and the baseline each hold this many replies
+  // showing it. PSI of same-distribution samples is about chi-square(bins - 1) / n_eff with
+  // n_eff = 1 / (1/n + 1/N): with 12 bins, n = 200 and N = 1000 crossing 0.25 by chance has a
+  // probability near 2e-5 per check (n = 100, N = 500: ~4%).
+  int min_requests = 200;
+  double threshold = 0.25;  // PSI over this raises the alarm; it clears under 0.8 x this
   // Where baseline files live (<dir>/<model>@<version>.json): read when a version loads, written
   // by POST /admin/models/{name}/baseline. Empty: baselines live in memory only.
   std::string baseline_dir;
@@ -114,6 +118,9 @@ struct ServerOptions {
   TracingOptions tracing;
   StreamOptions streams;  // camera / video streams (stream_id): the windows' limits
   DriftOptions drift;
+  // Redaction before inference for every model (config "policies.redact"; a model's or a
+  // route's own "redact" replaces it). Off by default.
+  redact::RedactOptions redact;
 };
 
 }  // namespace vlmd::serve

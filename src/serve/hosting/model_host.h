@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "engine/runtime/vlm_engine.h"
 #include "serve/hosting/image_cache.h"
 #include "serve/hosting/scheduler.h"
+#include "serve/redact/redactor.h"
 #include "serve/obs/server_metrics.h"
 
 namespace vlmd::serve {
@@ -24,6 +26,9 @@ struct ModelSpec {
   engine::runtime::EngineOptions engine;
   SchedulerOptions scheduler;
   uint64_t image_cache_bytes = 256ull << 20;
+  // This model's redaction (config "models[].redact"), replacing the server-wide one; unset:
+  // the server-wide one applies.
+  std::optional<redact::RedactOptions> redact;
 };
 
 // The most memory a served model holds (SPEC S9), known once it is loaded: its weights (the

@@ -20,7 +20,8 @@ std::string WithoutMarkers(std::string text) {
 }  // namespace
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
-                               const PrepareOptions& options, const StreamContextFn& stream) {
+                               const PrepareOptions& options, const StreamContextFn& stream,
+                               const redact::Redactor* redactor) {
   const rt::VlmEngine& e = model.engine();
   PreparedJob job;
   JobInput& in = job.input;
@@ -74,6 +75,19 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     limits.budget_held += img.budget_bytes;  // the next image cannot wait for this one
     decoded.push_back(std::move(img));
+  }
+  // Redaction before anything keeps pixels: the cache key, the stream's thumbnail and the
+  // encoder all see the covered image.
+  if (redactor != nullptr) {
+    job.redaction.emplace();
+    job.redact_start = Clock::now();
+    for (engine::image::Image& img : decoded) {
+      const redact::Redaction r = redactor->Apply(&img);
+      job.redaction->faces += r.faces;
+      job.redaction->plates += r.plates;
+      job.redaction->detect_ms += r.detect_ms;
+    }
+    job.redact_end = Clock::now();
   }
   // The rows an image adds to the prompt at a level: its visual rows and the family's wrapper
   // tokens (the one count of the prompt builder).

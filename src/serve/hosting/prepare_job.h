@@ -14,6 +14,7 @@
 #include "serve/hosting/job.h"
 #include "serve/hosting/model_host.h"
 #include "serve/hosting/stream_window.h"
+#include "serve/redact/redactor.h"
 
 namespace vlmd::serve {
 
@@ -52,6 +53,9 @@ struct PreparedJob {
   int64_t image_tokens = 0;
   std::optional<BudgetAction> budget;
   std::optional<StreamPart> stream;
+  // With a redactor: what it covered in the request's images (regions not kept) and its time.
+  std::optional<redact::Redaction> redaction;
+  Clock::time_point redact_start{}, redact_end{};  // when it ran (trace span)
 };
 
 // INVALID_ARGUMENT for a request the model cannot take (images without an mmproj, ...);
@@ -61,8 +65,10 @@ struct PreparedJob {
 // earlier frames it returns go before the request's image (an image marker each when the prompt
 // has markers), and count towards the token budget: over it, the oldest are left out first,
 // before the new frame shrinks. INVALID_ARGUMENT for a stream request with more than
-// one image.
+// one image. With `redactor`, faces and plates are covered in each decoded image before
+// anything else sees it.
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
-                               const PrepareOptions& options, const StreamContextFn& stream = {});
+                               const PrepareOptions& options, const StreamContextFn& stream = {},
+                               const redact::Redactor* redactor = nullptr);
 
 }  // namespace vlmd::serve

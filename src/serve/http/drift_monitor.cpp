@@ -2,16 +2,17 @@
 #include "serve/http/drift_monitor.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <unistd.h>
 
 namespace vlmd::serve {
 namespace {
@@ -42,22 +43,39 @@ std::string SafeName(const std::string& s) {
   return out;
 }
 
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json ScoreJson(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
+
+std::string StatName(int i) { return std::string(policy::DriftStatName(policy::DriftStatAt(i))); }
 
 }  // namespace
 
 struct DriftMonitor::VersionState {
   std::string model, version, hash;
-  std::vector<policy::DriftSample> collecting;  // until the baseline is complete
+  uint64_t generation = 0;  // changes with every baseline installed (stale builds are dropped)
+  // The latest replies, up to baseline_requests: the first ones form the baseline, and the admin
+  // action takes the latest as a new one.
+  std::deque<policy::DriftSample> recent;
+  size_t since_load = 0;  // replies recorded (up to baseline_requests: collecting)
+  bool building = false;  // a baseline is being built outside the lock
   std::optional<policy::DriftBaseline> baseline;
   std::string baseline_source;  // first_requests | file | admin
   std::vector<policy::RollingBinCounts> windows;
-  std::vector<std::array<double, kDriftStats>> scores;   // per window, NaN: not scored
-  std::vector<std::array<bool, kDriftStats>> alarmed;    // per window
+  std::vector<std::array<double, kDriftStats>> scores;  // per window, NaN: not scored
+  std::vector<std::array<bool, kDriftStats>> alarmed;   // per window
 };
 
 Result<std::unique_ptr<DriftMonitor>> DriftMonitor::Create(DriftOptions options, ServerMetrics* metrics,
                                                            SecondsClock clock) {
+  if (options.windows.empty()) return InvalidArgumentError("drift: no window");
+  for (const DriftWindow& w : options.windows) {
+    if (!(w.seconds >= 1)) return InvalidArgumentError("drift: window '" + w.name + "' is shorter than 1 s");
+  }
+  if (options.baseline_requests < 1 || options.min_requests < 1) {
+    return InvalidArgumentError("drift: baseline_requests and min_requests must be >= 1");
+  }
+  if (!(options.threshold > 0)) return InvalidArgumentError("drift: the threshold must be > 0");
   std::unique_ptr<WebhookSender> webhook;
   if (!options.webhook_url.empty()) {
     VLMD_ASSIGN_OR_RETURN(webhook, WebhookSender::Create({.url = options.webhook_url,
@@ -82,68 +100,94 @@ std::string DriftMonitor::BaselinePath(const std::string& model, const std::stri
       .string();
 }
 
-void DriftMonitor::Track(const std::string& model, const std::string& version, const std::string& hash) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = models_[model];
-  if (slot && slot->hash == hash && slot->version == version) return;
-  if (slot) Retire(*slot);
-  slot = std::make_unique<VersionState>();
-  slot->model = model;
-  slot->version = version;
-  slot->hash = hash;
-  metrics_->drift_baseline_requests.With({model, version}).Set(0);
-  LoadBaselineFile(*slot);
-}
-
-void DriftMonitor::LoadBaselineFile(VersionState& v) {
-  const std::string path = BaselinePath(v.model, v.version);
-  if (path.empty() || !std::filesystem::exists(path)) return;
+std::optional<policy::DriftBaseline> DriftMonitor::ReadBaselineFile(const std::string& model,
+                                                                    const std::string& version,
+                                                                    const std::string& hash) const {
+  const std::string path = BaselinePath(model, version);
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::exists(path, ec)) return std::nullopt;
   std::ifstream in(path);
   const json j = json::parse(in, nullptr, false);
   auto parsed = policy::BaselineFromJson(j);
   if (!parsed.ok()) {
     spdlog::warn("drift: model '{}' version {}: baseline file {} is not usable ({}); the first {} replies "
                  "form the baseline",
-                 v.model, v.version, path, parsed.status().message(), options_.baseline_requests);
-    return;
+                 model, version, path, parsed.status().message(), options_.baseline_requests);
+    return std::nullopt;
   }
-  if (!j.contains("model_hash") || j["model_hash"] != v.hash) {
+  if (!j.contains("model_hash") || j["model_hash"] != hash) {
     spdlog::warn("drift: model '{}' version {}: baseline file {} was taken from other model files; the "
                  "first {} replies form the baseline",
-                 v.model, v.version, path, options_.baseline_requests);
-    return;
+                 model, version, path, options_.baseline_requests);
+    return std::nullopt;
   }
-  spdlog::info("drift: model '{}' version {}: baseline of {} replies from {}", v.model, v.version,
-               parsed->requests, path);
-  StartWindows(v, std::move(*parsed), "file");
+  spdlog::info("drift: model '{}' version {}: baseline of {} replies from {}", model, version, parsed->requests,
+               path);
+  return std::move(*parsed);
 }
 
-void DriftMonitor::StartWindows(VersionState& v, policy::DriftBaseline baseline, std::string source) {
-  v.collecting.clear();
-  v.collecting.shrink_to_fit();
+void DriftMonitor::Track(const std::string& model, const std::string& version, const std::string& hash) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = models_.find(model);
+    if (it != models_.end() && it->second->hash == hash && it->second->version == version) return;
+  }
+  std::optional<policy::DriftBaseline> from_file = ReadBaselineFile(model, version, hash);  // no lock held
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = models_[model];
+  if (slot && slot->hash == hash && slot->version == version) return;  // tracked meanwhile
+  if (slot) Retire(*slot, "version_replaced");
+  slot = std::make_unique<VersionState>();
+  slot->model = model;
+  slot->version = version;
+  slot->hash = hash;
+  metrics_->drift_baseline_requests.With({model, version}).Set(0);
+  if (from_file) StartWindows(*slot, std::move(*from_file), "file", nullptr);
+}
+
+void DriftMonitor::StartWindows(VersionState& v, policy::DriftBaseline baseline, std::string source,
+                                const char* reason) {
+  if (!v.scores.empty()) Retire(v, reason);  // the old baseline's alarms and scores
+  ++v.generation;
   v.windows.clear();
   for (const DriftWindow& w : options_.windows) v.windows.emplace_back(w.seconds, baseline);
-  if (!v.scores.empty()) Retire(v);  // scores of the old baseline
   v.scores.assign(options_.windows.size(), {});
   for (auto& s : v.scores) s.fill(kNaN);
   v.alarmed.assign(options_.windows.size(), {});
+  // Every alarm series exists from the start (at 0), so that increase() sees the first alarm.
+  for (const DriftWindow& w : options_.windows) {
+    for (int i = 0; i < kDriftStats; ++i) metrics_->drift_alarms.With({v.model, v.version, StatName(i), w.name});
+  }
   metrics_->drift_baseline_requests.With({v.model, v.version}).Set(static_cast<double>(baseline.requests));
   v.baseline = std::move(baseline);
   v.baseline_source = std::move(source);
 }
 
 void DriftMonitor::Record(const std::string& model, const std::string& hash, const policy::DriftSample& sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const auto it = models_.find(model);
   if (it == models_.end() || it->second->hash != hash) return;
   VersionState& v = *it->second;
+  v.recent.push_back(sample);
+  if (v.recent.size() > size_t(options_.baseline_requests)) v.recent.pop_front();
+  ++v.since_load;
   if (!v.baseline) {
-    v.collecting.push_back(sample);
-    if (v.collecting.size() >= size_t(options_.baseline_requests)) {
-      spdlog::info("drift: model '{}' version {}: baseline of its first {} replies", v.model, v.version,
-                   v.collecting.size());
-      StartWindows(v, policy::BuildBaseline(v.collecting), "first_requests");
-    }
+    if (v.since_load < size_t(options_.baseline_requests) || v.building) return;
+    // The first replies are in: build their baseline (sorting up to 7 x baseline_requests
+    // values) without holding up other requests.
+    v.building = true;
+    const std::vector<policy::DriftSample> samples(v.recent.begin(), v.recent.end());
+    const uint64_t generation = v.generation;
+    lock.unlock();
+    policy::DriftBaseline built = policy::BuildBaseline(samples);
+    lock.lock();
+    const auto again = models_.find(model);
+    if (again == models_.end() || again->second.get() != &v) return;  // replaced meanwhile
+    v.building = false;
+    if (v.baseline || v.generation != generation) return;  // an admin baseline came first
+    spdlog::info("drift: model '{}' version {}: baseline of its first {} replies", v.model, v.version,
+                 built.requests);
+    StartWindows(v, std::move(built), "first_requests", nullptr);
     return;
   }
   const double now = clock_();
@@ -168,29 +212,35 @@ void DriftMonitor::Score(VersionState& v, double now) {
   for (size_t w = 0; w < v.windows.size(); ++w) {
     for (int i = 0; i < kDriftStats; ++i) {
       const DriftStat stat = policy::DriftStatAt(i);
+      const std::vector<double>& expected = (*v.baseline)[stat].counts;
       const std::vector<double> counts = v.windows[w].Counts(now, stat);
-      double n = 0;
+      double n = 0, baseline_n = 0;
       for (double c : counts) n += c;
-      const double score = n >= options_.min_requests && n > 0
-                               ? policy::PopulationStabilityIndex((*v.baseline)[stat].counts, counts)
+      for (double c : expected) baseline_n += c;
+      // Both sides need min_requests replies that show the statistic: with fewer, PSI's noise
+      // alone crosses the threshold (a statistic few baseline replies showed, e.g. the embedding
+      // norm when images were rare, is not scored for this baseline).
+      const double score = n >= options_.min_requests && baseline_n >= options_.min_requests
+                               ? policy::PopulationStabilityIndex(expected, counts)
                                : kNaN;
       v.scores[w][size_t(i)] = score;
-      metrics_->drift_score.With({v.model, v.version, std::string(policy::DriftStatName(stat)),
-                                  options_.windows[w].name})
-          .Set(score);
+      metrics_->drift_score.With({v.model, v.version, StatName(i), options_.windows[w].name}).Set(score);
       // An alarm holds until a scored window says otherwise (a window that emptied says nothing).
       if (std::isnan(score)) continue;
-      const bool over = score > options_.threshold;
-      if (over != v.alarmed[w][size_t(i)]) {
-        v.alarmed[w][size_t(i)] = over;
-        Alarm(v, w, stat, score, static_cast<int64_t>(n), over);
+      bool& alarmed = v.alarmed[w][size_t(i)];
+      if (!alarmed && score > options_.threshold) {
+        alarmed = true;
+        Alarm(v, w, stat, score, static_cast<int64_t>(n), true);
+      } else if (alarmed && score < kClearShare * options_.threshold) {
+        alarmed = false;
+        Alarm(v, w, stat, score, static_cast<int64_t>(n), false);
       }
     }
   }
 }
 
 void DriftMonitor::Alarm(VersionState& v, size_t window, DriftStat stat, double score, int64_t requests,
-                         bool raised) {
+                         bool raised, const char* reason) {
   const std::string stat_name(policy::DriftStatName(stat));
   const std::string& window_name = options_.windows[window].name;
   if (raised) {
@@ -200,64 +250,61 @@ void DriftMonitor::Alarm(VersionState& v, size_t window, DriftStat stat, double 
                  v.model, v.version, stat_name, window_name, score, options_.threshold, requests,
                  v.baseline->requests);
   } else {
-    spdlog::info("drift alarm cleared: model '{}' version {}: {} over the last {} has PSI {:.3f}", v.model,
-                 v.version, stat_name, window_name, score);
+    spdlog::info("drift alarm cleared: model '{}' version {}: {} over the last {}: {}", v.model, v.version,
+                 stat_name, window_name, reason ? std::string(reason) : fmt::format("PSI {:.3f}", score));
   }
   if (!webhook_) return;
-  const json event{{"event", raised ? "drift_alarm" : "drift_cleared"},
-                   {"model", v.model},
-                   {"version", v.version},
-                   {"model_hash", v.hash},
-                   {"stat", stat_name},
-                   {"window", window_name},
-                   {"score", score},
-                   {"threshold", options_.threshold},
-                   {"window_requests", requests},
-                   {"baseline_requests", v.baseline->requests},
-                   {"time", UtcNowIso()}};
-  webhook_->Send(event.dump());
+  json event{{"event", raised ? "drift_alarm" : "drift_cleared"},
+             {"model", v.model},
+             {"version", v.version},
+             {"model_hash", v.hash},
+             {"stat", stat_name},
+             {"window", window_name},
+             {"score", ScoreJson(score)},
+             {"threshold", options_.threshold},
+             {"window_requests", requests},
+             {"baseline_requests", v.baseline->requests},
+             {"time", UtcNowIso()}};
+  if (reason) event["reason"] = reason;
+  webhook_->Send(Dump(event));
 }
 
-void DriftMonitor::Retire(VersionState& v) {
-  for (const DriftWindow& w : options_.windows) {
+void DriftMonitor::Retire(VersionState& v, const char* reason) {
+  for (size_t w = 0; w < options_.windows.size(); ++w) {
     for (int i = 0; i < kDriftStats; ++i) {
-      metrics_->drift_score.With({v.model, v.version, std::string(policy::DriftStatName(policy::DriftStatAt(i))), w.name})
-          .Set(kNaN);
+      if (w < v.alarmed.size() && v.alarmed[w][size_t(i)]) {
+        v.alarmed[w][size_t(i)] = false;
+        Alarm(v, w, policy::DriftStatAt(i), kNaN, 0, false, reason);
+      }
+      metrics_->drift_score.With({v.model, v.version, StatName(i), options_.windows[w].name}).Set(kNaN);
     }
+  }
+  if (reason != nullptr && std::string(reason) == "version_replaced") {
+    metrics_->drift_baseline_requests.With({v.model, v.version}).Set(kNaN);
   }
 }
 
 Result<json> DriftMonitor::TakeBaseline(const std::string& model) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto it = models_.find(model);
-  if (it == models_.end()) return NotFoundError("no model '" + model + "' is tracked for drift");
-  VersionState& v = *it->second;
-  const double now = clock_();
-  policy::DriftBaseline next;
-  if (!v.baseline) {
-    if (v.collecting.empty()) return FailedPreconditionError("model '" + model + "' has no replies yet");
-    next = policy::BuildBaseline(v.collecting);
-  } else {
-    // The longest window: the most replies, the least noise.
-    size_t longest = 0;
-    for (size_t w = 1; w < v.windows.size(); ++w) {
-      if (v.windows[w].window_s() > v.windows[longest].window_s()) longest = w;
-    }
-    const int64_t n = v.windows[longest].Requests(now);
-    if (n == 0) {
-      return FailedPreconditionError("model '" + model + "' had no replies in the last " +
-                                     options_.windows[longest].name);
-    }
-    std::array<std::vector<double>, kDriftStats> counts;
-    for (int i = 0; i < kDriftStats; ++i) counts[size_t(i)] = v.windows[longest].Counts(now, policy::DriftStatAt(i));
-    next = policy::RebaseCounts(*v.baseline, counts, n);
+  std::vector<policy::DriftSample> samples;
+  std::string version, hash;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = models_.find(model);
+    if (it == models_.end()) return NotFoundError("no model '" + model + "' is tracked for drift");
+    const VersionState& v = *it->second;
+    if (v.recent.empty()) return FailedPreconditionError("model '" + model + "' has no replies yet");
+    samples.assign(v.recent.begin(), v.recent.end());
+    version = v.version;
+    hash = v.hash;
   }
+  // Built and written without the lock: requests keep being counted meanwhile.
+  policy::DriftBaseline next = policy::BuildBaseline(samples);
   const std::string created = UtcNowIso();
-  const std::string path = BaselinePath(v.model, v.version);
+  const std::string path = BaselinePath(model, version);
   if (!path.empty()) {
-    // Written whole, then renamed: a crash leaves the old file or the new one, never half.
+    // Written whole, then renamed: a crash leaves the old file or the new one, never half of one.
     const std::string text = policy::BaselineToJson(
-        next, {{"model", v.model}, {"version", v.version}, {"model_hash", v.hash}, {"created", created}});
+        next, {{"model", model}, {"version", version}, {"model_hash", hash}, {"created", created}});
     const std::string tmp = path + ".tmp" + std::to_string(::getpid());
     std::error_code ec;
     std::filesystem::create_directories(options_.baseline_dir, ec);
@@ -270,10 +317,17 @@ Result<json> DriftMonitor::TakeBaseline(const std::string& model) {
     }
   }
   const int64_t requests = next.requests;
-  StartWindows(v, std::move(next), "admin");
-  spdlog::info("drift: model '{}' version {}: new baseline of {} replies{}", v.model, v.version, requests,
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = models_.find(model);
+    if (it == models_.end() || it->second->hash != hash || it->second->version != version) {
+      return FailedPreconditionError("model '" + model + "' changed version while its baseline was taken");
+    }
+    StartWindows(*it->second, std::move(next), "admin", "new_baseline");
+  }
+  spdlog::info("drift: model '{}' version {}: new baseline of its latest {} replies{}", model, version, requests,
                path.empty() ? "" : " written to " + path);
-  json summary{{"model", v.model}, {"version", v.version}, {"model_hash", v.hash},
+  json summary{{"model", model}, {"version", version}, {"model_hash", hash},
                {"baseline_requests", requests}, {"created", created}};
   if (!path.empty()) summary["file"] = path;
   return summary;
@@ -286,8 +340,7 @@ json DriftMonitor::Describe(const std::string& model) const {
   const VersionState& v = *it->second;
   json j{{"version", v.version}, {"threshold", options_.threshold}};
   if (!v.baseline) {
-    j["baseline"] = {{"source", nullptr}, {"collected", v.collecting.size()},
-                     {"needed", options_.baseline_requests}};
+    j["baseline"] = {{"source", nullptr}, {"collected", v.since_load}, {"needed", options_.baseline_requests}};
     return j;
   }
   j["baseline"] = {{"source", v.baseline_source}, {"requests", v.baseline->requests}};
@@ -296,9 +349,8 @@ json DriftMonitor::Describe(const std::string& model) const {
   for (size_t w = 0; w < v.windows.size(); ++w) {
     json scores = json::object(), alarms = json::array();
     for (int i = 0; i < kDriftStats; ++i) {
-      const std::string name(policy::DriftStatName(policy::DriftStatAt(i)));
-      scores[name] = ScoreJson(v.scores[w][size_t(i)]);
-      if (v.alarmed[w][size_t(i)]) alarms.push_back(name);
+      scores[StatName(i)] = ScoreJson(v.scores[w][size_t(i)]);
+      if (v.alarmed[w][size_t(i)]) alarms.push_back(StatName(i));
     }
     windows.push_back({{"window", options_.windows[w].name}, {"requests", v.windows[w].Requests(now)},
                        {"scores", scores}, {"alarms", alarms}});

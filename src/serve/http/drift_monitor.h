@@ -1,17 +1,20 @@
 // Drift alarms (issue 23 part 3, SPEC P9): for each served model version, the statistics of its
 // replies (policy/drift.h) in rolling windows against a baseline, scored with the population
 // stability index. The baseline is the version's first `baseline_requests` replies, or a file
-// that POST /admin/models/{name}/baseline wrote (read again when the version loads). A score
-// over the threshold raises an alarm: vlm_drift_alarms_total, a log line and, when configured,
-// a webhook event; the score itself is the gauge vlm_drift_score{model,version,stat,window}
-// (NaN while a window holds fewer than min_requests replies showing the statistic).
-// Thread-safe: handlers record replies concurrently.
+// that POST /admin/models/{name}/baseline wrote from its latest replies (read again when the
+// version loads). A score over the threshold raises an alarm (vlm_drift_alarms_total, a log
+// line and, when configured, a webhook event); it clears under kClearShare of the threshold. The
+// score is the gauge vlm_drift_score{model,version,stat,window}: NaN while the window, or the
+// baseline, holds fewer than min_requests replies showing the statistic.
+// Thread-safe: handlers record replies concurrently; file I/O and baseline building run outside
+// the lock.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -26,8 +29,13 @@ namespace vlmd::serve {
 class DriftMonitor {
  public:
   using SecondsClock = std::function<double()>;  // monotonic seconds (tests pass their own)
+  // An alarm clears once its score falls under this share of the threshold, so that a score
+  // hovering at the threshold does not raise it again and again.
+  static constexpr double kClearShare = 0.8;
 
-  // INVALID_ARGUMENT for a bad webhook URL. `metrics` must outlive the monitor.
+  // INVALID_ARGUMENT for a bad webhook URL or options the config parser would refuse (no
+  // window, a window of no length, baseline_requests or min_requests under 1). `metrics` must
+  // outlive the monitor.
   static Result<std::unique_ptr<DriftMonitor>> Create(DriftOptions options, ServerMetrics* metrics,
                                                       SecondsClock clock = {});
   ~DriftMonitor();
@@ -43,10 +51,11 @@ class DriftMonitor {
   // Scores every window at the current time (old replies slide out), e.g. before /metrics.
   void Refresh();
 
-  // The admin action: the tracked version's longest window (or, while the baseline is still being
-  // collected, what has been collected) becomes its baseline, written to the baseline file when a
-  // folder is configured; the windows start afresh. NOT_FOUND for an untracked model,
-  // FAILED_PRECONDITION when there are no replies to take. Returns a summary.
+  // The admin action: the tracked version's latest replies (up to baseline_requests of them)
+  // become its baseline, with bins of their own, written to the baseline file when a folder is
+  // configured; the windows start afresh and open alarms clear. NOT_FOUND for an untracked model,
+  // FAILED_PRECONDITION when it has no replies yet, UNAVAILABLE when the file cannot be written
+  // (the baseline is then not changed). Returns a summary.
   Result<nlohmann::json> TakeBaseline(const std::string& model);
   // The state of a model's tracked version for /admin/models (null when untracked).
   nlohmann::json Describe(const std::string& model) const;
@@ -57,11 +66,17 @@ class DriftMonitor {
                std::unique_ptr<WebhookSender> webhook);
   // The file of a version's baseline ("" when no folder is configured).
   std::string BaselinePath(const std::string& model, const std::string& version) const;
-  void LoadBaselineFile(VersionState& v);
-  void StartWindows(VersionState& v, policy::DriftBaseline baseline, std::string source);
+  // The baseline in a version's file, when there is a usable one taken from files with `hash`.
+  std::optional<policy::DriftBaseline> ReadBaselineFile(const std::string& model, const std::string& version,
+                                                        const std::string& hash) const;
+  // Under mu_: installs `baseline` (alarms still open clear with `reason`), windows afresh.
+  void StartWindows(VersionState& v, policy::DriftBaseline baseline, std::string source, const char* reason);
   void Score(VersionState& v, double now);
-  void Alarm(VersionState& v, size_t window, policy::DriftStat stat, double score, int64_t requests, bool raised);
-  void Retire(VersionState& v);  // gauges to NaN
+  // A webhook event and log line for an alarm raised or cleared (reason: why, when cleared
+  // other than by the score).
+  void Alarm(VersionState& v, size_t window, policy::DriftStat stat, double score, int64_t requests, bool raised,
+             const char* reason = nullptr);
+  void Retire(VersionState& v, const char* reason);  // open alarms clear, gauges to NaN
 
   DriftOptions options_;
   ServerMetrics* metrics_;

@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include <mutex>
+
 #include "serve/api/image_inputs.h"
 
 namespace vlmd::serve {
@@ -17,17 +19,59 @@ Result<JsonEndpoint> ParseJsonEndpoint(std::string_view url) {
                       api::internal::RequestPath(url)};
 }
 
-std::string PostJson(const JsonEndpoint& endpoint, const std::string& body, int timeout_s) {
-  httplib::Client client(endpoint.base);
+namespace {
+
+void Configure(httplib::Client& client, int timeout_s) {
   client.set_connection_timeout(timeout_s, 0);
   client.set_read_timeout(timeout_s, 0);
   client.set_write_timeout(timeout_s, 0);
   client.set_follow_location(false);
   client.enable_server_certificate_verification(true);
-  auto res = client.Post(endpoint.path, body, "application/json");
+}
+
+std::string Outcome(const httplib::Result& res) {
   if (!res) return httplib::to_string(res.error());
   if (res->status < 200 || res->status >= 300) return "HTTP " + std::to_string(res->status);
   return "";
+}
+
+}  // namespace
+
+std::string PostJson(const JsonEndpoint& endpoint, const std::string& body, int timeout_s) {
+  httplib::Client client(endpoint.base);
+  Configure(client, timeout_s);
+  return Outcome(client.Post(endpoint.path, body, "application/json"));
+}
+
+struct CancellablePoster::InFlight {
+  std::mutex mu;
+  httplib::Client* client = nullptr;  // the post in flight, if any
+  bool cancelled = false;
+};
+
+CancellablePoster::CancellablePoster(JsonEndpoint endpoint)
+    : endpoint_(std::move(endpoint)), state_(std::make_unique<InFlight>()) {}
+
+CancellablePoster::~CancellablePoster() = default;
+
+std::string CancellablePoster::Post(const std::string& body, int timeout_s) {
+  httplib::Client client(endpoint_.base);
+  Configure(client, timeout_s);
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->cancelled) return "cancelled";
+    state_->client = &client;
+  }
+  std::string outcome = Outcome(client.Post(endpoint_.path, body, "application/json"));
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->client = nullptr;
+  return state_->cancelled && !outcome.empty() ? "cancelled" : outcome;
+}
+
+void CancellablePoster::Cancel() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->cancelled = true;
+  if (state_->client != nullptr) state_->client->stop();
 }
 
 }  // namespace vlmd::serve

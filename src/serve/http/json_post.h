@@ -3,6 +3,7 @@
 // certificates.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -22,5 +23,22 @@ Result<JsonEndpoint> ParseJsonEndpoint(std::string_view url);
 // Posts `body` as application/json with `timeout_s` for connect, read and write. Returns "" on
 // a 2xx answer, else what went wrong ("HTTP 503", "Connection", ...). Thread-safe.
 std::string PostJson(const JsonEndpoint& endpoint, const std::string& body, int timeout_s);
+
+// PostJson that another thread can cut short: Cancel() stops the post in flight (its socket is
+// shut down) and makes every later Post return "cancelled" at once. For senders whose
+// destructor must not wait out a slow receiver.
+class CancellablePoster {
+ public:
+  explicit CancellablePoster(JsonEndpoint endpoint);
+  ~CancellablePoster();
+  std::string Post(const std::string& body, int timeout_s);
+  void Cancel();
+  const JsonEndpoint& endpoint() const { return endpoint_; }
+
+ private:
+  struct InFlight;
+  JsonEndpoint endpoint_;
+  std::unique_ptr<InFlight> state_;
+};
 
 }  // namespace vlmd::serve

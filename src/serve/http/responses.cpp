@@ -48,7 +48,7 @@ json ChatObject(const ReplyContext& ctx, std::string_view object, json choices) 
           {"choices", std::move(choices)}};
 }
 
-// "version", "routing" and "trust": vlmd's additions to every reply object (OpenAI clients
+// "version", "routing", "redaction" and "trust": vlmd's additions to every reply object (OpenAI clients
 // ignore unknown fields).
 void AddGuardFields(const ReplyContext& ctx, json* j) {
   if (!ctx.version.empty()) (*j)["version"] = ctx.version;
@@ -58,6 +58,7 @@ void AddGuardFields(const ReplyContext& ctx, json* j) {
     if (ctx.complexity) routing["complexity"] = *ctx.complexity;
     (*j)["routing"] = routing;
   }
+  if (ctx.redaction) (*j)["redaction"] = {{"faces", (*ctx.redaction)[0]}, {"plates", (*ctx.redaction)[1]}};
   if (ctx.trust) {
     (*j)["trust"] = {{"mean_entropy_bits", ctx.trust->mean_entropy_bits},
                      {"min_token_prob", ctx.trust->min_token_prob},
@@ -104,6 +105,7 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
                    {"motion", s.motion},
                    {"dropped_for_budget", s.dropped_for_budget}};
   }
+  if (prepared.redaction) j["timings"]["redact_ms"] = prepared.redaction->detect_ms;
   if (prepared.budget) {
     j["budget"] = {{"downsampled_from", prepared.budget->from}, {"to", prepared.budget->to}};
   }

@@ -3,6 +3,7 @@
 // job; no I/O.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,6 +29,7 @@ struct ReplyContext {
   std::string tier;                  // complexity tier ("" : not complexity-routed)
   std::optional<double> complexity;  // the score that chose the tier
   std::optional<policy::TrustSignals> trust;  // set once the reply is complete
+  std::optional<std::array<int, 2>> redaction;  // faces and plates covered (redaction on)
 };
 
 // {"id","text","finish_reason","latency_ms","model","model_hash","version","usage","timings",

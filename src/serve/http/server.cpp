@@ -267,7 +267,7 @@ Status Server::Start() {
     VLMD_ASSIGN_OR_RETURN(drift_, DriftMonitor::Create(options_.drift, metrics_.get()));
     spdlog::info("drift alarms: PSI > {} over {} window(s), baselines of {} replies{}", options_.drift.threshold,
                  options_.drift.windows.size(), options_.drift.baseline_requests,
-                 options_.drift.webhook_url.empty() ? "" : ", webhook " + options_.drift.webhook_url);
+                 options_.drift.webhook_url.empty() ? "" : ", events to a webhook");
   }
   if (guard_->admin_enabled()) handlers_->RegisterAdmin();
   FrontOptions fo;
@@ -321,6 +321,24 @@ Status Server::AddModel(std::shared_ptr<ModelHost> model) {
   router_.Put(std::move(model));
   UpdateMemoryPlanGauge();
   return Status::Ok();
+}
+
+std::shared_ptr<const redact::Redactor> Server::RedactorFor(const redact::RedactOptions& o) {
+  const std::string key = std::to_string(o.faces) + std::to_string(o.plates) + std::to_string(int(o.style)) + ":" +
+                          std::to_string(int(o.face_detector)) + ":" + std::to_string(o.min_score) + ":" +
+                          o.cascade_dir;
+  std::lock_guard<std::mutex> lock(redactors_mu_);
+  auto& slot = redactors_[key];
+  if (!slot) {
+    auto made = redact::Redactor::Create(o);
+    if (!made.ok()) {
+      spdlog::error("redaction: {}", made.status().ToString());
+      redactors_.erase(key);
+      return nullptr;
+    }
+    slot = std::move(*made);
+  }
+  return slot;
 }
 
 void Server::UpdateMemoryPlanGauge() {

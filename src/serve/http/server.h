@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -89,6 +90,9 @@ class Server {
   uint64_t HeldMemory();
   // vlm_memory_planned_bytes: the sum of the served models' plans.
   void UpdateMemoryPlanGauge();
+  // The redactor for `options`, built once per distinct setting (the config parser loaded each
+  // setting's detectors once already); nullptr when they no longer load.
+  std::shared_ptr<const redact::Redactor> RedactorFor(const redact::RedactOptions& options);
 
   ServerOptions options_;
   std::unique_ptr<obs::Registry> registry_;
@@ -100,6 +104,8 @@ class Server {
   Router router_;
   std::unique_ptr<Handlers> handlers_;
   std::unique_ptr<HttpFront> front_;  // after handlers_: stopped (and destroyed) before them
+  std::mutex redactors_mu_;
+  std::map<std::string, std::shared_ptr<const redact::Redactor>> redactors_;  // by setting
   std::mutex reload_mu_;
   // Versions a reload replaced: alive until their last request lets go (memory budget).
   std::mutex replaced_mu_;

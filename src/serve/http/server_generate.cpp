@@ -214,11 +214,33 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
       return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
     };
   }
+  // Redaction: the route's setting, else the model's, else the server's.
+  std::shared_ptr<const redact::Redactor> redactor;
+  {
+    std::optional<redact::RedactOptions> ro;
+    if (!call->reply.route.empty()) {
+      if (auto route = s_.router_.GetRoute(call->reply.route); route && route->redact) ro = route->redact;
+    }
+    if (!ro) ro = spec.redact ? spec.redact : s_.options_.redact;
+    if (ro->enabled()) {
+      call->reply.redaction = std::array<int, 2>{0, 0};
+      if (!call->request.images.empty() && !(redactor = s_.RedactorFor(*ro))) {
+        return fail({503, "server_error", "redaction_unavailable",
+                     "redaction is required for this model and its detectors cannot load"});
+      }
+    }
+  }
   call->prepare_t0 = Clock::now();
-  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream);
+  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream, redactor.get());
   call->prepare_t1 = Clock::now();
   if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
   call->prepared = std::move(*prepared);
+  if (const auto& red = call->prepared.redaction) {
+    call->reply.redaction = std::array<int, 2>{red->faces, red->plates};
+    if (red->faces > 0) s_.metrics_->redactions.With({"faces"}).Inc(red->faces);
+    if (red->plates > 0) s_.metrics_->redactions.With({"plates"}).Inc(red->plates);
+    s_.metrics_->redact_duration.With().Observe(red->detect_ms / 1000.0);
+  }
   if (call->prepared.stream) {
     s_.metrics_->stream_context_frames.With().Inc(call->prepared.stream->context_frames);
   }
@@ -346,6 +368,9 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
                      {"context_frames", call.prepared.stream->context_frames}};
   }
   if (!error.empty()) rec["error"] = error;
+  if (call.reply.redaction) {
+    rec["redaction"] = {{"faces", (*call.reply.redaction)[0]}, {"plates", (*call.reply.redaction)[1]}};
+  }
   if (call.filter) {
     rec["word_filter"] = call.filter->blocked() ? "block" : call.filter->matches() > 0 ? "mask" : "pass";
   }

@@ -100,6 +100,10 @@ void Server::Handlers::ExportSpans(const Call& call, int status) {
       spans.back().status_message = "image preparation failed (HTTP " + std::to_string(status) + ")";
     }
   }
+  if (const auto& red = call.prepared.redaction) {
+    child("redact", call.prepared.redact_start, call.prepared.redact_end,
+          {{"faces", int64_t{red->faces}}, {"plates", int64_t{red->plates}}, {"detect_ms", red->detect_ms}});
+  }
   // The job's phases, once it is over (its result is the scheduler's until then).
   if (call.job && call.job->done() && call.job->status().ok()) {
     const JobResult& r = call.job->result();

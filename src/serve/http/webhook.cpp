@@ -11,13 +11,15 @@ Result<std::unique_ptr<WebhookSender>> WebhookSender::Create(WebhookOptions opti
   if (!endpoint.ok()) {
     return InvalidArgumentError("webhook '" + options.url + "': " + endpoint.status().message());
   }
+  // Every outcome's series exists from the start, so that increase() sees its first event.
+  for (const char* result : {"sent", "failed", "dropped"}) results->With({result});
   return std::unique_ptr<WebhookSender>(new WebhookSender(std::move(options), results, std::move(*endpoint)));
 }
 
 WebhookSender::WebhookSender(WebhookOptions options, obs::CounterFamily* results, JsonEndpoint endpoint)
     : options_(std::move(options)),
       results_(results),
-      endpoint_(std::move(endpoint)),
+      poster_(std::move(endpoint)),
       thread_([this] { Run(); }) {}
 
 WebhookSender::~WebhookSender() {
@@ -25,6 +27,7 @@ WebhookSender::~WebhookSender() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  poster_.Cancel();
   cv_.notify_all();
   thread_.join();
 }
@@ -61,12 +64,13 @@ void WebhookSender::Run() {
         pause *= 2;
       }
       lock.unlock();
-      error = PostJson(endpoint_, body, options_.timeout_s);
+      error = poster_.Post(body, options_.timeout_s);
       lock.lock();
       if (error.empty()) break;
     }
     results_->With({error.empty() ? "sent" : "failed"}).Inc();
-    if (!error.empty()) spdlog::warn("webhook {} failed ({}); the event is lost", endpoint_.url(), error);
+    // The base only: a webhook path often carries a token.
+    if (!error.empty()) spdlog::warn("webhook at {} failed ({}); the event is lost", poster_.endpoint().base, error);
   }
 }
 

@@ -30,7 +30,8 @@ class WebhookSender {
  public:
   // INVALID_ARGUMENT when the URL is not http(s). `results` must outlive the sender.
   static Result<std::unique_ptr<WebhookSender>> Create(WebhookOptions options, obs::CounterFamily* results);
-  // Stops: an event being posted gets no further retries, queued ones are dropped (counted).
+  // Stops at once: a post in flight is cut short (its event counted failed), queued events are
+  // dropped (counted): a dead or slow receiver cannot hold up a shutdown.
   ~WebhookSender();
 
   // Queues one event. Thread-safe; never blocks on the network.
@@ -42,7 +43,7 @@ class WebhookSender {
 
   WebhookOptions options_;
   obs::CounterFamily* results_;
-  JsonEndpoint endpoint_;
+  CancellablePoster poster_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;

@@ -83,7 +83,12 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                           "Replies in the version's drift baseline (0: still collecting)",
                                           {"model", "version"})),
       drift_webhooks(r->AddCounter("vlm_drift_webhook_events_total",
-                                   "Drift webhook events by outcome", {"result"})) {}
+                                   "Drift webhook events by outcome", {"result"})),
+      redactions(r->AddCounter("vlm_redactions_total",
+                               "Regions covered before inference, by kind (faces, plates)", {"kind"})),
+      redact_duration(r->AddHistogram("vlm_redact_duration_seconds",
+                                      "Face and plate detection time per request (all its images)", {},
+                                      {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1})) {}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

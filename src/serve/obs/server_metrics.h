@@ -58,6 +58,9 @@ struct ServerMetrics {
   obs::CounterFamily& drift_alarms;          // {model, version, stat, window}
   obs::GaugeFamily& drift_baseline_requests; // {model, version}: 0 while being collected
   obs::CounterFamily& drift_webhooks;        // {result = sent | failed | dropped}
+  // Redaction before inference (serve/redact): regions covered by kind, detection time per image.
+  obs::CounterFamily& redactions;            // {kind = faces | plates}
+  obs::HistogramFamily& redact_duration;
 
   // Refreshes the process gauges (called before each /metrics render).
   void UpdateProcessMemory();

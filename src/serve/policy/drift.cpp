@@ -44,8 +44,10 @@ int DriftBaseline::Bin(DriftStat s, double value) const {
   const Stat& st = (*this)[s];
   if (st.counts.empty() || std::isnan(value)) return -1;
   if (CategoryCount(s) > 0) {
+    // Range first: casting a value outside int's range is undefined.
+    if (!(value >= 0 && value < double(st.counts.size()))) return -1;
     const int c = static_cast<int>(value);
-    return c >= 0 && c < static_cast<int>(st.counts.size()) && double(c) == value ? c : -1;
+    return double(c) == value ? c : -1;
   }
   // First edge >= value: bin i holds edges[i-1] < v <= edges[i].
   return static_cast<int>(std::lower_bound(st.edges.begin(), st.edges.end(), value) - st.edges.begin());
@@ -90,16 +92,6 @@ DriftBaseline BuildBaseline(std::span<const DriftSample> samples) {
   return b;
 }
 
-DriftBaseline RebaseCounts(const DriftBaseline& layout,
-                           const std::array<std::vector<double>, kDriftStats>& counts, int64_t requests) {
-  DriftBaseline b = layout;
-  b.requests = requests;
-  for (int i = 0; i < kDriftStats; ++i) {
-    if (counts[size_t(i)].size() == b.stats[size_t(i)].counts.size()) b.stats[size_t(i)].counts = counts[size_t(i)];
-  }
-  return b;
-}
-
 double PopulationStabilityIndex(std::span<const double> expected, std::span<const double> actual) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   if (expected.empty() || expected.size() != actual.size()) return nan;
@@ -131,7 +123,7 @@ std::string BaselineToJson(const DriftBaseline& b, const json& extra) {
   j["format_version"] = 1;
   j["requests"] = b.requests;
   j["stats"] = stats;
-  return j.dump(1);
+  return j.dump(1, ' ', false, json::error_handler_t::replace);
 }
 
 Result<DriftBaseline> BaselineFromJson(const json& j) {
@@ -165,8 +157,9 @@ Result<DriftBaseline> BaselineFromJson(const json& j) {
     }
     double total = 0;
     for (const json& c : v["counts"]) {
-      if (!c.is_number() || !std::isfinite(c.get<double>()) || c.get<double>() < 0) {
-        return bad(where + ".counts: expected non-negative numbers");
+      // Bounded so that sums stay finite (1e12 replies is beyond any real baseline).
+      if (!c.is_number() || !(c.get<double>() >= 0 && c.get<double>() <= 1e12)) {
+        return bad(where + ".counts: expected numbers from 0 to 1e12");
       }
       st.counts.push_back(c.get<double>());
       total += st.counts.back();

@@ -83,17 +83,12 @@ inline constexpr int kMaxDriftBins = 10;
 // with a bin under and one over the baseline's range; categorical statistics get their fixed
 // categories. Then every reply is counted.
 DriftBaseline BuildBaseline(std::span<const DriftSample> samples);
-// The same bins as `layout`, counted from other replies' bin counts (a window's), e.g. to make
-// a recent window the new baseline.
-DriftBaseline RebaseCounts(const DriftBaseline& layout, const std::array<std::vector<double>, kDriftStats>& counts,
-                           int64_t requests);
-
 // PSI = sum_i (a_i - e_i) ln(a_i / e_i) over the bins' shares, each count smoothed by +0.5 so
 // that an empty bin stays finite. 0 for identical shares; NaN when either side is empty or the
 // sizes differ.
 double PopulationStabilityIndex(std::span<const double> expected, std::span<const double> actual);
 
-// The baseline file (JSON): {"format": "vlmd-drift-baseline", "version": 1, "requests",
+// The baseline file (JSON): {"format": "vlmd-drift-baseline", "format_version": 1, "requests",
 // "stats": {name: {"edges": [...], "counts": [...]}}} plus whatever `extra` holds (model,
 // version, model_hash, created). BaselineFromJson checks every field: INVALID_ARGUMENT naming
 // the first problem.

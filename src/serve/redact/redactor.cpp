@@ -1,0 +1,213 @@
+// Face and plate redaction with dlib and OpenCV (see redactor.h).
+#include "serve/redact/redactor.h"
+
+#include <dlib/image_processing/frontal_face_detector.h>
+#include <dlib/opencv.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <opencv2/imgproc.hpp>
+#include <opencv2/objdetect.hpp>
+
+namespace vlmd::serve::redact {
+namespace {
+
+constexpr const char* kFaceCascade = "haarcascade_frontalface_default.xml";
+constexpr const char* kPlateCascade = "haarcascade_russian_plate_number.xml";
+// Smallest regions searched: the cascades' training windows (24x24 faces, 60x20 plates' half).
+const cv::Size kMinFace(24, 24);
+const cv::Size kMinPlate(40, 13);
+
+// Faces: the detectors frame eyes to mouth; hair, ears and chin identify too.
+Region Grow(Region r, double by, int width, int height) {
+  const int dx = int(r.width * by), dy = int(r.height * by);
+  const int x0 = std::max(0, r.x - dx), y0 = std::max(0, r.y - dy);
+  const int x1 = std::min(width, r.x + r.width + dx), y1 = std::min(height, r.y + r.height + dy);
+  r.x = x0;
+  r.y = y0;
+  r.width = std::max(0, x1 - x0);
+  r.height = std::max(0, y1 - y0);
+  return r;
+}
+
+}  // namespace
+
+struct Redactor::Detectors {
+  dlib::frontal_face_detector hog;
+  cv::CascadeClassifier face_cascade;
+  cv::CascadeClassifier plate_cascade;
+};
+
+Status ParseRedactKinds(std::string_view list, RedactOptions* o) {
+  o->faces = o->plates = false;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view kind = list.substr(start, comma - start);
+    if (kind == "faces") {
+      o->faces = true;
+    } else if (kind == "plates") {
+      o->plates = true;
+    } else {
+      return InvalidArgumentError("redact: '" + std::string(kind) + "': expected faces and/or plates");
+    }
+    start = comma + 1;
+  }
+  return Status::Ok();
+}
+
+Status ParseRedactStyle(std::string_view name, RedactStyle* style) {
+  if (name == "blur") {
+    *style = RedactStyle::kBlur;
+  } else if (name == "pixelate") {
+    *style = RedactStyle::kPixelate;
+  } else if (name == "fill") {
+    *style = RedactStyle::kFill;
+  } else {
+    return InvalidArgumentError("'" + std::string(name) + "': expected blur, pixelate or fill");
+  }
+  return Status::Ok();
+}
+
+Status ParseFaceDetector(std::string_view name, FaceDetector* detector) {
+  if (name == "hog") {
+    *detector = FaceDetector::kHog;
+  } else if (name == "haar") {
+    *detector = FaceDetector::kHaar;
+  } else {
+    return InvalidArgumentError("'" + std::string(name) + "': expected hog (dlib) or haar (OpenCV)");
+  }
+  return Status::Ok();
+}
+
+std::string_view RedactKindName(RedactKind kind) { return kind == RedactKind::kFace ? "faces" : "plates"; }
+
+Result<std::shared_ptr<const Redactor>> Redactor::Create(const RedactOptions& options) {
+  std::shared_ptr<Redactor> r(new Redactor(options));
+  VLMD_ASSIGN_OR_RETURN(auto first, r->Load());
+  r->idle_.push_back(std::move(first));
+  return std::shared_ptr<const Redactor>(std::move(r));
+}
+
+Redactor::Redactor(RedactOptions options) : options_(std::move(options)) {}
+
+Redactor::~Redactor() = default;
+
+Result<std::unique_ptr<Redactor::Detectors>> Redactor::Load() const {
+  auto d = std::make_unique<Detectors>();
+  auto load = [&](cv::CascadeClassifier& c, const char* file) -> Status {
+    const std::string path = (std::filesystem::path(options_.cascade_dir) / file).string();
+    if (!std::filesystem::exists(path)) {
+      return NotFoundError("redaction: cascade " + path + " not found (install opencv-data)");
+    }
+    if (!c.load(path)) return InvalidArgumentError("redaction: cannot load the cascade " + path);
+    return Status::Ok();
+  };
+  if (options_.faces && options_.face_detector == FaceDetector::kHaar) {
+    VLMD_RETURN_IF_ERROR(load(d->face_cascade, kFaceCascade));
+  }
+  if (options_.faces && options_.face_detector == FaceDetector::kHog) d->hog = dlib::get_frontal_face_detector();
+  if (options_.plates) VLMD_RETURN_IF_ERROR(load(d->plate_cascade, kPlateCascade));
+  return d;
+}
+
+std::unique_ptr<Redactor::Detectors> Redactor::Take() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      auto d = std::move(idle_.back());
+      idle_.pop_back();
+      return d;
+    }
+  }
+  auto loaded = Load();  // loaded once by Create: the files are there
+  return loaded.ok() ? std::move(*loaded) : nullptr;
+}
+
+void Redactor::Give(std::unique_ptr<Detectors> d) const {
+  if (!d) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_.push_back(std::move(d));
+}
+
+Redaction Redactor::Detect(const engine::image::Image& image) const {
+  Redaction out;
+  if (!options_.enabled() || image.width <= 0 || image.height <= 0) return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  cv::Mat rgb(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.rgb.data()));
+  cv::Mat gray;
+  cv::cvtColor(rgb, gray, cv::COLOR_RGB2GRAY);
+  std::unique_ptr<Detectors> d = Take();
+  if (!d) return out;
+  auto add = [&](RedactKind kind, int x, int y, int w, int h, double score, double grow) {
+    if (score < options_.min_score) return;
+    Region r{kind, x, y, w, h, score};
+    r = Grow(r, grow, image.width, image.height);
+    if (r.width <= 0 || r.height <= 0) return;
+    out.regions.push_back(r);
+    (kind == RedactKind::kFace ? out.faces : out.plates) += 1;
+  };
+  auto cascade = [&](cv::CascadeClassifier& c, cv::Size min_size, RedactKind kind, double grow) {
+    std::vector<cv::Rect> rects;
+    std::vector<int> levels;
+    std::vector<double> weights;
+    c.detectMultiScale(gray, rects, levels, weights, 1.1, 3, 0, min_size, cv::Size(), true);
+    for (size_t i = 0; i < rects.size(); ++i) {
+      add(kind, rects[i].x, rects[i].y, rects[i].width, rects[i].height, i < weights.size() ? weights[i] : 0.0, grow);
+    }
+  };
+  if (options_.faces) {
+    if (options_.face_detector == FaceDetector::kHog) {
+      dlib::cv_image<unsigned char> view(gray);
+      std::vector<dlib::rect_detection> found;
+      d->hog(view, found, std::min(0.0, options_.min_score));
+      for (const auto& f : found) {
+        add(RedactKind::kFace, int(f.rect.left()), int(f.rect.top()), int(f.rect.width()), int(f.rect.height()),
+            f.detection_confidence, 0.25);
+      }
+    } else {
+      cascade(d->face_cascade, kMinFace, RedactKind::kFace, 0.15);
+    }
+  }
+  if (options_.plates) cascade(d->plate_cascade, kMinPlate, RedactKind::kPlate, 0.05);
+  Give(std::move(d));
+  out.detect_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+Redaction Redactor::Apply(engine::image::Image* image) const {
+  Redaction r = Detect(*image);
+  for (const Region& region : r.regions) CoverRegion(image, region, options_.style);
+  return r;
+}
+
+void CoverRegion(engine::image::Image* image, const Region& region, RedactStyle style) {
+  if (region.width <= 0 || region.height <= 0) return;
+  cv::Mat rgb(image->height, image->width, CV_8UC3, image->rgb.data());
+  cv::Mat roi = rgb(cv::Rect(region.x, region.y, region.width, region.height));
+  switch (style) {
+    case RedactStyle::kFill:
+      roi.setTo(cv::Scalar(0, 0, 0));
+      break;
+    case RedactStyle::kPixelate: {
+      // Blocks of ~1/8 of the region's shorter side: no feature survives.
+      const int block = std::max(4, std::min(region.width, region.height) / 8);
+      cv::Mat small;
+      cv::resize(roi, small, cv::Size(std::max(1, region.width / block), std::max(1, region.height / block)), 0, 0,
+                 cv::INTER_AREA);
+      cv::resize(small, roi, roi.size(), 0, 0, cv::INTER_NEAREST);
+      break;
+    }
+    case RedactStyle::kBlur: {
+      // A box blur as wide as half the region, twice: strong enough that no face is recognized.
+      const int k = std::max(3, std::min(region.width, region.height) / 2) | 1;
+      cv::Mat blurred;
+      cv::blur(roi, blurred, cv::Size(k, k), cv::Point(-1, -1), cv::BORDER_REPLICATE);
+      cv::blur(blurred, roi, cv::Size(k, k), cv::Point(-1, -1), cv::BORDER_REPLICATE);
+      break;
+    }
+  }
+}
+
+}  // namespace vlmd::serve::redact
