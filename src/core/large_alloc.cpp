@@ -26,6 +26,7 @@ struct Chunk {
   size_t size = 0;  // mapped bytes, from the (2 MiB-aligned) base
   size_t used = 0;  // bump offset
   size_t live = 0;  // buffers not yet freed
+  bool locked = false;
 };
 
 struct State {
@@ -33,7 +34,23 @@ struct State {
   std::map<uintptr_t, Chunk> chunks;  // by base address
   uintptr_t current = 0;              // shared chunk being filled (0: none)
   size_t mapped = 0;
+  bool protect = false;               // ProtectLargeAllocations was called
 };
+
+// Protected mode's treatment of one chunk: out of core dumps, locked where allowed.
+void Protect(uintptr_t base, Chunk* c) {
+  (void)::madvise(reinterpret_cast<void*>(base), c->size, MADV_DONTDUMP);
+  c->locked = ::mlock(reinterpret_cast<void*>(base), c->size) == 0;
+}
+
+// Protected mode: zeros over what a chunk's buffers held (up to its bump offset), before its
+// pages go back to the kernel (which would otherwise leave them in RAM until reused).
+void Wipe(const State& s, uintptr_t base, const Chunk& c) {
+  if (!s.protect) return;
+  volatile unsigned char* p = reinterpret_cast<volatile unsigned char*>(base);
+  // volatile: the stores must not be dropped as dead before munmap.
+  for (size_t i = 0; i < c.used; ++i) p[i] = 0;
+}
 
 State& GlobalState() {
   static State* s = new State();  // never destroyed: buffers may outlive static destructors
@@ -70,6 +87,7 @@ void* AllocateLarge(size_t bytes) {
     Chunk c;
     uintptr_t base = 0;
     if (!MapChunk(RoundUp(need, kHugePage), &c, &base)) return nullptr;
+    if (s.protect) Protect(base, &c);
     c.used = need;
     c.live = 1;
     s.mapped += c.size;
@@ -91,6 +109,7 @@ void* AllocateLarge(size_t bytes) {
   Chunk c;
   uintptr_t base = 0;
   if (!MapChunk(kChunkBytes, &c, &base)) return nullptr;
+  if (s.protect) Protect(base, &c);
   c.used = need;
   c.live = 1;
   s.mapped += c.size;
@@ -110,6 +129,7 @@ void FreeLarge(void* p) {
   Chunk& c = it->second;
   if (addr >= it->first + c.size || c.live == 0) return;
   if (--c.live > 0) return;
+  Wipe(s, it->first, c);
   if (it->first == s.current) {
     // Keep the current chunk, rewound, but hand its pages back (they refault as zeros).
     c.used = 0;
@@ -119,6 +139,23 @@ void FreeLarge(void* p) {
   ::munmap(reinterpret_cast<void*>(it->first), c.size);
   s.mapped -= c.size;
   s.chunks.erase(it);
+}
+
+void ProtectLargeAllocations() {
+  State& s = GlobalState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.protect) return;
+  s.protect = true;
+  for (auto& [base, c] : s.chunks) Protect(base, &c);
+}
+
+bool LargeAllocAllLocked() {
+  State& s = GlobalState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto& [base, c] : s.chunks) {
+    if (!c.locked) return false;
+  }
+  return true;
 }
 
 size_t LargeAllocMappedBytes() {

@@ -28,4 +28,14 @@ using LargeArray = std::unique_ptr<T, LargeDeleter>;
 // Bytes currently mapped for large buffers (all chunks, used or not), for tests and metrics.
 size_t LargeAllocMappedBytes();
 
+// Protected mode, for weights that came from a sealed model file (core/sealed_file.h): from the
+// call on, for the rest of the process, every chunk (those mapped already and new ones) is kept
+// out of core dumps (MADV_DONTDUMP), locked against swapping where RLIMIT_MEMLOCK allows
+// (mlock), and overwritten with zeros before it is unmapped or its pages handed back. One-way:
+// a process that held protected weights keeps protecting. Thread-safe.
+void ProtectLargeAllocations();
+// Whether every chunk mapped now is locked (vacuously true when none is; chunks are locked only
+// in protected mode).
+bool LargeAllocAllLocked();
+
 }  // namespace vlmd

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -96,6 +101,55 @@ TEST(LargeAlloc, ConcurrentAllocateAndFree) {
 TEST(LargeAlloc, ImpossibleSizeFails) {
   EXPECT_EQ(AllocateLarge(SIZE_MAX - 10), nullptr);
   EXPECT_EQ(AllocateLarge(SIZE_MAX / 2), nullptr);  // mmap refuses
+}
+
+
+// The VmFlags of the mapping holding `p` (from /proc/self/smaps), e.g. "rd wr mr mw me dd lo".
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 17) {
+      inside = a >= lo && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line.substr(8) + " ";
+  }
+  return "";
+}
+
+// Last in this file: protected mode is one-way for the process (the tests above ran without it).
+TEST(LargeAlloc, ProtectedModeKeepsWeightsOutOfDumpsLocksAndWipesThem) {
+  void* before = AllocateLarge(4096);  // mapped before protection: protected too
+  ASSERT_NE(before, nullptr);
+  std::memset(before, 0xAB, 4096);
+  ProtectLargeAllocations();
+  void* dedicated = AllocateLarge(size_t{20} << 20);
+  ASSERT_NE(dedicated, nullptr);
+  // Locked where the process may lock (CAP_IPC_LOCK or RLIMIT_MEMLOCK), and then said so.
+  const bool locked = LargeAllocAllLocked();
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
+  if (lim.rlim_cur == RLIM_INFINITY) EXPECT_TRUE(locked);
+  for (void* p : {before, dedicated}) {
+    const std::string flags = VmFlagsOf(p);
+    EXPECT_NE(flags.find(" dd "), std::string::npos) << flags;  // MADV_DONTDUMP
+    EXPECT_EQ(flags.find(" lo ") != std::string::npos, locked) << flags;  // mlock
+  }
+  FreeLarge(dedicated);
+  // The shared chunk's last buffer freed: rewound and wiped, so the next buffer of that chunk
+  // (the same address) holds zeros, locked pages included (MADV_DONTNEED cannot drop those).
+  FreeLarge(before);
+  auto* again = static_cast<uint8_t*>(AllocateLarge(4096));
+  ASSERT_NE(again, nullptr);
+  if (static_cast<void*>(again) == before) {
+    size_t nonzero = 0;
+    for (size_t i = 0; i < 4096; ++i) nonzero += again[i] != 0;
+    EXPECT_EQ(nonzero, 0u);
+  }
+  FreeLarge(again);
 }
 
 }  // namespace

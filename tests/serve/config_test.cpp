@@ -55,6 +55,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(c->server.streams.max_bytes, uint64_t{256} << 20);
   EXPECT_EQ(c->server.streams.idle, std::chrono::seconds(600));
   EXPECT_EQ(c->server.streams.max_age, std::chrono::seconds(60));
+  EXPECT_TRUE(c->server.redact.faces && c->server.redact.plates);
   const DriftOptions& d = c->server.drift;
   EXPECT_TRUE(d.enabled);
   ASSERT_EQ(d.windows.size(), 2u);
@@ -67,6 +68,31 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(d.webhook_url, "http://alerts.internal:9000/vlmd-drift");
   EXPECT_EQ(d.webhook_retries, 3);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Config, RedactionIsPerServerModelOrRouteAndItsDetectorsMustLoad) {
+  auto off = ParseConfig("{}", "/etc/vlmd", {});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->server.redact.enabled());
+  auto c = ParseConfig(R"({
+    "policies": {"redact": {"kinds": ["faces", "plates"], "style": "pixelate", "min_score": 0.5}},
+    "models": [{"name": "a", "model": "a.gguf", "redact": {"kinds": []}},
+               {"name": "b", "model": "b.gguf", "redact": {"kinds": ["faces"], "face_detector": "hog"}},
+               {"name": "c", "model": "c.gguf"}],
+    "routes": [{"name": "r", "split": [{"model": "c", "weight": 1}], "redact": {"kinds": ["plates"], "style": "fill"}}]
+  })", "/etc/vlmd", {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->server.redact.faces && c->server.redact.plates);
+  EXPECT_EQ(c->server.redact.style, redact::RedactStyle::kPixelate);
+  EXPECT_DOUBLE_EQ(c->server.redact.min_score, 0.5);
+  EXPECT_EQ(c->server.redact.face_detector, redact::FaceDetector::kHaar);  // the default
+  ASSERT_TRUE(c->models[0].redact.has_value());
+  EXPECT_FALSE(c->models[0].redact->enabled());  // off for this model
+  EXPECT_EQ(c->models[1].redact->face_detector, redact::FaceDetector::kHog);
+  EXPECT_FALSE(c->models[2].redact.has_value());  // the server's
+  ASSERT_TRUE(c->routes[0].redact.has_value());
+  EXPECT_TRUE(c->routes[0].redact->plates && !c->routes[0].redact->faces);
+  EXPECT_EQ(c->routes[0].redact->style, redact::RedactStyle::kFill);
 }
 
 TEST(Config, DriftAlarmsAreOffUnlessConfiguredAndTakeDurations) {
@@ -161,6 +187,15 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"tracing": {"endpoint": "http://x"}})", "unknown key 'endpoint'"},
       {R"({"streams": {"max_frames": 0}})", "streams.max_frames: must be 1 to 16"},
       {R"({"drift": {"window": ["1h"]}})", "drift: unknown key 'window'"},
+      {R"({"policies": {"redakt": {}}})", "policies: unknown key 'redakt'"},
+      {R"({"policies": {"redact": {}}})", "policies.redact.kinds: required"},
+      {R"({"policies": {"redact": {"kinds": ["faces", "cars"]}}})", "policies.redact.kinds: 'cars'"},
+      {R"({"policies": {"redact": {"kinds": "faces"}}})", "policies.redact.kinds: expected an array of strings"},
+      {R"({"policies": {"redact": {"kinds": ["faces"], "style": "smudge"}}})", "policies.redact.style: 'smudge'"},
+      {R"({"policies": {"redact": {"kinds": ["faces"], "face_detector": "cnn"}}})", "policies.redact.face_detector: 'cnn'"},
+      {R"({"policies": {"redact": {"kinds": ["faces"], "min_score": "high"}}})", "policies.redact.min_score: expected a number"},
+      {R"({"policies": {"redact": {"kinds": ["plates"], "cascade_dir": "/nonexistent"}}})", "install opencv-data"},
+      {R"({"policies": {"redact": {"kinds": ["faces"], "colour": 1}}})", "policies.redact: unknown key 'colour'"},
       {R"({"drift": {"windows": []}})", "drift.windows: 1 to 4 windows"},
       {R"({"drift": {"windows": ["1h", "60m"]}})", "'60m' twice"},
       {R"({"drift": {"windows": ["1x"]}})", "'1x': expected a duration"},

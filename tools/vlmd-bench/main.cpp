@@ -2,11 +2,12 @@
 // Subcommands: `kernels` (matmul paths vs memory bandwidth and FMA peak), `model` (prefill and
 // decode speed of a text model vs the decode bandwidth bound), `serve` (throughput and latency of a
 // running vlmd under concurrent /v1/vlm/invoke requests, optionally beside slow and idle
-// connections).
+// connections), `seal` (sealed-model load time), `redact` (redaction's detectors).
 #include <CLI/CLI.hpp>
 
 #include "kernels_bench.h"
 #include "model_bench.h"
+#include "redact_bench.h"
 #include "seal_bench.h"
 #include "serve_bench.h"
 
@@ -42,6 +43,12 @@ int main(int argc, char** argv) {
   seal->add_option("-t,--threads", seal_opts.threads, "thread counts to run (default: 1 2)");
   seal->add_option("-r,--reps", seal_opts.reps, "repetitions (median)")->capture_default_str();
   seal->add_option("--scratch", seal_opts.scratch_dir, "folder for the sealed copies (default: the temp folder)");
+  vlmd::bench::RedactBenchOptions ropts;
+  CLI::App* redact = app.add_subcommand("redact", "redaction's face detectors (dlib HOG vs OpenCV Haar) and plate cascade");
+  redact->add_option("--lfw", ropts.lfw_path, "scikit-image's lfw_subset.npy (recall and false positives)");
+  redact->add_option("--scale", ropts.scales, "LFW crops enlarged to 25 x SCALE pixels (default: 2 4)");
+  redact->add_option("--image", ropts.images, "photos to time detection on (repeatable)");
+  redact->add_option("-r,--reps", ropts.reps, "repetitions (median)")->capture_default_str();
   CLI::App* serve = app.add_subcommand("serve", "images/s and latency of a running vlmd server");
   serve->add_option("--url", sopts.url, "server base URL, e.g. http://127.0.0.1:8080")->required();
   serve->add_option("-c,--concurrency", sopts.concurrency, "client threads")->capture_default_str();
@@ -67,6 +74,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (seal->parsed()) return vlmd::bench::RunSealBench(seal_opts);
+  if (redact->parsed()) return vlmd::bench::RunRedactBench(ropts);
   if (kernels->parsed()) return vlmd::bench::RunKernelsBench(kopts);
   if (model->parsed()) return vlmd::bench::RunModelBench(mopts);
   if (serve->parsed()) return vlmd::bench::RunServeBench(sopts);

@@ -2,6 +2,11 @@
 // each returns the process exit code (0 ok, 2 error with one "vlmd-run: error: ..." line on err).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+
+#include "serve/redact/redactor.h"
+
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -48,6 +53,13 @@ struct RunOptions {
   std::string tokenize_file;
   bool tokenize_set = false;
   bool add_special = false;
+
+  // Redaction (--redact faces,plates): the --image files' faces and plates are covered before
+  // the model sees them; --save-redacted writes the first one as PNG.
+  std::string redact;
+  std::string redact_style = "blur";
+  std::string face_detector = "haar";
+  std::string save_redacted;
 };
 
 // -m MODEL -p PROMPT: generates text (see RunOptions); prints text or JSON on `out`.
@@ -56,6 +68,16 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err);
 // -m MODEL --tokenize TEXT: prints the token ids as a JSON array (no BOS/EOS added and
 // special-token text not parsed unless --add-special).
 int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err);
+
+// --redact KINDS --image FILE [--save-redacted OUT.png] without -m: covers the image's faces
+// and/or plates, prints what was found as JSON, writes the covered image.
+int RunRedact(const RunOptions& opts, std::ostream& out, std::ostream& err);
+// The redaction --redact asks for (none without it); INVALID_ARGUMENT for unknown names.
+Result<std::optional<serve::redact::RedactOptions>> RedactOptionsOf(const RunOptions& opts);
+// Reads, decodes and redacts one image file, appends what was found to *report, and writes the
+// covered image to `save_to` (PNG) unless empty.
+Result<engine::image::Image> LoadRedacted(const std::string& path, const serve::redact::Redactor& redactor,
+                                          const std::string& save_to, nlohmann::json* report);
 
 // --info: prints the GGUF header, metadata and tensor table of `path` as JSON on `out`; for a
 // sealed file, its sealed header (and, with a key, the decrypted GGUF's).

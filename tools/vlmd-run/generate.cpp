@@ -11,9 +11,13 @@
 #include "engine/gguf/model_file.h"
 #include "engine/runtime/vlm_engine.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "serve/redact/redactor.h"
 #include "vlmd-run/commands.h"
 
 namespace vlmd::tools {
+
+namespace redact = serve::redact;
+
 namespace {
 
 using engine::runtime::VlmEngine;
@@ -81,11 +85,30 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   if (!engine.ok()) return Fail(err, engine.status());
   std::vector<engine::runtime::EncodedImage> images;
   engine::runtime::ImageTimings image_timings;
+  auto redact_options = RedactOptionsOf(opts);
+  if (!redact_options.ok()) return Fail(err, redact_options.status());
+  std::shared_ptr<const redact::Redactor> redactor;
+  if (*redact_options) {
+    auto made = redact::Redactor::Create(**redact_options);
+    if (!made.ok()) return Fail(err, made.status());
+    redactor = std::move(*made);
+  }
+  nlohmann::json redactions = nlohmann::json::array();
   for (const std::string& path : opts.images) {
-    auto bytes = ReadBinaryFile(path);
-    if (!bytes.ok()) return Fail(err, bytes.status());
     engine::runtime::ImageTimings t;
-    auto encoded = (*engine)->EncodeImage(*bytes, &t);
+    Result<engine::runtime::EncodedImage> encoded = InvalidArgumentError("unreachable");
+    if (redactor) {
+      // Covered at full size, then preprocessed and encoded as the server does.
+      auto img = LoadRedacted(path, *redactor, images.empty() ? opts.save_redacted : "", &redactions);
+      if (!img.ok()) return Fail(err, img.status());
+      auto prepared = (*engine)->PreprocessDecoded(*img, 0, &t);
+      if (!prepared.ok()) return Fail(err, prepared.status().WithContext(path));
+      encoded = (*engine)->EncodePrepared(*prepared, &t);
+    } else {
+      auto bytes = ReadBinaryFile(path);
+      if (!bytes.ok()) return Fail(err, bytes.status());
+      encoded = (*engine)->EncodeImage(*bytes, &t);
+    }
     if (!encoded.ok()) return Fail(err, encoded.status().WithContext(path));
     image_timings.decode_ms += t.decode_ms;
     image_timings.preprocess_ms += t.preprocess_ms;
@@ -141,6 +164,7 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   j["prompt_token_ids"] = prompt->tokens;  // -1 marks an image-token row
   j["finish_reason"] = r->finish_reason;
   j["kernels"] = std::string((*engine)->isa_name());
+  if (redactor) j["redaction"] = redactions;
   nlohmann::json& t = j["timings"];
   t["prefill_ms"] = r->prefill_ms;
   t["decode_ms"] = r->decode_ms;

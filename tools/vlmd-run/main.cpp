@@ -51,6 +51,12 @@ int main(int argc, char** argv) {
                                   "Print the token ids of a file's contents");
   app.add_flag("--add-special", opts.add_special,
                "With --tokenize: add BOS/EOS as the vocabulary says and parse special tokens");
+  app.add_option("--redact", opts.redact,
+                 "Cover faces and/or number plates in the --image files first: faces | plates | faces,plates");
+  app.add_option("--redact-style", opts.redact_style, "blur | pixelate | fill")->capture_default_str();
+  app.add_option("--face-detector", opts.face_detector, "hog (dlib) | haar (OpenCV)")->capture_default_str();
+  app.add_option("--save-redacted", opts.save_redacted, "Write the first covered image (PNG)")
+      ->type_name("OUT.png");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,6 +66,7 @@ int main(int argc, char** argv) {
   if (!opts.model_path.empty() && (tok->count() > 0 || tok_file->count() > 0)) {
     return vlmd::tools::RunTokenize(opts, std::cout, std::cerr);
   }
+  if (opts.model_path.empty() && !opts.redact.empty()) return vlmd::tools::RunRedact(opts, std::cout, std::cerr);
   if (!opts.model_path.empty() && (!opts.prompt.empty() || !opts.prompt_file.empty())) {
     return vlmd::tools::RunGenerate(opts, std::cout, std::cerr);
   }

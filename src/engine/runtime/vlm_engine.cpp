@@ -6,6 +6,7 @@
 #include <limits>
 #include <thread>
 
+#include "core/large_alloc.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/model_file.h"
 #include "engine/image/image.h"
@@ -53,6 +54,9 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
     e->decrypted_locked_ = e->decrypted_locked_ && f.file->locked_in_memory();
   }
   if (!e->decrypted_) e->decrypted_locked_ = false;
+  // The packed copies the loaders make of a sealed model's weights get the same care as the
+  // decrypted file: out of core dumps, locked, wiped when freed (for the rest of the process).
+  if (e->decrypted_) ProtectLargeAllocations();
   if (opts.hash_files) {
     VLMD_ASSIGN_OR_RETURN(e->files_sha256_, gguf::HashModelFiles(opened));
   }
@@ -79,6 +83,7 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   if (e->tokenizer_->n_tokens() > e->model_->config().n_vocab) {
     return InvalidArgumentError("the vocabulary has more tokens than token_embd.weight has rows");
   }
+  if (e->decrypted_) e->decrypted_locked_ = e->decrypted_locked_ && LargeAllocAllLocked();
   return e;
 }
 

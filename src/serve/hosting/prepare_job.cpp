@@ -64,6 +64,9 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     const engine::models::ImagePlan plan = e.PlanImage(w, h, 0);
     return engine::image::ImageSize{plan.width, plan.height};
   };
+  // Redaction looks at full size: a face the detectors cannot find at 1/8 scale would still
+  // reach the encoder.
+  if (redactor != nullptr) limits.needed_size = nullptr;
   for (size_t i = 0; i < request.images.size(); ++i) {
     const std::string& bytes = request.images[i];
     const auto t0 = Clock::now();

@@ -269,6 +269,10 @@ Status Server::Start() {
                  options_.drift.windows.size(), options_.drift.baseline_requests,
                  options_.drift.webhook_url.empty() ? "" : ", events to a webhook");
   }
+  // Detectors load once here (dlib's HOG model takes ~0.7 s), not on the first image.
+  if (options_.redact.enabled() && !RedactorFor(options_.redact)) {
+    return UnavailableError("redaction: the detectors cannot load (see the log)");
+  }
   if (guard_->admin_enabled()) handlers_->RegisterAdmin();
   FrontOptions fo;
   fo.host = options_.host;
@@ -317,6 +321,9 @@ Status Server::CheckMemoryBudget(const ModelHost& candidate) {
 
 Status Server::AddModel(std::shared_ptr<ModelHost> model) {
   VLMD_RETURN_IF_ERROR(CheckMemoryBudget(*model));
+  if (const auto& ro = model->spec().redact; ro && ro->enabled() && !RedactorFor(*ro)) {
+    return UnavailableError("model '" + model->spec().name + "': redaction detectors cannot load (see the log)");
+  }
   if (drift_) drift_->Track(model->spec().name, model->spec().version, model->hash());
   router_.Put(std::move(model));
   UpdateMemoryPlanGauge();
@@ -383,8 +390,9 @@ Status SelfCheck(ModelHost& host) {
 void LogSealedModel(const ModelHost& model) {
   if (!model.decrypted()) return;
   if (model.decrypted_locked()) {
-    spdlog::info("model '{}': sealed files decrypted into locked memory (the engine's packed copies of "
-                 "the weights are ordinary memory: run without swap and core dumps where that matters)",
+    spdlog::info("model '{}': sealed files decrypted into locked memory, and the engine's packed copies "
+                 "of the weights locked too (its f32 norms and biases are ordinary memory: run with core "
+                 "dumps off where that matters)",
                  model.spec().name);
   } else {
     spdlog::warn("model '{}': sealed files decrypted into memory that could not be locked (raise "

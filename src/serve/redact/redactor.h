@@ -30,7 +30,7 @@ struct RedactOptions {
   // margin and the cascades' last-stage sum; 0 keeps what each detector accepts by default (HOG
   // finds more below 0).
   double min_score = 0.0;
-  FaceDetector face_detector = FaceDetector::kHog;
+  FaceDetector face_detector = FaceDetector::kHaar;  // recall on small faces (README "Redaction")
   // Where opencv-data puts the cascades.
   std::string cascade_dir = "/usr/share/opencv4/haarcascades";
   bool enabled() const { return faces || plates; }

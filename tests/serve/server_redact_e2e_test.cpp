@@ -1,0 +1,138 @@
+// Redaction before inference over real HTTP (issue 23 part 1): the reply, the audit line and the
+// metrics say what was covered; the encoder saw the covered image (the model answers as for the
+// same image covered beforehand, and unlike for the original); with "fill" two photos that
+// differ only inside the face share one visual-embedding cache entry (when the detector frames
+// the face alike); a model's or route's setting replaces the server's.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "serve/api/requests.h"
+#include "serve/redact/redactor.h"
+#include "server_harness.h"
+#include "server_test_servers.h"
+
+namespace vlmd::serve {
+namespace {
+
+std::string AstronautJpeg() { return testing::ReadText(vlmd::testing::SourcePath("tests/data/redact/astronaut.jpg")); }
+
+engine::image::Image Decoded(const std::string& bytes) {
+  auto img = engine::image::DecodeImage({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  EXPECT_TRUE(img.ok());
+  return img.ok() ? std::move(*img) : engine::image::Image{};
+}
+
+// Lossless: the server decodes these bytes to exactly `img`.
+std::string Ppm(const engine::image::Image& img) {
+  return "P6\n" + std::to_string(img.width) + " " + std::to_string(img.height) + "\n255\n" +
+         std::string(img.rgb.begin(), img.rgb.end());
+}
+
+json Invoke(httplib::Client& c, const std::string& image) {
+  const json req{{"prompt", "Who is in the picture?"},
+                 {"max_tokens", 4},
+                 {"logprobs", true},
+                 {"image_base64", api::EncodeBase64(image)}};
+  auto r = c.Post("/v1/vlm/invoke", req.dump(), "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body, nullptr, false);
+}
+
+TEST(ServerRedact, TheEncoderSeesTheCoveredFaceAndTheReplyAuditAndMetricsSaySo) {
+  TempDir dir;
+  ServerOptions o;
+  o.redact.faces = true;
+  o.redact.plates = true;
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  auto redacting = StartServer(o);
+  auto c = ClientOf(*redacting);
+  const std::string jpeg = AstronautJpeg();
+  const json covered = Invoke(*c, jpeg);
+  ASSERT_TRUE(covered.contains("redaction")) << covered.dump();
+  EXPECT_GE(covered["redaction"]["faces"].get<int>(), 1);
+  EXPECT_EQ(covered["redaction"]["plates"], 0);
+  EXPECT_GE(covered["timings"]["redact_ms"].get<double>(), 0.0);
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_redactions_total{kind=\"faces\"}"),
+            covered["redaction"]["faces"].get<double>());
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_redact_duration_seconds_count"), 1);
+  const std::string audit = testing::ReadText(dir.Path("audit.jsonl"));
+  const json line = json::parse(audit.substr(0, audit.find('\n')));
+  EXPECT_EQ(line["redaction"], covered["redaction"]);
+  // A text-only request says nothing was covered.
+  const json text_only = json::parse(
+      c->Post("/v1/vlm/invoke", json{{"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json")->body);
+  EXPECT_EQ(text_only["redaction"], json({{"faces", 0}, {"plates", 0}}));
+
+  // The same photo covered beforehand, through a server without redaction: the same answer to
+  // the last bit of every logprob; the original photo gets another one.
+  auto plain = StartServer(ServerOptions{});
+  auto pc = ClientOf(*plain);
+  engine::image::Image pre = Decoded(jpeg);
+  auto redactor = redact::Redactor::Create(o.redact);
+  ASSERT_TRUE(redactor.ok());
+  (*redactor)->Apply(&pre);
+  const json precovered = Invoke(*pc, Ppm(pre));
+  EXPECT_FALSE(precovered.contains("redaction"));
+  EXPECT_EQ(precovered["text"], covered["text"]);
+  EXPECT_EQ(precovered["logprobs"], covered["logprobs"]);
+  const json original = Invoke(*pc, jpeg);
+  EXPECT_NE(original["logprobs"], covered["logprobs"]);
+}
+
+TEST(ServerRedact, WithFillPhotosDifferingOnlyInTheFaceShareACacheEntry) {
+  ServerOptions o;
+  o.redact.faces = true;
+  o.redact.style = redact::RedactStyle::kFill;
+  // HOG frames this face identically in both photos (the Haar cascade's box moves by a pixel
+  // with the touched pixels, and then the covered images differ at its edge).
+  o.redact.face_detector = redact::FaceDetector::kHog;
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  const engine::image::Image photo = Decoded(AstronautJpeg());
+  engine::image::Image touched = photo;
+  // A few pixels in the middle of the face, a little brighter.
+  for (int y = 105; y < 115; ++y) {
+    for (int x = 220; x < 230; ++x) {
+      for (int ch = 0; ch < 3; ++ch) {
+        uint8_t& v = touched.rgb[(size_t(y) * touched.width + x) * 3 + ch];
+        v = uint8_t(std::min(255, v + 6));
+      }
+    }
+  }
+  const json first = Invoke(*c, Ppm(photo));
+  const json second = Invoke(*c, Ppm(touched));
+  EXPECT_EQ(first["cache"]["image"], "miss");
+  EXPECT_EQ(second["cache"]["image"], "hit");
+  EXPECT_EQ(second["logprobs"], first["logprobs"]);
+}
+
+TEST(ServerRedact, AModelOrRouteSettingReplacesTheServers) {
+  ServerOptions o;
+  o.redact.faces = true;
+  const ModelSpec covered = testing::FixtureSpec("covered");
+  ModelSpec open = testing::FixtureSpec("open");
+  open.redact = redact::RedactOptions{};  // this model: off
+  auto server = StartServer(o, {covered, open});
+  auto c = ClientOf(*server);
+  auto ask = [&](const std::string& model) {
+    const json req{{"model", model}, {"prompt", "Who?"}, {"max_tokens", 2},
+                   {"image_base64", api::EncodeBase64(AstronautJpeg())}};
+    return json::parse(c->Post("/v1/vlm/invoke", req.dump(), "application/json")->body);
+  };
+  EXPECT_GE(ask("covered")["redaction"]["faces"].get<int>(), 1);
+  EXPECT_FALSE(ask("open").contains("redaction"));
+  // A route in front of the open model that redacts plates only.
+  RouteConfig route = SplitRoute("plates-only", {{"open", 1}});
+  route.redact = redact::RedactOptions{};
+  route.redact->plates = true;
+  server->router().SetRoutes({route}, "covered");
+  const json via_route = ask("plates-only");
+  EXPECT_EQ(via_route["redaction"], json({{"faces", 0}, {"plates", 0}}));
+}
+
+}  // namespace
+}  // namespace vlmd::serve
