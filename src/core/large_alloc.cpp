@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -46,10 +47,8 @@ void Protect(uintptr_t base, Chunk* c) {
 // Protected mode: zeros over what a chunk's buffers held (up to its bump offset), before its
 // pages go back to the kernel (which would otherwise leave them in RAM until reused).
 void Wipe(const State& s, uintptr_t base, const Chunk& c) {
-  if (!s.protect) return;
-  volatile unsigned char* p = reinterpret_cast<volatile unsigned char*>(base);
-  // volatile: the stores must not be dropped as dead before munmap.
-  for (size_t i = 0; i < c.used; ++i) p[i] = 0;
+  // explicit_bzero: stores the compiler may not drop as dead before munmap.
+  if (s.protect) explicit_bzero(reinterpret_cast<void*>(base), c.used);
 }
 
 State& GlobalState() {
@@ -131,7 +130,8 @@ void FreeLarge(void* p) {
   if (--c.live > 0) return;
   Wipe(s, it->first, c);
   if (it->first == s.current) {
-    // Keep the current chunk, rewound, but hand its pages back (they refault as zeros).
+    // Keep the current chunk, rewound, and hand its pages back (they refault as zeros; locked
+    // pages stay, already wiped).
     c.used = 0;
     (void)::madvise(reinterpret_cast<void*>(it->first), c.size, MADV_DONTNEED);
     return;

@@ -84,7 +84,9 @@ TEST(Config, RedactionIsPerServerModelOrRouteAndItsDetectorsMustLoad) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->server.redact.faces && c->server.redact.plates);
   EXPECT_EQ(c->server.redact.style, redact::RedactStyle::kPixelate);
-  EXPECT_DOUBLE_EQ(c->server.redact.min_score, 0.5);
+  ASSERT_TRUE(c->server.redact.min_score.has_value());
+  EXPECT_DOUBLE_EQ(*c->server.redact.min_score, 0.5);
+  EXPECT_FALSE(c->models[1].redact->min_score.has_value());  // unset: the detectors' own thresholds
   EXPECT_EQ(c->server.redact.face_detector, redact::FaceDetector::kHaar);  // the default
   ASSERT_TRUE(c->models[0].redact.has_value());
   EXPECT_FALSE(c->models[0].redact->enabled());  // off for this model

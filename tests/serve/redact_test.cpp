@@ -56,6 +56,16 @@ void ExpectOnlyRegionsChanged(const Image& before, const Image& after, const std
 const cv::Rect kAstronautFace(177, 66, 95, 95);
 
 TEST(Redactor, FindsTheAstronautsFaceWithBothDetectorsAndCoversOnlyIt) {
+  // What looks for faces again in the covered images: both detectors.
+  std::vector<std::shared_ptr<const Redactor>> checkers;
+  for (FaceDetector again : {FaceDetector::kHog, FaceDetector::kHaar}) {
+    RedactOptions look;
+    look.faces = true;
+    look.face_detector = again;
+    auto checker = Redactor::Create(look);
+    ASSERT_TRUE(checker.ok());
+    checkers.push_back(*checker);
+  }
   for (FaceDetector detector : {FaceDetector::kHog, FaceDetector::kHaar}) {
     for (RedactStyle style : {RedactStyle::kBlur, RedactStyle::kPixelate, RedactStyle::kFill}) {
       RedactOptions o;
@@ -66,7 +76,9 @@ TEST(Redactor, FindsTheAstronautsFaceWithBothDetectorsAndCoversOnlyIt) {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       const Image before = Astronaut();
       Image after = before;
-      const Redaction red = (*r)->Apply(&after);
+      auto applied = (*r)->Apply(&after);
+      ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+      const Redaction& red = *applied;
       SCOPED_TRACE(std::string(detector == FaceDetector::kHog ? "hog" : "haar") + " style " +
                    std::to_string(int(style)));
       EXPECT_GE(red.faces, 1);
@@ -76,6 +88,17 @@ TEST(Redactor, FindsTheAstronautsFaceWithBothDetectorsAndCoversOnlyIt) {
       for (const Region& region : red.regions) face |= Overlap(region, kAstronautFace) > 0.9;
       EXPECT_TRUE(face) << "no region covers the face";
       ExpectOnlyRegionsChanged(before, after, red.regions);
+      // Covered means gone: neither detector finds a face in a covered region again.
+      for (const auto& checker : checkers) {
+        auto found = checker->Detect(after);
+        ASSERT_TRUE(found.ok());
+        for (const Region& f : found->regions) {
+          for (const Region& covered : red.regions) {
+            EXPECT_LT(Overlap(f, cv::Rect(covered.x, covered.y, covered.width, covered.height)), 0.5)
+                << "a face found again at " << f.x << "," << f.y << " " << f.width << "x" << f.height;
+          }
+        }
+      }
     }
   }
 }
@@ -94,7 +117,9 @@ TEST(Redactor, FindsDrawnNumberPlates) {
         const Image before = PlateScene(width, text, font, &box);
         const cv::Rect plate(box[0], box[1], box[2], box[3]);
         Image after = before;
-        const Redaction red = (*r)->Apply(&after);
+        auto applied = (*r)->Apply(&after);
+        ASSERT_TRUE(applied.ok());
+        const Redaction& red = *applied;
         ++scenes;
         bool covered = false;
         for (const Region& region : red.regions) covered |= Overlap(region, plate) > 0.8;
@@ -118,25 +143,61 @@ TEST(Redactor, APlainImageIsLeftAloneAndOffMeansOff) {
   auto r = Redactor::Create(o);
   ASSERT_TRUE(r.ok());
   Image after = plain;
-  const Redaction red = (*r)->Apply(&after);
-  EXPECT_EQ(red.faces + red.plates, 0);
+  auto red = (*r)->Apply(&after);
+  ASSERT_TRUE(red.ok());
+  EXPECT_EQ(red->faces + red->plates, 0);
   EXPECT_EQ(after.rgb, plain.rgb);
   // Nothing asked for: nothing found on the face either.
   auto off = Redactor::Create(RedactOptions{});
   ASSERT_TRUE(off.ok());
   Image astronaut = Astronaut();
   const std::vector<uint8_t> pixels = astronaut.rgb;
-  EXPECT_EQ((*off)->Apply(&astronaut).regions.size(), 0u);
+  EXPECT_EQ((*off)->Apply(&astronaut)->regions.size(), 0u);
   EXPECT_EQ(astronaut.rgb, pixels);
 }
 
 TEST(Redactor, AHighMinimumScoreKeepsOnlySureDetections) {
   RedactOptions o;
   o.faces = true;
-  o.min_score = 1e6;
+  o.min_score = 1e6;  // no cascade sum reaches this
   auto r = Redactor::Create(o);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ((*r)->Detect(Astronaut()).faces, 0);
+  EXPECT_EQ((*r)->Detect(Astronaut())->faces, 0);
+}
+
+TEST(Redactor, LargeImagesAreSearchedAtABoundedSizeAndTheBoxesScaledBack) {
+  // The astronaut tiled 6 x 6 (3072 px wide): searched at 2048, each face still found where it is.
+  const Image one = Astronaut();
+  Image big;
+  big.width = one.width * 6;
+  big.height = one.height * 6;
+  big.rgb.resize(size_t(big.width) * big.height * 3);
+  for (int y = 0; y < big.height; ++y) {
+    for (int x = 0; x < big.width; ++x) {
+      const size_t from = (size_t(y % one.height) * one.width + x % one.width) * 3;
+      std::copy_n(one.rgb.begin() + long(from), 3, big.rgb.begin() + long((size_t(y) * big.width + x) * 3));
+    }
+  }
+  RedactOptions o;
+  o.faces = true;
+  auto r = Redactor::Create(o);
+  ASSERT_TRUE(r.ok());
+  auto found = (*r)->Detect(big);
+  ASSERT_TRUE(found.ok());
+  int tiles_with_face = 0;
+  for (int ty = 0; ty < 6; ++ty) {
+    for (int tx = 0; tx < 6; ++tx) {
+      const cv::Rect face(kAstronautFace.x + tx * one.width, kAstronautFace.y + ty * one.height, kAstronautFace.width,
+                          kAstronautFace.height);
+      for (const Region& g : found->regions) {
+        if (Overlap(g, face) > 0.8) {
+          ++tiles_with_face;
+          break;
+        }
+      }
+    }
+  }
+  EXPECT_GE(tiles_with_face, 30) << "of 36";
 }
 
 TEST(Redactor, OptionsAreParsedStrictlyAndMissingCascadesNamed) {

@@ -74,7 +74,7 @@ TEST(ServerRedact, TheEncoderSeesTheCoveredFaceAndTheReplyAuditAndMetricsSaySo) 
   engine::image::Image pre = Decoded(jpeg);
   auto redactor = redact::Redactor::Create(o.redact);
   ASSERT_TRUE(redactor.ok());
-  (*redactor)->Apply(&pre);
+  ASSERT_TRUE((*redactor)->Apply(&pre).ok());
   const json precovered = Invoke(*pc, Ppm(pre));
   EXPECT_FALSE(precovered.contains("redaction"));
   EXPECT_EQ(precovered["text"], covered["text"]);

@@ -49,7 +49,7 @@ Result<engine::image::Image> LoadRedacted(const std::string& path, const redact:
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   auto img = engine::image::DecodeImage(bytes);
   if (!img.ok()) return img.status().WithContext(path);
-  const redact::Redaction r = redactor.Apply(&*img);
+  VLMD_ASSIGN_OR_RETURN(const redact::Redaction r, redactor.Apply(&*img));
   nlohmann::json regions = nlohmann::json::array();
   for (const redact::Region& g : r.regions) {
     regions.push_back({{"kind", redact::RedactKindName(g.kind)},

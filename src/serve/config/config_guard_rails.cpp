@@ -111,7 +111,11 @@ Status ParseRedact(const Section& s, const std::string& base_dir, redact::Redact
       return InvalidArgumentError(s.path("face_detector") + ": " + st.message());
     }
   }
-  VLMD_RETURN_IF_ERROR(s.Get("min_score", &r->min_score));
+  if (s.has("min_score")) {
+    double min_score = 0;
+    VLMD_RETURN_IF_ERROR(s.Get("min_score", &min_score));
+    r->min_score = min_score;
+  }
   VLMD_RETURN_IF_ERROR(s.Get("cascade_dir", &r->cascade_dir));
   r->cascade_dir = Resolve(base_dir, r->cascade_dir);
   // The detectors must load now, not at the first request.

@@ -85,7 +85,8 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     job.redaction.emplace();
     job.redact_start = Clock::now();
     for (engine::image::Image& img : decoded) {
-      const redact::Redaction r = redactor->Apply(&img);
+      // Fails closed (UNAVAILABLE, 503): an image no detector looked at does not go on.
+      VLMD_ASSIGN_OR_RETURN(const redact::Redaction r, redactor->Apply(&img));
       job.redaction->faces += r.faces;
       job.redaction->plates += r.plates;
       job.redaction->detect_ms += r.detect_ms;

@@ -273,6 +273,7 @@ Status Server::Start() {
   if (options_.redact.enabled() && !RedactorFor(options_.redact)) {
     return UnavailableError("redaction: the detectors cannot load (see the log)");
   }
+  for (const char* kind : {"faces", "plates"}) metrics_->redactions.With({kind});  // series from 0
   if (guard_->admin_enabled()) handlers_->RegisterAdmin();
   FrontOptions fo;
   fo.host = options_.host;
@@ -331,9 +332,7 @@ Status Server::AddModel(std::shared_ptr<ModelHost> model) {
 }
 
 std::shared_ptr<const redact::Redactor> Server::RedactorFor(const redact::RedactOptions& o) {
-  const std::string key = std::to_string(o.faces) + std::to_string(o.plates) + std::to_string(int(o.style)) + ":" +
-                          std::to_string(int(o.face_detector)) + ":" + std::to_string(o.min_score) + ":" +
-                          o.cascade_dir;
+  const std::string key = redact::RedactSettingKey(o);
   std::lock_guard<std::mutex> lock(redactors_mu_);
   auto& slot = redactors_[key];
   if (!slot) {

@@ -202,20 +202,10 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
       call->include_usage = so.value("include_usage", false);
     }
   }
-  StreamContextFn stream;
-  if (!call->request.stream_id.empty()) {
-    // Scoped by client and model files: one client cannot see another's frames, and visual
-    // tokens of one model version never reach another.
-    // Without API keys, by client address (clients behind one proxy then share streams).
-    const std::string client =
-        call->client.key_id.empty() ? "addr:" + call->remote_addr : "key:" + call->client.key_id;
-    call->stream_key = client + "\n" + call->model->hash() + "\n" + call->request.stream_id;
-    stream = [this, key = call->stream_key](const engine::image::Image* frame) {
-      return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
-    };
-  }
   // Redaction: the route's setting, else the model's, else the server's.
+  // (A model's own setting is what holds when clients name the model directly.)
   std::shared_ptr<const redact::Redactor> redactor;
+  std::string redact_scope = "-";  // the setting, for the stream scope
   {
     std::optional<redact::RedactOptions> ro;
     if (!call->reply.route.empty()) {
@@ -224,11 +214,27 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
     if (!ro) ro = spec.redact ? spec.redact : s_.options_.redact;
     if (ro->enabled()) {
       call->reply.redaction = std::array<int, 2>{0, 0};
+      redact_scope = redact::RedactSettingKey(*ro);
       if (!call->request.images.empty() && !(redactor = s_.RedactorFor(*ro))) {
         return fail({503, "server_error", "redaction_unavailable",
                      "redaction is required for this model and its detectors cannot load"});
       }
     }
+  }
+  StreamContextFn stream;
+  if (!call->request.stream_id.empty()) {
+    // Scoped by client and model files: one client cannot see another's frames, and visual
+    // tokens of one model version never reach another.
+    // Without API keys, by client address (clients behind one proxy then share streams).
+    const std::string client =
+        call->client.key_id.empty() ? "addr:" + call->remote_addr : "key:" + call->client.key_id;
+    // ... and by redaction setting: frames kept without redaction never join a redacted prompt.
+    call->stream_key = client + "\n" + call->model->hash() + "\n" +
+                       redact_scope + "\n" +
+                       call->request.stream_id;
+    stream = [this, key = call->stream_key](const engine::image::Image* frame) {
+      return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
+    };
   }
   call->prepare_t0 = Clock::now();
   auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream, redactor.get());

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <opencv2/imgproc.hpp>
 #include <opencv2/objdetect.hpp>
@@ -83,6 +85,13 @@ Status ParseFaceDetector(std::string_view name, FaceDetector* detector) {
 
 std::string_view RedactKindName(RedactKind kind) { return kind == RedactKind::kFace ? "faces" : "plates"; }
 
+std::string RedactSettingKey(const RedactOptions& o) {
+  char score[40] = "unset";
+  if (o.min_score) std::snprintf(score, sizeof score, "%.17g", *o.min_score);
+  return std::string(o.faces ? "F" : "-") + (o.plates ? "P" : "-") + ":" + std::to_string(int(o.style)) + ":" +
+         std::to_string(int(o.face_detector)) + ":" + score + ":" + o.cascade_dir;
+}
+
 Result<std::shared_ptr<const Redactor>> Redactor::Create(const RedactOptions& options) {
   std::shared_ptr<Redactor> r(new Redactor(options));
   VLMD_ASSIGN_OR_RETURN(auto first, r->Load());
@@ -131,53 +140,69 @@ void Redactor::Give(std::unique_ptr<Detectors> d) const {
   idle_.push_back(std::move(d));
 }
 
-Redaction Redactor::Detect(const engine::image::Image& image) const {
+Result<Redaction> Redactor::Detect(const engine::image::Image& image) const {
   Redaction out;
   if (!options_.enabled() || image.width <= 0 || image.height <= 0) return out;
   const auto t0 = std::chrono::steady_clock::now();
-  cv::Mat rgb(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.rgb.data()));
-  cv::Mat gray;
-  cv::cvtColor(rgb, gray, cv::COLOR_RGB2GRAY);
   std::unique_ptr<Detectors> d = Take();
-  if (!d) return out;
-  auto add = [&](RedactKind kind, int x, int y, int w, int h, double score, double grow) {
-    if (score < options_.min_score) return;
-    Region r{kind, x, y, w, h, score};
-    r = Grow(r, grow, image.width, image.height);
-    if (r.width <= 0 || r.height <= 0) return;
-    out.regions.push_back(r);
-    (kind == RedactKind::kFace ? out.faces : out.plates) += 1;
-  };
-  auto cascade = [&](cv::CascadeClassifier& c, cv::Size min_size, RedactKind kind, double grow) {
-    std::vector<cv::Rect> rects;
-    std::vector<int> levels;
-    std::vector<double> weights;
-    c.detectMultiScale(gray, rects, levels, weights, 1.1, 3, 0, min_size, cv::Size(), true);
-    for (size_t i = 0; i < rects.size(); ++i) {
-      add(kind, rects[i].x, rects[i].y, rects[i].width, rects[i].height, i < weights.size() ? weights[i] : 0.0, grow);
+  if (!d) return UnavailableError("redaction: no detector could be loaded for this image");
+  try {
+    cv::Mat rgb(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.rgb.data()));
+    cv::Mat gray;
+    cv::cvtColor(rgb, gray, cv::COLOR_RGB2GRAY);
+    // Large images are searched at a bounded size (kMaxDetectSide), boxes scaled back.
+    const double scale = std::min(1.0, double(kMaxDetectSide) / std::max(image.width, image.height));
+    if (scale < 1.0) {
+      cv::Mat small;
+      cv::resize(gray, small, cv::Size(std::max(1, int(image.width * scale)), std::max(1, int(image.height * scale))),
+                 0, 0, cv::INTER_AREA);
+      gray = small;
     }
-  };
-  if (options_.faces) {
-    if (options_.face_detector == FaceDetector::kHog) {
-      dlib::cv_image<unsigned char> view(gray);
-      std::vector<dlib::rect_detection> found;
-      d->hog(view, found, std::min(0.0, options_.min_score));
-      for (const auto& f : found) {
-        add(RedactKind::kFace, int(f.rect.left()), int(f.rect.top()), int(f.rect.width()), int(f.rect.height()),
-            f.detection_confidence, 0.25);
+    auto add = [&](RedactKind kind, double x, double y, double w, double h, double score, double grow) {
+      if (options_.min_score && score < *options_.min_score) return;
+      Region r{kind, int(std::floor(x / scale)), int(std::floor(y / scale)), int(std::ceil(w / scale)),
+               int(std::ceil(h / scale)), score};
+      r = Grow(r, grow, image.width, image.height);
+      if (r.width <= 0 || r.height <= 0) return;
+      out.regions.push_back(r);
+      (kind == RedactKind::kFace ? out.faces : out.plates) += 1;
+    };
+    auto cascade = [&](cv::CascadeClassifier& c, cv::Size min_size, RedactKind kind, double grow) {
+      std::vector<cv::Rect> rects;
+      std::vector<int> levels;
+      std::vector<double> weights;
+      c.detectMultiScale(gray, rects, levels, weights, 1.1, 3, 0, min_size, cv::Size(), true);
+      for (size_t i = 0; i < rects.size(); ++i) {
+        add(kind, rects[i].x, rects[i].y, rects[i].width, rects[i].height, i < weights.size() ? weights[i] : 0.0,
+            grow);
       }
-    } else {
-      cascade(d->face_cascade, kMinFace, RedactKind::kFace, 0.15);
+    };
+    if (options_.faces) {
+      if (options_.face_detector == FaceDetector::kHog) {
+        dlib::cv_image<unsigned char> view(gray);
+        std::vector<dlib::rect_detection> found;
+        d->hog(view, found, options_.min_score ? std::min(0.0, *options_.min_score) : 0.0);
+        for (const auto& f : found) {
+          add(RedactKind::kFace, double(f.rect.left()), double(f.rect.top()), double(f.rect.width()),
+              double(f.rect.height()), f.detection_confidence, 0.25);
+        }
+      } else {
+        cascade(d->face_cascade, kMinFace, RedactKind::kFace, 0.15);
+      }
     }
+    if (options_.plates) cascade(d->plate_cascade, kMinPlate, RedactKind::kPlate, 0.05);
+  } catch (const std::exception& e) {
+    // A detector that threw says nothing about the image: fail closed (the detector set is
+    // dropped, not returned to the pool).
+    return UnavailableError(std::string("redaction: a detector failed: ") + e.what());
   }
-  if (options_.plates) cascade(d->plate_cascade, kMinPlate, RedactKind::kPlate, 0.05);
   Give(std::move(d));
   out.detect_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
-Redaction Redactor::Apply(engine::image::Image* image) const {
-  Redaction r = Detect(*image);
+Result<Redaction> Redactor::Apply(engine::image::Image* image) const {
+  VLMD_ASSIGN_OR_RETURN(Redaction r, Detect(*image));
   for (const Region& region : r.regions) CoverRegion(image, region, options_.style);
   return r;
 }
@@ -191,8 +216,9 @@ void CoverRegion(engine::image::Image* image, const Region& region, RedactStyle 
       roi.setTo(cv::Scalar(0, 0, 0));
       break;
     case RedactStyle::kPixelate: {
-      // Blocks of ~1/8 of the region's shorter side: no feature survives.
-      const int block = std::max(4, std::min(region.width, region.height) / 8);
+      // At most 4 blocks across the shorter side: finer mosaics keep eye and mouth bands that a
+      // detector (and a recognizer) still finds (an 8x8 one was found again by the Haar cascade).
+      const int block = std::max(8, std::min(region.width, region.height) / 4);
       cv::Mat small;
       cv::resize(roi, small, cv::Size(std::max(1, region.width / block), std::max(1, region.height / block)), 0, 0,
                  cv::INTER_AREA);

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,9 +28,9 @@ struct RedactOptions {
   bool plates = false;
   RedactStyle style = RedactStyle::kBlur;
   // Detections scoring below this are left alone. Scores are the detectors' own: dlib HOG's SVM
-  // margin and the cascades' last-stage sum; 0 keeps what each detector accepts by default (HOG
-  // finds more below 0).
-  double min_score = 0.0;
+  // margin and the cascades' last-stage sum (which can be negative for an accepted detection).
+  // Unset: everything each detector accepts by its own threshold; HOG finds more below 0.
+  std::optional<double> min_score;
   FaceDetector face_detector = FaceDetector::kHaar;  // recall on small faces (README "Redaction")
   // Where opencv-data puts the cascades.
   std::string cascade_dir = "/usr/share/opencv4/haarcascades";
@@ -42,6 +43,13 @@ Status ParseRedactKinds(std::string_view list, RedactOptions* options);
 Status ParseRedactStyle(std::string_view name, RedactStyle* style);
 Status ParseFaceDetector(std::string_view name, FaceDetector* detector);
 std::string_view RedactKindName(RedactKind kind);  // "faces" | "plates"
+// A string that equals another's exactly when the settings do (caches, stream scopes).
+std::string RedactSettingKey(const RedactOptions& options);
+
+// Detection runs on the image scaled down to at most this many pixels on its longer side (boxes
+// are scaled back): the cascades' cost grows with the pixel count, and a 50 MP photo must not
+// take a core for tens of seconds. Faces under ~24 px at that scale are not found.
+inline constexpr int kMaxDetectSide = 2048;
 
 struct Region {
   RedactKind kind;
@@ -63,10 +71,13 @@ class Redactor {
   ~Redactor();
 
   // The regions to cover in `image` (faces grown by a margin so hair line and chin go too).
-  // Thread-safe: concurrent calls take separate detector instances.
-  Redaction Detect(const engine::image::Image& image) const;
-  // Detects and covers the regions in place; pixels outside them do not change.
-  Redaction Apply(engine::image::Image* image) const;
+  // Thread-safe: concurrent calls take separate detector instances. Fails closed: UNAVAILABLE
+  // when no detector could run (an extra set would not load, or a detector threw), so that an
+  // image is never passed on as if nothing were in it.
+  Result<Redaction> Detect(const engine::image::Image& image) const;
+  // Detects and covers the regions in place; pixels outside them do not change. Errors as
+  // Detect (the image is then unchanged and must not be used).
+  Result<Redaction> Apply(engine::image::Image* image) const;
 
   const RedactOptions& options() const { return options_; }
 
