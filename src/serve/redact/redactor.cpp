@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
+#include <opencv2/core/utility.hpp>
 #include <opencv2/imgproc.hpp>
 #include <opencv2/objdetect.hpp>
 
@@ -93,6 +95,11 @@ std::string RedactSettingKey(const RedactOptions& o) {
 }
 
 Result<std::shared_ptr<const Redactor>> Redactor::Create(const RedactOptions& options) {
+  // Detection runs on the calling request thread, OpenCV's own thread pool off: concurrent
+  // requests spread over the cores instead of each fanning out over all of them, and no pool
+  // threads outlive their work (LeakSanitizer's exit scan crashed on them).
+  static std::once_flag sequential;
+  std::call_once(sequential, [] { cv::setNumThreads(0); });
   std::shared_ptr<Redactor> r(new Redactor(options));
   VLMD_ASSIGN_OR_RETURN(auto first, r->Load());
   r->idle_.push_back(std::move(first));
