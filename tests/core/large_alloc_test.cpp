@@ -129,11 +129,13 @@ TEST(LargeAlloc, ProtectedModeKeepsWeightsOutOfDumpsLocksAndWipesThem) {
   void* dedicated = AllocateLarge(size_t{20} << 20);
   ASSERT_NE(dedicated, nullptr);
   // Locked where the process may lock (CAP_IPC_LOCK or RLIMIT_MEMLOCK), and then said so.
-  // AddressSanitizer's mlock interceptor returns success without locking: no flag to compare.
-#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizers' common mlock interceptor (ASan, TSan, MSan) returns success without
+  // locking: no flag to compare there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   constexpr bool kMlockReal = false;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
   constexpr bool kMlockReal = false;
 #else
   constexpr bool kMlockReal = true;
