@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <new>
 
 namespace vlmd {
 
@@ -24,6 +26,26 @@ struct LargeDeleter {
 };
 template <typename T>
 using LargeArray = std::unique_ptr<T, LargeDeleter>;
+
+// A standard allocator over AllocateLarge, for containers of model weights (the f32 norms and
+// biases the loaders convert): they then share the chunks, and so the protected mode, of the
+// packed weights. Throws std::bad_alloc when out of memory, as std::allocator does.
+template <typename T>
+struct LargeAllocator {
+  using value_type = T;
+  LargeAllocator() = default;
+  template <typename U>
+  LargeAllocator(const LargeAllocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    void* p = AllocateLarge(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) noexcept { FreeLarge(p); }
+  template <typename U>
+  bool operator==(const LargeAllocator<U>&) const noexcept { return true; }
+};
 
 // Bytes currently mapped for large buffers (all chunks, used or not), for tests and metrics.
 size_t LargeAllocMappedBytes();

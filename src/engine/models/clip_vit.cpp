@@ -13,7 +13,7 @@
 namespace vlmd::engine::models {
 namespace {
 
-ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
+ops::MatmulEpilogue BiasEpilogue(const F32Weights& b) {
   return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
 }
 

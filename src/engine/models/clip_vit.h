@@ -55,10 +55,10 @@ class ClipVit {
   ops::PackedStore packed_;             // owns what the views' `packed` point at
   uint64_t released_ = 0;               // GGUF pages of packed matrices, dropped at load
   ops::WeightView patch_w_;             // [d_model, 3 * patch * patch]
-  std::vector<float> patch_b_;          // [d_model] or empty
-  std::vector<float> class_embd_;       // [d_model] or empty
-  std::vector<float> pos_embd_;         // [n_positions, d_model]
-  std::vector<float> pre_ln_w_, pre_ln_b_, post_ln_w_, post_ln_b_;  // empty when absent
+  F32Weights patch_b_;                  // [d_model] or empty
+  F32Weights class_embd_;               // [d_model] or empty
+  F32Weights pos_embd_;                 // [n_positions, d_model]
+  F32Weights pre_ln_w_, pre_ln_b_, post_ln_w_, post_ln_b_;  // empty when absent
   std::vector<VitBlockWeights> layers_;
 };
 

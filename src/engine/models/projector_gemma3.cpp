@@ -12,7 +12,7 @@ namespace {
 // The [d rows of n] matrix `t` (F32 or F16 elements T) as [n rows of d] in *storage, unchanged
 // element bits (an F16 projection stays F16, as llama.cpp's transposed copy does).
 template <typename T>
-ops::WeightView Transposed(const gguf::TensorInfo& t, int64_t n, int64_t d, std::vector<uint8_t>* storage) {
+ops::WeightView Transposed(const gguf::TensorInfo& t, int64_t n, int64_t d, std::vector<uint8_t, LargeAllocator<uint8_t>>* storage) {
   storage->resize(static_cast<size_t>(n * d) * sizeof(T));
   const auto* src = reinterpret_cast<const T*>(t.data);
   auto* dst = reinterpret_cast<T*>(storage->data());

@@ -40,8 +40,8 @@ class Gemma3Projector {
 
  private:
   Gemma3Projector() = default;
-  std::vector<float> norm_w_;            // [D]
-  std::vector<uint8_t> proj_bytes_;      // owned transposed projection, [n_embd rows of D]
+  F32Weights norm_w_;                    // [D]
+  std::vector<uint8_t, LargeAllocator<uint8_t>> proj_bytes_;  // owned transposed projection [n_embd rows of D]
   ops::WeightView proj_;                 // [D -> n_embd] over proj_bytes_
   ops::PackedStore packed_;
 };

@@ -33,9 +33,9 @@ class InternVlProjector {
 
  private:
   InternVlProjector() = default;
-  std::vector<float> norm_w_, norm_b_;  // [D * s * s]
+  F32Weights norm_w_, norm_b_;  // [D * s * s]
   ops::WeightView w1_, w3_;             // [D*s*s -> n_embd], [n_embd -> n_embd]
-  std::vector<float> b1_, b3_;
+  F32Weights b1_, b3_;
   ops::PackedStore packed_;
   uint64_t released_ = 0;
 };

@@ -34,7 +34,7 @@ class MlpProjector {
   ops::WeightView w0_, w2_;
   ops::PackedStore packed_;
   uint64_t released_ = 0;
-  std::vector<float> b0_, b2_;
+  F32Weights b0_, b2_;
 };
 
 }  // namespace vlmd::engine::models

@@ -15,7 +15,7 @@
 namespace vlmd::engine::models {
 namespace {
 
-ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
+ops::MatmulEpilogue BiasEpilogue(const F32Weights& b) {
   return ops::MatmulEpilogue{b.empty() ? nullptr : b.data(), nullptr};
 }
 
@@ -60,9 +60,9 @@ std::vector<int32_t> WindowOrder(int32_t gw, int32_t gh, int32_t win, std::vecto
 
 }  // namespace
 
-std::vector<float> ResizePositionGrid(const std::vector<float>& grid, int32_t side, int64_t d,
+std::vector<float> ResizePositionGrid(std::span<const float> grid, int32_t side, int64_t d,
                                       int32_t width, int32_t height) {
-  if (width == side && height == side) return grid;
+  if (width == side && height == side) return {grid.begin(), grid.end()};
   std::vector<float> out(static_cast<size_t>(int64_t{width} * height * d));
   // ggml_compute_forward_upscale_f32, bilinear with align corners: no pixel offset, scale
   // (dst - 1) / (src - 1) (dst / src where a side is 1), corners clamped, all in float.
@@ -160,8 +160,8 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
   return m;
 }
 
-Status QwenVit::Mlp(const ops::WeightView& w1, const std::vector<float>& b1,
-                    const ops::WeightView& w2, const std::vector<float>& b2, const float* in,
+Status QwenVit::Mlp(const ops::WeightView& w1, const F32Weights& b1,
+                    const ops::WeightView& w2, const F32Weights& b2, const float* in,
                     int64_t rows, VisionContext* ctx, float* out, int64_t ldo) const {
   const kernels::KernelTable& kt = *ctx->kernels;
   GrowScratch(ctx->proj_mid, rows * w1.n);

@@ -64,7 +64,7 @@ class QwenVit {
   // merged rows.
   struct DeepstackMerger {
     int32_t layer = 0;
-    std::vector<float> norm_w, norm_b, fc1_b, fc2_b;
+    F32Weights norm_w, norm_b, fc1_b, fc2_b;
     ops::WeightView fc1, fc2;
   };
 
@@ -75,8 +75,8 @@ class QwenVit {
   // After block l: its deepstack features (3-VL layers that have them; else nothing).
   Status Deepstack(int32_t l, State* st, VisionContext* ctx) const;
   // The two-layer MLP of the merger and of deepstack layers: out = w2(GELU(w1 in + b1)) + b2.
-  Status Mlp(const ops::WeightView& w1, const std::vector<float>& b1, const ops::WeightView& w2,
-             const std::vector<float>& b2, const float* in, int64_t rows, VisionContext* ctx,
+  Status Mlp(const ops::WeightView& w1, const F32Weights& b1, const ops::WeightView& w2,
+             const F32Weights& b2, const float* in, int64_t rows, VisionContext* ctx,
              float* out, int64_t ldo) const;
 
   VisionConfig config_;
@@ -84,12 +84,12 @@ class QwenVit {
   ops::PackedStore packed_;
   uint64_t released_ = 0;
   ops::WeightView patch_w0_, patch_w1_;   // [d_model, 3 p p] each: the two temporal slices
-  std::vector<float> patch_b_;            // [d_model] (3-VL) or empty
-  std::vector<float> pos_embd_;           // [side * side, d_model] (3-VL) or empty
+  F32Weights patch_b_;                    // [d_model] (3-VL) or empty
+  F32Weights pos_embd_;                   // [side * side, d_model] (3-VL) or empty
   int32_t pos_side_ = 0;                  // side of the learned position grid
-  std::vector<float> post_ln_w_, post_ln_b_;
+  F32Weights post_ln_w_, post_ln_b_;
   ops::WeightView mm0_, mm2_;             // [4d, 4d], [4d -> projection_dim]
-  std::vector<float> mm0_b_, mm2_b_;
+  F32Weights mm0_b_, mm2_b_;
   std::vector<VitBlockWeights> blocks_;
   std::vector<DeepstackMerger> deepstack_;  // by layer, ascending
 };
@@ -111,7 +111,7 @@ struct QwenVit::State {
 // llama.cpp's bilinear align-corners resize (ggml_interpolate with GGML_SCALE_MODE_BILINEAR |
 // GGML_SCALE_FLAG_ALIGN_CORNERS) of a side x side grid of d-vectors [side * side, d] to
 // width x height: out [height * width, d], raster order. A grid already side x side is copied.
-std::vector<float> ResizePositionGrid(const std::vector<float>& grid, int32_t side, int64_t d,
+std::vector<float> ResizePositionGrid(std::span<const float> grid, int32_t side, int64_t d,
                                       int32_t width, int32_t height);
 
 }  // namespace vlmd::engine::models

@@ -28,7 +28,7 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void AddBias(float* x, const std::vector<float>& bias, int64_t n_rows) {
+void AddBias(float* x, const F32Weights& bias, int64_t n_rows) {
   if (bias.empty()) return;
   const int64_t n = static_cast<int64_t>(bias.size());
   for (int64_t r = 0; r < n_rows; ++r) AddInPlace(x + r * n, bias.data(), n);

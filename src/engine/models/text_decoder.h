@@ -19,6 +19,7 @@
 #include "engine/kernels/kernel_table.h"
 #include "engine/models/kv_cache.h"
 #include "engine/models/text_config.h"
+#include "engine/models/weights.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/rope.h"
@@ -134,15 +135,15 @@ class TextDecoder {
  private:
   struct Layer {
     DecoderLayerSpec spec;
-    std::vector<float> attn_norm, ffn_norm;  // [d_model]
+    F32Weights attn_norm, ffn_norm;          // [d_model]
     ops::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
     // Packed fusions (packed == nullptr when not fused): [q | k | v] and [gate | up] outputs from
     // one matmul each, so decode pays one activation quantization and one thread hand-off
     // instead of three / two. When set, the parts above keep only their GGUF rows.
     ops::WeightView wqkv, w_gate_up;
-    std::vector<float> bq, bk, bv;           // qwen2 / qwen2vl only
-    std::vector<float> q_norm, k_norm;       // [head_dim] when spec.qk_norm
-    std::vector<float> post_attn_norm, post_ffn_norm;  // [d_model], Gemma 3
+    F32Weights bq, bk, bv;                   // qwen2 / qwen2vl only
+    F32Weights q_norm, k_norm;               // [head_dim] when spec.qk_norm
+    F32Weights post_attn_norm, post_ffn_norm;          // [d_model], Gemma 3
   };
 
   TextDecoder() = default;
@@ -155,7 +156,7 @@ class TextDecoder {
   TextConfig config_;
   ops::WeightView token_embd_;
   ops::WeightView output_;  // token_embd_ when tied
-  std::vector<float> output_norm_;
+  F32Weights output_norm_;
   std::vector<Layer> layers_;
   std::vector<ops::RopeParams> rope_sets_;  // one table per set and batch (DecoderLayerSpec::rope)
   uint64_t weight_bytes_ = 0;

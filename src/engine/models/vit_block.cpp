@@ -28,9 +28,9 @@
 namespace vlmd::engine::models {
 namespace {
 
-const float* OrNull(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+const float* OrNull(const F32Weights& v) { return v.empty() ? nullptr : v.data(); }
 
-ops::MatmulEpilogue BiasEpilogue(const std::vector<float>& b) {
+ops::MatmulEpilogue BiasEpilogue(const F32Weights& b) {
   return ops::MatmulEpilogue{OrNull(b), nullptr};
 }
 
@@ -47,8 +47,8 @@ int64_t RoundUpTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 // Layer scale folded into a projection: the matrix `name` [k -> d] as f32 with output row j
 // scaled by scale[j] into *storage (w points at it), and the bias scaled alike.
 Status FoldLayerScale(const gguf::GgufFile& f, const std::string& name, int64_t k,
-                      const std::vector<float>& scale, ops::WeightView* w, std::vector<float>* bias,
-                      std::vector<float>* storage) {
+                      const F32Weights& scale, ops::WeightView* w, F32Weights* bias,
+                      F32Weights* storage) {
   const int64_t d = static_cast<int64_t>(scale.size());
   VLMD_ASSIGN_OR_RETURN(*storage, GetF32(f, name, {k, d}));
   for (int64_t j = 0; j < d; ++j) {
@@ -61,7 +61,7 @@ Status FoldLayerScale(const gguf::GgufFile& f, const std::string& name, int64_t 
 }
 
 // x += branch, each row scaled by the layer scale first when there is one.
-void AddBranch(const float* branch, const std::vector<float>& scale, int64_t n, int64_t d, float* x) {
+void AddBranch(const float* branch, const F32Weights& scale, int64_t n, int64_t d, float* x) {
   if (scale.empty()) {
     for (int64_t i = 0; i < n * d; ++i) x[i] += branch[i];
     return;
@@ -101,7 +101,7 @@ kernels::UnaryFn TileBlockActivation(const kernels::KernelTable& kt, ops::Activa
 
 // y[r] += b for n rows of width d (nothing when b is empty): an RMSNorm's optional bias, added
 // after the weight as llama.cpp's build_norm does.
-void AddRowBias(const std::vector<float>& b, int64_t n, int64_t d, float* y) {
+void AddRowBias(const F32Weights& b, int64_t n, int64_t d, float* y) {
   if (b.empty()) return;
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t i = 0; i < d; ++i) y[r * d + i] += b[static_cast<size_t>(i)];
@@ -109,7 +109,7 @@ void AddRowBias(const std::vector<float>& b, int64_t n, int64_t d, float* y) {
 }
 
 Status Norm(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
-            const float* x, const std::vector<float>& w, const std::vector<float>& b, float* y,
+            const float* x, const F32Weights& w, const F32Weights& b, float* y,
             int64_t rows) {
   if (spec.norm == VitNorm::kRmsNorm) {
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, w.data(), y, rows, spec.d_model, spec.eps));
@@ -122,7 +122,7 @@ Status Norm(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool
 // The optional q or k norm of n rows [n, d_model] in place: the block's norm with weight w and no
 // bias (llama.cpp's build_norm), over each whole row or each head of it.
 Status QkNorm(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool* pool,
-              const std::vector<float>& w, float* x, int64_t n) {
+              const F32Weights& w, float* x, int64_t n) {
   if (w.empty()) return Status::Ok();
   const int64_t width = static_cast<int64_t>(w.size());
   const int64_t rows = n * (spec.d_model / width);
@@ -284,7 +284,7 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
                                  .bias = b};
   };
   // The norm into bf16 rows: LayerNorm in one pass; RMSNorm in f32, then rounded.
-  auto norm_to_bf16 = [&](const std::vector<float>& w, const std::vector<float>& b) -> Status {
+  auto norm_to_bf16 = [&](const F32Weights& w, const F32Weights& b) -> Status {
     if (spec.norm == VitNorm::kLayerNorm) {
       return ops::LayerNormToBf16(kt, pool, x, w.data(), OrNull(b), xn16, ld, n, d, spec.eps);
     }
@@ -366,7 +366,7 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   }
   if (tensors.fused_qkv) {
     VLMD_ASSIGN_OR_RETURN(ops::WeightView qkv, GetMatrix(f, p + "attn_qkv.weight", d, 3 * d));
-    VLMD_ASSIGN_OR_RETURN(std::vector<float> bqkv, bias("attn_qkv.bias", 3 * d));
+    VLMD_ASSIGN_OR_RETURN(F32Weights bqkv, bias("attn_qkv.bias", 3 * d));
     L.wq = RowSlice(qkv, 0, d);  // each third packed on its own below
     L.wk = RowSlice(qkv, d, d);
     L.wv = RowSlice(qkv, 2 * d, d);
@@ -426,12 +426,12 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
     if (w->data == nullptr) continue;
     VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, store));
-    std::vector<float>* folded = w == &L.wo ? &L.folded_wo : w == &L.w_down ? &L.folded_w_down : nullptr;
+    F32Weights* folded = w == &L.wo ? &L.folded_wo : w == &L.w_down ? &L.folded_w_down : nullptr;
     if (folded != nullptr && !folded->empty()) {
       // A folded copy: not the file's pages. Dropped once a packed copy replaces it.
       if (w->packed != nullptr || w->tiles != nullptr) {
         w->data = nullptr;
-        std::vector<float>().swap(*folded);
+        F32Weights().swap(*folded);
       }
       continue;
     }

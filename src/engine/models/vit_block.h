@@ -22,6 +22,7 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/models/vision_context.h"
+#include "engine/models/weights.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/matmul.h"
@@ -53,18 +54,18 @@ struct VitBlockTensors {
 };
 
 struct VitBlockWeights {
-  std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases optional (empty)
+  F32Weights ln1_w, ln1_b, ln2_w, ln2_b;  // [d_model]; biases optional (empty)
   ops::WeightView wq, wk, wv, wo;                 // [d_model -> d_model]
-  std::vector<float> bq, bk, bv, bo;              // [d_model] or empty
-  std::vector<float> bq_scaled;                   // bq * TileQueryScale(head_dim) (tile blocks)
+  F32Weights bq, bk, bv, bo;                      // [d_model] or empty
+  F32Weights bq_scaled;                           // bq * TileQueryScale(head_dim) (tile blocks)
   ops::WeightView w_up, w_gate, w_down;           // [d -> d_ff], gate: gated FFN only, [d_ff -> d]
-  std::vector<float> b_up, b_gate, b_down;
-  std::vector<float> ls1, ls2;                    // [d_model] layer scale, or empty
-  std::vector<float> q_norm, k_norm;              // [d_model] or [head_dim] weights, or empty
+  F32Weights b_up, b_gate, b_down;
+  F32Weights ls1, ls2;                            // [d_model] layer scale, or empty
+  F32Weights q_norm, k_norm;                      // [d_model] or [head_dim] weights, or empty
   // Fast precision with layer scale: ls1 / ls2 folded into the output and down projections
   // (their rows and biases scaled at load), these the scaled f32 matrices while no packed copy
   // replaces them; ls1 / ls2 are then empty and the blocks may run on tiles.
-  std::vector<float> folded_wo, folded_w_down;
+  F32Weights folded_wo, folded_w_down;
 };
 
 // Block l of `file` as `tensors` says, shapes checked against `spec`; its matrices packed as

@@ -39,7 +39,7 @@ Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string&
   return ops::WeightView{t->type, n, k, t->data, static_cast<size_t>(*RowBytes(t->type, k))};
 }
 
-Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string& name,
+Result<F32Weights> GetF32(const gguf::GgufFile& file, const std::string& name,
                                   std::initializer_list<int64_t> shape) {
   const gguf::TensorInfo* t = file.FindTensor(name);
   if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
@@ -51,16 +51,16 @@ Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string&
     return UnimplementedError("tensor '" + name + "' has unsupported type " +
                               std::string(DTypeName(t->type)));
   }
-  std::vector<float> out(static_cast<size_t>(t->n_elements()));
+  F32Weights out(static_cast<size_t>(t->n_elements()));
   for (int64_t r = 0; r < n_rows; ++r) {
     VLMD_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * *row_bytes, out.data() + r * row, row));
   }
   return out;
 }
 
-Result<std::vector<float>> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
+Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
                                           std::initializer_list<int64_t> shape) {
-  if (file.FindTensor(name) == nullptr) return std::vector<float>{};
+  if (file.FindTensor(name) == nullptr) return F32Weights{};
   return GetF32(file, name, shape);
 }
 

@@ -7,11 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "core/large_alloc.h"
 #include "core/status.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/ops/matmul.h"
 
 namespace vlmd::engine::models {
+
+// An owned f32 copy of model weights (a norm, a bias, an embedding table, a folded matrix): in
+// large_alloc's chunks, so a sealed model's protected mode covers it like the packed matrices.
+using F32Weights = std::vector<float, LargeAllocator<float>>;
 
 // The matrix `name` with ggml shape [k, n] (k = row length) as a matmul weight view. NOT_FOUND
 // naming the tensor when absent; INVALID_ARGUMENT when its shape differs; UNIMPLEMENTED when
@@ -20,11 +25,11 @@ Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string&
                                   int64_t n);
 
 // The tensor `name` of exactly `shape` (ggml order) dequantized to f32. Same errors as GetMatrix.
-Result<std::vector<float>> GetF32(const gguf::GgufFile& file, const std::string& name,
+Result<F32Weights> GetF32(const gguf::GgufFile& file, const std::string& name,
                                   std::initializer_list<int64_t> shape);
 
 // As GetF32, but an absent tensor gives an empty vector (optional biases).
-Result<std::vector<float>> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
+Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
                                           std::initializer_list<int64_t> shape);
 
 // A patch-embedding convolution kernel `name` of ggml shape [p, p, 3, d] viewed as d rows of

@@ -54,8 +54,9 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
     e->decrypted_locked_ = e->decrypted_locked_ && f.file->locked_in_memory();
   }
   if (!e->decrypted_) e->decrypted_locked_ = false;
-  // The packed copies the loaders make of a sealed model's weights get the same care as the
-  // decrypted file: out of core dumps, locked, wiped when freed (for the rest of the process).
+  // The copies the loaders make of a sealed model's weights (packed matrices, f32 norms and
+  // biases: all in large_alloc) get the same care as the decrypted file: out of core dumps,
+  // locked, wiped when freed (for the rest of the process).
   if (e->decrypted_) ProtectLargeAllocations();
   if (opts.hash_files) {
     VLMD_ASSIGN_OR_RETURN(e->files_sha256_, gguf::HashModelFiles(opened));

@@ -389,9 +389,9 @@ Status SelfCheck(ModelHost& host) {
 void LogSealedModel(const ModelHost& model) {
   if (!model.decrypted()) return;
   if (model.decrypted_locked()) {
-    spdlog::info("model '{}': sealed files decrypted into locked memory, and the engine's packed copies "
-                 "of the weights locked too (its f32 norms and biases are ordinary memory: run with core "
-                 "dumps off where that matters)",
+    spdlog::info("model '{}': sealed files decrypted into locked memory, and the engine's copies of "
+                 "the weights locked too (activations and the K/V cache are ordinary memory: run with "
+                 "core dumps off where that matters)",
                  model.spec().name);
   } else {
     spdlog::warn("model '{}': sealed files decrypted into memory that could not be locked (raise "
