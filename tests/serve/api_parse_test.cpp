@@ -428,7 +428,7 @@ TEST(ApiInvoke, PromptWithImages) {
                            R"(","images_base64":[")" + EncodeBase64("second") + R"(",")" +
                            DataUri("third") +
                            R"("],"max_tokens":20,"temperature":0.5,)"
-                           R"("stream":true,"raw_prompt":true,"stream_id":"cam-7","logprobs":true,)"
+                           R"("stream":true,"raw_prompt":true,"stream_id":"cam-7","stream_frame":41,"logprobs":true,)"
                            R"("model":"m","unknown_extra":{"x":[1,2]}})";
   auto r = ParseInvokeJson(body, RequestLimits{});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -440,6 +440,7 @@ TEST(ApiInvoke, PromptWithImages) {
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->raw_prompt);
   EXPECT_EQ(r->stream_id, "cam-7");
+  EXPECT_EQ(r->stream_frame, 41);
   EXPECT_EQ(r->model, "m");
   EXPECT_TRUE(r->sampling.logprobs);
 }
@@ -491,6 +492,12 @@ TEST(ApiInvoke, FieldRules) {
               "stream_id: only printable ASCII");
   ExpectError(ParseInvokeJson(Invoke(R"("stream_id":"")"), l), StatusCode::kInvalidArgument,
               "stream_id: must be 1 to 128 bytes");
+  ExpectError(ParseInvokeJson(Invoke(R"("stream_frame":3)"), l), StatusCode::kInvalidArgument,
+              "stream_frame: needs a stream_id");
+  ExpectError(ParseInvokeJson(Invoke(R"("stream_id":"c","stream_frame":-1)"), l),
+              StatusCode::kInvalidArgument, "stream_frame: must not be negative");
+  ExpectError(ParseInvokeJson(Invoke(R"("stream_id":"c","stream_frame":1.5)"), l),
+              StatusCode::kInvalidArgument, "stream_frame: not an integer");
 }
 
 TEST(ApiInvoke, ImageLimits) {

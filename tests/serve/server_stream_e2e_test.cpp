@@ -47,6 +47,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   ASSERT_EQ(r["http"], 200) << r.dump();
   EXPECT_EQ(r["stream"]["id"], "cam-1");
   EXPECT_EQ(r["stream"]["context_frames"], 0);  // a new stream
+  EXPECT_EQ(r["stream"]["no_context_reason"], "first_frame");
   const int64_t one_frame = r["usage"]["image_tokens"];
   ASSERT_GT(one_frame, 0);
 
@@ -55,6 +56,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   EXPECT_EQ(r["stream"]["motion"], 0.0);
   EXPECT_EQ(r["stream"]["window"], 1);
   EXPECT_EQ(r["stream"]["context_frames"], 0);
+  EXPECT_EQ(r["stream"]["no_context_reason"], "still");
   EXPECT_EQ(r["usage"]["image_tokens"], one_frame);
 
   const json moving = Post(*c, Invoke({b}, "cam-1"));  // motion: the window opens
@@ -62,6 +64,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   EXPECT_GT(moving["stream"]["motion"].get<double>(), 0.5);
   EXPECT_EQ(moving["stream"]["window"], 3);
   EXPECT_EQ(moving["stream"]["context_frames"], 1);  // the still scene, kept once
+  EXPECT_FALSE(moving["stream"].contains("no_context_reason"));
   EXPECT_EQ(moving["usage"]["image_tokens"], 2 * one_frame);
 
   // The same two frames in one request (no stream) give the same answer: the kept visual
@@ -92,6 +95,35 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_streams"), 2);
   EXPECT_EQ(testing::MetricValue(metrics, "vlm_stream_context_frames_total"), 3);
   EXPECT_GT(testing::MetricValue(metrics, "vlm_stream_window_bytes"), 0);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="still"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="lost"})"), 0);
+}
+
+// A client that counts its frames (stream_frame) learns when a server holds none of the earlier
+// ones (a restarted replica, a stream rebalanced to another one): the reply says "lost" instead
+// of starting the window again silently, and the counter a scale-out alert watches goes up.
+TEST(ServerStream, AStreamContinuedWhereItsFramesAreNotSaysLost) {
+  Harness h;
+  auto c = h.Client();
+  json req = Invoke({SplitFrame(8)}, "cam-9");
+  req["stream_frame"] = 0;
+  json r = Post(*c, req);
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["no_context_reason"], "first_frame");
+  req = Invoke({SplitFrame(40)}, "cam-7");  // frame 12 of a stream this server never saw
+  req["stream_frame"] = 12;
+  r = Post(*c, req);
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 0);
+  EXPECT_EQ(r["stream"]["no_context_reason"], "lost");
+  req = Invoke({SplitFrame(60)}, "cam-7");  // and from then on, the stream builds again here
+  req["stream_frame"] = 13;
+  r = Post(*c, req);
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 1);
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="lost"})"), 1);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="first_frame"})"), 1);
 }
 
 TEST(ServerStream, TheTokenBudgetDropsTheOldestEarlierFramesFirst) {

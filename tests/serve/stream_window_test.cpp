@@ -125,10 +125,16 @@ TEST(StreamWindow, FramesPastTheirAgeAreNoContext) {
   w.Push("s", Frame("a", 100, s0, w.Arrive("s", s0).sequence));
   StreamView v = w.Arrive("s", s1);
   ASSERT_EQ(v.context.size(), 1u);  // young: offered
+  EXPECT_EQ(v.held_frames, 1);
+  EXPECT_FALSE(v.expired);
+  EXPECT_EQ(w.Arrive("t", s1).held_frames, 0);  // a stream not seen here
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   v = w.Arrive("s", s1);
   EXPECT_TRUE(v.context.empty());  // the camera paused: a fresh start
   EXPECT_EQ(v.window, 1);
+  EXPECT_EQ(v.held_frames, 1);
+  EXPECT_TRUE(v.expired);
+  EXPECT_TRUE(w.Peek("s").expired);
   EXPECT_TRUE(w.Peek("s").context.empty());
   w.Push("s", Frame("b", 100, s1, v.sequence));  // and "a" goes
   const StreamView peek = w.Peek("s");

@@ -54,6 +54,13 @@ Status ParseInvokeFields(const Json& obj, std::string_view prefix, const Request
     }
     req->stream_id = std::string(id);
   }
+  if (const Json* v = FindField(obj, "stream_frame")) {
+    const std::string path = FieldPath(prefix, "stream_frame");
+    if (req->stream_id.empty()) return InvalidArgumentError(path + ": needs a stream_id");
+    VLMD_ASSIGN_OR_RETURN(const int64_t frame, internal::ReadInteger(*v, path));
+    if (frame < 0) return InvalidArgumentError(path + ": must not be negative");
+    req->stream_frame = frame;
+  }
   return Status::Ok();
 }
 

@@ -61,6 +61,10 @@ struct GenerationRequest {
   SamplingRequest sampling;
   bool stream = false;
   std::string stream_id;                    // optional client stream (camera) id
+  // Optional with stream_id: the client's count of frames it sent on the stream before this one
+  // (0 for the first). A server that holds none of them says the stream was lost (a restart, a
+  // rebalance to another replica) instead of starting the window again silently. -1: not sent.
+  int64_t stream_frame = -1;
 };
 
 // The marker each image part becomes inside ChatMessage::text (the engine's default marker).

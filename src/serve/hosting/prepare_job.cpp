@@ -9,6 +9,15 @@ namespace {
 
 namespace rt = engine::runtime;
 
+// StreamPart::no_context_reason for a request whose prompt got no earlier frame, from what the
+// stream holds here (`view`) and the request's stream_frame (-1: not sent).
+std::string NoContextReason(const StreamPart& part, const StreamView& view, int64_t client_frame) {
+  if (view.held_frames == 0) return client_frame > 0 ? "lost" : "first_frame";
+  if (view.expired) return "expired";
+  if (part.dropped_for_budget > 0) return "budget";
+  return "still";  // a window of one frame: the scene has not moved
+}
+
 // Prompt text without image markers: what the text part tokenizes to (markers become images).
 std::string WithoutMarkers(std::string text) {
   for (size_t at; (at = text.find(api::kMediaMarker)) != std::string::npos;) {
@@ -103,14 +112,14 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // the context left for the reply.
   int64_t context_tokens = 0;
   if (stream) {
-    StreamView view = stream(decoded.empty() ? nullptr : &decoded.front());
+    const StreamView view = stream(decoded.empty() ? nullptr : &decoded.front());
     StreamPart part;
     part.id = request.stream_id;
     part.motion = view.motion;
     part.window = view.window;
     part.thumbnail = view.thumbnail;
     part.sequence = view.sequence;
-    in.context = std::move(view.context);
+    in.context = view.context;
     for (const ContextFrame& f : in.context) context_tokens += f.prompt_tokens;
     int64_t own = job.text_tokens;
     for (const auto& img : decoded) {
@@ -125,6 +134,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       ++part.dropped_for_budget;
     }
     part.context_frames = static_cast<int>(in.context.size());
+    if (part.context_frames == 0) part.no_context_reason = NoContextReason(part, view, request.stream_frame);
     job.stream = part;
     // One marker per earlier frame, before the first one (no markers: the engine puts every
     // image before the text, in order).

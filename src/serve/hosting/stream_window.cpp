@@ -80,6 +80,8 @@ StreamView StreamWindows::Arrive(const std::string& key, const FrameThumbnail& f
   view.motion = NextMotion(s, frame);
   view.window = WindowFor(view.motion);
   view.context = Last(s, view.window - 1);
+  view.held_frames = static_cast<int>(s.frames.size());
+  view.expired = !s.frames.empty() && s.frames.back().kept < Clock::now() - options_.max_age;
   return view;
 }
 
@@ -91,7 +93,10 @@ StreamView StreamWindows::Peek(const std::string& key) {
   s.used = Clock::now();
   // Without a new frame the question is about the frames seen: the window's earlier frames and
   // the newest one.
-  return {Last(s, std::max(s.window, 1)), s.motion, s.window, 0, {}};
+  StreamView view{Last(s, std::max(s.window, 1)), s.motion, s.window, 0, {}};
+  view.held_frames = static_cast<int>(s.frames.size());
+  view.expired = !s.frames.empty() && s.frames.back().kept < Clock::now() - options_.max_age;
+  return view;
 }
 
 void StreamWindows::Push(const std::string& key, ContextFrame frame) {

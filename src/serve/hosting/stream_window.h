@@ -69,6 +69,8 @@ struct StreamView {
   int window = 1;                     // frames the window spans, the new one included
   uint64_t sequence = 0;              // the new frame's arrival order (for Push)
   FrameThumbnail thumbnail{};         // the new frame's (for Push)
+  int held_frames = 0;                // earlier frames the stream holds here, of any age
+  bool expired = false;               // ... and the newest of them is past max_age
 };
 
 class StreamWindows {

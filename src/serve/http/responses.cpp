@@ -104,6 +104,7 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
                    {"window", s.window},
                    {"motion", s.motion},
                    {"dropped_for_budget", s.dropped_for_budget}};
+    if (!s.no_context_reason.empty()) j["stream"]["no_context_reason"] = s.no_context_reason;
   }
   if (prepared.redaction) j["timings"]["redact_ms"] = prepared.redaction->detect_ms;
   if (prepared.budget) {

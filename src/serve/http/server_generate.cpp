@@ -249,6 +249,8 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   }
   if (call->prepared.stream) {
     s_.metrics_->stream_context_frames.With().Inc(call->prepared.stream->context_frames);
+    const std::string& reason = call->prepared.stream->no_context_reason;
+    if (!reason.empty()) s_.metrics_->stream_no_context.With({reason}).Inc();
   }
   call->reply.model = call->reply.route.empty() ? spec.name : call->reply.route;
   call->reply.model_hash = call->model->hash();
@@ -372,6 +374,9 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
     // they arrived): how many.
     rec["stream"] = {{"id", call.prepared.stream->id},
                      {"context_frames", call.prepared.stream->context_frames}};
+    if (!call.prepared.stream->no_context_reason.empty()) {
+      rec["stream"]["no_context_reason"] = call.prepared.stream->no_context_reason;
+    }
   }
   if (!error.empty()) rec["error"] = error;
   if (call.reply.redaction) {

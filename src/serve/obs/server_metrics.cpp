@@ -64,6 +64,9 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                "Visual tokens of earlier frames kept for the streams")),
       stream_context_frames(r->AddCounter("vlm_stream_context_frames_total",
                                           "Earlier frames of a stream put before a new one")),
+      stream_no_context(r->AddCounter("vlm_stream_frames_without_context_total",
+                                      "Stream frames whose prompt got no earlier frame, by reason",
+                                      {"reason"})),
       http_connections(r->AddGauge("vlm_http_connections", "HTTP connections open")),
       http_refusals(r->AddCounter("vlm_http_refusals_total",
                                   "Requests the connection layer refused itself, by reason",
@@ -88,7 +91,9 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                "Regions covered before inference, by kind (faces, plates)", {"kind"})),
       redact_duration(r->AddHistogram("vlm_redact_duration_seconds",
                                       "Face and plate detection time per request (all its images)", {},
-                                      {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1})) {}
+                                      {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1})) {
+  stream_no_context.With({"lost"});  // at 0, so that increase() sees the first lost stream
+}
 
 void ServerMetrics::UpdateProcessMemory() {
   std::ifstream in("/proc/self/status");

@@ -45,6 +45,9 @@ struct ServerMetrics {
   obs::GaugeFamily& streams;
   obs::GaugeFamily& stream_bytes;
   obs::CounterFamily& stream_context_frames;
+  // Frames whose prompt got no earlier frame, by reason (StreamPart::no_context_reason); "lost"
+  // counts streams a client continued here after a restart, rebalance or hot swap.
+  obs::CounterFamily& stream_no_context;
   // The connection layer (serve/http/http_front.h): connections open now, requests it refused
   // itself by reason (head_timeout, payload_too_large, too_many_connections, ...), connections
   // it dropped without a reply by reason (idle_reaped, write_timeout, accept_failed).
