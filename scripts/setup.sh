@@ -27,6 +27,8 @@ PACKAGES=(
   libdlib-dev           # redaction: dlib's HOG frontal-face detector
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  curl                  # the README's examples (scripts/smoke_run.sh), shell tests
+  haproxy               # replicas behind the shipped load-balancer config (tests/deploy)
 )
 
 missing=()

@@ -23,8 +23,11 @@ if [[ "${1:-}" == "--checks" ]]; then
   out=$(curl -sf "$url/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":4,"stream":true}') || fail "chat stream"
   grep -q '^data: \[DONE\]' <<<"$out" || fail "chat stream answered: $out"
-  curl -sf "$url/v1/models" | grep -q 'vlmd-demo' || fail "/v1/models does not list the demo model"
-  curl -sf "$url/metrics" | grep -q '^vlm_' || fail "/metrics has no vlm_ series"
+  # Whole bodies first: `curl | grep -q` fails under pipefail when grep stops reading early.
+  out=$(curl -sf "$url/v1/models") || fail "/v1/models"
+  grep -q 'vlmd-demo' <<<"$out" || fail "/v1/models does not list the demo model: $out"
+  out=$(curl -sf "$url/metrics") || fail "/metrics"
+  grep -q '^vlm_' <<<"$out" || fail "/metrics has no vlm_ series"
   exit 0
 fi
 
