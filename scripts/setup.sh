@@ -42,6 +42,11 @@ done
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi
+# kubectl decodes the Kubernetes manifest in the tests (offline). A machine with kubectl from
+# Kubernetes' own repository keeps it: Debian's kubernetes-client ships the same file.
+if ! command -v kubectl >/dev/null 2>&1; then
+  missing+=(kubernetes-client)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

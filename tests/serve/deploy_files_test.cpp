@@ -164,5 +164,59 @@ TEST(DeployFiles, TheAlertRulesQueryExportedMetricsAtTheDefaultDriftThreshold) {
   EXPECT_NE(rules.find("groups:"), std::string::npos);
 }
 
+// Scale out (issue 25): the disruption budget, spread and autoscaler select the Deployment's
+// pods; the autoscaler's metric is a gauge the server exports (and the adapter rule names it);
+// the Ingress and the shipped HAProxy config hash the same header; their limits and timeouts
+// are the server's.
+TEST(DeployFiles, TheScaleOutObjectsFitTheDeploymentAndTheServer) {
+  const std::string yaml = SourceText("deploy/k8s/vlmd.yaml");
+  const std::string haproxy = SourceText("deploy/haproxy/vlmd.cfg");
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* kind : {"kind: Deployment", "kind: PodDisruptionBudget",
+                           "kind: HorizontalPodAutoscaler", "kind: Ingress"}) {
+    EXPECT_EQ(count(yaml, std::string("\n") + kind + "\n"), 1) << kind;
+  }
+  // The Deployment's selector, the spread and the budget select the one pod label.
+  EXPECT_EQ(count(yaml, "matchLabels: {app.kubernetes.io/name: vlmd}"), 3);
+  EXPECT_NE(yaml.find("labels: {app.kubernetes.io/name: vlmd}\n      annotations:"), std::string::npos);
+  EXPECT_NE(yaml.find("topologyKey: kubernetes.io/hostname"), std::string::npos);
+  EXPECT_NE(yaml.find("scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: vlmd}"),
+            std::string::npos);
+  const std::smatch metric = [&] {
+    std::smatch m;
+    std::regex_search(yaml, m, std::regex(R"re(metric: \{name: (vlm_[a-z_]+)\})re"));
+    return m;
+  }();
+  ASSERT_EQ(metric.size(), 2u);
+  EXPECT_EQ(ExportedTypes().count(metric[1].str() + " gauge"), 1u) << metric[1];
+  EXPECT_NE(yaml.find("seriesQuery: '" + metric[1].str() + "{"), std::string::npos);
+  // One routing header: ingress-nginx's $http_x_... variable and HAProxy's hdr(...).
+  std::smatch ingress, lb;
+  ASSERT_TRUE(std::regex_search(yaml, ingress, std::regex(R"re(upstream-hash-by: "\$http_([a-z_]+)")re")));
+  ASSERT_TRUE(std::regex_search(haproxy, lb, std::regex(R"re(balance hdr\(([A-Za-z-]+)\))re")));
+  std::string header = lb[1];
+  for (char& ch : header) ch = ch == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  EXPECT_EQ(ingress[1].str(), header);
+  EXPECT_NE(haproxy.find("hash-type consistent"), std::string::npos);
+  EXPECT_NE(haproxy.find("option httpchk GET /ready"), std::string::npos);
+  // Limits: the body size the server accepts passes; both wait longer than its deadline.
+  const ServerOptions defaults;
+  EXPECT_NE(yaml.find("proxy-body-size: \"" + std::to_string(defaults.max_body_bytes >> 20) + "m\""),
+            std::string::npos);
+  auto c = ParseConfig(YamlBlock(yaml, "vlmd.json"), "/etc/vlmd", {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const int64_t deadline =
+      std::chrono::duration_cast<std::chrono::seconds>(c->server.prepare.timeout).count();
+  std::smatch read_timeout, server_timeout;
+  ASSERT_TRUE(std::regex_search(yaml, read_timeout, std::regex(R"re(proxy-read-timeout: "([0-9]+)")re")));
+  ASSERT_TRUE(std::regex_search(haproxy, server_timeout, std::regex(R"re(timeout server ([0-9]+)s)re")));
+  EXPECT_GT(std::stoi(read_timeout[1]), deadline);
+  EXPECT_GT(std::stoi(server_timeout[1]), deadline);
+}
+
 }  // namespace
 }  // namespace vlmd::serve
