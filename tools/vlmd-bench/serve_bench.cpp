@@ -180,6 +180,10 @@ std::unique_ptr<httplib::Client> MakeClient(const ServeBenchOptions& opts) {
   cli->set_read_timeout(opts.timeout_s, 0);
   cli->set_write_timeout(opts.timeout_s, 0);
   cli->set_keep_alive(true);
+  // httplib writes a request's head and body separately; with Nagle's algorithm on, the body
+  // then waits for the server's delayed ACK (~40 ms on Linux) on every keep-alive request, which
+  // the benchmark would report as server latency. curl and most clients set TCP_NODELAY too.
+  cli->set_tcp_nodelay(true);
   return cli;
 }
 
