@@ -20,20 +20,7 @@ stop_all() {
 }
 trap 'stop_all; rm -rf "$work"' EXIT
 
-start_replica() {  # $1 index; sets port
-  "$build/bin/vlmd" -m "$fixtures/text.gguf" --mmproj "$fixtures/mmproj.gguf" --port 0 -t 1 \
-    >"$work/r$1.log" 2>&1 &
-  pids+=($!)
-  port=""
-  for _ in $(seq 200); do
-    port=$(sed -n 's|.*vlmd listening on http://[^:]*:\([0-9][0-9]*\).*|\1|p' "$work/r$1.log" | head -n 1)
-    [[ -n "$port" ]] && break
-    sleep 0.1
-  done
-  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/ready" >/dev/null && return 0; sleep 0.1; done
-  echo "replicas bench: replica $1 not ready" >&2
-  exit 1
-}
+source "$root/tests/deploy/replicas_lib.sh"
 
 throughput() {  # $1 URL: prints images/s
   "$build/bin/vlmd-bench" serve --url "$1" -c "$concurrency" -n 8 --image "$image" --max-tokens 8 \
@@ -42,7 +29,7 @@ throughput() {  # $1 URL: prints images/s
     --max-tokens 8 --distinct-images --json | sed -n 's/.*"throughput_images_s": *\([0-9.]*\).*/\1/p'
 }
 
-start_replica 1
+start_replica "$build/bin/vlmd" "$fixtures" 1 || { echo "replicas bench: no replica" >&2; exit 1; }
 direct=$(throughput "http://127.0.0.1:$port")
 stop_all
 echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores"
@@ -52,18 +39,14 @@ printf '%-26s %12.2f %10s\n' "1 replica, direct" "$direct" "1.00"
 for n in 1 2 3; do
   env_args=()
   for i in $(seq "$n"); do
-    start_replica "$i"
+    start_replica "$build/bin/vlmd" "$fixtures" "$i" || { echo "replicas bench: no replica $i" >&2; exit 1; }
     env_args+=("VLMD_REPLICA_$i=127.0.0.1:$port")
   done
   # The shipped file without the server lines of replicas not started.
   cp "$root/deploy/haproxy/vlmd.cfg" "$work/haproxy.cfg"
   for i in $(seq $((n + 1)) 3); do sed -i "/VLMD_REPLICA_$i}/d" "$work/haproxy.cfg"; done
-  lb_port=$(( 20000 + RANDOM % 40000 ))
-  env "${env_args[@]}" VLMD_LB_BIND="127.0.0.1:$lb_port" haproxy -db -f "$work/haproxy.cfg" \
-    >"$work/haproxy.log" 2>&1 &
-  pids+=($!)
-  sleep 2.5  # health checks: rise 2 at 1 s
-  got=$(throughput "http://127.0.0.1:$lb_port")
+  start_haproxy "$work/haproxy.cfg" "${env_args[@]}" || { echo "replicas bench: no haproxy" >&2; exit 1; }
+  got=$(throughput "$lb")
   printf '%-26s %12.2f %10.2f\n' "$n replica(s), HAProxy" "$got" "$(awk -v a="$got" -v b="$direct" 'BEGIN { print a / b }')"
   stop_all
 done

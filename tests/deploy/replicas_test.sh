@@ -26,41 +26,16 @@ fail() {
   exit 1
 }
 
-# The replicas, on ports the kernel picks (read back from their "listening on" lines).
+source "$root/tests/deploy/replicas_lib.sh"
 ports=()
 for i in 1 2 3; do
-  "$vlmd" -m "$fixtures/text.gguf" --mmproj "$fixtures/mmproj.gguf" --port 0 -t 1 >"$work/r$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in 1 2 3; do
-  port=""
-  for _ in $(seq 200); do
-    port=$(sed -n 's|.*vlmd listening on http://[^:]*:\([0-9][0-9]*\).*|\1|p' "$work/r$i.log" | head -n 1)
-    [[ -n "$port" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || fail "replica $i did not listen"
+  start_replica "$vlmd" "$fixtures" "$i" || fail "replica $i did not come up"
   ports+=("$port")
 done
-for p in "${ports[@]}"; do
-  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$p/ready" >/dev/null && break; sleep 0.1; done
-  curl -sf "http://127.0.0.1:$p/ready" >/dev/null || fail "replica on port $p not ready"
-done
 replica_pid() { echo "${pids[$(( ${1#replica} - 1 ))]}"; }
-
-# The balancer, from the shipped file; its port: a free one among a few tries.
-lb=""
-for _ in $(seq 10); do
-  try=$(( 20000 + RANDOM % 40000 ))
-  VLMD_LB_BIND="127.0.0.1:$try" VLMD_REPLICA_1="127.0.0.1:${ports[0]}" \
-  VLMD_REPLICA_2="127.0.0.1:${ports[1]}" VLMD_REPLICA_3="127.0.0.1:${ports[2]}" \
-    haproxy -db -f "$root/deploy/haproxy/vlmd.cfg" >"$work/haproxy.log" 2>&1 &
-  hp=$!
-  sleep 0.5
-  if kill -0 "$hp" 2>/dev/null; then pids+=("$hp"); lb="http://127.0.0.1:$try"; break; fi
-done
-[[ -n "$lb" ]] || fail "haproxy did not start"
-sleep 2.5  # health checks: rise 2 at 1 s
+start_haproxy "$root/deploy/haproxy/vlmd.cfg" VLMD_REPLICA_1="127.0.0.1:${ports[0]}" \
+  VLMD_REPLICA_2="127.0.0.1:${ports[1]}" VLMD_REPLICA_3="127.0.0.1:${ports[2]}" ||
+  fail "haproxy did not start"
 
 # POST an invoke through the balancer: $1 routing key ("" for none), $2 JSON body file.
 # Prints "STATUS REPLICA BODY".
