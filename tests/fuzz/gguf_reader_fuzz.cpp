@@ -1,11 +1,13 @@
 // libFuzzer target: GgufFile::FromBytes on arbitrary bytes, then every getter on every key and the
-// first and last byte of every tensor, so ASan sees any pointer the reader hands out.
+// first and last byte of every tensor, so ASan sees any pointer the reader hands out; and the
+// importance-matrix reader (GGUF and legacy layouts) on the same bytes.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
 
 #include "engine/gguf/gguf_reader.h"
+#include "engine/gguf/imatrix.h"
 
 namespace {
 
@@ -50,5 +52,15 @@ void Exercise(const GgufFile& f) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto f = GgufFile::FromBytes(std::span<const uint8_t>(data, size));
   if (f.ok()) Exercise(**f);
+  auto m = vlmd::engine::gguf::ParseImatrix(std::span<const uint8_t>(data, size));
+  if (m.ok()) {
+    for (const auto& [name, e] : m->entries) {
+      const std::vector<float> imp = m->Importance(name);
+      if (imp.size() != e.sum_sq.size()) __builtin_trap();
+      for (float v : imp) {
+        if (!(v >= 0)) __builtin_trap();  // finite and non-negative sums give such importances
+      }
+    }
+  }
   return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/gguf/imatrix.h"
 #include "test_util.h"
 
 namespace vlmd::engine::gguf {
@@ -87,6 +88,28 @@ std::map<std::string, std::vector<uint8_t>> BuildCorpus() {
   const std::vector<uint8_t>& s = files["valid_scalars.gguf"];
   files["trunc_header.gguf"] = std::vector<uint8_t>(s.begin(), s.begin() + 12);
   files["trunc_scalars_half.gguf"] = std::vector<uint8_t>(s.begin(), s.begin() + s.size() / 2);
+  {  // An importance matrix (engine/gguf/imatrix.h), the fuzzer's second reader: a dense matrix
+     // and one of two experts, in GGUF and in the legacy layout (not GGUF: DATA_LOSS here).
+    ImportanceMatrix m;
+    m.datasets = {"calib"};
+    m.chunk_count = 2;
+    m.chunk_size = 64;
+    m.entries["blk.0.attn_q.weight"] = {4, {1, 4, 9, 16}, {2}};
+    m.entries["blk.0.ffn_up_exps.weight"] = {2, {3, 6, 0, 0}, {3, 0}};
+    files["valid_imatrix.gguf"] = *SerializeImatrix(m);
+    std::vector<uint8_t> dat;
+    auto i32 = [&](int32_t v) { dat.insert(dat.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); };
+    i32(1);
+    i32(6);
+    for (char c : std::string("blk.1x")) dat.push_back(static_cast<uint8_t>(c));
+    i32(2);  // ncall
+    i32(2);  // nval
+    for (float v : {2.0f, 6.0f}) dat.insert(dat.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4);
+    i32(2);  // chunks
+    i32(5);
+    for (char c : std::string("calib")) dat.push_back(static_cast<uint8_t>(c));
+    files["notgguf_legacy_imatrix.dat"] = dat;
+  }
   const std::vector<uint8_t>& q = files["valid_quant.gguf"];
   files["trunc_quant_data.gguf"] = std::vector<uint8_t>(q.begin(), q.end() - 100);
   return files;
