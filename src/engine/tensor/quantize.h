@@ -65,6 +65,11 @@ void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t k);
 void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k);
 void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k);
 void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k);
+// With an importance matrix's values for the row's k columns (mean x^2 per input column, see
+// engine/gguf/imatrix.h): the error of each value weighed by it, as llama-quantize --imatrix
+// does (ggml's quantize_row_q{4,5}_K_impl); importance nullptr: the functions above.
+void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k, const float* importance);
+void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k, const float* importance);
 // Q8_K is only ever an activation format; this is ggml's quantize_row_q8_K_ref, except that an
 // all-zero block also gets zero bsums (ggml leaves them unwritten).
 void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t k);

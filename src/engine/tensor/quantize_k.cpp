@@ -152,11 +152,150 @@ float FitSymmetricLevels(const float* x, int n, int nmax, int8_t* L) {
   return scale;
 }
 
+// Fits x[i] ~= scale * L[i] with L[i] in [0, nmax] for non-negative x (the 8 sub-block scales or
+// mins of a k-quant super-block), minimising the w-weighted squared error (ggml's make_qp_quants,
+// used with an importance matrix): the max-based grid and 8 stretched ones (nmax +- 0.1 is),
+// then up to 5 passes that move single levels while that improves the fit. Returns the scale.
+float FitScaleLevelsWeighted(const float* x, const float* w, int n, int nmax, uint8_t* L) {
+  float max = 0;
+  for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+  if (max < kGroupMaxEps) {
+    std::memset(L, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
+  float iscale = static_cast<float>(nmax) / max;
+  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(NearestInt(iscale * x[i]));
+  float scale = 1 / iscale;
+  float best_mse = 0;
+  for (int i = 0; i < n; ++i) {
+    const float diff = x[i] - scale * L[i];
+    best_mse += w[i] * diff * diff;
+  }
+  for (int is = -4; is <= 4; ++is) {
+    if (is == 0) continue;
+    const float iscale_is = (0.1f * static_cast<float>(is) + static_cast<float>(nmax)) / max;
+    const float scale_is = 1 / iscale_is;
+    float mse = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::min(nmax, NearestInt(iscale_is * x[i]));
+      const float diff = x[i] - scale_is * static_cast<float>(l);
+      mse += w[i] * diff * diff;
+    }
+    if (mse < best_mse) {
+      best_mse = mse;
+      iscale = iscale_is;
+    }
+  }
+  float sumlx = 0;
+  float suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::min(nmax, NearestInt(iscale * x[i]));
+    L[i] = static_cast<uint8_t>(l);
+    sumlx += w[i] * x[i] * static_cast<float>(l);
+    suml2 += w[i] * static_cast<float>(l) * static_cast<float>(l);  // (w l) l, as ggml rounds
+  }
+  for (int pass = 0; pass < 5; ++pass) {
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+      float slx = sumlx - w[i] * x[i] * static_cast<float>(L[i]);
+      float sl2 = suml2 - w[i] * static_cast<float>(L[i]) * static_cast<float>(L[i]);
+      if (slx > 0 && sl2 > 0) {
+        const int new_l = std::min(nmax, NearestInt(x[i] * sl2 / slx));
+        if (new_l != L[i]) {
+          slx += w[i] * x[i] * static_cast<float>(new_l);
+          sl2 += w[i] * static_cast<float>(new_l) * static_cast<float>(new_l);
+          if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = static_cast<uint8_t>(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++changed;
+          }
+        }
+      }
+    }
+    if (changed == 0) break;
+  }
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Packs the 6-bit levels of the 8 sub-block scales and mins of a Q4_K/Q5_K super-block (the
+// layout UnpackScaleMinK4 reads).
+void PackScaleMinK4(const uint8_t* ls, const uint8_t* lm, uint8_t* packed) {
+  for (int j = 0; j < kQK_K / kSub; ++j) {
+    if (j < 4) {
+      packed[j] = ls[j];
+      packed[j + 4] = lm[j];
+    } else {
+      packed[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+      packed[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+      packed[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+    }
+  }
+}
+
+void QuantizeScalesByMax(const float* x, int nmax, float rmin, float rdelta, int nstep,
+                         uint8_t* L, uint8_t* packed, uint16_t* d_out, uint16_t* dmin_out);
+
 // Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fits the 8 sub-blocks, quantizes their scales and
 // mins to 6 bits against the super-block's d and dmin, then requantizes every value against the
 // rounded scales (so L agrees with what dequantization reconstructs). Writes levels to L[256].
+// With `importance` (256 values for this super-block's columns: an importance matrix's mean
+// x^2), ggml's quantize_row_q{4,5}_K_impl instead: value weights importance * sqrt(sigma2 +
+// x^2) with sigma2 = 2 mean(x^2) of the super-block, a finer grid search (rmin -0.9, rdelta
+// 0.05, 36 steps), and scales and mins fitted by FitScaleLevelsWeighted.
 void QuantizeAffineSuperBlock(const float* x, int nmax, float rmin, float rdelta, int nstep,
-                              uint8_t* L, uint8_t* packed, uint16_t* d_out, uint16_t* dmin_out) {
+                              const float* importance, uint8_t* L, uint8_t* packed,
+                              uint16_t* d_out, uint16_t* dmin_out) {
+  float scales[kQK_K / kSub];
+  float mins[kQK_K / kSub];
+  float w[kSub];
+  uint8_t L_try[kSub];
+  if (importance != nullptr) {
+    float sum_x2 = 0;
+    for (int l = 0; l < kQK_K; ++l) sum_x2 += x[l] * x[l];
+    const float sigma2 = 2 * sum_x2 / kQK_K;
+    float sw[kQK_K / kSub];
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      const float* xs = x + kSub * j;
+      const float* qw = importance + kSub * j;
+      for (int l = 0; l < kSub; ++l) w[l] = qw[l] * std::sqrt(sigma2 + xs[l] * xs[l]);
+      float sumw = 0;
+      for (int l = 0; l < kSub; ++l) sumw += w[l];
+      sw[j] = sumw;
+      scales[j] = FitAffineLevels(xs, w, kSub, nmax, -0.9f, 0.05f, 36, L + kSub * j, L_try, &mins[j]);
+    }
+    uint8_t ls[kQK_K / kSub], lm[kQK_K / kSub];
+    const float d_block = FitScaleLevelsWeighted(scales, sw, kQK_K / kSub, 63, ls);
+    const float m_block = FitScaleLevelsWeighted(mins, sw, kQK_K / kSub, 63, lm);
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      ls[j] = std::min<uint8_t>(ls[j], 63);
+      lm[j] = std::min<uint8_t>(lm[j], 63);
+    }
+    PackScaleMinK4(ls, lm, packed);
+    *d_out = F32ToF16(d_block);
+    *dmin_out = F32ToF16(m_block);
+  } else {
+    QuantizeScalesByMax(x, nmax, rmin, rdelta, nstep, L, packed, d_out, dmin_out);
+  }
+  const float d_all = F16ToF32(*d_out);
+  const float dmin_all = F16ToF32(*dmin_out);
+  for (int j = 0; j < kQK_K / kSub; ++j) {
+    uint8_t sc, m;
+    UnpackScaleMinK4(j, packed, &sc, &m);
+    const float d = d_all * static_cast<float>(sc);
+    if (d == 0.0f) continue;  // keeps the fitted levels, as ggml does
+    const float dm = dmin_all * static_cast<float>(m);
+    for (int i = 0; i < kSub; ++i) {
+      L[kSub * j + i] = static_cast<uint8_t>(Clamp(NearestInt((x[kSub * j + i] + dm) / d), 0, nmax));
+    }
+  }
+}
+
+// The reference path of QuantizeAffineSuperBlock up to the packed scales: each sub-block fitted
+// with weights rms + |x|, its scale and min rounded against the largest ones (ggml's
+// quantize_row_q{4,5}_K_ref).
+void QuantizeScalesByMax(const float* x, int nmax, float rmin, float rdelta, int nstep,
+                         uint8_t* L, uint8_t* packed, uint16_t* d_out, uint16_t* dmin_out) {
   float scales[kQK_K / kSub];
   float mins[kQK_K / kSub];
   float w[kSub];
@@ -194,26 +333,18 @@ void QuantizeAffineSuperBlock(const float* x, int nmax, float rmin, float rdelta
   }
   *d_out = F32ToF16(max_scale / 63.f);
   *dmin_out = F32ToF16(max_min / 63.f);
-  const float d_all = F16ToF32(*d_out);
-  const float dmin_all = F16ToF32(*dmin_out);
-  for (int j = 0; j < kQK_K / kSub; ++j) {
-    uint8_t sc, m;
-    UnpackScaleMinK4(j, packed, &sc, &m);
-    const float d = d_all * static_cast<float>(sc);
-    if (d == 0.0f) continue;  // keeps the fitted levels, as ggml does
-    const float dm = dmin_all * static_cast<float>(m);
-    for (int i = 0; i < kSub; ++i) {
-      L[kSub * j + i] = static_cast<uint8_t>(Clamp(NearestInt((x[kSub * j + i] + dm) / d), 0, nmax));
-    }
-  }
 }
 
 }  // namespace
 
-void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k) {
+void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k) { QuantizeRowQ4_K(x, y, k, nullptr); }
+void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k) { QuantizeRowQ5_K(x, y, k, nullptr); }
+
+void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k, const float* importance) {
   uint8_t L[kQK_K];
   for (int64_t i = 0; i < k / kQK_K; ++i, x += kQK_K) {
-    QuantizeAffineSuperBlock(x, 15, -1.0f, 0.1f, 20, L, y[i].scales, &y[i].d, &y[i].dmin);
+    const float* imp = importance != nullptr ? importance + i * kQK_K : nullptr;
+    QuantizeAffineSuperBlock(x, 15, -1.0f, 0.1f, 20, imp, L, y[i].scales, &y[i].d, &y[i].dmin);
     // 64 values per 32 bytes: element j in the low nibble, element j + 32 in the high one.
     uint8_t* q = y[i].qs;
     for (int j = 0; j < kQK_K; j += 64, q += 32) {
@@ -222,10 +353,11 @@ void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k) {
   }
 }
 
-void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k) {
+void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k, const float* importance) {
   uint8_t L[kQK_K];
   for (int64_t i = 0; i < k / kQK_K; ++i, x += kQK_K) {
-    QuantizeAffineSuperBlock(x, 31, -0.5f, 0.1f, 15, L, y[i].scales, &y[i].d, &y[i].dmin);
+    const float* imp = importance != nullptr ? importance + i * kQK_K : nullptr;
+    QuantizeAffineSuperBlock(x, 31, -0.5f, 0.1f, 15, imp, L, y[i].scales, &y[i].d, &y[i].dmin);
     // Low 4 bits as in Q4_K; bit 4 of element 64 c + j goes to qh[j] bit 2c (j < 32) and of
     // element 64 c + 32 + j to bit 2c + 1.
     std::memset(y[i].qh, 0, sizeof(y[i].qh));
