@@ -1,4 +1,4 @@
-// Quantization weighted by an importance matrix (issue 24): Q4_K and Q5_K equal the bytes
+// Quantization weighted by an importance matrix (issue 24): Q4_K, Q5_K, Q6_K and Q4_0 equal the bytes
 // llama.cpp writes with an imatrix (tests/data/quant/README.md), and the importance does what it
 // is for: the error on the columns it marks shrinks against round-to-nearest.
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ struct Lcg {
   }
 };
 
-TEST(QuantizeImportance, Q4KAndQ5KEqualLlamaCppsImatrixBytes) {
+TEST(QuantizeImportance, EveryTypeEqualsLlamaCppsImatrixBytes) {
   constexpr int kRows = 6, kN = 512;
   std::vector<float> x(kRows * kN), imp(kN);
   Lcg g{12345};
@@ -36,20 +36,32 @@ TEST(QuantizeImportance, Q4KAndQ5KEqualLlamaCppsImatrixBytes) {
     const float u = g.Next();
     imp[i] = i % 37 == 0 ? 0.0f : 0.01f + 100 * u * u * u;
   }
+  // The golden file holds the 6 rows in each type, one type after the other.
   const std::vector<uint8_t> golden =
-      testing::ReadFileBytes(testing::SourcePath("tests/data/quant/imatrix_q4_k_q5_k.bin"));
-  const size_t q4_row = kN / 256 * sizeof(BlockQ4_K), q5_row = kN / 256 * sizeof(BlockQ5_K);
-  ASSERT_EQ(golden.size(), kRows * (q4_row + q5_row));
-  for (int r = 0; r < kRows; ++r) {
-    std::vector<uint8_t> q4(q4_row), q5(q5_row);
-    quant::QuantizeRowQ4_K(x.data() + r * kN, reinterpret_cast<BlockQ4_K*>(q4.data()), kN, imp.data());
-    quant::QuantizeRowQ5_K(x.data() + r * kN, reinterpret_cast<BlockQ5_K*>(q5.data()), kN, imp.data());
-    EXPECT_EQ(q4, std::vector<uint8_t>(golden.begin() + r * q4_row, golden.begin() + (r + 1) * q4_row))
-        << "Q4_K row " << r;
-    const size_t q5_at = kRows * q4_row + r * q5_row;
-    EXPECT_EQ(q5, std::vector<uint8_t>(golden.begin() + q5_at, golden.begin() + q5_at + q5_row))
-        << "Q5_K row " << r;
-  }
+      testing::ReadFileBytes(testing::SourcePath("tests/data/quant/imatrix_goldens.bin"));
+  size_t at = 0;
+  auto check = [&](const char* type_name, size_t row_bytes, auto quantize) {
+    for (int r = 0; r < kRows; ++r, at += row_bytes) {
+      std::vector<uint8_t> q(row_bytes);
+      quantize(x.data() + r * kN, q.data());
+      ASSERT_LE(at + row_bytes, golden.size());
+      EXPECT_EQ(q, std::vector<uint8_t>(golden.begin() + at, golden.begin() + at + row_bytes))
+          << type_name << " row " << r;
+    }
+  };
+  check("Q4_K", kN / 256 * sizeof(BlockQ4_K), [&](const float* row, uint8_t* out) {
+    quant::QuantizeRowQ4_K(row, reinterpret_cast<BlockQ4_K*>(out), kN, imp.data());
+  });
+  check("Q5_K", kN / 256 * sizeof(BlockQ5_K), [&](const float* row, uint8_t* out) {
+    quant::QuantizeRowQ5_K(row, reinterpret_cast<BlockQ5_K*>(out), kN, imp.data());
+  });
+  check("Q6_K", kN / 256 * sizeof(BlockQ6_K), [&](const float* row, uint8_t* out) {
+    quant::QuantizeRowQ6_K(row, reinterpret_cast<BlockQ6_K*>(out), kN, imp.data());
+  });
+  check("Q4_0", kN / 32 * sizeof(BlockQ4_0), [&](const float* row, uint8_t* out) {
+    quant::QuantizeRowQ4_0(row, reinterpret_cast<BlockQ4_0*>(out), kN, imp.data());
+  });
+  EXPECT_EQ(at, golden.size());
 }
 
 // sum over columns of importance * (x - dequantized x)^2.
@@ -71,7 +83,7 @@ TEST(QuantizeImportance, TheMarkedColumnsLoseLessThanWithRoundToNearest) {
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> imp(kN, 1.0f);
   for (int i = 0; i < kN; i += 29) imp[i] = 400.0f;
-  double with4 = 0, without4 = 0, with5 = 0, without5 = 0;
+  double with4 = 0, without4 = 0, with5 = 0, without5 = 0, with6 = 0, without6 = 0, with40 = 0, without40 = 0;
   int rows_better = 0;
   for (int row = 0; row < 40; ++row) {
     std::vector<float> x(kN);
@@ -88,9 +100,21 @@ TEST(QuantizeImportance, TheMarkedColumnsLoseLessThanWithRoundToNearest) {
     quant::QuantizeRowQ5_K(x.data(), d.data(), kN);
     with5 += WeightedError(x, c, imp, DType::kQ5_K);
     without5 += WeightedError(x, d, imp, DType::kQ5_K);
+    std::vector<BlockQ6_K> e(kN / 256), f(kN / 256);
+    quant::QuantizeRowQ6_K(x.data(), e.data(), kN, imp.data());
+    quant::QuantizeRowQ6_K(x.data(), f.data(), kN);
+    with6 += WeightedError(x, e, imp, DType::kQ6_K);
+    without6 += WeightedError(x, f, imp, DType::kQ6_K);
+    std::vector<BlockQ4_0> g(kN / 32), h(kN / 32);
+    quant::QuantizeRowQ4_0(x.data(), g.data(), kN, imp.data());
+    quant::QuantizeRowQ4_0(x.data(), h.data(), kN);
+    with40 += WeightedError(x, g, imp, DType::kQ4_0);
+    without40 += WeightedError(x, h, imp, DType::kQ4_0);
   }
   EXPECT_LT(with4, 0.7 * without4);
   EXPECT_LT(with5, 0.7 * without5);
+  EXPECT_LT(with6, 0.7 * without6);
+  EXPECT_LT(with40, 0.7 * without40);
   EXPECT_GE(rows_better, 36);
   // Without importance the functions are the reference quantizers (llama-quantize without
   // --imatrix), which quantize_test checks against ggml's bytes.

@@ -70,6 +70,10 @@ void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k);
 // does (ggml's quantize_row_q{4,5}_K_impl); importance nullptr: the functions above.
 void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t k, const float* importance);
 void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k, const float* importance);
+void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k, const float* importance);
+// Q4_0 with importance is ggml's quantize_row_q4_0_impl, whose weights use the mean x^2 of the
+// whole row: x must be one whole row of k values.
+void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t k, const float* importance);
 // Q8_K is only ever an activation format; this is ggml's quantize_row_q8_K_ref, except that an
 // all-zero block also gets zero bsums (ggml leaves them unwritten).
 void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t k);

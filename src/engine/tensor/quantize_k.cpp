@@ -8,6 +8,7 @@
 
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quantize.h"
+#include "engine/tensor/quant_fit.h"
 
 #if defined(__clang__)
 #pragma clang fp contract(off)  // see quantize_legacy.cpp
@@ -18,15 +19,6 @@ namespace {
 
 constexpr int kSub = 32;              // sub-block of Q4_K/Q5_K
 constexpr int kSub6 = 16;             // sub-block of Q6_K
-constexpr float kGroupMaxEps = 1e-15f;  // below this a Q6_K group counts as all zero
-
-// Round to nearest, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves the rounded integer
-// in the low mantissa bits. ggml's nearest_int does exactly this, and its out-of-range results
-// (which some degenerate inputs reach) are part of what bit-exactness means.
-inline int NearestInt(float v) {
-  const float t = v + 12582912.0f;
-  return static_cast<int>(std::bit_cast<uint32_t>(t) & 0x007FFFFFu) - 0x00400000;
-}
 
 inline int Clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
@@ -96,59 +88,6 @@ float FitAffineLevels(const float* x, const float* w, int n, int nmax, float rmi
     }
   }
   *the_min = -min;
-  return scale;
-}
-
-// Fits x[i] ~= scale * (L[i] - nmax) with L[i] in [0, 2 nmax - 1], weights x[i]^2 (ggml's
-// make_qx_quants with rmse_type 1 and no importance weights): the largest-magnitude element sets
-// the first grid, then 18 grids with nmax +- 0.1 * is steps are tried and the one with the best
-// weighted least-squares fit is kept.
-float FitSymmetricLevels(const float* x, int n, int nmax, int8_t* L) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    std::memset(L, 0, static_cast<size_t>(n));
-    return 0.0f;
-  }
-  // Accumulates sum(w x l) and sum(w l^2) of the grid with inverse scale `iscale`.
-  auto fit = [&](float iscale, float* sumlx, float* suml2) {
-    *sumlx = 0;
-    *suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-      const float lf = static_cast<float>(Clamp(NearestInt(iscale * x[i]), -nmax, nmax - 1));
-      const float w = x[i] * x[i];
-      *sumlx += w * x[i] * lf;
-      *suml2 += w * lf * lf;
-    }
-  };
-  auto store = [&](float iscale) {
-    for (int i = 0; i < n; ++i) {
-      L[i] = static_cast<int8_t>(nmax + Clamp(NearestInt(iscale * x[i]), -nmax, nmax - 1));
-    }
-  };
-  float iscale = static_cast<float>(-nmax) / max;
-  float sumlx, suml2;
-  fit(iscale, &sumlx, &suml2);
-  store(iscale);
-  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
-  for (int is = -9; is <= 9; ++is) {
-    if (is == 0) continue;
-    iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
-    fit(iscale, &sumlx, &suml2);
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      store(iscale);
-      scale = sumlx / suml2;
-      best = scale * sumlx;
-    }
-  }
   return scale;
 }
 
@@ -382,14 +321,19 @@ void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t k, const float* impor
   }
 }
 
-void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k) {
+void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k) { QuantizeRowQ6_K(x, y, k, nullptr); }
+
+// With importance: ggml's quantize_row_q6_K_impl, the sub-block fits weighted by the importance
+// alone (no sigma2 term there).
+void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k, const float* importance) {
   int8_t L[kQK_K];
   float scales[kQK_K / kSub6];
   for (int64_t i = 0; i < k / kQK_K; ++i, x += kQK_K) {
+    const float* qw6 = importance != nullptr ? importance + i * kQK_K : nullptr;
     float max_scale = 0;
     float max_abs_scale = 0;
     for (int ib = 0; ib < kQK_K / kSub6; ++ib) {
-      scales[ib] = FitSymmetricLevels(x + kSub6 * ib, kSub6, 32, L + kSub6 * ib);
+      scales[ib] = FitSymmetricLevels(x + kSub6 * ib, kSub6, 32, L + kSub6 * ib, qw6 != nullptr ? qw6 + kSub6 * ib : nullptr);
       const float abs_scale = std::fabs(scales[ib]);
       if (abs_scale > max_abs_scale) {
         max_abs_scale = abs_scale;

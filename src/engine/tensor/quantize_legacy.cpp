@@ -8,6 +8,7 @@
 
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quantize.h"
+#include "engine/tensor/quant_fit.h"
 
 // Fused multiply-add would change the rounding of the expressions below (GCC in ISO mode never
 // contracts; clang would on an FMA target).
@@ -70,6 +71,29 @@ void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t k) {
     y[i].d = F32ToF16(QuantizeSymmetricBlock(x, 16, q));
     for (int j = 0; j < kQK / 2; ++j) {
       y[i].qs[j] = static_cast<uint8_t>(q[j] | (q[j + kQK / 2] << 4));
+    }
+  }
+}
+
+void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t k, const float* importance) {
+  if (importance == nullptr) {
+    QuantizeRowQ4_0(x, y, k);
+    return;
+  }
+  // ggml's quantize_row_q4_0_impl: weights importance * sqrt(sigma2 + x^2), sigma2 the row's
+  // mean x^2, and the weighted symmetric fit over 16 levels.
+  float sum_x2 = 0;
+  for (int64_t j = 0; j < k; ++j) sum_x2 += x[j] * x[j];
+  const float sigma2 = sum_x2 / static_cast<float>(k);
+  float weight[kQK];
+  int8_t L[kQK];
+  for (int64_t ib = 0; ib < k / kQK; ++ib) {
+    const float* xb = x + kQK * ib;
+    const float* qw = importance + kQK * ib;
+    for (int j = 0; j < kQK; ++j) weight[j] = qw[j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+    y[ib].d = F32ToF16(FitSymmetricLevels(xb, kQK, 8, L, weight));
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[ib].qs[j] = static_cast<uint8_t>(L[j] | (L[j + kQK / 2] << 4));
     }
   }
 }

@@ -1,0 +1,27 @@
+// Building blocks shared by the row quantizers of quantize_k.cpp and quantize_legacy.cpp (not
+// part of the engine's interface): ggml's rounding and its symmetric level fit.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace vlmd::engine::quant {
+
+// Below this a group counts as all zero (ggml's GROUP_MAX_EPS).
+inline constexpr float kGroupMaxEps = 1e-15f;
+
+// Round to nearest, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves the rounded integer
+// in the low mantissa bits. ggml's nearest_int does exactly this, and its out-of-range results
+// (which some degenerate inputs reach) are part of what bit-exactness means.
+inline int NearestInt(float v) {
+  const float t = v + 12582912.0f;
+  return static_cast<int>(std::bit_cast<uint32_t>(t) & 0x007FFFFFu) - 0x00400000;
+}
+
+// Fits x[i] ~= scale * (L[i] - nmax) with L[i] in [0, 2 nmax - 1] (ggml's make_qx_quants with
+// rmse_type 1): the largest-magnitude element sets the first grid, then 18 grids with nmax +-
+// 0.1 * is steps are tried and the one with the best weighted least-squares fit is kept. Weights
+// qw[i] (an importance), or x[i]^2 when qw is nullptr. Returns the scale.
+float FitSymmetricLevels(const float* x, int n, int nmax, int8_t* L, const float* qw);
+
+}  // namespace vlmd::engine::quant
