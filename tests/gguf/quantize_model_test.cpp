@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/gguf/gguf_reader.h"
+#include "engine/tensor/quantize.h"
 #include "test_util.h"
 
 namespace vlmd::engine::gguf {
@@ -75,6 +76,68 @@ TEST(QuantizeModelTest, RejectsMissingInputAndBadType) {
                                 DType::kQ2_K, &pool);
   ASSERT_FALSE(bad_type.ok());
   EXPECT_EQ(bad_type.status().code(), StatusCode::kInvalidArgument);
+}
+
+// With an importance matrix: the matrices it has an entry for are quantized weighted by it (the
+// bytes QuantizeRowWeighted makes, which tests/tensor checks against llama.cpp's), the others
+// as without; an entry that does not fit its matrix is refused.
+TEST(QuantizeModelTest, AnImportanceMatrixWeighsTheMatricesItCovers) {
+  const std::string base = vlmd::testing::FixturePath("tiny-smolvlm/text.gguf");
+  auto in = GgufFile::Open(base);
+  ASSERT_TRUE(in.ok());
+  const TensorInfo* q = (*in)->FindTensor("blk.0.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  const int64_t k = q->ne[0];
+  ImportanceMatrix m;
+  ImatrixEntry e;
+  e.n_cols = k;
+  e.counts = {4};
+  for (int64_t i = 0; i < k; ++i) e.sum_sq.push_back(i % 7 == 0 ? 400.0f : 4.0f);
+  m.entries["blk.0.attn_q.weight"] = e;
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string out = dir + "/vlmd-qm-imatrix-" + std::to_string(::getpid()) + ".gguf";
+  const std::string plain = dir + "/vlmd-qm-plain-" + std::to_string(::getpid()) + ".gguf";
+  ThreadPool pool(2);
+  // Q4_0: the fixture's rows (64 columns) are too short for the k-quants' 256-value blocks.
+  auto report = QuantizeModel(base, out, DType::kQ4_0, &pool, &m);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(QuantizeModel(base, plain, DType::kQ4_0, &pool).ok());
+  int weighted = 0;
+  for (const auto& t : report->tensors) {
+    weighted += t.weighted;
+    EXPECT_EQ(t.weighted, t.name == "blk.0.attn_q.weight") << t.name;
+  }
+  EXPECT_EQ(weighted, 1);
+  auto ours = GgufFile::Open(out);
+  auto ref = GgufFile::Open(plain);
+  ASSERT_TRUE(ours.ok() && ref.ok());
+  const std::vector<float> imp = m.Importance("blk.0.attn_q.weight");
+  const TensorInfo* oq = (*ours)->FindTensor("blk.0.attn_q.weight");
+  ASSERT_EQ(oq->type, DType::kQ4_0);
+  const uint64_t row_bytes = *RowBytes(DType::kQ4_0, k);
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<uint8_t> want(row_bytes);
+  for (int64_t r = 0; r < q->ne[1]; ++r) {
+    ASSERT_TRUE(DequantizeRow(q->type, q->data + r * *RowBytes(q->type, k), row.data(), k).ok());
+    ASSERT_TRUE(QuantizeRowWeighted(DType::kQ4_0, row.data(), want.data(), k, imp.data()).ok());
+    ASSERT_EQ(std::memcmp(oq->data + r * row_bytes, want.data(), row_bytes), 0) << "row " << r;
+  }
+  EXPECT_NE(std::memcmp(oq->data, (*ref)->FindTensor("blk.0.attn_q.weight")->data, oq->nbytes), 0);
+  for (const char* other : {"blk.0.attn_k.weight", "blk.0.ffn_down.weight"}) {
+    const TensorInfo* a = (*ours)->FindTensor(other);
+    const TensorInfo* b = (*ref)->FindTensor(other);
+    ASSERT_TRUE(a != nullptr && b != nullptr) << other;
+    EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << other;
+  }
+  // Another model's imatrix: its entry has the wrong number of columns.
+  m.entries["blk.0.attn_q.weight"].n_cols = k / 2;
+  m.entries["blk.0.attn_q.weight"].sum_sq.resize(static_cast<size_t>(k / 2));
+  auto wrong = QuantizeModel(base, out, DType::kQ4_0, &pool, &m);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("another model"), std::string::npos) << wrong.status().ToString();
+  std::filesystem::remove(out);
+  std::filesystem::remove(plain);
 }
 
 TEST(QuantizeModelTest, KeepsNormsAndEmbeddingsExact) {

@@ -23,8 +23,8 @@ struct RowErrorSums {
 };
 
 // Quantizes rows [r0, r1) of `src` (type `from`) into `dst` (type `to`), accumulating the error.
-Status QuantizeRows(const TensorInfo& t, DType to, uint8_t* dst, int64_t r0, int64_t r1,
-                    RowErrorSums* sums) {
+Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, uint8_t* dst,
+                    int64_t r0, int64_t r1, RowErrorSums* sums) {
   const int64_t k = t.ne[0];
   const uint64_t src_row = *RowBytes(t.type, k);
   const uint64_t dst_row = *RowBytes(to, k);
@@ -32,7 +32,7 @@ Status QuantizeRows(const TensorInfo& t, DType to, uint8_t* dst, int64_t r0, int
   for (int64_t r = r0; r < r1; ++r) {
     VLMD_RETURN_IF_ERROR(DequantizeRow(t.type, t.data + r * src_row, row.data(), k));
     uint8_t* out = dst + r * dst_row;
-    VLMD_RETURN_IF_ERROR(QuantizeRow(to, row.data(), out, k));
+    VLMD_RETURN_IF_ERROR(QuantizeRowWeighted(to, row.data(), out, k, importance));
     VLMD_RETURN_IF_ERROR(DequantizeRow(to, out, back.data(), k));
     for (int64_t i = 0; i < k; ++i) {
       const double d = double(row[i]) - double(back[i]);
@@ -55,7 +55,8 @@ bool IsQuantizableWeight(const std::string& name, int n_dims) {
 }
 
 Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std::string& out_path,
-                                          DType type, ThreadPool* pool) {
+                                          DType type, ThreadPool* pool,
+                                          const ImportanceMatrix* imatrix) {
   if (!FindQuantizeRowFn(type)) {
     return InvalidArgumentError("cannot quantize to " + std::string(DTypeName(type)));
   }
@@ -91,6 +92,15 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     }
     tr.to = TypeForRowLength(type, t.ne[0], &tr.fell_back);
     tr.quantized = true;
+    std::vector<float> importance;
+    if (imatrix != nullptr) importance = imatrix->Importance(tr.name);
+    if (!importance.empty() && static_cast<int64_t>(importance.size()) != t.ne[0]) {
+      return InvalidArgumentError("imatrix entry for '" + tr.name + "' has " +
+                                  std::to_string(importance.size()) + " values for " +
+                                  std::to_string(t.ne[0]) + " columns (another model's imatrix?)");
+    }
+    tr.weighted = !importance.empty() && QuantizeUsesImportance(tr.to);
+    const float* imp = tr.weighted ? importance.data() : nullptr;
     const int64_t n_rows = t.ne[1];
     auto& out = buffers.emplace_back(*RowBytes(tr.to, t.ne[0]) * static_cast<uint64_t>(n_rows));
     const int n_threads = pool ? pool->size() : 1;
@@ -99,7 +109,7 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     auto work = [&](int64_t part, int) {
       int64_t r0, r1;
       SplitRange(n_rows, n_threads, part, 1, &r0, &r1);
-      status[part] = QuantizeRows(t, tr.to, out.data(), r0, r1, &sums[part]);
+      status[part] = QuantizeRows(t, tr.to, imp, out.data(), r0, r1, &sums[part]);
     };
     if (pool) {
       pool->ParallelFor(n_threads, work);

@@ -113,6 +113,24 @@ Status QuantizeRow(DType type, const float* x, void* y, int64_t k) {
   return Status::Ok();
 }
 
+bool QuantizeUsesImportance(DType type) {
+  return type == DType::kQ4_0 || type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;
+}
+
+Status QuantizeRowWeighted(DType type, const float* x, void* y, int64_t k, const float* importance) {
+  if (importance == nullptr || !QuantizeUsesImportance(type)) return QuantizeRow(type, x, y, k);
+  VLMD_RETURN_IF_ERROR(CheckRow(type, x, y, k));
+  using namespace quant;  // NOLINT(build/namespaces)
+  switch (type) {
+    case DType::kQ4_0: QuantizeRowQ4_0(x, static_cast<BlockQ4_0*>(y), k, importance); break;
+    case DType::kQ4_K: QuantizeRowQ4_K(x, static_cast<BlockQ4_K*>(y), k, importance); break;
+    case DType::kQ5_K: QuantizeRowQ5_K(x, static_cast<BlockQ5_K*>(y), k, importance); break;
+    case DType::kQ6_K: QuantizeRowQ6_K(x, static_cast<BlockQ6_K*>(y), k, importance); break;
+    default: break;  // not reached: QuantizeUsesImportance
+  }
+  return Status::Ok();
+}
+
 Status DequantizeRow(DType type, const void* x, float* y, int64_t k) {
   const DequantizeRowFn fn = FindDequantizeRowFn(type);
   if (fn == nullptr) {

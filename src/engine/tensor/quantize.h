@@ -44,6 +44,14 @@ QuantizeRowFn FindActivationQuantizeFn(DType act_type);
 Status QuantizeRow(DType type, const float* x, void* y, int64_t k);
 Status DequantizeRow(DType type, const void* x, float* y, int64_t k);
 
+// Whether `type` has a quantizer weighted by an importance matrix (Q4_0, Q4_K, Q5_K, Q6_K, as
+// llama-quantize --imatrix; its Q4_1/Q5_0 weighted paths are not reproduced, and it ignores the
+// importance for Q8_0 too).
+bool QuantizeUsesImportance(DType type);
+// QuantizeRow weighted by `importance` (k values: an importance matrix's mean x^2 per column) for
+// the types above; `importance` nullptr, or another type: QuantizeRow. x is one whole row.
+Status QuantizeRowWeighted(DType type, const float* x, void* y, int64_t k, const float* importance);
+
 // Quantizes a row-major [n_rows, row_len] f32 matrix into `out`, which must hold
 // n_rows * RowBytes(type, row_len) bytes; returns the number of bytes written. Row r lands at
 // out + r * RowBytes(type, row_len), exactly as a GGUF tensor stores it. Single-threaded; a
