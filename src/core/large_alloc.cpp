@@ -76,12 +76,12 @@ bool MapChunk(size_t size, Chunk* c, uintptr_t* base) {
 
 }  // namespace
 
-void* AllocateLarge(size_t bytes) {
+void* AllocateLarge(size_t bytes, LargePlacement placement) {
   const size_t need = RoundUp(bytes == 0 ? 1 : bytes, kAlign);
   if (need < bytes) return nullptr;  // overflow
   State& s = GlobalState();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (need >= kDedicatedBytes) {
+  if (need >= kDedicatedBytes || placement == LargePlacement::kOwnMapping) {
     if (need > SIZE_MAX - 2 * kHugePage) return nullptr;
     Chunk c;
     uintptr_t base = 0;

@@ -16,8 +16,14 @@
 
 namespace vlmd {
 
+// Where a buffer goes: shared chunks (the default; a chunk's space comes back only when all its
+// buffers are freed), or a mapping of its own (returned to the OS when it is freed: for large
+// buffers freed long before the weights around them, e.g. copies a loader drops once packed).
+// Buffers of 16 MiB and more always get their own mapping.
+enum class LargePlacement { kShared, kOwnMapping };
+
 // `bytes` (0 allowed) aligned to 64 bytes, uninitialized; nullptr when out of memory.
-void* AllocateLarge(size_t bytes);
+void* AllocateLarge(size_t bytes, LargePlacement placement = LargePlacement::kShared);
 // Frees what AllocateLarge returned (nullptr is a no-op).
 void FreeLarge(void* p);
 
@@ -30,21 +36,25 @@ using LargeArray = std::unique_ptr<T, LargeDeleter>;
 // A standard allocator over AllocateLarge, for containers of model weights (the f32 norms and
 // biases the loaders convert): they then share the chunks, and so the protected mode, of the
 // packed weights. Throws std::bad_alloc when out of memory, as std::allocator does.
-template <typename T>
+template <typename T, LargePlacement P = LargePlacement::kShared>
 struct LargeAllocator {
   using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = LargeAllocator<U, P>;
+  };
   LargeAllocator() = default;
   template <typename U>
-  LargeAllocator(const LargeAllocator<U>&) noexcept {}  // NOLINT: rebinding is implicit
+  LargeAllocator(const LargeAllocator<U, P>&) noexcept {}  // NOLINT: rebinding is implicit
   T* allocate(size_t n) {
     if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
-    void* p = AllocateLarge(n * sizeof(T));
+    void* p = AllocateLarge(n * sizeof(T), P);
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t) noexcept { FreeLarge(p); }
   template <typename U>
-  bool operator==(const LargeAllocator<U>&) const noexcept { return true; }
+  bool operator==(const LargeAllocator<U, P>&) const noexcept { return true; }
 };
 
 // Bytes currently mapped for large buffers (all chunks, used or not), for tests and metrics.

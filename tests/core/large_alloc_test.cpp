@@ -114,6 +114,16 @@ TEST(LargeAlloc, AllocatorBacksStandardContainers) {
   ASSERT_EQ(copy.size(), 10000u);
   EXPECT_EQ(copy[9999], 9999.0f);
   EXPECT_GT(LargeAllocMappedBytes(), 0u);
+  // A buffer placed in a mapping of its own gives its memory back when freed, even among
+  // shared buffers that live on (a loader's copy dropped once packed).
+  void* neighbour = AllocateLarge(4096);
+  const size_t mapped = LargeAllocMappedBytes();
+  {
+    std::vector<float, LargeAllocator<float, LargePlacement::kOwnMapping>> folded(size_t{1} << 20, 1.0f);
+    EXPECT_GE(LargeAllocMappedBytes(), mapped + (size_t{4} << 20));
+  }
+  EXPECT_EQ(LargeAllocMappedBytes(), mapped);
+  FreeLarge(neighbour);
   LargeAllocator<float> alloc;
   EXPECT_THROW(static_cast<void>(alloc.allocate(SIZE_MAX / 2)), std::bad_alloc);  // overflows
   EXPECT_THROW(static_cast<void>(alloc.allocate(SIZE_MAX / 8)), std::bad_alloc);  // mmap refuses

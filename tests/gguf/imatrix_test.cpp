@@ -179,6 +179,7 @@ TEST(Imatrix, HostileFilesAreErrorsNamingTheProblem) {
   expect_error(*SerializeImatrix(WithEntry({2, {1, -1}, {1}})), "negative or non-finite");
   expect_error(*SerializeImatrix(WithEntry({2, {1, nan}, {1}})), "negative or non-finite");
   expect_error(*SerializeImatrix(WithEntry({2, {1, 1}, {nan}})), "negative or non-finite");
+  expect_error(*SerializeImatrix(WithEntry({2, {1, 1}, {1e-30f}})), "not a whole number");
   // Unpaired, misnamed, wrongly typed or misshapen tensors.
   expect_error(GgufWith({{"a.weight.in_sum2", DType::kF32, {4, 1}}}), "has no a.weight.counts");
   expect_error(GgufWith({{"a.weight.counts", DType::kF32, {1, 1}}}), "has no a.weight.in_sum2");
@@ -186,9 +187,11 @@ TEST(Imatrix, HostileFilesAreErrorsNamingTheProblem) {
   expect_error(GgufWith({{"a.weight.in_sum2", DType::kF16, {4, 1}}, {"a.weight.counts", DType::kF32, {1, 1}}}),
                "must be F32");
   expect_error(GgufWith({{"a.weight.in_sum2", DType::kF32, {5, 1}}, {"a.weight.counts", DType::kF32, {1, 2}}}),
-               "do not fit");
+               "are not [columns, n] and [1, n]");
   expect_error(GgufWith({{"a.weight.in_sum2", DType::kF32, {1, 1}}, {"a.weight.counts", DType::kF32, {1, 2}}}),
-               "do not fit");
+               "are not [columns, n] and [1, n]");
+  expect_error(GgufWith({{"a.weight.in_sum2", DType::kF32, {4, 1}}, {"a.weight.counts", DType::kF32, {2, 1}}}),
+               "are not [columns, n] and [1, n]");
   // Legacy headers that would have the reader allocate without bound or read past the end.
   std::vector<uint8_t> b;
   PutI32(&b, 0);
@@ -213,6 +216,14 @@ TEST(Imatrix, HostileFilesAreErrorsNamingTheProblem) {
   PutI32(&b, 1);
   PutF32s(&b, {1});
   expect_error(b, "-3 calls");
+  // ncall 0: llama.cpp keeps the values as they are (no division).
+  b.clear();
+  PutI32(&b, 1);
+  PutStr(&b, "w");
+  PutI32(&b, 0);
+  PutI32(&b, 2);
+  PutF32s(&b, {3, 5});
+  EXPECT_EQ(ParseImatrix(b)->Importance("w"), (std::vector<float>{3, 5}));
   std::vector<uint8_t> twice = Legacy(false);
   std::vector<uint8_t> dup;
   PutI32(&dup, 2);

@@ -196,7 +196,10 @@ TEST(DeployFiles, TheScaleOutObjectsFitTheDeploymentAndTheServer) {
   EXPECT_NE(yaml.find("seriesQuery: '" + metric[1].str() + "{"), std::string::npos);
   // One routing header: ingress-nginx's $http_x_... variable and HAProxy's hdr(...).
   std::smatch ingress, lb;
-  ASSERT_TRUE(std::regex_search(yaml, ingress, std::regex(R"re(upstream-hash-by: "\$http_([a-z_]+)")re")));
+  // The Ingress hashes a variable its snippet sets from the header (the request id without it).
+  ASSERT_TRUE(std::regex_search(yaml, ingress, std::regex(R"re(set \$vlmd_route_key \$http_([a-z_]+);)re")));
+  EXPECT_NE(yaml.find(R"(upstream-hash-by: "$vlmd_route_key")"), std::string::npos);
+  EXPECT_NE(yaml.find(R"(if ($vlmd_route_key = "") { set $vlmd_route_key $request_id; })"), std::string::npos);
   ASSERT_TRUE(std::regex_search(haproxy, lb, std::regex(R"re(balance hdr\(([A-Za-z-]+)\))re")));
   std::string header = lb[1];
   for (char& ch : header) ch = ch == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

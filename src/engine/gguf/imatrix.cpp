@@ -37,6 +37,11 @@ Status CheckEntry(const std::string& name, const ImatrixEntry& e) {
   if (!AllFiniteNonNegative(e.sum_sq) || !AllFiniteNonNegative(e.counts)) {
     return DataLossError("imatrix entry '" + name + "': a negative or non-finite value");
   }
+  for (float c : e.counts) {
+    // Counts are rows summed: whole numbers (a fraction in (0, 1) would make sum / count blow
+    // up to infinity).
+    if (c != std::floor(c)) return DataLossError("imatrix entry '" + name + "': a count that is not a whole number");
+  }
   return Status::Ok();
 }
 
@@ -81,6 +86,10 @@ Result<ImportanceMatrix> ParseGguf(std::span<const uint8_t> bytes) {
     }
     if (t.type != DType::kF32 || counts->type != DType::kF32) {
       return DataLossError("imatrix entry '" + base + "': sums and counts must be F32");
+    }
+    // Sums [n_cols, n_mat], counts [1, n_mat] (llama-imatrix's shapes).
+    if (t.n_dims > 2 || counts->n_dims > 2 || counts->ne[0] != 1 || counts->ne[1] != t.ne[1]) {
+      return DataLossError("imatrix entry '" + base + "': sums and counts are not [columns, n] and [1, n]");
     }
     ImatrixEntry e;
     e.counts = ReadF32(*counts);
@@ -148,7 +157,8 @@ Result<ImportanceMatrix> ParseLegacy(std::span<const uint8_t> bytes) {
     }
     ImatrixEntry e;
     e.n_cols = nval;
-    e.counts = {static_cast<float>(ncall)};
+    // llama.cpp's legacy reader divides by ncall only when it is positive: keep the values then.
+    e.counts = {static_cast<float>(ncall > 0 ? ncall : 1)};
     VLMD_ASSIGN_OR_RETURN(e.sum_sq, r.Floats(nval, "the values"));
     VLMD_RETURN_IF_ERROR(CheckEntry(name, e));
     if (!m.entries.emplace(name, std::move(e)).second) {

@@ -48,9 +48,9 @@ int64_t RoundUpTo(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 // scaled by scale[j] into *storage (w points at it), and the bias scaled alike.
 Status FoldLayerScale(const gguf::GgufFile& f, const std::string& name, int64_t k,
                       const F32Weights& scale, ops::WeightView* w, F32Weights* bias,
-                      F32Weights* storage) {
+                      F32WeightsOwnMapping* storage) {
   const int64_t d = static_cast<int64_t>(scale.size());
-  VLMD_ASSIGN_OR_RETURN(*storage, GetF32(f, name, {k, d}));
+  VLMD_RETURN_IF_ERROR(GetF32Into(f, name, {k, d}, storage));
   for (int64_t j = 0; j < d; ++j) {
     for (int64_t i = 0; i < k; ++i) (*storage)[static_cast<size_t>(j * k + i)] *= scale[static_cast<size_t>(j)];
   }
@@ -421,17 +421,18 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   }
   if (spec.fast) {
     const float q_scale = TileQueryScale(spec.head_dim);
+    L.bq_scaled.reserve(L.bq.size());  // one allocation: chunk space is not reused piecemeal
     for (float b : L.bq) L.bq_scaled.push_back(b * q_scale);
   }
   for (ops::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_up, &L.w_gate, &L.w_down}) {
     if (w->data == nullptr) continue;
     VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, store));
-    F32Weights* folded = w == &L.wo ? &L.folded_wo : w == &L.w_down ? &L.folded_w_down : nullptr;
+    F32WeightsOwnMapping* folded = w == &L.wo ? &L.folded_wo : w == &L.w_down ? &L.folded_w_down : nullptr;
     if (folded != nullptr && !folded->empty()) {
       // A folded copy: not the file's pages. Dropped once a packed copy replaces it.
       if (w->packed != nullptr || w->tiles != nullptr) {
         w->data = nullptr;
-        F32Weights().swap(*folded);
+        F32WeightsOwnMapping().swap(*folded);
       }
       continue;
     }

@@ -65,7 +65,7 @@ struct VitBlockWeights {
   // Fast precision with layer scale: ls1 / ls2 folded into the output and down projections
   // (their rows and biases scaled at load), these the scaled f32 matrices while no packed copy
   // replaces them; ls1 / ls2 are then empty and the blocks may run on tiles.
-  F32Weights folded_wo, folded_w_down;
+  F32WeightsOwnMapping folded_wo, folded_w_down;
 };
 
 // Block l of `file` as `tensors` says, shapes checked against `spec`; its matrices packed as

@@ -39,8 +39,12 @@ Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string&
   return ops::WeightView{t->type, n, k, t->data, static_cast<size_t>(*RowBytes(t->type, k))};
 }
 
-Result<F32Weights> GetF32(const gguf::GgufFile& file, const std::string& name,
-                                  std::initializer_list<int64_t> shape) {
+namespace {
+
+// The tensor `name` of exactly `shape`, checked, dequantized into out (resized).
+template <typename Vec>
+Status DequantizeTensorInto(const gguf::GgufFile& file, const std::string& name,
+                            std::initializer_list<int64_t> shape, Vec* out) {
   const gguf::TensorInfo* t = file.FindTensor(name);
   if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
   VLMD_RETURN_IF_ERROR(CheckShape(*t, shape));
@@ -51,11 +55,25 @@ Result<F32Weights> GetF32(const gguf::GgufFile& file, const std::string& name,
     return UnimplementedError("tensor '" + name + "' has unsupported type " +
                               std::string(DTypeName(t->type)));
   }
-  F32Weights out(static_cast<size_t>(t->n_elements()));
+  out->assign(static_cast<size_t>(t->n_elements()), 0.0f);
   for (int64_t r = 0; r < n_rows; ++r) {
-    VLMD_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * *row_bytes, out.data() + r * row, row));
+    VLMD_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * *row_bytes, out->data() + r * row, row));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<F32Weights> GetF32(const gguf::GgufFile& file, const std::string& name,
+                                  std::initializer_list<int64_t> shape) {
+  F32Weights out;
+  VLMD_RETURN_IF_ERROR(DequantizeTensorInto(file, name, shape, &out));
   return out;
+}
+
+Status GetF32Into(const gguf::GgufFile& file, const std::string& name,
+                  std::initializer_list<int64_t> shape, F32WeightsOwnMapping* out) {
+  return DequantizeTensorInto(file, name, shape, out);
 }
 
 Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,

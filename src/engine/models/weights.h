@@ -17,6 +17,9 @@ namespace vlmd::engine::models {
 // An owned f32 copy of model weights (a norm, a bias, an embedding table, a folded matrix): in
 // large_alloc's chunks, so a sealed model's protected mode covers it like the packed matrices.
 using F32Weights = std::vector<float, LargeAllocator<float>>;
+// The same for a large copy that is dropped while the model lives on (a folded matrix replaced
+// by its packed copy): a mapping of its own, so its memory goes back to the OS when dropped.
+using F32WeightsOwnMapping = std::vector<float, LargeAllocator<float, LargePlacement::kOwnMapping>>;
 
 // The matrix `name` with ggml shape [k, n] (k = row length) as a matmul weight view. NOT_FOUND
 // naming the tensor when absent; INVALID_ARGUMENT when its shape differs; UNIMPLEMENTED when
@@ -27,6 +30,10 @@ Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string&
 // The tensor `name` of exactly `shape` (ggml order) dequantized to f32. Same errors as GetMatrix.
 Result<F32Weights> GetF32(const gguf::GgufFile& file, const std::string& name,
                                   std::initializer_list<int64_t> shape);
+
+// As GetF32, into a vector of any allocator (`out` is resized).
+Status GetF32Into(const gguf::GgufFile& file, const std::string& name,
+                  std::initializer_list<int64_t> shape, F32WeightsOwnMapping* out);
 
 // As GetF32, but an absent tensor gives an empty vector (optional biases).
 Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,

@@ -2,6 +2,7 @@
 // and the activation format Q8_K. Bit-exact with ggml's quantize_row_{q4,q5,q6,q8}_K_ref (pinned
 // link in quantize.h): the scale searches below evaluate every float expression in ggml's order,
 // since a single differently rounded sum can pick another candidate scale and change the bytes.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>

@@ -10,10 +10,11 @@ namespace {
 namespace rt = engine::runtime;
 
 // StreamPart::no_context_reason for a request whose prompt got no earlier frame, from what the
-// stream holds here (`view`) and the request's stream_frame (-1: not sent).
-std::string NoContextReason(const StreamPart& part, const StreamView& view, int64_t client_frame) {
-  if (view.held_frames == 0) return client_frame > 0 ? "lost" : "first_frame";
-  if (view.expired) return "expired";
+// stream holds here (StreamView's held_frames and expired) and the request's stream_frame (-1:
+// not sent).
+std::string NoContextReason(const StreamPart& part, int held_frames, bool expired, int64_t client_frame) {
+  if (held_frames == 0) return client_frame > 0 ? "lost" : "first_frame";
+  if (expired) return "expired";
   if (part.dropped_for_budget > 0) return "budget";
   return "still";  // a window of one frame: the scene has not moved
 }
@@ -112,14 +113,17 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // the context left for the reply.
   int64_t context_tokens = 0;
   if (stream) {
-    const StreamView view = stream(decoded.empty() ? nullptr : &decoded.front());
+    StreamView view = stream(decoded.empty() ? nullptr : &decoded.front());
     StreamPart part;
     part.id = request.stream_id;
     part.motion = view.motion;
     part.window = view.window;
     part.thumbnail = view.thumbnail;
     part.sequence = view.sequence;
-    in.context = view.context;
+    // The reason needs the view whole: computed below from part and the view's counts.
+    const int held_frames = view.held_frames;
+    const bool expired = view.expired;
+    in.context = std::move(view.context);
     for (const ContextFrame& f : in.context) context_tokens += f.prompt_tokens;
     int64_t own = job.text_tokens;
     for (const auto& img : decoded) {
@@ -134,7 +138,9 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       ++part.dropped_for_budget;
     }
     part.context_frames = static_cast<int>(in.context.size());
-    if (part.context_frames == 0) part.no_context_reason = NoContextReason(part, view, request.stream_frame);
+    if (part.context_frames == 0) {
+      part.no_context_reason = NoContextReason(part, held_frames, expired, request.stream_frame);
+    }
     job.stream = part;
     // One marker per earlier frame, before the first one (no markers: the engine puts every
     // image before the text, in order).
