@@ -34,7 +34,7 @@ TEST_P(QuantizeModelFixtureTest, MatchesLlamaQuantizeByteForByte) {
                            ("vlmd-qm-" + std::to_string(::getpid()) + "-" + c.quantized_file))
                               .string();
   ThreadPool pool(2);
-  auto report = QuantizeModel(base, out, c.type, &pool);
+  auto report = QuantizeModel(base, out, {.type = c.type}, &pool);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
 
   auto ours = GgufFile::Open(out);
@@ -70,10 +70,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(QuantizeModelTest, RejectsMissingInputAndBadType) {
   ThreadPool pool(1);
-  auto missing = QuantizeModel("/nonexistent/model.gguf", "/tmp/x.gguf", DType::kQ8_0, &pool);
+  auto missing = QuantizeModel("/nonexistent/model.gguf", "/tmp/x.gguf", {.type = DType::kQ8_0}, &pool);
   EXPECT_FALSE(missing.ok());
   auto bad_type = QuantizeModel(vlmd::testing::FixturePath("tiny-llava/text.gguf"), "/tmp/x.gguf",
-                                DType::kQ2_K, &pool);
+                                {.type = DType::kQ2_K}, &pool);
   ASSERT_FALSE(bad_type.ok());
   EXPECT_EQ(bad_type.status().code(), StatusCode::kInvalidArgument);
 }
@@ -99,9 +99,9 @@ TEST(QuantizeModelTest, AnImportanceMatrixWeighsTheMatricesItCovers) {
   const std::string plain = dir + "/vlmd-qm-plain-" + std::to_string(::getpid()) + ".gguf";
   ThreadPool pool(2);
   // Q4_0: the fixture's rows (64 columns) are too short for the k-quants' 256-value blocks.
-  auto report = QuantizeModel(base, out, DType::kQ4_0, &pool, &m);
+  auto report = QuantizeModel(base, out, {.type = DType::kQ4_0, .imatrix = &m}, &pool);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
-  ASSERT_TRUE(QuantizeModel(base, plain, DType::kQ4_0, &pool).ok());
+  ASSERT_TRUE(QuantizeModel(base, plain, {.type = DType::kQ4_0}, &pool).ok());
   int weighted = 0;
   for (const auto& t : report->tensors) {
     weighted += t.weighted;
@@ -132,12 +132,44 @@ TEST(QuantizeModelTest, AnImportanceMatrixWeighsTheMatricesItCovers) {
   // Another model's imatrix: its entry has the wrong number of columns.
   m.entries["blk.0.attn_q.weight"].n_cols = k / 2;
   m.entries["blk.0.attn_q.weight"].sum_sq.resize(static_cast<size_t>(k / 2));
-  auto wrong = QuantizeModel(base, out, DType::kQ4_0, &pool, &m);
+  auto wrong = QuantizeModel(base, out, {.type = DType::kQ4_0, .imatrix = &m}, &pool);
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.status().message().find("another model"), std::string::npos) << wrong.status().ToString();
   std::filesystem::remove(out);
   std::filesystem::remove(plain);
+}
+
+TEST(QuantizeModelTest, TensorTypeOverridesPickTheFirstMatchingPattern) {
+  const std::string base = vlmd::testing::FixturePath("tiny-smolvlm/text.gguf");
+  const std::string out = std::filesystem::temp_directory_path().string() + "/vlmd-qm-override-" +
+                          std::to_string(::getpid()) + ".gguf";
+  QuantizeOptions opts{.type = DType::kQ4_0};
+  for (const char* text : {"attn_v=q8_0", "blk\\.0\\..*ffn=f16", "ffn_up=q5_0"}) {
+    auto o = ParseTensorTypeOverride(text);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    opts.overrides.push_back(*o);
+  }
+  ThreadPool pool(2);
+  auto report = QuantizeModel(base, out, opts, &pool);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  auto file = GgufFile::Open(out);
+  ASSERT_TRUE(file.ok());
+  const auto type_of = [&](const char* name) { return (*file)->FindTensor(name)->type; };
+  EXPECT_EQ(type_of("blk.0.attn_v.weight"), DType::kQ8_0);
+  EXPECT_EQ(type_of("blk.1.attn_v.weight"), DType::kQ8_0);
+  EXPECT_EQ(type_of("blk.0.ffn_up.weight"), DType::kF16);  // the second pattern comes first
+  EXPECT_EQ(type_of("blk.1.ffn_up.weight"), DType::kQ5_0);
+  EXPECT_EQ(type_of("blk.1.ffn_down.weight"), DType::kQ4_0);
+  EXPECT_EQ(type_of("blk.0.attn_q.weight"), DType::kQ4_0);
+  EXPECT_EQ(type_of("blk.0.attn_norm.weight"), DType::kF32);  // not a weight matrix
+  std::filesystem::remove(out);
+
+  for (const char* bad : {"attn_v", "=q8_0", "attn_v=", "attn_v=q2_k", "attn_v=nope", "(=q8_0"}) {
+    auto o = ParseTensorTypeOverride(bad);
+    ASSERT_FALSE(o.ok()) << bad;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(QuantizeModelTest, KeepsNormsAndEmbeddingsExact) {

@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <list>
+#include <map>
 #include <memory>
+#include <regex>
 
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_writer.h"
@@ -22,15 +24,29 @@ struct RowErrorSums {
   double ref2 = 0.0;   // sum w^2
 };
 
-// Quantizes rows [r0, r1) of `src` (type `from`) into `dst` (type `to`), accumulating the error.
-Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, uint8_t* dst,
-                    int64_t r0, int64_t r1, RowErrorSums* sums) {
+// AWQ rewrites of one tensor: its columns multiplied, its rows divided (null: none).
+struct TensorScales {
+  const std::vector<float>* columns = nullptr;
+  const std::vector<float>* rows = nullptr;
+};
+
+// Quantizes rows [r0, r1) of `src` (type `from`) into `dst` (type `to`), accumulating the error
+// against the (scaled) source rows.
+Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, TensorScales scales,
+                    uint8_t* dst, int64_t r0, int64_t r1, RowErrorSums* sums) {
   const int64_t k = t.ne[0];
   const uint64_t src_row = *RowBytes(t.type, k);
   const uint64_t dst_row = *RowBytes(to, k);
   std::vector<float> row(static_cast<size_t>(k)), back(static_cast<size_t>(k));
   for (int64_t r = r0; r < r1; ++r) {
     VLMD_RETURN_IF_ERROR(DequantizeRow(t.type, t.data + r * src_row, row.data(), k));
+    if (scales.columns) {
+      for (int64_t i = 0; i < k; ++i) row[i] *= (*scales.columns)[static_cast<size_t>(i)];
+    }
+    if (scales.rows) {
+      const float inv = 1.0f / (*scales.rows)[static_cast<size_t>(r)];
+      for (int64_t i = 0; i < k; ++i) row[i] *= inv;
+    }
     uint8_t* out = dst + r * dst_row;
     VLMD_RETURN_IF_ERROR(QuantizeRowWeighted(to, row.data(), out, k, importance));
     VLMD_RETURN_IF_ERROR(DequantizeRow(to, out, back.data(), k));
@@ -43,7 +59,39 @@ Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, uint
   return Status::Ok();
 }
 
+// The type `name` gets: the first matching override's, else the default.
+DType TargetType(const QuantizeOptions& opts, const std::vector<std::regex>& patterns,
+                 const std::string& name) {
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    if (std::regex_search(name, patterns[i])) return opts.overrides[i].type;
+  }
+  return opts.type;
+}
+
 }  // namespace
+
+Result<TensorTypeOverride> ParseTensorTypeOverride(std::string_view text) {
+  const size_t eq = text.rfind('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == text.size()) {
+    return InvalidArgumentError("tensor type override '" + std::string(text) +
+                                "' is not PATTERN=TYPE");
+  }
+  TensorTypeOverride o;
+  o.pattern = std::string(text.substr(0, eq));
+  const auto type = ParseDType(text.substr(eq + 1));
+  if (!type || !FindQuantizeRowFn(*type)) {
+    return InvalidArgumentError("tensor type override '" + std::string(text) + "': cannot write type '" +
+                                std::string(text.substr(eq + 1)) + "'");
+  }
+  o.type = *type;
+  try {
+    std::regex check(o.pattern);
+  } catch (const std::regex_error& e) {
+    return InvalidArgumentError("tensor type override '" + std::string(text) + "': bad pattern (" +
+                                e.what() + ")");
+  }
+  return o;
+}
 
 bool IsQuantizableWeight(const std::string& name, int n_dims) {
   if (n_dims != 2 || !EndsWith(name, ".weight")) return false;
@@ -55,10 +103,22 @@ bool IsQuantizableWeight(const std::string& name, int n_dims) {
 }
 
 Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std::string& out_path,
-                                          DType type, ThreadPool* pool,
-                                          const ImportanceMatrix* imatrix) {
+                                          const QuantizeOptions& opts, ThreadPool* pool) {
+  const DType type = opts.type;
+  const ImportanceMatrix* imatrix = opts.imatrix;
   if (!FindQuantizeRowFn(type)) {
     return InvalidArgumentError("cannot quantize to " + std::string(DTypeName(type)));
+  }
+  std::vector<std::regex> patterns;
+  for (const TensorTypeOverride& o : opts.overrides) {
+    if (!FindQuantizeRowFn(o.type)) {
+      return InvalidArgumentError("cannot quantize to " + std::string(DTypeName(o.type)));
+    }
+    try {
+      patterns.emplace_back(o.pattern);
+    } catch (const std::regex_error& e) {
+      return InvalidArgumentError("tensor type pattern '" + o.pattern + "': " + e.what());
+    }
   }
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> in, GgufFile::Open(in_path));
 
@@ -71,6 +131,24 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
   w.SetString("general.quantized_by", "vlmd-quantize");
 
   QuantizeModelReport report;
+  if (opts.awq != nullptr) {
+    std::map<std::string, DType> type_of;  // what each matrix becomes
+    for (const TensorInfo& t : in->tensors()) {
+      const std::string name(t.name);
+      if (!IsQuantizableWeight(name, t.n_dims)) continue;
+      bool fell_back = false;
+      type_of[name] = TypeForRowLength(TargetType(opts, patterns, name), t.ne[0], &fell_back);
+    }
+    VLMD_ASSIGN_OR_RETURN(report.awq_groups,
+                          SearchAwqScales(*in, *opts.awq, type_of, imatrix != nullptr, pool,
+                                          opts.awq_alpha));
+  }
+  // Each AWQ group's scales, by the tensor they rewrite.
+  std::map<std::string, TensorScales> scaled;
+  for (const AwqGroup& g : report.awq_groups) {
+    for (const std::string& m : g.matrices) scaled[m].columns = &g.scales;
+    scaled[g.producer].rows = &g.scales;  // a norm's elements are its rows of one value
+  }
   std::list<std::vector<uint8_t>> buffers;  // quantized data, alive until WriteFile
   for (const TensorInfo& t : in->tensors()) {
     TensorQuantReport tr;
@@ -79,7 +157,22 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     tr.from = t.type;
     report.bytes_in += t.nbytes;
     const std::span<const int64_t> ne(t.ne, static_cast<size_t>(t.n_dims));
-    if (!IsQuantizableWeight(tr.name, t.n_dims) || t.type == type) {
+    const DType target = TargetType(opts, patterns, tr.name);
+    const auto sc = scaled.find(tr.name);
+    const TensorScales scales = sc == scaled.end() ? TensorScales{} : sc->second;
+    tr.awq_scaled = sc != scaled.end();
+    if (tr.awq_scaled && t.n_dims == 1) {  // a norm's weights divided by the scales: F32
+      auto& out = buffers.emplace_back(static_cast<size_t>(t.ne[0]) * sizeof(float));
+      auto* v = reinterpret_cast<float*>(out.data());
+      VLMD_RETURN_IF_ERROR(DequantizeRow(t.type, t.data, v, t.ne[0]));
+      for (int64_t i = 0; i < t.ne[0]; ++i) v[i] /= (*scales.rows)[static_cast<size_t>(i)];
+      tr.to = DType::kF32;
+      VLMD_RETURN_IF_ERROR(w.AddTensorView(t.name, DType::kF32, ne, out));
+      report.bytes_out += out.size();
+      report.tensors.push_back(std::move(tr));
+      continue;
+    }
+    if (!IsQuantizableWeight(tr.name, t.n_dims) || (t.type == target && !tr.awq_scaled)) {
       tr.to = t.type;
       VLMD_RETURN_IF_ERROR(w.AddTensorView(t.name, t.type, ne, {t.data, t.nbytes}));
       report.bytes_out += t.nbytes;
@@ -90,7 +183,7 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
       return InvalidArgumentError("tensor '" + tr.name + "': cannot read type " +
                                   std::string(DTypeName(t.type)));
     }
-    tr.to = TypeForRowLength(type, t.ne[0], &tr.fell_back);
+    tr.to = TypeForRowLength(target, t.ne[0], &tr.fell_back);
     tr.quantized = true;
     std::vector<float> importance;
     if (imatrix != nullptr) importance = imatrix->Importance(tr.name);
@@ -100,6 +193,12 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
                                   std::to_string(t.ne[0]) + " columns (another model's imatrix?)");
     }
     tr.weighted = !importance.empty() && QuantizeUsesImportance(tr.to);
+    if (tr.weighted && scales.columns) {  // the scaled columns' inputs are x / s
+      for (size_t i = 0; i < importance.size(); ++i) {
+        const float s_i = (*scales.columns)[i % scales.columns->size()];
+        importance[i] /= s_i * s_i;
+      }
+    }
     const float* imp = tr.weighted ? importance.data() : nullptr;
     const int64_t n_rows = t.ne[1];
     auto& out = buffers.emplace_back(*RowBytes(tr.to, t.ne[0]) * static_cast<uint64_t>(n_rows));
@@ -109,7 +208,7 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     auto work = [&](int64_t part, int) {
       int64_t r0, r1;
       SplitRange(n_rows, n_threads, part, 1, &r0, &r1);
-      status[part] = QuantizeRows(t, tr.to, imp, out.data(), r0, r1, &sums[part]);
+      status[part] = QuantizeRows(t, tr.to, imp, scales, out.data(), r0, r1, &sums[part]);
     };
     if (pool) {
       pool->ParallelFor(n_threads, work);

@@ -80,6 +80,10 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     const std::string p = "blk." + std::to_string(l) + ".";
     VLMD_ASSIGN_OR_RETURN(L.attn_norm, GetF32(f, p + "attn_norm.weight", {c.d_model}));
     VLMD_ASSIGN_OR_RETURN(L.ffn_norm, GetF32(f, p + "ffn_norm.weight", {c.d_model}));
+    L.names_qkv = {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"};
+    L.names_o = {p + "attn_output.weight"};
+    L.names_gate_up = {p + "ffn_gate.weight", p + "ffn_up.weight"};
+    L.names_down = {p + "ffn_down.weight"};
     VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", c.d_model, c.q_dim()));
     VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", c.d_model, c.kv_dim()));
     VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", c.d_model, c.kv_dim()));
@@ -377,9 +381,13 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     std::swap(x, xn);
     return Status::Ok();
   };
+  const auto observe = [&](const std::vector<std::string>& names, const float* in, int64_t cols) {
+    if (ctx->observer) ctx->observer->Observe(names, in, n, cols);
+  };
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.attn_norm.data(), xn, n, d, c.rms_eps));
+    observe(L.names_qkv, xn, d);
     if (L.wqkv.packed && kt.packed_matmul) {
       VLMD_RETURN_IF_ERROR(matmul(L.wqkv, xn, ctx->qkv.data()));  // [n, q_dim + 2 kv_dim]
       SplitQkv(ctx->qkv.data(), n, qd, kvd, ctx->q.data(), ctx->k.data(), ctx->v.data());
@@ -408,6 +416,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     }
     kt.round_f16(ctx->q.data(), ctx->q.data(), n * qd);  // SIMD, bit-exact with F32ToF16
     VLMD_RETURN_IF_ERROR(Attend(b, caches, l, mask_pos, ctx));                 // attn [n, q_dim]
+    observe(L.names_o, ctx->attn.data(), qd);
     if (c.gemma3) {  // x += RmsNorm(attn Wo^T)
       VLMD_RETURN_IF_ERROR(matmul(L.wo, ctx->attn.data(), xn));
       VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, xn, L.post_attn_norm.data(), xn, n, d, c.rms_eps));
@@ -416,6 +425,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
       VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.wo, ctx->attn.data()));   // x += attn Wo^T
     }
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
+    observe(L.names_gate_up, xn, d);
     if (L.w_gate_up.packed && kt.packed_matmul) {
       VLMD_RETURN_IF_ERROR(matmul(L.w_gate_up, xn, ctx->up.data()));  // [n, 2 d_ff]
       VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data())
@@ -428,6 +438,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
                                     : ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
                                                   ctx->gate.data(), n * ff));
     }
+    observe(L.names_down, ctx->gate.data(), ff);
     if (c.gemma3) {  // x += RmsNorm(h Wdown^T)
       VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));
       VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, xn, L.post_ffn_norm.data(), xn, n, d, c.rms_eps));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -72,11 +73,23 @@ struct DecoderLayerSpec {
                                 // the layer (qwen3vl deepstack; text rows' slices are zero)
 };
 
+// Sees the input rows of the decoder layers' matrix products before they run (calibration:
+// vlmd-quantize calibrate sums x^2 per input column, as llama-imatrix does). `weights` are the
+// GGUF names of the matrices these rows multiply: q, k and v share one input, as do gate and up.
+// The output head is not observed (llama-imatrix leaves it out by default too).
+class MatmulInputObserver {
+ public:
+  virtual ~MatmulInputObserver() = default;
+  virtual void Observe(std::span<const std::string> weights, const float* x, int64_t rows,
+                       int64_t cols) = 0;
+};
+
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
 // the largest batch seen and are reused.
 struct ForwardContext {
   const kernels::KernelTable* kernels = nullptr;
   ThreadPool* pool = nullptr;
+  MatmulInputObserver* observer = nullptr;  // null: nothing observed (serving)
   ops::MatmulScratch matmul_scratch;
   std::vector<float> x, xn, q, k, v, qkv, attn, gate, up, logit_in;
   std::vector<float> rope_table;    // [rope sets][n_tokens, n_rot]
@@ -144,6 +157,8 @@ class TextDecoder {
     F32Weights bq, bk, bv;                   // qwen2 / qwen2vl only
     F32Weights q_norm, k_norm;               // [head_dim] when spec.qk_norm
     F32Weights post_attn_norm, post_ffn_norm;          // [d_model], Gemma 3
+    // GGUF names by shared input, for MatmulInputObserver: {q, k, v}, {o}, {gate, up}, {down}.
+    std::vector<std::string> names_qkv, names_o, names_gate_up, names_down;
   };
 
   TextDecoder() = default;

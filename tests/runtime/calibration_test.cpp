@@ -1,0 +1,220 @@
+// Calibrated quantization's engine parts: the importance matrix the decoder's inputs give
+// (ImatrixCollector), the logit comparison of vlmd-quantize eval, and the AWQ rewrite of a model
+// (the rewritten model must compute what the original does).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+
+#include <unistd.h>
+
+#include "engine/gguf/gguf_reader.h"
+#include "engine/gguf/quantize_model.h"
+#include "engine/runtime/imatrix_collector.h"
+#include "engine/runtime/logit_comparison.h"
+#include "engine/runtime/vlm_engine.h"
+#include "engine/tensor/quantize.h"
+#include "test_util.h"
+
+namespace vlmd::engine::runtime {
+namespace {
+
+std::unique_ptr<VlmEngine> LoadEngine(const std::string& path) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 256;
+  auto e = VlmEngine::Load(path, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+std::vector<float> ReadF32(const gguf::GgufFile& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.FindTensor(name);
+  std::vector<float> v(static_cast<size_t>(t->ne[0]));
+  EXPECT_TRUE(DequantizeRow(t->type, t->data, v.data(), t->ne[0]).ok());
+  return v;
+}
+
+const char* kPrompt = "<|im_start|>User: describe the picture of the red house by the sea, "
+                      "please, in a few words<end_of_utterance>\nAssistant:";
+
+TEST(ImatrixCollectorTest, SumsTheSquaresOfEachMatrixInputPerColumn) {
+  const std::string path = vlmd::testing::FixturePath("tiny-smolvlm/text.gguf");
+  auto engine = LoadEngine(path);
+  ASSERT_NE(engine, nullptr);
+  auto ids = engine->tokenizer().Tokenize(kPrompt, true, true);
+  ASSERT_TRUE(ids.ok());
+  const int64_t rows = static_cast<int64_t>(ids->size());
+  ASSERT_GE(rows, 16);
+  ImatrixCollector collector(16);
+  engine->set_matmul_observer(&collector);
+  ASSERT_TRUE(engine->PromptLogits(*ids).ok());
+  engine->set_matmul_observer(nullptr);
+  const auto& c = engine->model().config();
+  const auto& entries = collector.matrix().entries;
+  ASSERT_EQ(entries.size(), static_cast<size_t>(7 * c.n_layers));  // q k v o gate up down
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      const auto it = entries.find(b + m + ".weight");
+      ASSERT_NE(it, entries.end()) << b << m;
+      EXPECT_EQ(it->second.counts, std::vector<float>{static_cast<float>(rows)}) << b << m;
+      EXPECT_EQ(it->second.n_cols, std::string(m) == "ffn_down" ? c.d_ff
+                                   : std::string(m) == "attn_output" ? c.q_dim() : c.d_model);
+    }
+    // One input, one observation: q, k and v (gate and up) have the same sums.
+    EXPECT_EQ(entries.at(b + "attn_q.weight").sum_sq, entries.at(b + "attn_v.weight").sum_sq);
+    EXPECT_EQ(entries.at(b + "ffn_gate.weight").sum_sq, entries.at(b + "ffn_up.weight").sum_sq);
+  }
+  // Layer 0's q input, computed here: RMSNorm(token embedding) * attn_norm.
+  auto file = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  const std::vector<float> norm = ReadF32(**file, "blk.0.attn_norm.weight");
+  std::vector<double> want(static_cast<size_t>(c.d_model), 0.0);
+  std::vector<float> e(static_cast<size_t>(c.d_model));
+  for (int32_t id : *ids) {
+    ASSERT_TRUE(engine->model().EmbedToken(id, e.data()).ok());
+    double ss = 0.0;
+    for (float v : e) ss += double{v} * v;
+    const double inv = 1.0 / std::sqrt(ss / c.d_model + c.rms_eps);
+    for (int64_t i = 0; i < c.d_model; ++i) {
+      const double x = e[i] * inv * norm[i];
+      want[i] += x * x;
+    }
+  }
+  const auto& got = entries.at("blk.0.attn_q.weight").sum_sq;
+  for (int64_t i = 0; i < c.d_model; ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-3 * want[i] + 1e-6) << "column " << i;
+  }
+  EXPECT_EQ(collector.skipped(), 0);
+
+  // A forward call of fewer rows than min_rows is not recorded (llama-imatrix's rule).
+  ImatrixCollector strict(rows + 1);
+  engine->set_matmul_observer(&strict);
+  ASSERT_TRUE(engine->PromptLogits(*ids).ok());
+  engine->set_matmul_observer(nullptr);
+  EXPECT_TRUE(strict.matrix().entries.empty());
+  EXPECT_EQ(strict.skipped(), strict.observations());
+  EXPECT_EQ(strict.observations(), 4 * c.n_layers);
+}
+
+TEST(LogitComparisonTest, KlTopOneAndNmse) {
+  LogitComparison same;
+  const std::vector<float> a = {1.0f, 2.0f, 3.0f};
+  ASSERT_TRUE(same.Add(a, a).ok());
+  EXPECT_EQ(same.rows(), 1);
+  EXPECT_NEAR(same.mean_kl(), 0.0, 1e-12);
+  EXPECT_EQ(same.top1_agreement(), 1.0);
+  EXPECT_EQ(same.nmse(), 0.0);
+
+  // Two tokens: p = softmax(ln 3, 0) = (3/4, 1/4), q = softmax(0, 0) = (1/2, 1/2):
+  // KL = 3/4 ln(3/2) + 1/4 ln(1/2).
+  LogitComparison two;
+  ASSERT_TRUE(two.Add(std::vector<float>{std::log(3.0f), 0.0f}, std::vector<float>{0.0f, 0.0f}).ok());
+  ASSERT_TRUE(two.Add(std::vector<float>{2.0f, 0.0f}, std::vector<float>{0.0f, 2.0f}).ok());
+  const double kl1 = 0.75 * std::log(1.5) + 0.25 * std::log(0.5);
+  const double p = 1.0 / (1.0 + std::exp(-2.0));  // softmax(2, 0)[0]
+  const double kl2 = p * std::log(p / (1 - p)) + (1 - p) * std::log((1 - p) / p);
+  EXPECT_NEAR(two.mean_kl(), (kl1 + kl2) / 2, 1e-6);
+  EXPECT_NEAR(two.max_kl(), std::max(kl1, kl2), 1e-6);
+  EXPECT_EQ(two.top1_agreement(), 0.5);  // argmax 0 vs 0 (a tie takes the first), then 0 vs 1
+  const double ln3_sq = std::log(3.0) * std::log(3.0);
+  EXPECT_NEAR(two.nmse(), (ln3_sq + 8.0) / (ln3_sq + 4.0), 1e-6);
+
+  LogitComparison bad;
+  EXPECT_FALSE(bad.Add(a, std::vector<float>{1.0f, 2.0f}).ok());
+  EXPECT_FALSE(bad.Add({}, {}).ok());
+  EXPECT_FALSE(bad.Add(a, std::vector<float>{1.0f, std::numeric_limits<float>::infinity(), 0.0f}).ok());
+  EXPECT_EQ(bad.rows(), 0);
+}
+
+// The AWQ rewrite with forced scales (alpha 1 on an importance matrix with outlier columns) and
+// no quantization (F32) is the same function: the logits of every prompt row match the
+// original's; and quantized to Q4_0, the searched scales lower the activation-weighted error.
+TEST(AwqRewriteTest, ScaledModelComputesTheSameAndSearchLowersTheError) {
+  const std::string path = vlmd::testing::FixturePath("tiny-smolvlm/text.gguf");
+  auto src = gguf::GgufFile::Open(path);
+  ASSERT_TRUE(src.ok());
+  gguf::ImportanceMatrix stats;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.5f, 2.0f);
+  for (const gguf::TensorInfo& t : (*src)->tensors()) {
+    const std::string name(t.name);
+    if (name.rfind("blk.", 0) != 0 || t.n_dims != 2) continue;
+    gguf::ImatrixEntry e;
+    e.n_cols = t.ne[0];
+    e.counts = {10};
+    for (int64_t j = 0; j < t.ne[0]; ++j) e.sum_sq.push_back(10 * u(rng) * (j % 13 == 0 ? 400.0f : 1.0f));
+    stats.entries[name] = e;
+  }
+  // Shared inputs share their statistics, as the collector records them.
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    stats.entries[b + "attn_k.weight"] = stats.entries[b + "attn_v.weight"] = stats.entries[b + "attn_q.weight"];
+    stats.entries[b + "ffn_up.weight"] = stats.entries[b + "ffn_gate.weight"];
+  }
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/vlmd-awq-" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ThreadPool pool(2);
+  gguf::QuantizeOptions plain{.type = DType::kF32};
+  gguf::QuantizeOptions scaled{.type = DType::kF32, .awq = &stats, .awq_alpha = 1.0f};
+  auto r0 = gguf::QuantizeModel(path, dir + "/plain.gguf", plain, &pool);
+  auto r1 = gguf::QuantizeModel(path, dir + "/awq.gguf", scaled, &pool);
+  ASSERT_TRUE(r0.ok() && r1.ok()) << r1.status().ToString();
+  ASSERT_EQ(r1->awq_groups.size(), 6u);  // 2 layers x (attn_norm, ffn_norm, ffn_up)
+  auto out = gguf::GgufFile::Open(dir + "/awq.gguf");
+  ASSERT_TRUE(out.ok());
+  for (const gguf::AwqGroup& g : r1->awq_groups) {
+    EXPECT_EQ(g.alpha, 1.0f);
+    float lo = 1e9f, hi = 0.0f;
+    for (float s : g.scales) lo = std::min(lo, s), hi = std::max(hi, s);
+    EXPECT_GT(hi / lo, 10.0f) << g.producer;  // the outlier columns are scaled well apart
+  }
+  // The norms changed (divided by the scales), so the match below is not a copy's.
+  EXPECT_NE(ReadF32(**out, "blk.0.attn_norm.weight"), ReadF32(**src, "blk.0.attn_norm.weight"));
+
+  auto a = LoadEngine(dir + "/plain.gguf");
+  auto b = LoadEngine(dir + "/awq.gguf");
+  ASSERT_TRUE(a && b);
+  auto ids = a->tokenizer().Tokenize(kPrompt, true, true);
+  ASSERT_TRUE(ids.ok());
+  PromptRows rows;
+  rows.tokens = *ids;
+  std::vector<float> ref;
+  ASSERT_TRUE(a->PromptRowLogits(rows, [&](int64_t, std::span<const float> l) {
+                 ref.insert(ref.end(), l.begin(), l.end());
+                 return Status::Ok();
+               }).ok());
+  ASSERT_EQ(ref.size(), ids->size() * static_cast<size_t>(a->model().config().n_vocab));
+  LogitComparison cmp;
+  size_t next = 0;
+  const size_t v = static_cast<size_t>(a->model().config().n_vocab);
+  ASSERT_TRUE(b->PromptRowLogits(rows, [&](int64_t, std::span<const float> l) {
+                 const Status s = cmp.Add(std::span<const float>(ref).subspan(next, v), l);
+                 next += v;
+                 return s;
+               }).ok());
+  EXPECT_EQ(cmp.rows(), static_cast<int64_t>(ids->size()));
+  EXPECT_LT(cmp.nmse(), 1e-9);
+  EXPECT_EQ(cmp.top1_agreement(), 1.0);
+
+  // Q4_0: the search keeps alpha 0 unless scaling lowers the weighted error, and here it does.
+  auto q = gguf::QuantizeModel(path, dir + "/q4.gguf",
+                               {.type = DType::kQ4_0, .awq = &stats}, &pool);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  double plain_err = 0.0, scaled_err = 0.0;
+  for (const gguf::AwqGroup& g : q->awq_groups) {
+    EXPECT_LE(g.error_scaled, g.error_plain) << g.producer;
+    plain_err += g.error_plain;
+    scaled_err += g.error_scaled;
+  }
+  EXPECT_LT(scaled_err, 0.8 * plain_err);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vlmd::engine::runtime

@@ -1,0 +1,109 @@
+// vlmd-quantize eval: how far a quantized model's next-token distributions are from a reference
+// model's (mean KL divergence, top-1 agreement, logit NMSE) on held-out image+prompt samples.
+// Compared rows: every prompt row whose next row is text, and the last row (the first answer
+// token); an image's inner rows predict embeddings, not tokens.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "engine/runtime/logit_comparison.h"
+#include "samples.h"
+
+namespace vlmd::tools::quantize {
+namespace {
+
+using engine::runtime::PromptRows;
+using engine::runtime::VlmEngine;
+
+bool Compared(const PromptRows& p, int64_t row) {
+  return row + 1 == static_cast<int64_t>(p.tokens.size()) || p.tokens[static_cast<size_t>(row + 1)] >= 0;
+}
+
+}  // namespace
+
+int RunEval(int argc, char** argv) {
+  CLI::App app{"Compare a quantized model's next-token distributions with a reference model's on "
+               "held-out image+prompt samples: mean KL(ref || test), top-1 agreement, logit NMSE.",
+               "vlmd-quantize eval"};
+  std::string ref_path, test_path, mmproj, ref_mmproj, test_mmproj, data;
+  int32_t threads = 0, n_ctx = 8192;
+  std::string precision = "exact";
+  app.add_option("--ref", ref_path, "reference text model GGUF (e.g. F16)")->required();
+  app.add_option("--test", test_path, "quantized text model GGUF")->required();
+  app.add_option("--mmproj", mmproj, "vision GGUF for both models");
+  app.add_option("--ref-mmproj", ref_mmproj, "vision GGUF of the reference (overrides --mmproj)");
+  app.add_option("--test-mmproj", test_mmproj, "vision GGUF of the test model (overrides --mmproj)");
+  app.add_option("--data", data, "held-out samples: a folder or a JSONL file (as calibrate)")->required();
+  app.add_option("-t,--threads", threads, "threads (0 = all cores)")->capture_default_str();
+  app.add_option("-c,--ctx-size", n_ctx, "context positions per sample")->capture_default_str();
+  app.add_option("--precision", precision, "exact or fast, for both models")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto fail = [](const std::string& what) {
+    std::fprintf(stderr, "vlmd-quantize: error: %s\n", what.c_str());
+    return 2;
+  };
+  auto samples = LoadSamples(data);
+  if (!samples.ok()) return fail(samples.status().ToString());
+  auto prec = engine::ops::ParsePrecision(precision);
+  if (!prec) return fail("--precision: '" + precision + "' is not exact or fast");
+  auto load = [&](const std::string& path, const std::string& own_mmproj) {
+    engine::runtime::EngineOptions eo;
+    eo.mmproj_path = own_mmproj.empty() ? mmproj : own_mmproj;
+    eo.threads = threads;
+    eo.n_ctx = n_ctx;
+    eo.precision = *prec;
+    return VlmEngine::Load(path, eo);
+  };
+  auto ref = load(ref_path, ref_mmproj);
+  if (!ref.ok()) return fail("--ref: " + ref.status().ToString());
+  auto test = load(test_path, test_mmproj);
+  if (!test.ok()) return fail("--test: " + test.status().ToString());
+  if ((*ref)->model().config().n_vocab != (*test)->model().config().n_vocab) {
+    return fail("the models' vocabularies differ (" + std::to_string((*ref)->model().config().n_vocab) +
+                " and " + std::to_string((*test)->model().config().n_vocab) + " tokens)");
+  }
+  const int64_t n_vocab = (*ref)->model().config().n_vocab;
+
+  engine::runtime::LogitComparison total;
+  for (const Sample& s : *samples) {
+    auto ref_rows = SampleRows(**ref, s);
+    if (!ref_rows.ok()) return fail(s.name + ": " + ref_rows.status().ToString());
+    auto test_rows = SampleRows(**test, s);
+    if (!test_rows.ok()) return fail(s.name + ": " + test_rows.status().ToString());
+    if (ref_rows->tokens != test_rows->tokens) {
+      return fail(s.name + ": the models make different prompts of it (another tokenizer or "
+                  "vision family?)");
+    }
+    // The reference's compared rows first, then the test model's against them.
+    std::vector<float> ref_logits;
+    Status st = (*ref)->PromptRowLogits(*ref_rows, [&](int64_t row, std::span<const float> l) {
+      if (Compared(*ref_rows, row)) ref_logits.insert(ref_logits.end(), l.begin(), l.end());
+      return Status::Ok();
+    });
+    if (!st.ok()) return fail(s.name + ": --ref: " + st.ToString());
+    engine::runtime::LogitComparison sample;
+    size_t next = 0;
+    st = (*test)->PromptRowLogits(*test_rows, [&](int64_t row, std::span<const float> l) {
+      if (!Compared(*test_rows, row)) return Status::Ok();
+      const std::span<const float> r(ref_logits.data() + next * n_vocab, static_cast<size_t>(n_vocab));
+      ++next;
+      VLMD_RETURN_IF_ERROR(sample.Add(r, l));
+      return total.Add(r, l);
+    });
+    if (!st.ok()) return fail(s.name + ": --test: " + st.ToString());
+    std::printf("%-32s %5lld rows  KL %.6f  top-1 %.4f  NMSE %.3e\n", s.name.c_str(),
+                static_cast<long long>(sample.rows()), sample.mean_kl(), sample.top1_agreement(),
+                sample.nmse());
+  }
+  std::printf("%zu samples, %lld rows: mean KL %.6f (max %.6f), top-1 agreement %.4f, logit NMSE "
+              "%.4e\n",
+              samples->size(), static_cast<long long>(total.rows()), total.mean_kl(), total.max_kl(),
+              total.top1_agreement(), total.nmse());
+  return 0;
+}
+
+}  // namespace vlmd::tools::quantize

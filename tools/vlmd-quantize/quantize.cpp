@@ -1,0 +1,186 @@
+// vlmd-quantize IN OUT TYPE: re-quantizes the weight matrices of a GGUF model and prints each
+// tensor's relative error ||W - Wq|| / ||W||. Or a VLM's two files at once with their own types
+// (--text q4_k --vision f16: the usual "INT4 text, FP16 vision"). --imatrix weighs the text
+// matrices by an importance matrix (as llama-quantize --imatrix), --tensor-type overrides the
+// type of the weights whose names match a pattern.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "engine/gguf/imatrix.h"
+#include "engine/gguf/quantize_model.h"
+#include "engine/tensor/quantize.h"
+
+namespace vlmd::tools::quantize {
+namespace {
+
+using engine::DTypeName;
+namespace gguf = engine::gguf;
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "vlmd-quantize: error: %s\n", what.c_str());
+  return 2;
+}
+
+std::string Shape(const std::vector<int64_t>& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? " x " : "") + std::to_string(s[i]);
+  return out;
+}
+
+// Quantizes one file and prints its report; the exit code.
+int QuantizeFile(const std::string& in, const std::string& out, const gguf::QuantizeOptions& opts,
+                 ThreadPool* pool, bool quiet) {
+  auto report = gguf::QuantizeModel(in, out, opts, pool);
+  if (!report.ok()) return Fail(in + ": " + report.status().ToString());
+  int n_quantized = 0, n_fallback = 0, n_weighted = 0;
+  for (const auto& t : report->tensors) {
+    if (t.quantized) ++n_quantized;
+    if (t.fell_back) ++n_fallback;
+    if (t.weighted) ++n_weighted;
+    if (quiet) continue;
+    if (t.quantized) {
+      std::printf("%-40s %-18s %5s -> %-5s rel_err %.3e%s%s\n", t.name.c_str(),
+                  Shape(t.shape).c_str(), std::string(DTypeName(t.from)).c_str(),
+                  std::string(DTypeName(t.to)).c_str(), t.rel_error, t.weighted ? "  (imatrix)" : "",
+                  t.fell_back ? "  (fallback: row length does not fit the block)" : "");
+    } else {
+      std::printf("%-40s %-18s %5s    kept\n", t.name.c_str(), Shape(t.shape).c_str(),
+                  std::string(DTypeName(t.from)).c_str());
+    }
+  }
+  if (!report->awq_groups.empty()) {
+    double plain = 0.0, scaled = 0.0;
+    for (const auto& g : report->awq_groups) {
+      plain += g.error_plain;
+      scaled += g.error_scaled;
+      if (!quiet) {
+        std::printf("AWQ %-36s alpha %.2f  weighted error %.3e -> %.3e\n", g.producer.c_str(),
+                    g.alpha, g.error_plain, g.error_scaled);
+      }
+    }
+    std::printf("AWQ: %zu matrix groups scaled; their weighted quantization error %.3e -> %.3e "
+                "(%.1f%% less)\n", report->awq_groups.size(), plain, scaled,
+                plain > 0 ? 100.0 * (1.0 - scaled / plain) : 0.0);
+  } else if (opts.awq) {
+    std::fprintf(stderr, "vlmd-quantize: warning: --awq found no matrix group to scale in %s\n",
+                 in.c_str());
+  }
+  std::printf("%s: %d tensors quantized (%d with a fallback type), %zu kept; %.2f MiB -> %.2f MiB\n",
+              out.c_str(), n_quantized, n_fallback, report->tensors.size() - n_quantized,
+              report->bytes_in / 1048576.0, report->bytes_out / 1048576.0);
+  if (opts.imatrix) {
+    std::printf("%d of them weighted by the importance matrix (%zu entries)\n", n_weighted,
+                opts.imatrix->entries.size());
+    if (n_weighted == 0 && engine::QuantizeUsesImportance(opts.type)) {
+      std::fprintf(stderr, "vlmd-quantize: warning: no matrix of %s has an entry in the "
+                   "importance matrix (made for another model?)\n", in.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunQuantize(int argc, char** argv) {
+  CLI::App app{"Quantize the weight matrices of a GGUF model: vlmd-quantize IN OUT TYPE, or a "
+               "VLM's two files with --text TYPE --vision TYPE -m TEXT --mmproj MMPROJ -o DIR.\n"
+               "Other commands: vlmd-quantize calibrate (importance matrix from image+prompt "
+               "samples), vlmd-quantize eval (KL divergence to a reference); each has --help."};
+  std::string in_path, out_path, type_name;
+  std::string text_type, vision_type, model, mmproj, out_dir;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  bool quiet = false;
+  std::string imatrix_path, awq_path;
+  std::vector<std::string> override_texts;
+  app.add_option("input", in_path, "input GGUF");
+  app.add_option("output", out_path, "output GGUF");
+  app.add_option("type", type_name, "q8_0 q4_0 q4_1 q5_0 q4_k q5_k q6_k f16 bf16 f32");
+  app.add_option("--text", text_type, "the text model's type (with -m, --mmproj, -o)");
+  app.add_option("--vision", vision_type, "the vision encoder's type (with -m, --mmproj, -o)");
+  app.add_option("-m,--model", model, "text model GGUF (with --text)");
+  app.add_option("--mmproj", mmproj, "vision GGUF (with --vision)");
+  app.add_option("-o,--out-dir", out_dir, "folder for text.gguf and mmproj.gguf (with --text)");
+  app.add_option("-t,--threads", threads, "threads")->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "print only the summary");
+  app.add_option("--imatrix", imatrix_path,
+                 "importance matrix (llama.cpp's GGUF or legacy .dat imatrix, or vlmd-quantize "
+                 "calibrate's): weighs the text model's q4_0, q4_k, q5_k and q6_k matrices by it");
+  app.add_option("--awq", awq_path,
+                 "activation statistics (an imatrix file) for AWQ: per-channel scales searched "
+                 "for each norm -> q/k/v, norm -> gate/up and up -> down group of the text model "
+                 "and folded into the norm weights and up rows (an exact rewrite, no op added)");
+  float awq_alpha = -1.0f;
+  app.add_option("--awq-alpha", awq_alpha,
+                 "with --awq: scales = activation^alpha with this alpha in [0, 1] for every group "
+                 "instead of searching the best per group");
+  app.add_option("--tensor-type", override_texts,
+                 "PATTERN=TYPE: weights whose name matches the regex get TYPE (repeatable; the "
+                 "first match wins), e.g. token_embd=q8_0 or 'blk\\.[0-3]\\.ffn_down=q6_k'");
+  CLI11_PARSE(app, argc, argv);
+
+  const bool pair = !text_type.empty() || !vision_type.empty();
+  if (pair ? (!in_path.empty() || text_type.empty() || vision_type.empty() || model.empty() ||
+              mmproj.empty() || out_dir.empty())
+           : (type_name.empty() || !model.empty() || !mmproj.empty() || !out_dir.empty())) {
+    return Fail("give IN OUT TYPE, or --text TYPE --vision TYPE -m TEXT --mmproj MMPROJ -o DIR "
+                "(--help)");
+  }
+  std::vector<gguf::TensorTypeOverride> overrides;
+  for (const std::string& text : override_texts) {
+    auto o = gguf::ParseTensorTypeOverride(text);
+    if (!o.ok()) return Fail(o.status().message());
+    overrides.push_back(*o);
+  }
+  const auto parse_type = [](const std::string& name) { return engine::ParseDType(name); };
+  std::optional<gguf::ImportanceMatrix> imatrix;
+  if (!imatrix_path.empty()) {
+    auto m = gguf::ReadImatrixFile(imatrix_path);
+    if (!m.ok()) return Fail(m.status().ToString());
+    imatrix = std::move(*m);
+  }
+  std::optional<gguf::ImportanceMatrix> awq;
+  if (!awq_path.empty()) {
+    if (awq_path == imatrix_path) {
+      awq = imatrix;
+    } else {
+      auto m = gguf::ReadImatrixFile(awq_path);
+      if (!m.ok()) return Fail(m.status().ToString());
+      awq = std::move(*m);
+    }
+  }
+  ThreadPool pool(threads < 1 ? 1 : threads);
+  gguf::QuantizeOptions text;
+  text.overrides = overrides;
+  text.imatrix = imatrix ? &*imatrix : nullptr;
+  text.awq = awq ? &*awq : nullptr;
+  text.awq_alpha = awq_alpha;
+  const std::string text_name = pair ? text_type : type_name;
+  const auto tt = parse_type(text_name);
+  if (!tt) return Fail("unknown type '" + text_name + "'");
+  text.type = *tt;
+  if (imatrix && !engine::QuantizeUsesImportance(text.type)) {
+    std::fprintf(stderr, "vlmd-quantize: warning: %s does not use the importance matrix (q4_0, "
+                 "q4_k, q5_k and q6_k do)\n", text_name.c_str());
+  }
+  if (!pair) return QuantizeFile(in_path, out_path, text, &pool, quiet);
+
+  const auto vt = parse_type(vision_type);
+  if (!vt) return Fail("unknown type '" + vision_type + "'");
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Fail("cannot create " + out_dir + ": " + ec.message());
+  const int rc = QuantizeFile(model, out_dir + "/text.gguf", text, &pool, quiet);
+  if (rc != 0) return rc;
+  gguf::QuantizeOptions vision;
+  vision.type = *vt;
+  vision.overrides = overrides;  // the imatrix records the text model's matrices only
+  return QuantizeFile(mmproj, out_dir + "/mmproj.gguf", vision, &pool, quiet);
+}
+
+}  // namespace vlmd::tools::quantize

@@ -1,0 +1,125 @@
+#include "samples.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+
+#include "serve/api/requests.h"
+
+namespace vlmd::tools::quantize {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kDefaultPrompt = "Describe this image.";
+
+Result<std::string> ReadFile(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFoundError("cannot read " + path.string());
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+bool IsImage(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  static const std::set<std::string> kExts = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm", ".pgm"};
+  return kExts.count(ext) > 0;
+}
+
+Result<std::vector<Sample>> LoadFolder(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::set<fs::path> image_stems;
+  for (const fs::path& f : files) {
+    if (IsImage(f)) image_stems.insert(fs::path(f).replace_extension());
+  }
+  std::vector<Sample> samples;
+  for (const fs::path& f : files) {
+    const bool image = IsImage(f);
+    const fs::path stem = fs::path(f).replace_extension();
+    if (!image && (f.extension() != ".txt" || image_stems.count(stem) > 0)) continue;
+    Sample s;
+    s.name = f.filename().string();
+    std::string text(kDefaultPrompt);
+    const fs::path prompt_file = image ? fs::path(stem).concat(".txt") : f;
+    if (fs::exists(prompt_file)) {
+      VLMD_ASSIGN_OR_RETURN(text, ReadFile(prompt_file));
+    }
+    if (image) {
+      VLMD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(f));
+      s.images.push_back(std::move(bytes));
+      text = std::string(serve::api::kMediaMarker) + "\n" + text;
+    }
+    s.messages.push_back({"user", std::move(text)});
+    samples.push_back(std::move(s));
+  }
+  if (samples.empty()) {
+    return InvalidArgumentError(dir.string() + " holds no image or .txt prompt");
+  }
+  return samples;
+}
+
+Result<std::vector<Sample>> LoadJsonl(const fs::path& file) {
+  VLMD_ASSIGN_OR_RETURN(std::string text, ReadFile(file));
+  serve::api::RequestLimits limits;
+  limits.max_images = 64;
+  limits.max_image_bytes = 64u << 20;
+  std::vector<Sample> samples;
+  std::istringstream lines(text);
+  std::string line;
+  for (int64_t n = 1; std::getline(lines, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const bool chat = line.find("\"messages\"") != std::string::npos;
+    auto request = chat ? serve::api::ParseChatCompletion(line, limits)
+                        : serve::api::ParseInvokeJson(line, limits);
+    if (!request.ok()) {
+      return InvalidArgumentError(file.string() + " line " + std::to_string(n) + ": " +
+                                  request.status().message());
+    }
+    if (!request->image_urls.empty()) {
+      return InvalidArgumentError(file.string() + " line " + std::to_string(n) +
+                                  ": image URLs are not fetched; give the images as data URIs");
+    }
+    Sample s;
+    s.name = "line " + std::to_string(n);
+    s.raw = request->raw_prompt;
+    for (const serve::api::ChatMessage& m : request->messages) s.messages.push_back({m.role, m.text});
+    s.images = std::move(request->images);
+    samples.push_back(std::move(s));
+  }
+  if (samples.empty()) return InvalidArgumentError(file.string() + " holds no request");
+  return samples;
+}
+
+}  // namespace
+
+Result<std::vector<Sample>> LoadSamples(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return LoadFolder(path);
+  if (!fs::exists(path, ec)) return NotFoundError("no such file or folder: " + path);
+  return LoadJsonl(path);
+}
+
+Result<engine::runtime::PromptRows> SampleRows(engine::runtime::VlmEngine& engine,
+                                               const Sample& sample) {
+  std::vector<engine::runtime::EncodedImage> images;
+  for (const std::string& bytes : sample.images) {
+    VLMD_ASSIGN_OR_RETURN(
+        engine::runtime::EncodedImage img,
+        engine.EncodeImage(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                           nullptr));
+    images.push_back(std::move(img));
+  }
+  const std::string prompt = sample.raw ? (sample.messages.empty() ? std::string()
+                                                                   : sample.messages.front().content)
+                                        : engine.ApplyChatTemplate(sample.messages);
+  return engine.BuildPrompt(prompt, images, /*raw=*/true);
+}
+
+}  // namespace vlmd::tools::quantize
