@@ -39,12 +39,21 @@ int main(int argc, char** argv) {
   app.add_option("--vision-type", vision_type, "vision matrix type")->capture_default_str();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_flag("--text-only", text_only, "write only text.gguf");
+  int32_t outliers = 0;
+  float outlier_scale = 16.0f;
+  app.add_option("--outlier-channels", outliers,
+                 "scale this many input channels of every decoder matrix up (norm weights and "
+                 "ffn_up rows), as trained LLMs' activations have them")->capture_default_str();
+  app.add_option("--outlier-scale", outlier_scale, "their factor")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto preset = synth::FindPreset(preset_name);
   if (!preset) return Fail("unknown preset '" + preset_name + "' (known: " + presets + ")");
   synth::SynthOptions opts;
   opts.seed = seed;
+  if (outliers < 0 || !(outlier_scale > 0.0f)) return Fail("--outlier-channels must be >= 0 and --outlier-scale > 0");
+  opts.outlier_channels = outliers;
+  opts.outlier_scale = outlier_scale;
   auto tt = ParseDType(text_type);
   auto vt = ParseDType(vision_type);
   if (!tt) return Fail("unknown --type '" + text_type + "'");

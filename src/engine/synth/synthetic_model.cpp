@@ -3,6 +3,7 @@
 // 1 + N(0, 0.1); biases N(0, 0.1).
 #include "engine/synth/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <list>
 #include <vector>
@@ -55,12 +56,27 @@ class Rng {
 
 enum class Init { kMatrix, kNorm, kBias, kPositional };
 
+// Elements (1-D) or rows (2-D) of a tensor scaled after the draw (SynthOptions outliers).
+struct ScaledRows {
+  std::vector<int64_t> rows;
+  float scale = 1.0f;
+};
+
+// `count` indices spread over [0, n) by a fixed stride (the same channels in every layer).
+ScaledRows OutlierRows(int32_t count, int64_t n, float scale) {
+  ScaledRows s;
+  s.scale = scale;
+  for (int64_t k = 0; k < std::min<int64_t>(count, n); ++k) s.rows.push_back((k * 7919 + 13) % n);
+  return s;
+}
+
 // Holds generated tensor bytes until the writer has written the file.
 class TensorSink {
  public:
   TensorSink(gguf::GgufWriter* w, Rng* rng) : w_(w), rng_(rng) {}
 
-  Status Add(const std::string& name, std::vector<int64_t> ne, DType type, Init init) {
+  Status Add(const std::string& name, std::vector<int64_t> ne, DType type, Init init,
+             const ScaledRows& scaled = {}) {
     int64_t n = 1;
     for (int64_t d : ne) n *= d;
     std::vector<float> values(static_cast<size_t>(n));
@@ -71,6 +87,12 @@ class TensorSink {
         case Init::kNorm: v = 1.0f + 0.1f * rng_->Normal(); break;
         case Init::kBias: v = 0.1f * rng_->Normal(); break;
         case Init::kPositional: v = 0.5f * rng_->Normal(); break;
+      }
+    }
+    const int64_t scaled_len = ne.size() == 1 ? 1 : ne[0];  // an element, or a row
+    for (int64_t r : scaled.rows) {
+      for (int64_t i = 0; i < scaled_len; ++i) {
+        values[static_cast<size_t>(r * scaled_len + i)] *= scaled.scale;
       }
     }
     const int64_t row_len = ne[0];
@@ -84,10 +106,11 @@ class TensorSink {
   }
 
   // A 2-D weight [row_len, n_rows] in `wanted` type (or its fallback for this row length).
-  Status AddMatrix(const std::string& name, int64_t row_len, int64_t n_rows, DType wanted) {
+  Status AddMatrix(const std::string& name, int64_t row_len, int64_t n_rows, DType wanted,
+                   const ScaledRows& scaled = {}) {
     bool fell_back = false;
     return Add(name, {row_len, n_rows}, TypeForRowLength(wanted, row_len, &fell_back),
-               Init::kMatrix);
+               Init::kMatrix, scaled);
   }
 
  private:
@@ -280,10 +303,13 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
 
   Rng rng(opts.seed);
   TensorSink sink(&w, &rng);
+  const ScaledRows norm_outliers = OutlierRows(opts.outlier_channels, t.d_model, opts.outlier_scale);
+  const ScaledRows ff_outliers = OutlierRows(opts.outlier_channels, t.d_ff, opts.outlier_scale);
   VLMD_RETURN_IF_ERROR(sink.AddMatrix("token_embd.weight", t.d_model, n_vocab, opts.text_type));
   for (int32_t l = 0; l < t.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
+    VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm,
+                                  norm_outliers));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_q.weight", t.d_model, q_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_k.weight", t.d_model, kv_dim, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "attn_v.weight", t.d_model, kv_dim, opts.text_type));
@@ -301,9 +327,11 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
       VLMD_RETURN_IF_ERROR(sink.Add(b + "post_attention_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "post_ffw_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
     }
-    VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));
+    VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm,
+                                  norm_outliers));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_gate.weight", t.d_model, t.d_ff, opts.text_type));
-    VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_up.weight", t.d_model, t.d_ff, opts.text_type));
+    VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_up.weight", t.d_model, t.d_ff, opts.text_type,
+                                        ff_outliers));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_down.weight", t.d_ff, t.d_model, opts.text_type));
   }
   VLMD_RETURN_IF_ERROR(sink.Add("output_norm.weight", {t.d_model}, DType::kF32, Init::kNorm));

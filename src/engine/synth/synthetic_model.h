@@ -16,6 +16,12 @@ struct SynthOptions {
   DType text_type = DType::kF16;    // 2-D text weights; norms stay F32
   DType vision_type = DType::kF16;  // 2-D vision matrices; patch kernel, biases, norms stay F32
   uint64_t seed = 1;
+  // Outlier channels, as trained LLMs have (a few input channels of each matrix with activations
+  // far larger than the rest; what calibrated quantization is for): > 0 scales the attn_norm and
+  // ffn_norm weights of this many channels (the same in every layer) and as many rows of each
+  // ffn_up (the inputs of ffn_down) by outlier_scale. 0: a plain random model.
+  int32_t outlier_channels = 0;
+  float outlier_scale = 16.0f;
 };
 
 // Writes the text model / the mmproj of `preset` to `path` (atomically: temp file + rename).
