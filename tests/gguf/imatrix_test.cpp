@@ -7,14 +7,22 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/gguf/imatrix.h"
+#include "engine/gguf/quantize_model.h"
+#include "test_util.h"
+#include "core/sha256.h"
 
 namespace vlmd::engine::gguf {
 namespace {
@@ -242,6 +250,47 @@ TEST(Imatrix, HostileFilesAreErrorsNamingTheProblem) {
   ImportanceMatrix long_name;
   long_name.entries[std::string(60, 'x')] = {1, {1}, {1}};
   EXPECT_EQ(SerializeImatrix(long_name).status().code(), StatusCode::kInvalidArgument);
+}
+
+// What llama-imatrix wrote for the tiny-smolvlm fixture (GGUF and legacy .dat, from the same text;
+// tests/data/quant/llama_imatrix/README.md): both load with the same importances, and quantizing
+// the fixture with it gives, tensor for tensor, the bytes `llama-quantize --pure --imatrix` wrote
+// (their SHA-256 recorded there).
+TEST(ImatrixInteropTest, LlamaImatrixWeighsAsLlamaQuantize) {
+  const std::string dir = vlmd::testing::SourcePath("tests/data/quant/llama_imatrix/");
+  auto from_gguf = ReadImatrixFile(dir + "imatrix.gguf");
+  auto from_dat = ReadImatrixFile(dir + "imatrix.dat");
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().ToString();
+  ASSERT_TRUE(from_dat.ok()) << from_dat.status().ToString();
+  ASSERT_EQ(from_gguf->entries.size(), 14u);
+  ASSERT_EQ(from_dat->entries.size(), 14u);
+  for (const auto& [name, e] : from_gguf->entries) {
+    const std::vector<float> a = from_gguf->Importance(name), b = from_dat->Importance(name);
+    ASSERT_EQ(a.size(), b.size()) << name;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f * a[i]) << name << " " << i;
+  }
+  const std::string out = std::filesystem::temp_directory_path().string() + "/vlmd-llama-imatrix-" +
+                          std::to_string(::getpid()) + ".gguf";
+  auto report = QuantizeModel(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), out,
+                              {.type = DType::kQ4_0, .imatrix = &*from_gguf}, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  int weighted = 0;
+  for (const auto& t : report->tensors) weighted += t.weighted;
+  EXPECT_EQ(weighted, 14);
+  auto file = GgufFile::Open(out);
+  ASSERT_TRUE(file.ok());
+  std::ifstream list(dir + "q4_0_sha256.txt");
+  std::string name, type, sha;
+  int checked = 0;
+  while (list >> name >> type >> sha) {
+    const TensorInfo* t = (*file)->FindTensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(DTypeName(t->type), type) << name;
+    EXPECT_EQ(DigestHex(Sha256Of({t->data, t->nbytes})), sha) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 20);
+  std::filesystem::remove(out);
 }
 
 }  // namespace

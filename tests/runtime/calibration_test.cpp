@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -16,6 +17,7 @@
 #include "engine/runtime/imatrix_collector.h"
 #include "engine/runtime/logit_comparison.h"
 #include "engine/runtime/vlm_engine.h"
+#include "engine/synth/synthetic_model.h"
 #include "engine/tensor/quantize.h"
 #include "test_util.h"
 
@@ -213,6 +215,54 @@ TEST(AwqRewriteTest, ScaledModelComputesTheSameAndSearchLowersTheError) {
     scaled_err += g.error_scaled;
   }
   EXPECT_LT(scaled_err, 0.8 * plain_err);
+  std::filesystem::remove_all(dir);
+}
+
+// vlmd-synth --outlier-channels: the same few channels of every layer's norms are scaled up, and
+// as many rows of ffn_up; nothing else changes.
+TEST(SynthOutliersTest, ScaleTheSameChannelsInEveryLayer) {
+  const auto preset = synth::FindPreset("tiny");
+  ASSERT_TRUE(preset.has_value());
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/vlmd-outliers-" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  synth::SynthOptions plain, outliers;
+  outliers.outlier_channels = 3;
+  outliers.outlier_scale = 20.0f;
+  ASSERT_TRUE(synth::WriteSyntheticText(*preset, plain, dir + "/plain.gguf").ok());
+  ASSERT_TRUE(synth::WriteSyntheticText(*preset, outliers, dir + "/outliers.gguf").ok());
+  auto a = gguf::GgufFile::Open(dir + "/plain.gguf");
+  auto b = gguf::GgufFile::Open(dir + "/outliers.gguf");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<int64_t> first_layer_channels;
+  for (int l = 0; l < preset->text.n_layers; ++l) {
+    for (const char* norm : {"attn_norm", "ffn_norm"}) {
+      const std::string name = "blk." + std::to_string(l) + "." + norm + ".weight";
+      const std::vector<float> x = ReadF32(**a, name), y = ReadF32(**b, name);
+      std::vector<int64_t> scaled;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (y[i] != x[i]) {
+          EXPECT_FLOAT_EQ(y[i], 20.0f * x[i]) << name << " " << i;
+          scaled.push_back(static_cast<int64_t>(i));
+        }
+      }
+      EXPECT_EQ(scaled.size(), 3u) << name;
+      if (first_layer_channels.empty()) first_layer_channels = scaled;
+      EXPECT_EQ(scaled, first_layer_channels) << name;
+    }
+    const std::string up = "blk." + std::to_string(l) + ".ffn_up.weight";
+    const gguf::TensorInfo* ua = (*a)->FindTensor(up);
+    const gguf::TensorInfo* ub = (*b)->FindTensor(up);
+    const uint64_t row = *RowBytes(ua->type, ua->ne[0]);
+    int differing_rows = 0;
+    for (int64_t r = 0; r < ua->ne[1]; ++r) {
+      differing_rows += std::memcmp(ua->data + r * row, ub->data + r * row, row) != 0;
+    }
+    EXPECT_EQ(differing_rows, 3) << up;
+    const std::string down = "blk." + std::to_string(l) + ".ffn_down.weight";
+    EXPECT_EQ(std::memcmp((*a)->FindTensor(down)->data, (*b)->FindTensor(down)->data,
+                          (*a)->FindTensor(down)->nbytes), 0) << down;
+  }
   std::filesystem::remove_all(dir);
 }
 
