@@ -29,6 +29,13 @@ printf '%s' "$out" | grep -q '^14 of them weighted' || fail "--imatrix: $out"
 out=$("$q" "$fx/text.gguf" "$dir/q4-awq.gguf" q4_0 --awq "$dir/im.gguf" -q -t 2) || fail "quantize --awq"
 printf '%s' "$out" | grep -q '^AWQ: 6 matrix groups scaled' || fail "--awq: $out"
 
+err=$("$q" "$fx/text-q4_0.gguf" "$dir/x.gguf" q4_0 --awq "$dir/im.gguf" 2>&1 >/dev/null)
+test $? -eq 2 || fail "--awq on a quantized model is not an error"
+printf '%s' "$err" | grep -q 'AWQ needs the float model' || fail "--awq on q4_0: $err"
+err=$("$q" "$fx/text-q4_0.gguf" "$dir/x.gguf" q4_0 --imatrix "$dir/im.gguf" -q 2>&1 >/dev/null) || fail "q4_0 -> q4_0"
+printf '%s' "$err" | grep -q '14 matrices with an importance-matrix entry were already of their type' \
+  || fail "re-quantizing to the same type: $err"
+
 # JSONL: a chat completion with a data-URI image and an invoke body; then a malformed line.
 img=$(base64 -w0 "$fx/images/img-128x96.png")
 {
@@ -44,6 +51,9 @@ err=$("$q" calibrate -m "$fx/text.gguf" --data "$dir/bad.jsonl" -o "$dir/x.gguf"
 rc=$?
 test $rc -eq 2 || fail "bad jsonl: exit $rc"
 printf '%s' "$err" | grep -q '^vlmd-quantize: error: .*bad.jsonl line 2: .*prompt' || fail "bad jsonl: $err"
+err=$("$q" calibrate -m "$fx/text.gguf" --data "$dir/calib" -o "$dir/x.gguf" 2>&1 >/dev/null)
+test $? -eq 2 || fail "image samples without --mmproj are not an error"
+printf '%s' "$err" | grep -q '^vlmd-quantize: error: img-128x128.png: ' || fail "no mmproj: $err"
 mkdir "$dir/empty"
 "$q" calibrate -m "$fx/text.gguf" --data "$dir/empty" -o "$dir/x.gguf" 2>/dev/null
 test $? -eq 2 || fail "an empty folder is not an error"

@@ -77,7 +77,15 @@ int QuantizeFile(const std::string& in, const std::string& out, const gguf::Quan
   if (opts.imatrix) {
     std::printf("%d of them weighted by the importance matrix (%zu entries)\n", n_weighted,
                 opts.imatrix->entries.size());
-    if (n_weighted == 0 && engine::QuantizeUsesImportance(opts.type)) {
+    int n_copied_with_entry = 0;  // already of their type: copied, not re-quantized
+    for (const auto& t : report->tensors) {
+      n_copied_with_entry += !t.quantized && opts.imatrix->entries.count(t.name) > 0;
+    }
+    if (n_copied_with_entry > 0) {
+      std::fprintf(stderr, "vlmd-quantize: warning: %d matrices with an importance-matrix entry "
+                   "were already of their type and were copied, not re-quantized (quantize from "
+                   "the F16 / F32 file to use the importance matrix)\n", n_copied_with_entry);
+    } else if (n_weighted == 0 && engine::QuantizeUsesImportance(opts.type)) {
       std::fprintf(stderr, "vlmd-quantize: warning: no matrix of %s has an entry in the "
                    "importance matrix (made for another model?)\n", in.c_str());
     }

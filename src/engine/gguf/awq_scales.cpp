@@ -137,7 +137,15 @@ Result<std::vector<AwqGroup>> SearchAwqScales(const GgufFile& file, const Import
         usable = usable && t != nullptr && t->n_dims == 2 && FindDequantizeRowFn(t->type) &&
                  stats.entries.count(m) > 0 && stats.entries.at(m).counts.size() == 1;
       }
-      if (usable) groups.push_back(g);
+      if (!usable) continue;
+      for (const std::string& m : g.matrices) {  // scaling a quantized matrix would quantize twice
+        const DType type = file.FindTensor(m)->type;
+        if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16) {
+          return InvalidArgumentError("AWQ needs the float model (F32, F16 or BF16): '" + m +
+                                      "' is " + std::string(DTypeName(type)));
+        }
+      }
+      groups.push_back(g);
     }
   }
   std::vector<Status> status(groups.size());

@@ -41,7 +41,8 @@ struct AwqGroup {
 // quantizing each matrix to type_of(name) (importance-weighted where `weighted`: the scaled
 // matrix's importance is importance / s^2). A group whose producer or matrices are missing is
 // skipped. `fixed_alpha` in [0, 1] takes that alpha for every group instead of searching (< 0:
-// search). INVALID_ARGUMENT when an entry does not fit its matrix or fixed_alpha > 1.
+// search). INVALID_ARGUMENT when an entry does not fit its matrix, a group's matrix is already
+// quantized (it would be quantized twice) or fixed_alpha > 1.
 Result<std::vector<AwqGroup>> SearchAwqScales(const GgufFile& file, const ImportanceMatrix& stats,
                                               const std::map<std::string, DType>& type_of,
                                               bool weighted, ThreadPool* pool,
