@@ -12,16 +12,8 @@
 namespace vlmd::engine::quant {
 
 float FitSymmetricLevels(const float* x, int n, int nmax, int8_t* L, const float* qw) {
-  float max = 0;
-  float amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::memset(L, 0, static_cast<size_t>(n));
     return 0.0f;
   }

@@ -18,6 +18,20 @@ inline int NearestInt(float v) {
   return static_cast<int>(std::bit_cast<uint32_t>(t) & 0x007FFFFFu) - 0x00400000;
 }
 
+// The element of largest magnitude with its sign, the first of equal magnitudes (as ggml's loops
+// keep it); 0 for an all-zero group.
+inline float SignedAbsMax(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float ax = x[i] < 0.0f ? -x[i] : x[i];
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  return max;
+}
+
 // Fits x[i] ~= scale * (L[i] - nmax) with L[i] in [0, 2 nmax - 1] (ggml's make_qx_quants with
 // rmse_type 1): the largest-magnitude element sets the first grid, then 18 grids with nmax +-
 // 0.1 * is steps are tried and the one with the best weighted least-squares fit is kept. Weights

@@ -379,16 +379,8 @@ void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t k, const float* impor
 
 void QuantizeRowQ8_K(const float* x, BlockQ8_K* y, int64_t k) {
   for (int64_t i = 0; i < k / kQK_K; ++i, x += kQK_K) {
-    float max = 0;
-    float amax = 0;
-    for (int j = 0; j < kQK_K; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
-    if (amax == 0.0f) {
+    const float max = SignedAbsMax(x, kQK_K);
+    if (max == 0.0f) {
       std::memset(&y[i], 0, sizeof(BlockQ8_K));
       continue;
     }

@@ -25,14 +25,7 @@ constexpr int kQK = 32;  // elements per block of every format in this file
 // it to the most negative level -2^(bits-1), keeping its sign in d; q = trunc(x / d + offset + 0.5)
 // clipped to the top level. Returns d; writes the unsigned levels to q.
 float QuantizeSymmetricBlock(const float* x, int n_levels, uint8_t* q) {
-  float amax = 0.0f;
-  float max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
+  const float max = quant::SignedAbsMax(x, kQK);
   const float half_levels = static_cast<float>(n_levels / 2);
   const float d = max / -half_levels;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
