@@ -12,15 +12,8 @@ concurrency=${3:-4}
 fixtures="$root/tests/fixtures/tiny-smolvlm"
 image="$fixtures/images/img-128x96.png"
 work=$(mktemp -d "${TMPDIR:-/tmp}/vlmd-bench-replicas.XXXXXX")
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap 'stop_all; rm -rf "$work"' EXIT
-
 source "$root/tests/deploy/replicas_lib.sh"
+trap 'stop_all; rm -rf "$work"' EXIT
 
 throughput() {  # $1 URL: prints images/s
   "$build/bin/vlmd-bench" serve --url "$1" -c "$concurrency" -n 8 --image "$image" --max-tokens 8 \

@@ -1,6 +1,14 @@
 # Shared by tests/deploy/replicas_test.sh and bench/replicas.sh (source it): local vlmd
-# replicas and HAProxy with deploy/haproxy/vlmd.cfg. The caller defines `pids` (an array, for
-# its cleanup) and `work` (a scratch folder).
+# replicas and HAProxy with deploy/haproxy/vlmd.cfg. The caller sets `work` (a scratch folder)
+# before using these; `pids` holds what they started, for stop_all.
+pids=()
+
+# Stops (TERM) and reaps everything started so far.
+stop_all() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
 
 # Starts replica $3 (an index) of binary $1 on the tiny-smolvlm fixture folder $2 on a port the
 # kernel picks, waits until /ready; sets `port`. Returns 1 when it does not come up.

@@ -13,20 +13,14 @@ command -v haproxy >/dev/null || { echo "replicas_test: no haproxy (scripts/setu
 command -v curl >/dev/null || { echo "replicas_test: no curl"; exit 77; }
 fixtures="$root/tests/fixtures/tiny-smolvlm"
 work=$(mktemp -d "${TMPDIR:-/tmp}/vlmd-replicas.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/tests/deploy/replicas_lib.sh"
+trap 'stop_all; rm -rf "$work"' EXIT
 fail() {
   echo "replicas_test: FAIL: $*" >&2
   for f in "$work"/*.log; do echo "---- $f" >&2; tail -n 20 "$f" >&2; done
   exit 1
 }
 
-source "$root/tests/deploy/replicas_lib.sh"
 ports=()
 for i in 1 2 3; do
   start_replica "$vlmd" "$fixtures" "$i" || fail "replica $i did not come up"
