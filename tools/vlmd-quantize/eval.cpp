@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common.h"
 #include "engine/runtime/logit_comparison.h"
 #include "samples.h"
 
@@ -29,41 +30,24 @@ int RunEval(int argc, char** argv) {
                "held-out image+prompt samples: mean KL(ref || test), top-1 agreement, logit NMSE.",
                "vlmd-quantize eval"};
   std::string ref_path, test_path, mmproj, ref_mmproj, test_mmproj, data;
-  int32_t threads = 0, n_ctx = 8192;
-  std::string precision = "exact";
+  EngineFlags engine_flags;
   app.add_option("--ref", ref_path, "reference text model GGUF (e.g. F16)")->required();
   app.add_option("--test", test_path, "quantized text model GGUF")->required();
   app.add_option("--mmproj", mmproj, "vision GGUF for both models");
   app.add_option("--ref-mmproj", ref_mmproj, "vision GGUF of the reference (overrides --mmproj)");
   app.add_option("--test-mmproj", test_mmproj, "vision GGUF of the test model (overrides --mmproj)");
   app.add_option("--data", data, "held-out samples: a folder or a JSONL file (as calibrate)")->required();
-  app.add_option("-t,--threads", threads, "threads (0 = all cores)")->capture_default_str();
-  app.add_option("-c,--ctx-size", n_ctx, "context positions per sample")->capture_default_str();
-  app.add_option("--precision", precision, "exact or fast, for both models")->capture_default_str();
+  AddEngineFlags(app, &engine_flags);  // for both models
   CLI11_PARSE(app, argc, argv);
 
-  auto fail = [](const std::string& what) {
-    std::fprintf(stderr, "vlmd-quantize: error: %s\n", what.c_str());
-    return 2;
-  };
   auto samples = LoadSamples(data);
-  if (!samples.ok()) return fail(samples.status().ToString());
-  auto prec = engine::ops::ParsePrecision(precision);
-  if (!prec) return fail("--precision: '" + precision + "' is not exact or fast");
-  auto load = [&](const std::string& path, const std::string& own_mmproj) {
-    engine::runtime::EngineOptions eo;
-    eo.mmproj_path = own_mmproj.empty() ? mmproj : own_mmproj;
-    eo.threads = threads;
-    eo.n_ctx = n_ctx;
-    eo.precision = *prec;
-    return VlmEngine::Load(path, eo);
-  };
-  auto ref = load(ref_path, ref_mmproj);
-  if (!ref.ok()) return fail("--ref: " + ref.status().ToString());
-  auto test = load(test_path, test_mmproj);
-  if (!test.ok()) return fail("--test: " + test.status().ToString());
+  if (!samples.ok()) return Fail(samples.status().ToString());
+  auto ref = LoadEngine(engine_flags, ref_path, ref_mmproj.empty() ? mmproj : ref_mmproj);
+  if (!ref.ok()) return Fail("--ref: " + ref.status().ToString());
+  auto test = LoadEngine(engine_flags, test_path, test_mmproj.empty() ? mmproj : test_mmproj);
+  if (!test.ok()) return Fail("--test: " + test.status().ToString());
   if ((*ref)->model().config().n_vocab != (*test)->model().config().n_vocab) {
-    return fail("the models' vocabularies differ (" + std::to_string((*ref)->model().config().n_vocab) +
+    return Fail("the models' vocabularies differ (" + std::to_string((*ref)->model().config().n_vocab) +
                 " and " + std::to_string((*test)->model().config().n_vocab) + " tokens)");
   }
   const int64_t n_vocab = (*ref)->model().config().n_vocab;
@@ -71,11 +55,11 @@ int RunEval(int argc, char** argv) {
   engine::runtime::LogitComparison total;
   for (const Sample& s : *samples) {
     auto ref_rows = SampleRows(**ref, s);
-    if (!ref_rows.ok()) return fail(s.name + ": " + ref_rows.status().ToString());
+    if (!ref_rows.ok()) return Fail(s.name + ": " + ref_rows.status().ToString());
     auto test_rows = SampleRows(**test, s);
-    if (!test_rows.ok()) return fail(s.name + ": " + test_rows.status().ToString());
+    if (!test_rows.ok()) return Fail(s.name + ": " + test_rows.status().ToString());
     if (ref_rows->tokens != test_rows->tokens) {
-      return fail(s.name + ": the models make different prompts of it (another tokenizer or "
+      return Fail(s.name + ": the models make different prompts of it (another tokenizer or "
                   "vision family?)");
     }
     // The reference's compared rows first, then the test model's against them.
@@ -84,7 +68,7 @@ int RunEval(int argc, char** argv) {
       if (Compared(*ref_rows, row)) ref_logits.insert(ref_logits.end(), l.begin(), l.end());
       return Status::Ok();
     });
-    if (!st.ok()) return fail(s.name + ": --ref: " + st.ToString());
+    if (!st.ok()) return Fail(s.name + ": --ref: " + st.ToString());
     engine::runtime::LogitComparison sample;
     size_t next = 0;
     st = (*test)->PromptRowLogits(*test_rows, [&](int64_t row, std::span<const float> l) {
@@ -94,7 +78,7 @@ int RunEval(int argc, char** argv) {
       VLMD_RETURN_IF_ERROR(sample.Add(r, l));
       return total.Add(r, l);
     });
-    if (!st.ok()) return fail(s.name + ": --test: " + st.ToString());
+    if (!st.ok()) return Fail(s.name + ": --test: " + st.ToString());
     std::printf("%-32s %5lld rows  KL %.6f  top-1 %.4f  NMSE %.3e\n", s.name.c_str(),
                 static_cast<long long>(sample.rows()), sample.mean_kl(), sample.top1_agreement(),
                 sample.nmse());

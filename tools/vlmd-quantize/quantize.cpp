@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "common.h"
 #include "engine/gguf/imatrix.h"
 #include "engine/gguf/quantize_model.h"
 #include "engine/tensor/quantize.h"
@@ -21,11 +22,6 @@ namespace {
 
 using engine::DTypeName;
 namespace gguf = engine::gguf;
-
-int Fail(const std::string& what) {
-  std::fprintf(stderr, "vlmd-quantize: error: %s\n", what.c_str());
-  return 2;
-}
 
 std::string Shape(const std::vector<int64_t>& s) {
   std::string out;
