@@ -10,7 +10,9 @@
 
 #include <unistd.h>
 
+#include "engine/gguf/awq_scales.h"
 #include "engine/gguf/gguf_reader.h"
+#include "engine/gguf/gguf_writer.h"
 #include "engine/tensor/quantize.h"
 #include "test_util.h"
 
@@ -170,6 +172,56 @@ TEST(QuantizeModelTest, TensorTypeOverridesPickTheFirstMatchingPattern) {
     ASSERT_FALSE(o.ok()) << bad;
     EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+// AWQ folds only where the model's structure makes it exact; everything else is refused by name.
+TEST(AwqScalesTest, RefusesModelsWhereTheFoldWouldNotBeExact) {
+  struct Shape {
+    std::string arch = "llama";
+    bool gate = true;
+    bool norm_bias = false;
+    int64_t up_rows = 8;  // ffn_down takes 8
+  };
+  const auto search = [](const Shape& shape) {
+    GgufWriter w;
+    w.SetString("general.architecture", shape.arch);
+    std::vector<std::vector<float>> data;
+    const auto add = [&](const std::string& name, std::vector<int64_t> ne) {
+      int64_t n = 1;
+      for (int64_t d : ne) n *= d;
+      auto& v = data.emplace_back(static_cast<size_t>(n), 0.5f);
+      ASSERT_TRUE(w.AddTensor(name, DType::kF32, ne,
+                              {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4}).ok());
+    };
+    add("blk.0.attn_norm.weight", {4});
+    if (shape.norm_bias) add("blk.0.attn_norm.bias", {4});
+    for (const char* m : {"attn_q", "attn_k", "attn_v"}) add(std::string("blk.0.") + m + ".weight", {4, 4});
+    add("blk.0.ffn_norm.weight", {4});
+    if (shape.gate) add("blk.0.ffn_gate.weight", {4, 8});
+    add("blk.0.ffn_up.weight", {4, shape.up_rows});
+    add("blk.0.ffn_down.weight", {8, 4});
+    ImportanceMatrix stats;
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"}) {
+      stats.entries[std::string("blk.0.") + m + ".weight"] = {4, {1, 9, 1, 1}, {1}};
+    }
+    stats.entries["blk.0.ffn_down.weight"] = {8, {1, 1, 1, 1, 9, 1, 1, 1}, {1}};
+    auto file = GgufFile::FromBytes(w.WriteBytes());
+    EXPECT_TRUE(file.ok());
+    return SearchAwqScales(**file, stats, {}, nullptr, 0.5f);
+  };
+  auto ok = search({});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->size(), 3u);
+  const auto refused = [&](const Shape& shape, const char* why) {
+    auto r = search(shape);
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().ToString();
+  };
+  refused({.arch = "gpt2"}, "architecture 'gpt2'");
+  refused({.gate = false}, "no ffn_norm or no ffn_gate");
+  refused({.norm_bias = true}, "attn_norm.bias' exists");
+  refused({.up_rows = 16}, "does not have the 8 outputs");
 }
 
 TEST(QuantizeModelTest, KeepsNormsAndEmbeddingsExact) {

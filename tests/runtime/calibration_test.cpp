@@ -3,6 +3,7 @@
 // (the rewritten model must compute what the original does).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -187,7 +188,7 @@ TEST(AwqRewriteTest, ScaledModelComputesTheSameAndSearchLowersTheError) {
   PromptRows rows;
   rows.tokens = *ids;
   std::vector<float> ref;
-  ASSERT_TRUE(a->PromptRowLogits(rows, [&](int64_t, std::span<const float> l) {
+  ASSERT_TRUE(a->PromptRowLogits(rows, {}, [&](int64_t, std::span<const float> l) {
                  ref.insert(ref.end(), l.begin(), l.end());
                  return Status::Ok();
                }).ok());
@@ -195,7 +196,7 @@ TEST(AwqRewriteTest, ScaledModelComputesTheSameAndSearchLowersTheError) {
   LogitComparison cmp;
   size_t next = 0;
   const size_t v = static_cast<size_t>(a->model().config().n_vocab);
-  ASSERT_TRUE(b->PromptRowLogits(rows, [&](int64_t, std::span<const float> l) {
+  ASSERT_TRUE(b->PromptRowLogits(rows, {}, [&](int64_t, std::span<const float> l) {
                  const Status s = cmp.Add(std::span<const float>(ref).subspan(next, v), l);
                  next += v;
                  return s;
@@ -210,12 +211,86 @@ TEST(AwqRewriteTest, ScaledModelComputesTheSameAndSearchLowersTheError) {
   ASSERT_TRUE(q.ok()) << q.status().ToString();
   double plain_err = 0.0, scaled_err = 0.0;
   for (const gguf::AwqGroup& g : q->awq_groups) {
-    EXPECT_LE(g.error_scaled, g.error_plain) << g.producer;
     plain_err += g.error_plain;
     scaled_err += g.error_scaled;
   }
   EXPECT_LT(scaled_err, 0.8 * plain_err);
+
+  // With an importance matrix too, a scaled matrix's rows are W s quantized weighted by
+  // importance / s^2: the bytes of blk.0.attn_q, row by row.
+  auto both = gguf::QuantizeModel(path, dir + "/q4-both.gguf",
+                                  {.type = DType::kQ4_0, .imatrix = &stats, .awq = &stats}, &pool);
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  const gguf::AwqGroup* attn = nullptr;
+  for (const gguf::AwqGroup& g : both->awq_groups) {
+    if (g.producer == "blk.0.attn_norm.weight") attn = &g;
+  }
+  ASSERT_NE(attn, nullptr);
+  ASSERT_GT(attn->alpha, 0.0f);
+  auto qf = gguf::GgufFile::Open(dir + "/q4-both.gguf");
+  ASSERT_TRUE(qf.ok());
+  const gguf::TensorInfo* w = (*src)->FindTensor("blk.0.attn_q.weight");
+  const gguf::TensorInfo* wq = (*qf)->FindTensor("blk.0.attn_q.weight");
+  const int64_t k = w->ne[0];
+  std::vector<float> imp = stats.Importance("blk.0.attn_q.weight");
+  for (int64_t j = 0; j < k; ++j) imp[j] /= attn->scales[j] * attn->scales[j];
+  std::vector<float> row(static_cast<size_t>(k));
+  const uint64_t qrow = *RowBytes(DType::kQ4_0, k);
+  std::vector<uint8_t> want(qrow);
+  for (int64_t r = 0; r < w->ne[1]; ++r) {
+    ASSERT_TRUE(DequantizeRow(w->type, w->data + r * *RowBytes(w->type, k), row.data(), k).ok());
+    for (int64_t j = 0; j < k; ++j) row[j] *= attn->scales[j];
+    ASSERT_TRUE(QuantizeRowWeighted(DType::kQ4_0, row.data(), want.data(), k, imp.data()).ok());
+    ASSERT_EQ(std::memcmp(wq->data + r * qrow, want.data(), qrow), 0) << "row " << r;
+  }
   std::filesystem::remove_all(dir);
+}
+
+// PromptRowLogits in chunks of 4 rows over an image prompt: the wanted rows, in order, each equal
+// to the last-row logits of the prompt cut after it (PromptLogits).
+TEST(PromptRowLogitsTest, EachRowIsThePrefixsLastRow) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 256;
+  o.n_batch = 4;
+  o.mmproj_path = vlmd::testing::FixturePath("tiny-smolvlm/mmproj.gguf");
+  auto e = VlmEngine::Load(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const std::vector<uint8_t> png =
+      vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath("tiny-smolvlm/images/img-50x100.png"));
+  auto img = (*e)->EncodeImage(png, nullptr);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  auto rows = (*e)->BuildPrompt("<__media__>\nWhat is this?", std::span(&*img, 1), false);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  const int64_t n = static_cast<int64_t>(rows->tokens.size());
+  int64_t first_image = 0;
+  while (rows->tokens[first_image] >= 0) ++first_image;
+  const std::vector<int64_t> want = {first_image - 1, first_image + 5, n - 1};
+  std::vector<int64_t> got_rows;
+  std::vector<std::vector<float>> got;
+  ASSERT_TRUE((*e)->PromptRowLogits(*rows,
+                   [&](int64_t r) { return std::find(want.begin(), want.end(), r) != want.end(); },
+                   [&](int64_t r, std::span<const float> l) {
+                     got_rows.push_back(r);
+                     got.emplace_back(l.begin(), l.end());
+                     return Status::Ok();
+                   }).ok());
+  ASSERT_EQ(got_rows, want);
+  const int64_t d = (*e)->model().config().n_embd_inp();
+  for (size_t i = 0; i < want.size(); ++i) {
+    PromptRows prefix;
+    prefix.tokens.assign(rows->tokens.begin(), rows->tokens.begin() + want[i] + 1);
+    const int64_t images = std::count_if(prefix.tokens.begin(), prefix.tokens.end(),
+                                         [](int32_t t) { return t < 0; });
+    prefix.embeddings.assign(rows->embeddings.begin(), rows->embeddings.begin() + images * d);
+    prefix.n_image_tokens = images;
+    auto last = (*e)->PromptLogits(prefix);
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    ASSERT_EQ(last->size(), got[i].size());
+    for (size_t j = 0; j < last->size(); ++j) {
+      ASSERT_NEAR(got[i][j], (*last)[j], 1e-4f * (1.0f + std::fabs((*last)[j]))) << "row " << want[i];
+    }
+  }
 }
 
 // vlmd-synth --outlier-channels: the same few channels of every layer's norms are scaled up, and

@@ -27,7 +27,11 @@ printf '%s' "$out" | grep -q '^img-50x100.png .*(48 image rows)' || fail "image 
 out=$("$q" "$fx/text.gguf" "$dir/q4-im.gguf" q4_0 --imatrix "$dir/im.gguf" -q -t 2) || fail "quantize --imatrix"
 printf '%s' "$out" | grep -q '^14 of them weighted' || fail "--imatrix: $out"
 out=$("$q" "$fx/text.gguf" "$dir/q4-awq.gguf" q4_0 --awq "$dir/im.gguf" -q -t 2) || fail "quantize --awq"
-printf '%s' "$out" | grep -q '^AWQ: 6 matrix groups scaled' || fail "--awq: $out"
+printf '%s' "$out" | grep -q '^AWQ: [1-6] of 6 matrix groups scaled' || fail "--awq: $out"
+"$q" "$fx/text.gguf" "$dir/x.gguf" q4_0 --awq-alpha 0.5 2>/dev/null
+test $? -eq 2 || fail "--awq-alpha without --awq is not an error"
+"$q" "$fx/text.gguf" "$dir/x.gguf" q4_0 --tensor-type 'attn_v' 2>/dev/null
+test $? -eq 2 || fail "a --tensor-type without =TYPE is not an error"
 
 err=$("$q" "$fx/text-q4_0.gguf" "$dir/x.gguf" q4_0 --awq "$dir/im.gguf" 2>&1 >/dev/null)
 test $? -eq 2 || fail "--awq on a quantized model is not an error"
@@ -66,11 +70,25 @@ out=$("$q" eval --ref "$fx/text.gguf" --test "$dir/q4-im.gguf" --mmproj "$fx/mmp
   || fail "eval (q4_0)"
 printf '%s' "$out" | tail -1 | grep -Eq 'mean KL 0\.0*[1-9]' || fail "eval q4_0 shows no divergence: $out"
 
-# The pair: Q4_0 text, F16 vision (the fixture's mmproj matrices stay as they are).
+# eval refuses models that make different prompts (another vocabulary), and a missing folder.
+"$q" eval --ref "$fx/text.gguf" --test "$2/tiny-llava/text.gguf" --data "$dir/calib/text-only.txt" 2>/dev/null
+test $? -eq 2 || fail "eval of two unrelated models is not an error"
+"$q" eval --ref "$fx/text.gguf" --test "$fx/text.gguf" --data "$dir/nonexistent" 2>/dev/null
+test $? -eq 2 || fail "eval without data is not an error"
+
+# The pair: Q4_0 text, F16 vision (the fixture's mmproj matrices stay as they are); then Q8_0
+# vision with its projector kept F16 by a vision override, and a text override.
 out=$("$q" --text q4_0 --vision f16 -m "$fx/text.gguf" --mmproj "$fx/mmproj.gguf" -o "$dir/pair" -q -t 2) \
   || fail "--text --vision"
 printf '%s' "$out" | grep -q "pair/text.gguf: 15 tensors quantized" || fail "pair text: $out"
 printf '%s' "$out" | grep -q "pair/mmproj.gguf: 0 tensors quantized" || fail "pair vision: $out"
+out=$("$q" --text q4_0 --vision q8_0 -m "$fx/text.gguf" --mmproj "$fx/mmproj.gguf" -o "$dir/pair8" -t 2 \
+        --tensor-type 'ffn_down=q8_0' --vision-tensor-type '^mm\.=f16') || fail "--vision q8_0"
+printf '%s' "$out" | grep -Eq '^blk\.0\.ffn_down\.weight .* f16 -> q8_0' || fail "text override: $out"
+printf '%s' "$out" | grep -Eq '^v\.blk\.0\.ffn_down\.weight .* f16 -> q8_0' || fail "vision type: $out"
+printf '%s' "$out" | grep -Eq '^v\.blk\.0\.attn_q\.weight .* f16 -> q8_0' || fail "vision type: $out"
+printf '%s' "$out" | grep -Eq '^mm\..* f16 +kept' || fail "vision override: $out"
+printf '%s' "$out" | grep -Eq '^blk\.0\.attn_q\.weight .* f16 -> q4_0' || fail "text type: $out"
 "$q" --text q4_0 -m "$fx/text.gguf" -o "$dir/pair" 2>/dev/null
 test $? -eq 2 || fail "--text without --vision and --mmproj is not an error"
 echo "quantize_cli: ok"

@@ -54,7 +54,9 @@ int RunCalibrate(int argc, char** argv) {
   }
   m.datasets = {data};
   m.chunk_count = static_cast<uint32_t>(samples->size());
-  m.chunk_size = static_cast<uint32_t>(engine_flags.n_ctx);
+  // llama-imatrix's chunks are all chunk_size tokens; ours are samples of any length: their
+  // mean (the field is informational to both quantizers).
+  m.chunk_size = static_cast<uint32_t>(rows / static_cast<int64_t>(samples->size()));
   const Status st = engine::gguf::WriteImatrixFile(m, out);
   if (!st.ok()) return Fail(st.ToString());
   std::printf("%zu samples, %lld rows; %zu matrices recorded (%lld of %lld observations skipped "

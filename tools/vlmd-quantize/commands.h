@@ -5,7 +5,9 @@
 
 namespace vlmd::tools::quantize {
 
-// vlmd-quantize IN OUT TYPE [--imatrix F] [--tensor-type PATTERN=TYPE ...]
+// vlmd-quantize IN OUT TYPE [--imatrix F] [--awq F [--awq-alpha A]] [--tensor-type P=T ...], or
+// vlmd-quantize --text TYPE --vision TYPE -m TEXT --mmproj MMPROJ -o DIR [the same options]
+// [--vision-tensor-type P=T ...]
 int RunQuantize(int argc, char** argv);
 // vlmd-quantize calibrate -m TEXT --mmproj MMPROJ --data DIR|FILE.jsonl -o imatrix.gguf
 int RunCalibrate(int argc, char** argv);

@@ -4,6 +4,7 @@
 // token); an image's inner rows predict embeddings, not tokens.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,6 +19,9 @@ namespace {
 
 using engine::runtime::PromptRows;
 using engine::runtime::VlmEngine;
+
+// Reference logits held at once per sample (larger samples are compared in windows of rows).
+constexpr size_t kWindowBytes = size_t{256} << 20;
 
 bool Compared(const PromptRows& p, int64_t row) {
   return row + 1 == static_cast<int64_t>(p.tokens.size()) || p.tokens[static_cast<size_t>(row + 1)] >= 0;
@@ -50,7 +54,7 @@ int RunEval(int argc, char** argv) {
     return Fail("the models' vocabularies differ (" + std::to_string((*ref)->model().config().n_vocab) +
                 " and " + std::to_string((*test)->model().config().n_vocab) + " tokens)");
   }
-  const int64_t n_vocab = (*ref)->model().config().n_vocab;
+  const size_t n_vocab = static_cast<size_t>((*ref)->model().config().n_vocab);
 
   engine::runtime::LogitComparison total;
   for (const Sample& s : *samples) {
@@ -62,23 +66,35 @@ int RunEval(int argc, char** argv) {
       return Fail(s.name + ": the models make different prompts of it (another tokenizer or "
                   "vision family?)");
     }
-    // The reference's compared rows first, then the test model's against them.
-    std::vector<float> ref_logits;
-    Status st = (*ref)->PromptRowLogits(*ref_rows, [&](int64_t row, std::span<const float> l) {
-      if (Compared(*ref_rows, row)) ref_logits.insert(ref_logits.end(), l.begin(), l.end());
-      return Status::Ok();
-    });
-    if (!st.ok()) return Fail(s.name + ": --ref: " + st.ToString());
+    // The reference's compared rows first, then the test model's against them; a sample with
+    // more compared rows than kWindowBytes of reference logits holds goes in windows (each one
+    // prefills the sample again).
+    std::vector<int64_t> compared;
+    for (int64_t r = 0; r < static_cast<int64_t>(ref_rows->tokens.size()); ++r) {
+      if (Compared(*ref_rows, r)) compared.push_back(r);
+    }
+    const size_t window = std::max<size_t>(1, kWindowBytes / (sizeof(float) * n_vocab));
     engine::runtime::LogitComparison sample;
-    size_t next = 0;
-    st = (*test)->PromptRowLogits(*test_rows, [&](int64_t row, std::span<const float> l) {
-      if (!Compared(*test_rows, row)) return Status::Ok();
-      const std::span<const float> r(ref_logits.data() + next * n_vocab, static_cast<size_t>(n_vocab));
-      ++next;
-      VLMD_RETURN_IF_ERROR(sample.Add(r, l));
-      return total.Add(r, l);
-    });
-    if (!st.ok()) return Fail(s.name + ": --test: " + st.ToString());
+    for (size_t w0 = 0; w0 < compared.size(); w0 += window) {
+      const size_t w1 = std::min(compared.size(), w0 + window);
+      const auto in_window = [&](int64_t row) {
+        return row >= compared[w0] && row <= compared[w1 - 1] && Compared(*ref_rows, row);
+      };
+      std::vector<float> ref_logits;
+      Status st = (*ref)->PromptRowLogits(*ref_rows, in_window, [&](int64_t, std::span<const float> l) {
+        ref_logits.insert(ref_logits.end(), l.begin(), l.end());
+        return Status::Ok();
+      });
+      if (!st.ok()) return Fail(s.name + ": --ref: " + st.ToString());
+      size_t next = 0;
+      st = (*test)->PromptRowLogits(*test_rows, in_window, [&](int64_t, std::span<const float> l) {
+        const std::span<const float> r(ref_logits.data() + next * n_vocab, n_vocab);
+        ++next;
+        VLMD_RETURN_IF_ERROR(sample.Add(r, l));
+        return total.Add(r, l);
+      });
+      if (!st.ok()) return Fail(s.name + ": --test: " + st.ToString());
+    }
     std::printf("%-32s %5lld rows  KL %.6f  top-1 %.4f  NMSE %.3e\n", s.name.c_str(),
                 static_cast<long long>(sample.rows()), sample.mean_kl(), sample.top1_agreement(),
                 sample.nmse());

@@ -52,16 +52,18 @@ int QuantizeFile(const std::string& in, const std::string& out, const gguf::Quan
   }
   if (!report->awq_groups.empty()) {
     double plain = 0.0, scaled = 0.0;
+    int changed = 0;  // alpha 0: scales of 1, the group is as it was
     for (const auto& g : report->awq_groups) {
       plain += g.error_plain;
       scaled += g.error_scaled;
+      changed += g.alpha > 0.0f;
       if (!quiet) {
         std::printf("AWQ %-36s alpha %.2f  weighted error %.3e -> %.3e\n", g.producer.c_str(),
                     g.alpha, g.error_plain, g.error_scaled);
       }
     }
-    std::printf("AWQ: %zu matrix groups scaled; their weighted quantization error %.3e -> %.3e "
-                "(%.1f%% less)\n", report->awq_groups.size(), plain, scaled,
+    std::printf("AWQ: %d of %zu matrix groups scaled; their weighted quantization error %.3e -> "
+                "%.3e (%.1f%% less)\n", changed, report->awq_groups.size(), plain, scaled,
                 plain > 0 ? 100.0 * (1.0 - scaled / plain) : 0.0);
   } else if (opts.awq) {
     std::fprintf(stderr, "vlmd-quantize: warning: --awq found no matrix group to scale in %s\n",
@@ -101,7 +103,7 @@ int RunQuantize(int argc, char** argv) {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   bool quiet = false;
   std::string imatrix_path, awq_path;
-  std::vector<std::string> override_texts;
+  std::vector<std::string> override_texts, vision_override_texts;
   app.add_option("input", in_path, "input GGUF");
   app.add_option("output", out_path, "output GGUF");
   app.add_option("type", type_name, "q8_0 q4_0 q4_1 q5_0 q4_k q5_k q6_k f16 bf16 f32");
@@ -120,12 +122,15 @@ int RunQuantize(int argc, char** argv) {
                  "for each norm -> q/k/v, norm -> gate/up and up -> down group of the text model "
                  "and folded into the norm weights and up rows (an exact rewrite, no op added)");
   float awq_alpha = -1.0f;
-  app.add_option("--awq-alpha", awq_alpha,
-                 "with --awq: scales = activation^alpha with this alpha in [0, 1] for every group "
-                 "instead of searching the best per group");
+  auto* alpha_option = app.add_option("--awq-alpha", awq_alpha,
+                 "with --awq: scales = activation^alpha with this alpha for every group instead "
+                 "of searching the best per group")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--tensor-type", override_texts,
                  "PATTERN=TYPE: weights whose name matches the regex get TYPE (repeatable; the "
-                 "first match wins), e.g. token_embd=q8_0 or 'blk\\.[0-3]\\.ffn_down=q6_k'");
+                 "first match wins), e.g. token_embd=q8_0 or 'blk\\.[0-3]\\.ffn_down=q6_k'; in the "
+                 "--text/--vision form, the text model's");
+  app.add_option("--vision-tensor-type", vision_override_texts,
+                 "PATTERN=TYPE for the vision file of the --text/--vision form (e.g. '^mm\\.=f16')");
   CLI11_PARSE(app, argc, argv);
 
   const bool pair = !text_type.empty() || !vision_type.empty();
@@ -135,13 +140,19 @@ int RunQuantize(int argc, char** argv) {
     return Fail("give IN OUT TYPE, or --text TYPE --vision TYPE -m TEXT --mmproj MMPROJ -o DIR "
                 "(--help)");
   }
-  std::vector<gguf::TensorTypeOverride> overrides;
-  for (const std::string& text : override_texts) {
-    auto o = gguf::ParseTensorTypeOverride(text);
-    if (!o.ok()) return Fail(o.status().message());
-    overrides.push_back(*o);
+  if (!pair && !vision_override_texts.empty()) {
+    return Fail("--vision-tensor-type belongs to the --text/--vision form");
   }
-  const auto parse_type = [](const std::string& name) { return engine::ParseDType(name); };
+  if (alpha_option->count() > 0 && awq_path.empty()) return Fail("--awq-alpha needs --awq");
+  std::vector<gguf::TensorTypeOverride> overrides, vision_overrides;
+  for (const auto& [texts, out] : {std::pair{&override_texts, &overrides},
+                                   std::pair{&vision_override_texts, &vision_overrides}}) {
+    for (const std::string& text : *texts) {
+      auto o = gguf::ParseTensorTypeOverride(text);
+      if (!o.ok()) return Fail(o.status().message());
+      out->push_back(*o);
+    }
+  }
   std::optional<gguf::ImportanceMatrix> imatrix;
   if (!imatrix_path.empty()) {
     auto m = gguf::ReadImatrixFile(imatrix_path);
@@ -165,7 +176,7 @@ int RunQuantize(int argc, char** argv) {
   text.awq = awq ? &*awq : nullptr;
   text.awq_alpha = awq_alpha;
   const std::string text_name = pair ? text_type : type_name;
-  const auto tt = parse_type(text_name);
+  const auto tt = engine::ParseDType(text_name);
   if (!tt) return Fail("unknown type '" + text_name + "'");
   text.type = *tt;
   if (imatrix && !engine::QuantizeUsesImportance(text.type)) {
@@ -174,7 +185,7 @@ int RunQuantize(int argc, char** argv) {
   }
   if (!pair) return QuantizeFile(in_path, out_path, text, &pool, quiet);
 
-  const auto vt = parse_type(vision_type);
+  const auto vt = engine::ParseDType(vision_type);
   if (!vt) return Fail("unknown type '" + vision_type + "'");
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -183,7 +194,7 @@ int RunQuantize(int argc, char** argv) {
   if (rc != 0) return rc;
   gguf::QuantizeOptions vision;
   vision.type = *vt;
-  vision.overrides = overrides;  // the imatrix records the text model's matrices only
+  vision.overrides = vision_overrides;  // the imatrix records the text model's matrices only
   return QuantizeFile(mmproj, out_dir + "/mmproj.gguf", vision, &pool, quiet);
 }
 

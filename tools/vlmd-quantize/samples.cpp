@@ -5,7 +5,6 @@
 #include <fstream>
 #include <iterator>
 #include <set>
-#include <sstream>
 
 #include "serve/api/requests.h"
 
@@ -18,22 +17,30 @@ constexpr std::string_view kDefaultPrompt = "Describe this image.";
 
 Result<std::string> ReadFile(const fs::path& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError("cannot read " + path.string());
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  if (!f) return UnavailableError("cannot read " + path.string());
+  std::string bytes(std::istreambuf_iterator<char>(f), {});
+  if (f.bad()) return UnavailableError("error reading " + path.string());
+  return bytes;
+}
+
+std::string LowerExtension(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext;
 }
 
 bool IsImage(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   static const std::set<std::string> kExts = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm", ".pgm"};
-  return kExts.count(ext) > 0;
+  return kExts.count(LowerExtension(p)) > 0;
 }
 
 Result<std::vector<Sample>> LoadFolder(const fs::path& dir) {
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file()) files.push_back(entry.path());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) files.push_back(it->path());
   }
+  if (ec) return UnavailableError("cannot list " + dir.string() + ": " + ec.message());
   std::sort(files.begin(), files.end());
   std::set<fs::path> image_stems;
   for (const fs::path& f : files) {
@@ -43,17 +50,16 @@ Result<std::vector<Sample>> LoadFolder(const fs::path& dir) {
   for (const fs::path& f : files) {
     const bool image = IsImage(f);
     const fs::path stem = fs::path(f).replace_extension();
-    if (!image && (f.extension() != ".txt" || image_stems.count(stem) > 0)) continue;
+    if (!image && (LowerExtension(f) != ".txt" || image_stems.count(stem) > 0)) continue;
     Sample s;
     s.name = f.filename().string();
     std::string text(kDefaultPrompt);
     const fs::path prompt_file = image ? fs::path(stem).concat(".txt") : f;
-    if (fs::exists(prompt_file)) {
+    if (fs::exists(prompt_file, ec)) {
       VLMD_ASSIGN_OR_RETURN(text, ReadFile(prompt_file));
     }
     if (image) {
-      VLMD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(f));
-      s.images.push_back(std::move(bytes));
+      s.image_files.push_back(f.string());
       text = std::string(serve::api::kMediaMarker) + "\n" + text;
     }
     s.messages.push_back({"user", std::move(text)});
@@ -65,13 +71,15 @@ Result<std::vector<Sample>> LoadFolder(const fs::path& dir) {
   return samples;
 }
 
+// The requests' images are decoded from base64 and held until the run ends (a JSONL of images
+// is as large in memory as on disk).
 Result<std::vector<Sample>> LoadJsonl(const fs::path& file) {
-  VLMD_ASSIGN_OR_RETURN(std::string text, ReadFile(file));
+  std::ifstream lines(file, std::ios::binary);
+  if (!lines) return UnavailableError("cannot read " + file.string());
   serve::api::RequestLimits limits;
   limits.max_images = 64;
   limits.max_image_bytes = 64u << 20;
   std::vector<Sample> samples;
-  std::istringstream lines(text);
   std::string line;
   for (int64_t n = 1; std::getline(lines, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -93,6 +101,7 @@ Result<std::vector<Sample>> LoadJsonl(const fs::path& file) {
     s.images = std::move(request->images);
     samples.push_back(std::move(s));
   }
+  if (lines.bad()) return UnavailableError("error reading " + file.string());
   if (samples.empty()) return InvalidArgumentError(file.string() + " holds no request");
   return samples;
 }
@@ -108,8 +117,13 @@ Result<std::vector<Sample>> LoadSamples(const std::string& path) {
 
 Result<engine::runtime::PromptRows> SampleRows(engine::runtime::VlmEngine& engine,
                                                const Sample& sample) {
+  std::vector<std::string> read;  // the folder's image files, now
+  for (const std::string& path : sample.image_files) {
+    VLMD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    read.push_back(std::move(bytes));
+  }
   std::vector<engine::runtime::EncodedImage> images;
-  for (const std::string& bytes : sample.images) {
+  for (const std::string& bytes : sample.image_files.empty() ? sample.images : read) {
     VLMD_ASSIGN_OR_RETURN(
         engine::runtime::EncodedImage img,
         engine.EncodeImage(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),

@@ -20,14 +20,18 @@ struct Sample {
   std::string name;  // file name, or "line N"
   std::vector<engine::tokenizer::ChatMessage> messages;
   bool raw = false;                 // messages[0] is the whole prompt (invoke raw_prompt)
-  std::vector<std::string> images;  // encoded bytes, one <__media__> marker each in the text
+  // One <__media__> marker each in the text, in order: encoded bytes (JSONL), or files read
+  // when the sample is used (a folder), so that a large folder is not held in memory.
+  std::vector<std::string> images;
+  std::vector<std::string> image_files;
 };
 
 // NOT_FOUND for a missing path, INVALID_ARGUMENT naming the file or line that is malformed or
-// a folder or file without any sample.
+// a folder or file without any sample, UNAVAILABLE for a folder or file that cannot be read.
 Result<std::vector<Sample>> LoadSamples(const std::string& path);
 
-// The prompt rows of `sample` for `engine` (images encoded). Errors from the engine.
+// The prompt rows of `sample` for `engine` (images read and encoded). Errors from the engine,
+// UNAVAILABLE for an image file that cannot be read.
 Result<engine::runtime::PromptRows> SampleRows(engine::runtime::VlmEngine& engine,
                                                const Sample& sample);
 

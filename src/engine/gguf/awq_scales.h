@@ -32,20 +32,28 @@ struct AwqGroup {
   bool producer_rows = false;         // the producer's rows are divided (ffn_up), else elements
   std::vector<std::string> matrices;  // their input columns are multiplied
   std::vector<float> scales;          // [n_cols]
-  float alpha = 0.0f;
+  float alpha = 0.0f;                 // 0: scales all 1, nothing changes
   double error_plain = 0.0;   // weighted quantization error of the sampled rows at alpha 0
-  double error_scaled = 0.0;  // ... at the chosen alpha (<= error_plain)
+  double error_scaled = 0.0;  // ... at the chosen alpha (<= error_plain when searched)
 };
 
-// The groups of `file` whose matrices all have imatrix entries, with their scales searched for
-// quantizing each matrix to type_of(name) (importance-weighted where `weighted`: the scaled
-// matrix's importance is importance / s^2). A group whose producer or matrices are missing is
-// skipped. `fixed_alpha` in [0, 1] takes that alpha for every group instead of searching (< 0:
-// search). INVALID_ARGUMENT when an entry does not fit its matrix, a group's matrix is already
-// quantized (it would be quantized twice) or fixed_alpha > 1.
+// How a matrix will be quantized: its type, and the importance row its quantizer weighs by
+// (empty: round to nearest; llama-quantize --imatrix's weights otherwise).
+struct AwqTarget {
+  DType type = DType::kF32;
+  std::vector<float> importance;
+};
+
+// The groups of `file` (a llama-family decoder vlmd runs: llama, qwen2, qwen2vl, qwen3vl,
+// gemma3) whose matrices all have `stats` entries, with their scales searched for quantizing each
+// matrix as `targets` says (a scaled matrix's quantizer weighs by importance / s^2). A group with
+// a missing tensor is skipped. `fixed_alpha` in [0, 1] takes that alpha for every group instead
+// of searching (< 0: search). INVALID_ARGUMENT for another architecture, a producer whose shape
+// does not fit its group or that has a bias (the fold would not be exact), a stats entry that
+// does not fit its matrix, a matrix already quantized (it would be quantized twice) or
+// fixed_alpha > 1.
 Result<std::vector<AwqGroup>> SearchAwqScales(const GgufFile& file, const ImportanceMatrix& stats,
-                                              const std::map<std::string, DType>& type_of,
-                                              bool weighted, ThreadPool* pool,
-                                              float fixed_alpha = -1.0f);
+                                              const std::map<std::string, AwqTarget>& targets,
+                                              ThreadPool* pool, float fixed_alpha = -1.0f);
 
 }  // namespace vlmd::engine::gguf

@@ -132,16 +132,19 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
 
   QuantizeModelReport report;
   if (opts.awq != nullptr) {
-    std::map<std::string, DType> type_of;  // what each matrix becomes
+    std::map<std::string, AwqTarget> targets;  // how each matrix will be quantized
     for (const TensorInfo& t : in->tensors()) {
       const std::string name(t.name);
       if (!IsQuantizableWeight(name, t.n_dims)) continue;
       bool fell_back = false;
-      type_of[name] = TypeForRowLength(TargetType(opts, patterns, name), t.ne[0], &fell_back);
+      AwqTarget& target = targets[name];
+      target.type = TypeForRowLength(TargetType(opts, patterns, name), t.ne[0], &fell_back);
+      if (imatrix != nullptr && QuantizeUsesImportance(target.type)) {
+        target.importance = imatrix->Importance(name);
+      }
     }
     VLMD_ASSIGN_OR_RETURN(report.awq_groups,
-                          SearchAwqScales(*in, *opts.awq, type_of, imatrix != nullptr, pool,
-                                          opts.awq_alpha));
+                          SearchAwqScales(*in, *opts.awq, targets, pool, opts.awq_alpha));
   }
   // Each AWQ group's scales, by the tensor they rewrite.
   std::map<std::string, TensorScales> scaled;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <numeric>
 #include <thread>
 
 #include "core/large_alloc.h"
@@ -92,7 +91,7 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
 std::string_view VlmEngine::isa_name() const { return kernels::IsaName(ctx_.kernels->isa); }
 
 Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
-                           int64_t first_row, int64_t end_row, const RowLogitsFn* on_row) {
+                           int64_t first_row, int64_t end_row, const RowLogitsRequest* rows_out) {
   const int64_t n = static_cast<int64_t>(prompt.tokens.size());
   const int64_t end = end_row < 0 ? n : std::min(end_row, n);
   const int64_t d = model_->config().n_embd_inp();  // an image row's width (deepstack included)
@@ -106,8 +105,8 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
   for (int64_t i = 0; i < first_row; ++i) next_embd += prompt.tokens[i] < 0 ? 1 : 0;
   models::KvCache* caches[] = {cache};
   std::vector<ops::RowSpan> spans;  // this chunk's bidirectional spans, chunk-relative
-  std::vector<int32_t> all_rows;    // on_row: every row of the chunk
-  std::vector<float> row_logits;    // on_row: [len, n_vocab]
+  std::vector<int32_t> out_rows;    // rows_out: the chunk's wanted rows
+  std::vector<float> row_logits;    // rows_out: [out_rows, n_vocab]
   for (int64_t start = first_row, len = 0; start < end; start += len) {
     len = SpanSafeEnd(prompt, start, std::min<int64_t>(start + opts_.n_batch, end)) - start;
     spans.clear();
@@ -136,12 +135,14 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
     const int32_t logit_row = static_cast<int32_t>(len - 1);
     models::ForwardBatch b{len, prompt.tokens.data() + start, any_image ? embd.data() : nullptr,
                            pos.data(), seq.data(), last ? &logit_row : nullptr, last ? 1 : 0};
-    if (on_row) {  // every row's logits
-      all_rows.resize(static_cast<size_t>(len));
-      std::iota(all_rows.begin(), all_rows.end(), 0);
-      row_logits.resize(static_cast<size_t>(len * model_->config().n_vocab));
-      b.logit_rows = all_rows.data();
-      b.n_logit_rows = len;
+    if (rows_out) {  // the wanted rows' logits
+      out_rows.clear();
+      for (int64_t i = 0; i < len; ++i) {
+        if (!rows_out->wanted || (*rows_out->wanted)(start + i)) out_rows.push_back(static_cast<int32_t>(i));
+      }
+      row_logits.resize(out_rows.size() * static_cast<size_t>(model_->config().n_vocab));
+      b.logit_rows = out_rows.data();
+      b.n_logit_rows = static_cast<int64_t>(out_rows.size());
     }
     b.prompt = true;
     b.bidirectional = spans;
@@ -149,12 +150,12 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
       b.rope_pos = prompt.rope_pos.data() + 4 * start;
       b.rope_pos_per_row = 4;
     }
-    VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, on_row ? row_logits.data() : logits));
-    if (on_row) {
-      const int64_t v = model_->config().n_vocab;
-      for (int64_t i = 0; i < len; ++i) {
-        VLMD_RETURN_IF_ERROR((*on_row)(start + i, std::span<const float>(row_logits).subspan(
-                                                      static_cast<size_t>(i * v), static_cast<size_t>(v))));
+    VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, rows_out ? row_logits.data() : logits));
+    if (rows_out) {
+      const size_t v = static_cast<size_t>(model_->config().n_vocab);
+      for (size_t i = 0; i < out_rows.size(); ++i) {
+        VLMD_RETURN_IF_ERROR((*rows_out->on_row)(
+            start + out_rows[i], std::span<const float>(row_logits).subspan(i * v, v)));
       }
     }
   }
@@ -314,17 +315,29 @@ Result<std::vector<float>> VlmEngine::PromptLogits(std::span<const int32_t> prom
   return PromptLogits(rows);
 }
 
-Result<std::vector<float>> VlmEngine::PromptLogits(const PromptRows& rows) {
-  const std::span<const int32_t> prompt(rows.tokens);
-  if (prompt.empty()) return InvalidArgumentError("empty prompt");
-  if (static_cast<int64_t>(prompt.size()) > opts_.n_ctx) {
-    return ResourceExhaustedError("prompt of " + std::to_string(prompt.size()) +
+Status VlmEngine::CheckPromptFits(const PromptRows& rows) const {
+  if (rows.tokens.empty()) return InvalidArgumentError("empty prompt");
+  if (static_cast<int64_t>(rows.tokens.size()) > opts_.n_ctx) {
+    return ResourceExhaustedError("prompt of " + std::to_string(rows.tokens.size()) +
                                   " tokens exceeds the context of " + std::to_string(opts_.n_ctx));
   }
+  return Status::Ok();
+}
+
+Result<std::vector<float>> VlmEngine::PromptLogits(const PromptRows& rows) {
+  VLMD_RETURN_IF_ERROR(CheckPromptFits(rows));
   auto cache = model_->NewCache(opts_.n_ctx, MaxBatchRows(rows));
   std::vector<float> logits(model_->config().n_vocab);
   VLMD_RETURN_IF_ERROR(Prefill(rows, cache.get(), logits.data()));
   return logits;
+}
+
+Status VlmEngine::PromptRowLogits(const PromptRows& rows, const RowFilterFn& wanted,
+                                  const RowLogitsFn& on_row) {
+  VLMD_RETURN_IF_ERROR(CheckPromptFits(rows));
+  auto cache = model_->NewCache(opts_.n_ctx, MaxBatchRows(rows));
+  const RowLogitsRequest request{wanted ? &wanted : nullptr, &on_row};
+  return Prefill(rows, cache.get(), nullptr, 0, -1, &request);
 }
 
 Result<GenerateResult> VlmEngine::Generate(std::span<const int32_t> prompt,
@@ -379,16 +392,6 @@ Result<std::unique_ptr<Sequence>> VlmEngine::BeginSequence(PromptRows rows,
   seq->prefill_ = std::make_unique<PromptRows>(std::move(rows));
   seq->prefill_next_ = prefix_len;
   return seq;
-}
-
-Status VlmEngine::PromptRowLogits(const PromptRows& rows, const RowLogitsFn& on_row) {
-  if (rows.tokens.empty()) return InvalidArgumentError("empty prompt");
-  if (static_cast<int64_t>(rows.tokens.size()) > opts_.n_ctx) {
-    return ResourceExhaustedError("prompt of " + std::to_string(rows.tokens.size()) +
-                                  " tokens exceeds the context of " + std::to_string(opts_.n_ctx));
-  }
-  auto cache = model_->NewCache(opts_.n_ctx, MaxBatchRows(rows));
-  return Prefill(rows, cache.get(), nullptr, 0, -1, &on_row);
 }
 
 Status VlmEngine::PrefillChunk(Sequence* seq, int64_t max_rows) {

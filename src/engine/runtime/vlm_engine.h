@@ -141,11 +141,14 @@ class VlmEngine {
   Result<std::vector<float>> PromptLogits(std::span<const int32_t> prompt);
   Result<std::vector<float>> PromptLogits(const PromptRows& prompt);
 
-  // Prefills `prompt` into a fresh sequence and hands the logits of every row to `on_row` (row
-  // index, n_vocab logits), in row order (quantization quality: vlmd-quantize eval). Errors as
-  // PromptLogits, or on_row's.
+  // Prefills `prompt` into a fresh sequence and hands the logits of the rows `wanted` accepts
+  // (null: every row) to `on_row` (row index, n_vocab logits), in row order; the head runs on
+  // those rows only (quantization quality: vlmd-quantize eval). Errors as PromptLogits, or
+  // on_row's.
   using RowLogitsFn = std::function<Status(int64_t row, std::span<const float> logits)>;
-  Status PromptRowLogits(const PromptRows& prompt, const RowLogitsFn& on_row);
+  using RowFilterFn = std::function<bool(int64_t row)>;
+  Status PromptRowLogits(const PromptRows& prompt, const RowFilterFn& wanted,
+                         const RowLogitsFn& on_row);
 
   // Makes every later forward call show its decoder matrices' inputs to `observer` (null: none;
   // calibration, vlmd-quantize calibrate). The observer must outlive its use.
@@ -192,9 +195,16 @@ class VlmEngine {
   // Runs prompt rows [first_row, end_row) (end_row < 0: to the end) through the model in n_batch
   // chunks (rows before first_row are already in the cache); `logits` receives the last row's
   // logits when end_row is the prompt's end (may be null otherwise).
-  // With `on_row`, every row's logits go to it instead (`logits` unused).
+  // With `rows_out`, the logits of the rows it wants go to it instead (`logits` unused).
+  struct RowLogitsRequest {
+    const RowFilterFn* wanted;  // null: every row
+    const RowLogitsFn* on_row;
+  };
   Status Prefill(const PromptRows& prompt, models::KvCache* cache, float* logits,
-                 int64_t first_row = 0, int64_t end_row = -1, const RowLogitsFn* on_row = nullptr);
+                 int64_t first_row = 0, int64_t end_row = -1,
+                 const RowLogitsRequest* rows_out = nullptr);
+  // INVALID_ARGUMENT for an empty prompt, RESOURCE_EXHAUSTED for one longer than n_ctx.
+  Status CheckPromptFits(const PromptRows& rows) const;
   // The most rows one forward call adds to a sequence of `rows`: n_batch, or a whole image that
   // attends both ways (a chunk takes all of one); sizes its sliding-window rings.
   int32_t MaxBatchRows(const PromptRows& rows) const;
