@@ -29,10 +29,10 @@ Result<SampledMatrix> Sample(const TensorInfo& t, const AwqTarget& target) {
   m.k = t.ne[0];
   const int64_t stride = std::max<int64_t>(1, t.ne[1] / kSampledRows);
   const uint64_t row_bytes = *RowBytes(t.type, m.k);
-  for (int64_t r = 0; r < t.ne[1]; r += stride) {
-    m.rows.resize(static_cast<size_t>((m.n + 1) * m.k));
-    VLMD_RETURN_IF_ERROR(DequantizeRow(t.type, t.data + r * row_bytes, m.rows.data() + m.n * m.k, m.k));
-    ++m.n;
+  m.n = (t.ne[1] + stride - 1) / stride;
+  m.rows.resize(static_cast<size_t>(m.n * m.k));
+  for (int64_t i = 0; i < m.n; ++i) {
+    VLMD_RETURN_IF_ERROR(DequantizeRow(t.type, t.data + i * stride * row_bytes, m.rows.data() + i * m.k, m.k));
   }
   return m;
 }

@@ -197,10 +197,8 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     }
     tr.weighted = !importance.empty() && QuantizeUsesImportance(tr.to);
     if (tr.weighted && scales.columns) {  // the scaled columns' inputs are x / s
-      for (size_t i = 0; i < importance.size(); ++i) {
-        const float s_i = (*scales.columns)[i % scales.columns->size()];
-        importance[i] /= s_i * s_i;
-      }
+      const std::vector<float>& s = *scales.columns;  // its size is n_cols (checked above)
+      for (size_t i = 0; i < importance.size(); ++i) importance[i] /= s[i] * s[i];
     }
     const float* imp = tr.weighted ? importance.data() : nullptr;
     const int64_t n_rows = t.ne[1];
