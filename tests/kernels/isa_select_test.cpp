@@ -76,7 +76,7 @@ TEST(IsaSelect, OnlyThisArchitecturesIsasAreAvailable) {
 #if defined(__x86_64__)
   const Isa foreign[] = {Isa::kNeon, Isa::kNeonDot, Isa::kNeonI8mm};
 #elif defined(__aarch64__)
-  const Isa foreign[] = {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx};
+  const Isa foreign[] = {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx};
 #else
   const Isa foreign[] = {Isa::kAvx2, Isa::kNeon};
 #endif

@@ -173,7 +173,7 @@ struct Case {
 // SDOT, or widening multiplies without the dot product), so the tests below cover each ISA this CPU
 // has, not only the best one.
 TEST(PackedMatmulTest, EverySimdTableHasThePackedKernel) {
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx, Isa::kNeon,
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx, Isa::kNeon,
                   Isa::kNeonDot, Isa::kNeonI8mm}) {
     if (!kernels::IsaAvailable(isa)) continue;
     EXPECT_NE(kernels::GetKernelTable(isa).packed_matmul, nullptr) << kernels::IsaName(isa);

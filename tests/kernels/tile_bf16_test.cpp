@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -227,6 +228,8 @@ void CheckToBf16MatchesTheReferenceRounding(const kernels::KernelTable* kt) {
   x[1] = 1.0f + 0x1p-7f + 0x1p-8f;  // a tie: rounds up to even
   x[2] = -0.0f;
   x[3] = INFINITY;
+  x[4] = std::bit_cast<float>(0x7F800001u);  // a NaN whose payload would round up to inf
+  x[5] = std::bit_cast<float>(0xFFFFFFFFu);  // a negative NaN that would carry out of 16 bits
   for (int64_t n : {1, 15, 16, 17, 1000}) {
     std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xABCD), want(static_cast<size_t>(n));
     kt->to_bf16(x.data(), got.data(), n);
@@ -262,6 +265,38 @@ void CheckF16ToBf16RoundsEveryHalfLikeTheF32Path(const kernels::KernelTable* kt)
     kt->f16_to_bf16(all.data() + 1000, part.data(), n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(part[i], got[1000 + i]) << "n " << n;
     for (int64_t i = n; i < n + 3; ++i) ASSERT_EQ(part[i], 0xABCD) << "wrote past n " << n;
+  }
+}
+
+// Every AVX-512 table runs the vision encoder's and a prompt's attention on the flash kernel of
+// bf16 operands (FMAs without AVX512-BF16, vdpbf16ps with it, tiles on AMX) and converts rows with
+// SIMD kernels, not the scalar reference; VNNI adds vpdpbusd products over plain AVX-512's.
+TEST(TileBf16Kernel, EveryAvx512TableHasTheBf16AttentionPath) {
+  const kernels::KernelTable& ref = kernels::GetKernelTable(kernels::Isa::kRef);
+  bool ran = false;
+  for (auto isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx512Vnni, kernels::Isa::kAvx512Bf16,
+                   kernels::Isa::kAmx}) {
+    if (!kernels::IsaAvailable(isa)) continue;
+    const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
+    SCOPED_TRACE(std::string(kernels::IsaName(isa)));
+    EXPECT_NE(kt.tile_attention, nullptr);
+    EXPECT_NE(kt.to_bf16, ref.to_bf16);
+    EXPECT_NE(kt.f16_to_bf16, nullptr);
+    EXPECT_NE(kt.tile_pack_rows, nullptr);
+    EXPECT_NE(kt.tile_pack_columns, nullptr);
+    ran = true;
+  }
+  if (!ran) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const kernels::KernelTable& plain = kernels::GetKernelTable(kernels::Isa::kAvx512);
+  if (kernels::IsaAvailable(kernels::Isa::kAvx512Vnni)) {
+    const kernels::KernelTable& vnni = kernels::GetKernelTable(kernels::Isa::kAvx512Vnni);
+    EXPECT_NE(vnni.packed_matmul, plain.packed_matmul);
+    EXPECT_EQ(vnni.tile_attention, plain.tile_attention);
+  }
+  if (kernels::IsaAvailable(kernels::Isa::kAvx512Bf16)) {
+    const kernels::KernelTable& bf16 = kernels::GetKernelTable(kernels::Isa::kAvx512Bf16);
+    EXPECT_NE(bf16.tile_attention, plain.tile_attention);
+    EXPECT_NE(bf16.to_bf16, plain.to_bf16);
   }
 }
 

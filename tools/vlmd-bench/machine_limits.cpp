@@ -218,6 +218,7 @@ ProbeUnit ProbeUnitFor(engine::kernels::Isa kernel_isa) {
     case Isa::kAvx2: unit = ProbeUnit::kAvx2; break;
     case Isa::kAvx512: unit = ProbeUnit::kAvx512; break;
     case Isa::kAvx512Vnni:
+    case Isa::kAvx512Bf16:
     case Isa::kAmx: unit = ProbeUnit::kAvx512Vnni; break;
     case Isa::kNeon:
     case Isa::kNeonDot:

@@ -30,6 +30,7 @@ std::string_view IsaName(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512vnni";
+    case Isa::kAvx512Bf16: return "avx512bf16";
     case Isa::kAmx: return "amx";
     case Isa::kNeon: return "neon";
     case Isa::kNeonDot: return "neondot";
@@ -54,7 +55,8 @@ bool IsaAvailable(Isa isa) {
     case Isa::kRef: return true;
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512: return avx512;
-    case Isa::kAvx512Vnni: return avx512 && f.avx512vnni && f.avx512bf16;
+    case Isa::kAvx512Vnni: return avx512 && f.avx512vnni;
+    case Isa::kAvx512Bf16: return avx512 && f.avx512vnni && f.avx512bf16;
     case Isa::kAmx:
       return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_bf16;
     case Isa::kNeon: return f.asimd;
@@ -77,7 +79,7 @@ Result<Isa> SelectIsa() {
   auto isa = ParseIsa(forced);
   if (!isa) {
     return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
-                                " is not one of ref, avx2, avx512, avx512vnni, amx, neon, neondot, neoni8mm");
+                                " is not one of ref, avx2, avx512, avx512vnni, avx512bf16, amx, neon, neondot, neoni8mm");
   }
   if (!IsaAvailable(*isa)) {
     return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +
@@ -101,6 +103,7 @@ KernelTable Build(Isa isa) {
   if (isa >= Isa::kAvx2) FillAvx2Kernels(&t);
   if (isa >= Isa::kAvx512) FillAvx512Kernels(&t);
   if (isa >= Isa::kAvx512Vnni) FillAvx512VnniKernels(&t);
+  if (isa >= Isa::kAvx512Bf16) FillAvx512Bf16Kernels(&t);
   if (isa >= Isa::kAmx) FillAmxKernels(&t);
 #elif defined(__aarch64__)
   if (isa >= Isa::kNeon) FillNeonKernels(&t);

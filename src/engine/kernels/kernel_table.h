@@ -17,18 +17,20 @@
 
 namespace vlmd::engine::kernels {
 
-// kAmx: AVX512-VNNI/BF16 plus the AMX tile unit (bf16 tile matmul, tile_bf16.h).
+// kAvx512: AVX-512 F/BW/DQ/VL (Skylake-SP and later); kAvx512Vnni: plus VNNI's vpdpbusd (Cascade
+// Lake, Ice Lake); kAvx512Bf16: plus AVX512-BF16's vdpbf16ps (Zen 4/5, Cooper Lake); kAmx: plus
+// the AMX tile unit (bf16 tile matmul, tile_bf16.h).
 // kNeon: aarch64 Advanced SIMD (every ARMv8-A CPU); kNeonDot: plus the int8 dot product (SDOT);
 // kNeonI8mm: plus the int8 matrix multiply (SMMLA).
-// Each architecture's ISAs form one chain (a table inherits the slots of the ones below it);
-// values are only ever appended.
+// Each architecture's ISAs form one chain, in the order of the values (a table inherits the
+// slots of the ones below it). The values are used only inside one process.
 enum class Isa : uint8_t {
-  kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAmx = 4, kNeon = 5, kNeonDot = 6,
-  kNeonI8mm = 7
+  kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4, kAmx = 5, kNeon = 6,
+  kNeonDot = 7, kNeonI8mm = 8
 };
-inline constexpr int kNumIsas = 8;
+inline constexpr int kNumIsas = 9;
 
-// "ref", "avx2", "avx512", "avx512vnni", "amx", "neon", "neondot", "neoni8mm"
+// "ref", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon", "neondot", "neoni8mm"
 std::string_view IsaName(Isa isa);
 std::optional<Isa> ParseIsa(std::string_view name);
 bool IsaAvailable(Isa isa);                      // this CPU (and OS) can run it
@@ -167,6 +169,7 @@ void FillRefKernels(KernelTable* t);
 void FillAvx2Kernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);
 void FillAvx512VnniKernels(KernelTable* t);
+void FillAvx512Bf16Kernels(KernelTable* t);
 void FillAmxKernels(KernelTable* t);  // x86/amx/tile_bf16_amx.cpp
 void FillNeonKernels(KernelTable* t);     // arm64/neon/
 void FillNeonDotKernels(KernelTable* t);  // arm64/neondot/

@@ -14,8 +14,8 @@
 // chunk of its first visible key and stops at its last one, and each row's softmax counts only
 // its own keys (the rest of the chunk gets probability 0; a chunk with none leaves it as it was).
 //
-// Include only from translation units compiled with AVX-512 + AVX512-BF16 (x86/avx512vnni,
-// x86/amx).
+// Include only from translation units compiled with AVX-512 F/BW/DQ/VL (x86/avx512 and above);
+// the bf16 roundings use vcvtneps2bf16 where the unit is compiled with AVX512-BF16.
 #pragma once
 
 #include <immintrin.h>
@@ -53,6 +53,26 @@ inline __m512 Exp2NonPositive(__m512 t, float lowest) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693003836f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.00000259f));
   return _mm512_scalef_ps(p, t);
+}
+
+// 16 floats -> bf16, round to nearest even, NaN made quiet: F32ToBF16's rule. With AVX512-BF16,
+// its instruction (which also reads denormal inputs as zero); without, the same integer steps.
+inline __m256i RoundToBf16(__m512 x) {
+#if defined(__AVX512BF16__)
+  const __m256bh b = _mm512_cvtneps_pbh(x);
+  __m256i r;
+  std::memcpy(&r, &b, sizeof(r));
+  return r;
+#else
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+#endif
 }
 
 // Lanes [j, j + 16) that lie in [lo, hi), as a mask.
@@ -99,7 +119,7 @@ inline void SoftmaxRow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, f
     const __m512 e =
         Exp2NonPositive(_mm512_sub_ps(_mm512_maskz_load_ps(in, s + j), vm), kLowest);
     vsum = _mm512_mask_add_ps(vsum, in, vsum, e);
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_mov_ps(in, e));
+    const __m256i b = RoundToBf16(_mm512_maskz_mov_ps(in, e));
     std::memcpy(p + j, &b, sizeof(b));  // zeros outside [lo, hi)
   }
   std::fill(p + std::max(j0, (j1 + 15) / 16 * 16), p + nk_pad, uint16_t{0});
@@ -157,9 +177,8 @@ void FlashAttention(const TileAttentionArgs& a) {
       uint16_t* out = a.out + (q0 + r) * a.ldo;
       for (int64_t e = 0; e < a.hd; e += 16) {
         const __mmask16 mask = e + 16 <= a.hd ? __mmask16{0xFFFF} : last;
-        const __m256bh b =
-            _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(o + r * o_stride + e), inv));
-        _mm256_mask_storeu_epi16(out + e, mask, reinterpret_cast<const __m256i&>(b));
+        const __m256i b = RoundToBf16(_mm512_mul_ps(_mm512_load_ps(o + r * o_stride + e), inv));
+        _mm256_mask_storeu_epi16(out + e, mask, b);
       }
     }
   }

@@ -12,11 +12,13 @@ void FillAvx2KQuantMatmul(KernelTable* t);      // avx2/kquant_matmul_avx2.cpp
 void FillAvx2FloatMatmul(KernelTable* t);       // avx2/float_matmul_avx2.cpp
 void FillAvx2PackedMatmul(KernelTable* t);      // avx2/packed_matmul_avx2.cpp
 void FillAvx512FloatMatmul(KernelTable* t);     // avx512/float_matmul_avx512.cpp
+void FillAvx512Bf16RowsInteger(KernelTable* t);  // avx512/bf16_rows_avx512.cpp
+void FillAvx512Attention(KernelTable* t);       // avx512/tile_attention_avx512.cpp
 void FillAvx512VnniQuantMatmul(KernelTable* t);   // avx512vnni/quant_matmul_vnni.cpp
 void FillAvx512VnniKQuantMatmul(KernelTable* t);  // avx512vnni/kquant_matmul_vnni.cpp
 void FillAvx512VnniPackedMatmul(KernelTable* t);  // avx512vnni/packed_matmul_vnni.cpp
-void FillAvx512Bf16Rows(KernelTable* t);          // avx512vnni/bf16_rows_avx512.cpp
-void FillAvx512Bf16Attention(KernelTable* t);     // avx512vnni/tile_attention_avx512bf16.cpp
+void FillAvx512Bf16Rows(KernelTable* t);          // avx512bf16/bf16_rows_avx512bf16.cpp
+void FillAvx512Bf16Attention(KernelTable* t);     // avx512bf16/tile_attention_avx512bf16.cpp
 void FillAmxPackedToTiles(KernelTable* t);        // amx/packed_to_tiles_amx.cpp
 
 }  // namespace vlmd::engine::kernels

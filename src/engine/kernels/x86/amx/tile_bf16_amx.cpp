@@ -161,7 +161,7 @@ void TileBf16MatmulAmx(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t
 
 void FillAmxKernels(KernelTable* t) {
   // The bf16 row conversions and tile packing come from the AVX512-BF16 table
-  // (avx512vnni/bf16_rows_avx512.cpp); AMX adds the tile products.
+  // (avx512bf16/bf16_rows_avx512bf16.cpp); AMX adds the tile products.
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->tile_attention = amx::TileAttentionAmx;
   FillAmxPackedToTiles(t);

@@ -1,5 +1,5 @@
-// Fills the KernelTable slots implemented for AVX512-VNNI/BF16 (see kernel_table.h). Float
-// matmuls keep the AVX-512 FMA kernels: vdpbf16ps runs at half the fp32 FMA rate here.
+// Fills the KernelTable slots implemented for AVX512-VNNI (see kernel_table.h): the integer
+// matmuls on vpdpbusd. Float matmuls keep the AVX-512 FMA kernels.
 #include "engine/kernels/x86/x86_fill.h"
 
 namespace vlmd::engine::kernels {
@@ -8,8 +8,6 @@ void FillAvx512VnniKernels(KernelTable* t) {
   FillAvx512VnniQuantMatmul(t);
   FillAvx512VnniKQuantMatmul(t);
   FillAvx512VnniPackedMatmul(t);
-  FillAvx512Bf16Rows(t);
-  FillAvx512Bf16Attention(t);
 }
 
 }  // namespace vlmd::engine::kernels

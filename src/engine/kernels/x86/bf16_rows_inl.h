@@ -1,51 +1,54 @@
-// The AVX512-BF16 row kernels of the bf16 paths (tile_bf16.h): f32 / f16 -> bf16 rows, the GELU
-// of the tile epilogue, and the tile-layout packing of attention operands. Shared by the
-// AVX512-VNNI/BF16 table (its vdpbf16ps attention) and the AMX table (filled after this one).
+// The AVX-512 row kernels of the bf16 paths (tile_bf16.h): f32 / f16 -> bf16 rows, the GELU of
+// the tile epilogue, and the tile-layout packing of attention operands. Included by the
+// AVX512-BF16 table's unit (its roundings are vcvtneps2bf16; the AMX table inherits them) and by
+// the plain AVX-512 one (the same rounding in integer steps: flash::RoundToBf16).
+//
+// Include only from translation units compiled with AVX-512 F/BW/DQ/VL.
+#pragma once
+
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/kernel_table.h"
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/flash_attention_inl.h"
-#include "engine/kernels/x86/x86_fill.h"
 
-// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-namespace vlmd::engine::kernels {
+namespace vlmd::engine::kernels::bf16_rows {
+// Internal linkage: included by translation units of different ISA flags (see
+// flash_attention_inl.h).
 namespace {
 
 using flash::Exp2NonPositive;
 
-void ToBf16Avx512(const float* x, uint16_t* y, int64_t n) {
+void ToBf16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    const __m256i v = flash::RoundToBf16(_mm512_loadu_ps(x + i));
     std::memcpy(y + i, &v, sizeof(v));
   }
   if (i < n) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i));
+    const __m256i v = flash::RoundToBf16(_mm512_maskz_loadu_ps(mask, x + i));
     uint16_t tmp[16];
     std::memcpy(tmp, &v, sizeof(v));
     std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
   }
 }
 
-// f16 -> f32 (exact) -> bf16 with the same rounding instruction as ToBf16Avx512.
-void F16ToBf16Avx512(const uint16_t* x, uint16_t* y, int64_t n) {
+// f16 -> f32 (exact) -> bf16 with the same rounding as ToBf16.
+void F16ToBf16(const uint16_t* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
-    const __m256bh v = _mm512_cvtneps_pbh(f);
+    const __m256i v = flash::RoundToBf16(f);
     std::memcpy(y + i, &v, sizeof(v));
   }
   if (i < n) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 f = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, x + i));
-    const __m256bh v = _mm512_cvtneps_pbh(f);
+    const __m256i v = flash::RoundToBf16(f);
     uint16_t tmp[16];
     std::memcpy(tmp, &v, sizeof(v));
     std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
@@ -56,9 +59,9 @@ void F16ToBf16Avx512(const uint16_t* x, uint16_t* y, int64_t n) {
 // x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
 // z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
 // is the 14-bit reciprocal estimate. The relative bound holds down to x ~ -8.7; below, where
-// the true value is under 2^-126 |x|, the result may be a denormal or 0 (vcvtneps2bf16 makes
-// denormals 0 anyway). x = -inf gives NaN (the encoder's final check reports it).
-void GeluTanhForBf16Avx512(const float* x, float* y, int64_t n) {
+// the true value is under 2^-126 |x|, the result may be a denormal or 0 (the bf16 rounding may
+// make them 0 anyway). x = -inf gives NaN (the encoder's final check reports it).
+void GeluTanhForBf16(const float* x, float* y, int64_t n) {
   const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
   const __m512 k3 = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -79,7 +82,7 @@ void GeluTanhForBf16Avx512(const float* x, float* y, int64_t n) {
 
 // TileBf16Matrix::PackRows with AVX-512: each row of a panel's B tile (16 columns x one pair of
 // k values, 32-bit words) is one gather of the same word from the panel's 16 source rows.
-void PackRowsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
                     int64_t k, uint16_t* dst) {
   if (row_stride > (int64_t{1} << 26)) {  // gather offsets (15 rows apart) must fit in int32
     TileBf16Matrix::PackRows(rows, row_stride, n, k_valid, k, dst);
@@ -111,7 +114,7 @@ void PackRowsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t
 
 // TileBf16Matrix::PackColumns with AVX-512: a B tile row interleaves 16 values of two
 // consecutive rows (k values 2w and 2w + 1 of the panel's 16 columns).
-void PackColumnsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
+void PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
                        int64_t k, uint16_t* dst) {
   const int64_t panels = (n + kTileCols - 1) / kTileCols;
   alignas(64) uint16_t interleave[32];
@@ -136,14 +139,14 @@ void PackColumnsAvx512(const uint16_t* rows, int64_t row_stride, int64_t n, int6
   }
 }
 
-}  // namespace
-
-void FillAvx512Bf16Rows(KernelTable* t) {
-  t->to_bf16 = ToBf16Avx512;
-  t->f16_to_bf16 = F16ToBf16Avx512;
-  t->gelu_tanh_for_bf16 = GeluTanhForBf16Avx512;
-  t->tile_pack_rows = PackRowsAvx512;
-  t->tile_pack_columns = PackColumnsAvx512;
+// The slots these kernels fill.
+void Fill(KernelTable* t) {
+  t->to_bf16 = ToBf16;
+  t->f16_to_bf16 = F16ToBf16;
+  t->gelu_tanh_for_bf16 = GeluTanhForBf16;
+  t->tile_pack_rows = PackRows;
+  t->tile_pack_columns = PackColumns;
 }
 
-}  // namespace vlmd::engine::kernels
+}  // namespace
+}  // namespace vlmd::engine::kernels::bf16_rows
