@@ -1,7 +1,9 @@
 // Matmul micro benchmark: ops::MatMul per weight type x ISA x shape x threads, reporting weight
 // bytes/s (decode is bandwidth bound) and GFLOP/s (prefill is compute bound), next to a plain
-// read-bandwidth loop over a buffer of the same size, so ratios come from the same run.
+// read-bandwidth loop over a buffer of the same size, so ratios come from the same run. Also the
+// bf16 flash attention kernel of each table that has one (one head, one thread).
 //   vlmd_bench_matmul --benchmark_filter='gemv/q4_0' --benchmark_repetitions=5
+//   vlmd_bench_matmul --benchmark_filter='tile_attention/' 
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -14,6 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/kernels/tile_bf16.h"
 #include "engine/ops/matmul.h"
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/quantize.h"
@@ -114,7 +117,64 @@ void BM_ReadBandwidth(benchmark::State& state, size_t bytes, int threads) {
                                               benchmark::Counter::kIsRate);
 }
 
+// One head of the vision encoder's attention on the table's bf16 flash kernel: n queries over n
+// keys of hd dims (SigLIP-B: n 1024, hd 64), no mask. Multiply-adds: 2 n^2 hd (scores and P V).
+void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd) {
+  const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
+  const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
+  const int64_t v_k = (n + 31) / 32 * 32;
+  const int64_t q_rows = (n + 31) / 32 * 32;
+  auto bf16 = [](int64_t count, uint32_t seed) {
+    const std::vector<float> f = RandomFloats(count, seed);
+    std::vector<uint16_t> b(f.size());
+    kernels::ToBf16Ref(f.data(), b.data(), count);
+    return b;
+  };
+  std::vector<uint16_t> q = bf16(q_rows * hd_pad, 1), k = bf16(n * hd, 2), v = bf16(n * hd, 3);
+  std::vector<uint16_t> k_tiles(kernels::TileBf16Matrix::PanelElements(n, hd_pad));
+  std::vector<uint16_t> v_tiles(kernels::TileBf16Matrix::PanelElements(hd, v_k));
+  kernels::TileBf16Matrix::PackRows(k.data(), hd, n, hd, hd_pad, k_tiles.data());
+  kernels::TileBf16Matrix::PackColumns(v.data(), hd, hd, n, v_k, v_tiles.data());
+  std::vector<uint16_t> out(n * hd);
+  std::vector<float> scratch_buf(32 * (hd_pad + 16) + 16);  // o_scratch must be 64-byte aligned
+  void* scratch = scratch_buf.data();
+  size_t space = scratch_buf.size() * sizeof(float);
+  std::align(64, 32 * (hd_pad + 16) * sizeof(float), scratch, space);
+  kernels::TileAttentionArgs a;
+  a.q = q.data();
+  a.ldq = hd_pad;
+  a.k_tiles = k_tiles.data();
+  a.v_tiles = v_tiles.data();
+  a.v_k = v_k;
+  a.n_q = n;
+  a.n_kv = n;
+  a.hd = hd;
+  a.hd_pad = hd_pad;
+  a.out = out.data();
+  a.ldo = hd;
+  a.o_scratch = static_cast<float*>(scratch);
+  for (auto _ : state) {
+    kt.tile_attention(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(
+      2.0 * n * n * hd * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
 void RegisterAll() {
+  for (int i = kernels::kNumIsas - 1; i >= 0; --i) {
+    const Isa isa = static_cast<Isa>(i);
+    if (!kernels::IsaAvailable(isa) || kernels::GetKernelTable(isa).tile_attention == nullptr) {
+      continue;
+    }
+    for (int64_t hd : {64, 128}) {
+      const std::string name = "tile_attention/" + std::string(kernels::IsaName(isa)) +
+                               "/n1024_hd" + std::to_string(hd) + "/t1";
+      benchmark::RegisterBenchmark(name.c_str(), BM_TileAttention, isa, 1024, hd)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   const DType gemv_types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_K, DType::kQ6_K,
                               DType::kBF16, DType::kF32};

@@ -5,7 +5,8 @@
 // the pair (2w, 2w + 1) of head dims (a V^T panel's row: 16 head dims x a pair of keys) as 32-bit
 // words: a shift and a mask make the even and the odd halves 16 f32 values each, which two FMAs
 // multiply by one query's (or probability row's) pair, broadcast from an f32 copy of its row.
-// Tiles of 4 rows x 4 panels: 16 accumulators, 8 panel halves and 2 broadcasts in flight.
+// Tiles of 8 rows x 2 panels: 16 accumulators and 4 panel halves in flight (one panel row
+// widened serves 8 rows; 4 x 4 tiles ran as fast at head size 64, ~10% slower at 128).
 // Without AMX this is also faster than vdpbf16ps on Intel cores whose vdpbf16ps issues once per
 // ~2.5 cycles against two FMAs per cycle (measured on a Sapphire Rapids guest, bench/RESULTS.md).
 #include <immintrin.h>
@@ -23,7 +24,7 @@ namespace {
 
 using flash::kPStride;
 using flash::kSStride;
-constexpr int kRows = 4;  // query rows per register tile
+constexpr int kRows = 8;  // query rows per register tile
 
 // bf16 values to f32: the bits moved into the high half (exact).
 void WidenRows(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
@@ -69,15 +70,14 @@ void PairFmaTile(const float* a, int64_t lda, const uint16_t* b, int64_t b_panel
   }
 }
 
-// Calls f.template operator()<N>() for N = min(left, 4) (a tile's panel count is a template
+// Calls f.template operator()<N>() for N = min(left, 2) (a tile's panel count is a template
 // parameter, so that its accumulators are registers).
 template <typename F>
 void WithPanels(int64_t left, F&& f) {
-  switch (left >= 4 ? 4 : left) {
-    case 4: f.template operator()<4>(); break;
-    case 3: f.template operator()<3>(); break;
-    case 2: f.template operator()<2>(); break;
-    default: f.template operator()<1>(); break;
+  if (left >= 2) {
+    f.template operator()<2>();
+  } else {
+    f.template operator()<1>();
   }
 }
 
@@ -89,7 +89,7 @@ void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t
   const int64_t k_panel = a.hd_pad * kTileCols;
   for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
     WidenRows(q + r0 * a.ldq, a.ldq, kRows, a.hd_pad, qf);
-    for (int64_t p0 = 0; p0 < panels; p0 += 4) {
+    for (int64_t p0 = 0; p0 < panels; p0 += 2) {
       WithPanels(panels - p0, [&]<int N>() {
         PairFmaTile<N, false>(qf, a.hd_pad, a.k_tiles + (first + p0) * k_panel, k_panel,
                               a.hd_pad / 2, s + r0 * kSStride + p0 * kTileCols, kSStride);
@@ -107,7 +107,7 @@ void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64
   const int64_t v_panel = a.v_k * kTileCols;
   for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
     WidenRows(p + r0 * kPStride, kPStride, kRows, keys, pf);
-    for (int64_t e0 = 0; e0 < out_panels; e0 += 4) {
+    for (int64_t e0 = 0; e0 < out_panels; e0 += 2) {
       WithPanels(out_panels - e0, [&]<int N>() {
         PairFmaTile<N, true>(pf, keys, a.v_tiles + e0 * v_panel + k0 * kTileCols, v_panel,
                              keys / 2, o + r0 * o_stride + e0 * kTileCols, o_stride);
