@@ -271,8 +271,8 @@ TEST(ServerFamilyBudget, Gemma3FixedSizeImageCannotShrink) {
 }
 
 // Routing is family-blind: complexity tiers whose models are a Qwen2.5-VL, a LLaVA-1.6 and a
-// Gemma 3 send a flat image with a short prompt to the first and a busy image with a long prompt
-// to the last, each through its own preprocessing, encoder and template, answering what that
+// Gemma 3 send a flat image with a short prompt to the first, a busy image with a short prompt to
+// the middle one and a busy image with a long prompt to the last, each through its own preprocessing, encoder and template, answering what that
 // model answers when asked by name (greedy); a 50/50 split between two families serves every
 // client from one of them, both APIs.
 TEST(ServerFamilyRouting, RoutesAcrossFamiliesAnswerAsTheModelAskedByName) {
@@ -295,6 +295,7 @@ TEST(ServerFamilyRouting, RoutesAcrossFamiliesAnswerAsTheModelAskedByName) {
     std::string image, prompt, tier, model, version;
   };
   for (const Ask& ask : {Ask{flat, "hi", "light", "qwen", "q"},
+                         Ask{busy, "hi", "balanced", "llava", "l"},
                          Ask{busy, long_prompt, "robust", "gemma", "g"}}) {
     json req{{"model", "auto"}, {"prompt", ask.prompt}, {"max_tokens", 6},
              {"image_base64", api::EncodeBase64(ask.image)}};
