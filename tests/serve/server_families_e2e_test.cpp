@@ -272,9 +272,9 @@ TEST(ServerFamilyBudget, Gemma3FixedSizeImageCannotShrink) {
 
 // Routing is family-blind: complexity tiers whose models are a Qwen2.5-VL, a LLaVA-1.6 and a
 // Gemma 3 send a flat image with a short prompt to the first, a busy image with a short prompt to
-// the middle one and a busy image with a long prompt to the last, each through its own preprocessing, encoder and template, answering what that
-// model answers when asked by name (greedy); a 50/50 split between two families serves every
-// client from one of them, both APIs.
+// the middle one and a busy image with a long prompt to the last, each through its own
+// preprocessing, encoder and template, answering what that model answers when asked by name
+// (greedy); a 50/50 split between two families serves every client from one of them, both APIs.
 TEST(ServerFamilyRouting, RoutesAcrossFamiliesAnswerAsTheModelAskedByName) {
   auto server = StartServer({}, {FixtureSpec("qwen", "q", kQwen25vl.fixture),
                                  FixtureSpec("llava", "l", kLlava16.fixture),
