@@ -3,7 +3,7 @@
 // read-bandwidth loop over a buffer of the same size, so ratios come from the same run. Also the
 // bf16 flash attention kernel of each table that has one (one head, one thread).
 //   vlmd_bench_matmul --benchmark_filter='gemv/q4_0' --benchmark_repetitions=5
-//   vlmd_bench_matmul --benchmark_filter='tile_attention/' 
+//   vlmd_bench_matmul --benchmark_filter='tile_attention/'
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -158,7 +158,8 @@ void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd) {
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["GMAC/s"] = benchmark::Counter(
-      2.0 * n * n * hd * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+      2.0 * n * n * hd * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
 }
 
 void RegisterAll() {

@@ -529,7 +529,7 @@ void CheckTilePathStaysWithinBf16Rounding(const KernelTable* kt) {
   }
 }
 
-TEST(Attention, TilePathStaysWithinBf16Rounding) {  // AVX512-BF16 (vdpbf16ps) and AMX
+TEST(Attention, TilePathStaysWithinBf16Rounding) {  // every AVX-512 table (FMAs, vdpbf16ps, AMX)
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckTilePathStaysWithinBf16Rounding)) {
     GTEST_SKIP() << "no bf16 attention kernel on this CPU";
@@ -745,14 +745,14 @@ void CheckTileRowsDoNotDependOnTheCall(const KernelTable* kt) {
   }
 }
 
-TEST(Attention, TileRowsDoNotDependOnTheCall) {  // AVX512-BF16 (vdpbf16ps) and AMX
+TEST(Attention, TileRowsDoNotDependOnTheCall) {  // every AVX-512 table (FMAs, vdpbf16ps, AMX)
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckTileRowsDoNotDependOnTheCall)) {
     GTEST_SKIP() << "no bf16 attention kernel on this CPU";
   }
 }
 
-TEST(Attention, Bf16OperandsOnTilesInSpans) {  // AVX512-BF16 (vdpbf16ps) and AMX
+TEST(Attention, Bf16OperandsOnTilesInSpans) {  // every AVX-512 table (FMAs, vdpbf16ps, AMX)
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckBf16OperandsOnTilesInSpans)) {
     GTEST_SKIP() << "no bf16 attention kernel on this CPU";

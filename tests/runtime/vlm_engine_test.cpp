@@ -99,9 +99,9 @@ TEST_F(VlmEngineTest, TokenStatsWhenAsked) {
   }
 }
 
-// In the fast precision with a bf16 attention kernel (AMX, or AVX512-BF16) a prompt's attention
+// In the fast precision with a bf16 attention kernel (AVX-512 and up) a prompt's attention
 // runs on it whatever the chunk size (models::ForwardBatch::prompt), and its products on the
-// tile unit (AMX) or the int8 kernel (VNNI), so the prompt's last logits are the same bits
+// tile unit (AMX) or the int8 kernel, so the prompt's last logits are the same bits
 // whether it goes through in one call of 60 rows or in calls of 7 (and of 1). Without that
 // kernel the chunk sizes pick different attention paths (streaming below 16 rows, blocked
 // above), whose sums differ in rounding, so there is nothing bitwise to check. Gemma 3's

@@ -122,8 +122,8 @@ struct TileBf16Args {
 //   v_tiles: TileBf16Matrix::PackColumns of V (hd columns of v_k >= n_kv rounded up to 32 keys).
 //   out: bf16, row i at out + i * ldo, hd values; o_scratch: 32 * (hd_pad + 16) floats,
 //   64-byte aligned.
-// hd_pad is a multiple of 32. A NaN or +inf score makes its row's output NaN; a row of only -inf
-// scores gives zeros.
+// hd_pad is a multiple of 32, at most 512 (kernels stage rows of it on the stack). A NaN or +inf
+// score makes its row's output NaN; a row of only -inf scores gives zeros.
 // Key ranges (kv_first and kv_end both set; a causal mask, a sliding window): query i sees keys
 // [kv_first[i], kv_end[i]) (clamped to [0, n_kv]), and a query that sees no key gets zeros. Per
 // block of 32 queries, keys are read from the chunk holding the block's first visible one to its

@@ -45,9 +45,9 @@ struct ForwardBatch {
   // false: the caller checks each logit row itself (batched decode fails only the sequence whose
   // row is not finite; rows never mix across sequences).
   bool check_finite = true;
-  // Prompt rows (prefill). In the fast precision their attention runs on the bf16 kernel (AMX, or
-  // AVX512-BF16) and on AMX their products on the tile unit, whatever the number of rows (the
-  // int8 products are per row anyway), so that a prompt gives the same numbers
+  // Prompt rows (prefill). In the fast precision their attention runs on the bf16 kernel (AMX,
+  // AVX512-BF16 or AVX-512 FMAs) and on AMX their products on the tile unit, whatever the number
+  // of rows (the int8 products are per row anyway), so that a prompt gives the same numbers
   // however it is cut into chunks; other rows (decode steps) keep the int8 and f32 kernels, so
   // that a sequence decodes the same in any batch.
   bool prompt = false;

@@ -7,7 +7,7 @@ namespace vlmd::engine::kernels {
 void FillRefKernels(KernelTable* t) {
   FillRefMatmulKernels(t);
   FillRefOpKernels(t);
-  t->to_bf16 = ToBf16Ref;  // the AMX table replaces it with the AVX512-BF16 conversion
+  t->to_bf16 = ToBf16Ref;  // the AVX-512 tables replace it with SIMD conversions
 }
 
 }  // namespace vlmd::engine::kernels

@@ -1,7 +1,7 @@
 // The flash-style attention of one head (tile_bf16.h, TileAttentionArgs) shared by the AMX tile
-// kernel and the AVX512-BF16 one: the driver (query blocks of 32 rows, keys in chunks of
-// kChunk), the online softmax and the final normalization. Only the two products differ, and
-// are the caller's:
+// kernel, the AVX512-BF16 one and the AVX-512 FMA one: the driver (query blocks of 32 rows, keys
+// in chunks of kChunk), the online softmax and the final normalization. Only the two products
+// differ, and are the caller's:
 //   score(a, q, p0, panels, s): S = Q K^T for 32 query rows (q) x the 16-key panels
 //     [p0, p0 + panels), into the f32 block s (32 rows of kSStride);
 //   accumulate(a, p, k0, steps, o, o_stride): O rows [0, 32) += P (32 rows of kPStride bf16
@@ -55,8 +55,9 @@ inline __m512 Exp2NonPositive(__m512 t, float lowest) {
   return _mm512_scalef_ps(p, t);
 }
 
-// 16 floats -> bf16, round to nearest even, NaN made quiet: F32ToBF16's rule. With AVX512-BF16,
-// its instruction (which also reads denormal inputs as zero); without, the same integer steps.
+// 16 floats -> bf16, round to nearest even, NaN made quiet. Without AVX512-BF16, F32ToBF16's
+// integer steps (bit for bit); with it, its instruction, which differs from them only in reading
+// denormal inputs as zero.
 inline __m256i RoundToBf16(__m512 x) {
 #if defined(__AVX512BF16__)
   const __m256bh b = _mm512_cvtneps_pbh(x);

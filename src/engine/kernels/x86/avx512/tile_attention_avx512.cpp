@@ -7,8 +7,14 @@
 // multiply by one query's (or probability row's) pair, broadcast from an f32 copy of its row.
 // Tiles of 8 rows x 2 panels: 16 accumulators and 4 panel halves in flight (one panel row
 // widened serves 8 rows; 4 x 4 tiles ran as fast at head size 64, ~10% slower at 128).
-// Without AMX this is also faster than vdpbf16ps on Intel cores whose vdpbf16ps issues once per
-// ~2.5 cycles against two FMAs per cycle (measured on a Sapphire Rapids guest, bench/RESULTS.md).
+// It is also faster than vdpbf16ps where that issues once per ~2.5 cycles against two FMAs per
+// cycle (a Sapphire Rapids guest forced off AMX, bench/RESULTS.md session 21); the avx512bf16
+// table (Zen 4/5, where vdpbf16ps doubles the FMA rate, and Cooper Lake, not measured) keeps it.
+// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined here (also in the included driver): a known false
+// positive of the header.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <cstring>
@@ -16,8 +22,6 @@
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/flash_attention_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
-
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace vlmd::engine::kernels {
 namespace {
@@ -37,9 +41,9 @@ void WidenRows(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* o
   }
 }
 
-// C rows [0, 4) x panels [0, N) (+)= the sum over `pairs` steps w of A's row pair w (f32 rows of
-// `lda`, broadcast) times row w of B's panel j (bf16 pairs, panel j at b + j * b_panel_stride,
-// its row w at + 32 w). C: f32 rows ldc apart, panel j's 16 columns at + 16 j.
+// C rows [0, kRows) x panels [0, N) (+)= the sum over `pairs` steps w of A's row pair w (f32
+// rows of `lda`, broadcast) times row w of B's panel j (bf16 pairs, panel j at
+// b + j * b_panel_stride, its row w at + 32 w). C: f32 rows ldc apart, panel j at + 16 j.
 template <int N, bool kAccumulate>
 void PairFmaTile(const float* a, int64_t lda, const uint16_t* b, int64_t b_panel_stride,
                  int64_t pairs, float* c, int64_t ldc) {
@@ -82,7 +86,7 @@ void WithPanels(int64_t left, F&& f) {
 }
 
 // S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
-// kScore). Each group of 4 query rows is widened to f32 once per call.
+// kScore). Each group of kRows query rows is widened to f32 once per call.
 void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
            float* s) {
   alignas(64) float qf[kRows * 512];  // hd_pad <= 512 (ops/attention.cpp kMaxTileHeadDim)
@@ -116,7 +120,9 @@ void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64
   }
 }
 
-void TileAttentionAvx512(const TileAttentionArgs& a) { flash::FlashAttention<Score, Accumulate>(a); }
+void TileAttentionAvx512(const TileAttentionArgs& a) {
+  flash::FlashAttention<Score, Accumulate>(a);
+}
 
 }  // namespace
 
