@@ -10,6 +10,7 @@
 // It is also faster than vdpbf16ps where that issues once per ~2.5 cycles against two FMAs per
 // cycle (a Sapphire Rapids guest forced off AMX, bench/RESULTS.md session 21); the avx512bf16
 // table (Zen 4/5, where vdpbf16ps doubles the FMA rate, and Cooper Lake, not measured) keeps it.
+
 // GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
 // -Wmaybe-uninitialized reports once inlined here (also in the included driver): a known false
 // positive of the header.
