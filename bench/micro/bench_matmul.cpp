@@ -122,19 +122,18 @@ void BM_ReadBandwidth(benchmark::State& state, size_t bytes, int threads) {
 void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd) {
   const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
   const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
-  const int64_t v_k = (n + 31) / 32 * 32;
-  const int64_t q_rows = (n + 31) / 32 * 32;
+  const int64_t n_pad = (n + 31) / 32 * 32;  // V^T's keys, Q's readable rows
   auto bf16 = [](int64_t count, uint32_t seed) {
     const std::vector<float> f = RandomFloats(count, seed);
     std::vector<uint16_t> b(f.size());
     kernels::ToBf16Ref(f.data(), b.data(), count);
     return b;
   };
-  std::vector<uint16_t> q = bf16(q_rows * hd_pad, 1), k = bf16(n * hd, 2), v = bf16(n * hd, 3);
+  std::vector<uint16_t> q = bf16(n_pad * hd_pad, 1), k = bf16(n * hd, 2), v = bf16(n * hd, 3);
   std::vector<uint16_t> k_tiles(kernels::TileBf16Matrix::PanelElements(n, hd_pad));
-  std::vector<uint16_t> v_tiles(kernels::TileBf16Matrix::PanelElements(hd, v_k));
+  std::vector<uint16_t> v_tiles(kernels::TileBf16Matrix::PanelElements(hd, n_pad));
   kernels::TileBf16Matrix::PackRows(k.data(), hd, n, hd, hd_pad, k_tiles.data());
-  kernels::TileBf16Matrix::PackColumns(v.data(), hd, hd, n, v_k, v_tiles.data());
+  kernels::TileBf16Matrix::PackColumns(v.data(), hd, hd, n, n_pad, v_tiles.data());
   std::vector<uint16_t> out(n * hd);
   std::vector<float> scratch_buf(32 * (hd_pad + 16) + 16);  // o_scratch must be 64-byte aligned
   void* scratch = scratch_buf.data();
@@ -145,7 +144,7 @@ void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd) {
   a.ldq = hd_pad;
   a.k_tiles = k_tiles.data();
   a.v_tiles = v_tiles.data();
-  a.v_k = v_k;
+  a.v_k = n_pad;
   a.n_q = n;
   a.n_kv = n;
   a.hd = hd;

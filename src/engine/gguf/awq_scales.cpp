@@ -32,7 +32,8 @@ Result<SampledMatrix> Sample(const TensorInfo& t, const AwqTarget& target) {
   m.n = (t.ne[1] + stride - 1) / stride;
   m.rows.resize(static_cast<size_t>(m.n * m.k));
   for (int64_t i = 0; i < m.n; ++i) {
-    VLMD_RETURN_IF_ERROR(DequantizeRow(t.type, t.data + i * stride * row_bytes, m.rows.data() + i * m.k, m.k));
+    VLMD_RETURN_IF_ERROR(
+        DequantizeRow(t.type, t.data + i * stride * row_bytes, m.rows.data() + i * m.k, m.k));
   }
   return m;
 }

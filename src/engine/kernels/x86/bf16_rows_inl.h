@@ -22,37 +22,26 @@ namespace {
 
 using flash::Exp2NonPositive;
 
+// Rounds n values to bf16, 16 at a time: load(i, mask) gives the f32 values [i, i + 16) (lanes
+// outside the mask zero); only the n results are written.
+template <typename Load>
+void RoundRowToBf16(int64_t n, uint16_t* y, Load&& load) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? __mmask16{0xFFFF}
+                                       : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm256_mask_storeu_epi16(y + i, mask, flash::RoundToBf16(load(i, mask)));
+  }
+}
+
 void ToBf16(const float* x, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i v = flash::RoundToBf16(_mm512_loadu_ps(x + i));
-    std::memcpy(y + i, &v, sizeof(v));
-  }
-  if (i < n) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m256i v = flash::RoundToBf16(_mm512_maskz_loadu_ps(mask, x + i));
-    uint16_t tmp[16];
-    std::memcpy(tmp, &v, sizeof(v));
-    std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
-  }
+  RoundRowToBf16(n, y, [x](int64_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x + i); });
 }
 
 // f16 -> f32 (exact) -> bf16 with the same rounding as ToBf16.
 void F16ToBf16(const uint16_t* x, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
-    const __m256i v = flash::RoundToBf16(f);
-    std::memcpy(y + i, &v, sizeof(v));
-  }
-  if (i < n) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 f = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, x + i));
-    const __m256i v = flash::RoundToBf16(f);
-    uint16_t tmp[16];
-    std::memcpy(tmp, &v, sizeof(v));
-    std::memcpy(y + i, tmp, static_cast<size_t>(n - i) * sizeof(uint16_t));
-  }
+  RoundRowToBf16(n, y, [x](int64_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
+  });
 }
 
 // GELU (tanh form) for values rounded to bf16 afterwards, relative error < 1e-4:
@@ -71,7 +60,8 @@ void GeluTanhForBf16(const float* x, float* y, int64_t n) {
                                        : static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 v = _mm512_maskz_loadu_ps(mask, x + i);
     const __m512 a = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), k3, k));
-    // 2^-|a|, which is 0 for |a| >= 200 (x below about -12), so that the result is then -0 for any x.
+    // 2^-|a|, which is 0 for |a| >= 200 (x below about -12), so that the result is then -0 for
+    // any x.
     const __m512 z = Exp2NonPositive(_mm512_or_ps(a, sign), -200.0f);
     const __m512 r = _mm512_rcp14_ps(_mm512_add_ps(one, z));
     const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ),
@@ -82,8 +72,8 @@ void GeluTanhForBf16(const float* x, float* y, int64_t n) {
 
 // TileBf16Matrix::PackRows with AVX-512: each row of a panel's B tile (16 columns x one pair of
 // k values, 32-bit words) is one gather of the same word from the panel's 16 source rows.
-void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
-                    int64_t k, uint16_t* dst) {
+void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid, int64_t k,
+              uint16_t* dst) {
   if (row_stride > (int64_t{1} << 26)) {  // gather offsets (15 rows apart) must fit in int32
     TileBf16Matrix::PackRows(rows, row_stride, n, k_valid, k, dst);
     return;
@@ -115,7 +105,7 @@ void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_val
 // TileBf16Matrix::PackColumns with AVX-512: a B tile row interleaves 16 values of two
 // consecutive rows (k values 2w and 2w + 1 of the panel's 16 columns).
 void PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
-                       int64_t k, uint16_t* dst) {
+                 int64_t k, uint16_t* dst) {
   const int64_t panels = (n + kTileCols - 1) / kTileCols;
   alignas(64) uint16_t interleave[32];
   for (int j = 0; j < 16; ++j) {

@@ -18,6 +18,11 @@
 // the bf16 roundings use vcvtneps2bf16 where the unit is compiled with AVX512-BF16.
 #pragma once
 
+// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined in this driver and in the kernels that include it:
+// a known false positive of the header, silenced here for every includer.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -74,6 +79,16 @@ inline __m256i RoundToBf16(__m512 x) {
   r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
   return _mm512_cvtepi32_epi16(r);
 #endif
+}
+
+// Calls f.template operator()<N>() for N = min(left, kMax), left >= 1: a product tile's panel
+// count is a template parameter, so that its accumulators are registers.
+template <int kMax, typename F>
+void WithPanels(int64_t left, F&& f) {
+  if constexpr (kMax > 1) {
+    if (left < kMax) return WithPanels<kMax - 1>(left, f);
+  }
+  f.template operator()<kMax>();
 }
 
 // Lanes [j, j + 16) that lie in [lo, hi), as a mask.

@@ -16,10 +16,6 @@
 #include "engine/kernels/x86/amx/amx_common.h"
 #include "engine/kernels/x86/flash_attention_inl.h"
 
-// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace vlmd::engine::kernels::amx {
 namespace {
 

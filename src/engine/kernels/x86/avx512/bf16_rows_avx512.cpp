@@ -1,10 +1,6 @@
 // The bf16 row kernels (x86/bf16_rows_inl.h) for AVX-512 CPUs without AVX512-BF16 (Skylake-SP,
 // Cascade Lake, Ice Lake): the same results as the scalar reference, in integer steps.
 
-// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 #include "engine/kernels/x86/bf16_rows_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 

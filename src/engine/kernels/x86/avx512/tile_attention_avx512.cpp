@@ -11,11 +11,6 @@
 // cycle (a Sapphire Rapids guest forced off AMX, bench/RESULTS.md session 21); the avx512bf16
 // table (Zen 4/5, where vdpbf16ps doubles the FMA rate, and Cooper Lake, not measured) keeps it.
 
-// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized reports once inlined here (also in the included driver): a known false
-// positive of the header.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 #include <immintrin.h>
 
 #include <cstring>
@@ -75,17 +70,6 @@ void PairFmaTile(const float* a, int64_t lda, const uint16_t* b, int64_t b_panel
   }
 }
 
-// Calls f.template operator()<N>() for N = min(left, 2) (a tile's panel count is a template
-// parameter, so that its accumulators are registers).
-template <typename F>
-void WithPanels(int64_t left, F&& f) {
-  if (left >= 2) {
-    f.template operator()<2>();
-  } else {
-    f.template operator()<1>();
-  }
-}
-
 // S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
 // kScore). Each group of kRows query rows is widened to f32 once per call.
 void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
@@ -95,7 +79,7 @@ void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t
   for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
     WidenRows(q + r0 * a.ldq, a.ldq, kRows, a.hd_pad, qf);
     for (int64_t p0 = 0; p0 < panels; p0 += 2) {
-      WithPanels(panels - p0, [&]<int N>() {
+      flash::WithPanels<2>(panels - p0, [&]<int N>() {
         PairFmaTile<N, false>(qf, a.hd_pad, a.k_tiles + (first + p0) * k_panel, k_panel,
                               a.hd_pad / 2, s + r0 * kSStride + p0 * kTileCols, kSStride);
       });
@@ -113,7 +97,7 @@ void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64
   for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
     WidenRows(p + r0 * kPStride, kPStride, kRows, keys, pf);
     for (int64_t e0 = 0; e0 < out_panels; e0 += 2) {
-      WithPanels(out_panels - e0, [&]<int N>() {
+      flash::WithPanels<2>(out_panels - e0, [&]<int N>() {
         PairFmaTile<N, true>(pf, keys, a.v_tiles + e0 * v_panel + k0 * kTileCols, v_panel,
                              keys / 2, o + r0 * o_stride + e0 * kTileCols, o_stride);
       });

@@ -15,10 +15,6 @@
 #include "engine/kernels/x86/flash_attention_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 
-// GCC 12's avx512fintrin.h builds the unmasked conversions from _mm512_undefined_ps(), which
-// -Wmaybe-uninitialized reports once inlined here: a known false positive of the header.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace vlmd::engine::kernels {
 namespace {
 
@@ -62,18 +58,6 @@ void PairDotTile(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t b_pa
   }
 }
 
-// Calls f.template operator()<N>() for N = min(left, 4) (a tile's panel count is a template
-// parameter, so that its accumulators are registers).
-template <typename F>
-void WithPanels(int64_t left, F&& f) {
-  switch (left >= 4 ? 4 : left) {
-    case 4: f.template operator()<4>(); break;
-    case 3: f.template operator()<3>(); break;
-    case 2: f.template operator()<2>(); break;
-    default: f.template operator()<1>(); break;
-  }
-}
-
 // S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
 // kScore).
 void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
@@ -81,7 +65,7 @@ void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t
   const int64_t k_panel = a.hd_pad * kTileCols;
   for (int64_t p0 = 0; p0 < panels; p0 += 4) {
     for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
-      WithPanels(panels - p0, [&]<int N>() {
+      flash::WithPanels<4>(panels - p0, [&]<int N>() {
         PairDotTile<N, false>(q + r0 * a.ldq, a.ldq, a.k_tiles + (first + p0) * k_panel, k_panel,
                               a.hd_pad / 2, s + r0 * kSStride + p0 * kTileCols, kSStride);
       });
@@ -96,7 +80,7 @@ void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64
   const int64_t v_panel = a.v_k * kTileCols;
   for (int64_t e0 = 0; e0 < out_panels; e0 += 4) {
     for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
-      WithPanels(out_panels - e0, [&]<int N>() {
+      flash::WithPanels<4>(out_panels - e0, [&]<int N>() {
         PairDotTile<N, true>(p + r0 * kPStride, kPStride,
                              a.v_tiles + e0 * v_panel + k0 * kTileCols, v_panel,
                              steps * kTileK / 2, o + r0 * o_stride + e0 * kTileCols, o_stride);
