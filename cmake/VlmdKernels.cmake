@@ -2,6 +2,7 @@
 # aarch64) is compiled with exactly that ISA's flags and reached only through the KernelTable,
 # chosen at run time from CPUID (the HWCAP bits on aarch64).
 set(VLMD_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c -mbmi2)
+set(VLMD_ISA_FLAGS_avxvnni ${VLMD_ISA_FLAGS_avx2} -mavxvnni)
 set(VLMD_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -mbmi2)
 set(VLMD_ISA_FLAGS_avx512vnni ${VLMD_ISA_FLAGS_avx512} -mavx512vnni)
 set(VLMD_ISA_FLAGS_avx512bf16 ${VLMD_ISA_FLAGS_avx512vnni} -mavx512bf16)
@@ -14,7 +15,7 @@ set(VLMD_ISA_FLAGS_neondot -march=armv8.2-a+dotprod)
 # neoni8mm adds the int8 matrix multiply (SMMLA, FEAT_I8MM: Neoverse V1/V2/N2, Graviton 3/4,
 # Apple M2 and later).
 set(VLMD_ISA_FLAGS_neoni8mm -march=armv8.2-a+dotprod+i8mm)
-set(VLMD_ISAS_x86 avx2 avx512 avx512vnni avx512bf16 amx)
+set(VLMD_ISAS_x86 avx2 avxvnni avx512 avx512vnni avx512bf16 amx)
 set(VLMD_ISAS_arm64 neon neondot neoni8mm)
 
 # vlmd_isa_sources(<target> <isa> <files...>): adds files with the ISA's compile flags.

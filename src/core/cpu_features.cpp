@@ -74,6 +74,7 @@ CpuFeatures Detect() {
     f.avx512fp16 = Bit(l7.d, 23) && os_avx512;
     const bool amx_tile = Bit(l7.d, 24), amx_int8 = Bit(l7.d, 25), amx_bf16 = Bit(l7.d, 22);
     const Regs l71 = Cpuid(7, 1);
+    f.avxvnni = Bit(l71.a, 4) && f.avx;
     f.avx512bf16 = Bit(l71.a, 5) && os_avx512;
     if (amx_tile && os_amx && RequestAmxPermission()) {
       f.amx_tile = true;
@@ -136,7 +137,7 @@ std::string CpuFeatures::ToString() const {
     s += name;
   };
   add(sse42, "sse4.2"); add(avx, "avx"); add(avx2, "avx2"); add(fma, "fma"); add(f16c, "f16c");
-  add(bmi2, "bmi2"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
+  add(bmi2, "bmi2"); add(avxvnni, "avxvnni"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
   add(avx512dq, "avx512dq"); add(avx512vnni, "avx512vnni"); add(avx512bf16, "avx512bf16");
   add(avx512fp16, "avx512fp16"); add(amx_tile, "amx-tile"); add(amx_bf16, "amx-bf16");
   add(amx_int8, "amx-int8"); add(asimd, "asimd"); add(asimdhp, "asimdhp");

@@ -14,6 +14,7 @@ struct CpuFeatures {
   bool fma = false;
   bool f16c = false;
   bool bmi2 = false;
+  bool avxvnni = false;   // AVX-VNNI: VEX-encoded 256-bit vpdpbusd
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;

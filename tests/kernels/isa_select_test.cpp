@@ -76,7 +76,8 @@ TEST(IsaSelect, OnlyThisArchitecturesIsasAreAvailable) {
 #if defined(__x86_64__)
   const Isa foreign[] = {Isa::kNeon, Isa::kNeonDot, Isa::kNeonI8mm};
 #elif defined(__aarch64__)
-  const Isa foreign[] = {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx};
+  const Isa foreign[] = {Isa::kAvx2,       Isa::kAvxVnni,   Isa::kAvx512,
+                         Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx};
 #else
   const Isa foreign[] = {Isa::kAvx2, Isa::kNeon};
 #endif
@@ -88,6 +89,29 @@ TEST(IsaSelect, OnlyThisArchitecturesIsasAreAvailable) {
 #if defined(__aarch64__)
   EXPECT_TRUE(IsaAvailable(Isa::kNeon)) << "Advanced SIMD is part of every ARMv8-A CPU";
 #endif
+}
+
+// The AVX-VNNI table is the AVX2 one with its own packed products; it is a side branch of the
+// x86 chain: the AVX-512 tables (Skylake-SP has no AVX-VNNI) do not inherit its matmul.
+TEST(IsaSelect, AvxVnniIsTheAvx2TableWithItsOwnProductsAndNotInherited) {
+  const KernelTable& avx2 = GetKernelTable(Isa::kAvx2);
+  const KernelTable& vnni = GetKernelTable(Isa::kAvxVnni);
+  if (!IsaAvailable(Isa::kAvxVnni)) {
+    if (IsaAvailable(Isa::kAvx512)) {
+      EXPECT_EQ(GetKernelTable(Isa::kAvx512).packed_matmul, avx2.packed_matmul);
+    }
+    GTEST_SKIP() << "no AVX-VNNI on this CPU";
+  }
+  EXPECT_NE(vnni.packed_matmul, nullptr);
+  EXPECT_NE(vnni.packed_matmul, avx2.packed_matmul);
+  EXPECT_EQ(vnni.rms_norm, avx2.rms_norm);
+  EXPECT_EQ(vnni.softmax, avx2.softmax);
+  for (Isa above : {Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx}) {
+    EXPECT_NE(GetKernelTable(above).packed_matmul, vnni.packed_matmul) << IsaName(above);
+  }
+  if (IsaAvailable(Isa::kAvx512)) {
+    EXPECT_EQ(GetKernelTable(Isa::kAvx512).packed_matmul, avx2.packed_matmul);
+  }
 }
 
 // VLMD_EXPECT_ISA (set by make test-arm64 for each emulated CPU) names the table this CPU must

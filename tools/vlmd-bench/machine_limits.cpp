@@ -166,6 +166,64 @@ __attribute__((target("avx2"))) int32_t DotInt8Avx2(int64_t iters) {
   return out[0] + out[7];
 }
 
+// The AVX-VNNI packed kernel's int8 dot: the VEX vpdpbusd on 256 bits, 12 independent chains
+// in named registers. Written as one asm block: with the intrinsic, or with an array of
+// accumulators, GCC 12 copied and spilled accumulators every iteration (half the rate).
+__attribute__((target("avx2,avxvnni"))) int32_t DotInt8AvxVnni(int64_t iters) {
+  __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2),
+          a3 = _mm256_set1_epi32(3), a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5),
+          a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7), a8 = _mm256_set1_epi32(8),
+          a9 = _mm256_set1_epi32(9), a10 = _mm256_set1_epi32(10), a11 = _mm256_set1_epi32(11);
+  const __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-5);
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile(
+        "%{vex%} vpdpbusd %13, %12, %0\n\t%{vex%} vpdpbusd %13, %12, %1\n\t"
+        "%{vex%} vpdpbusd %13, %12, %2\n\t%{vex%} vpdpbusd %13, %12, %3\n\t"
+        "%{vex%} vpdpbusd %13, %12, %4\n\t%{vex%} vpdpbusd %13, %12, %5\n\t"
+        "%{vex%} vpdpbusd %13, %12, %6\n\t%{vex%} vpdpbusd %13, %12, %7\n\t"
+        "%{vex%} vpdpbusd %13, %12, %8\n\t%{vex%} vpdpbusd %13, %12, %9\n\t"
+        "%{vex%} vpdpbusd %13, %12, %10\n\t%{vex%} vpdpbusd %13, %12, %11"
+        : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7),
+          "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11)
+        : "x"(u), "x"(s));
+  }
+  const __m256i sum = _mm256_add_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                       _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7))),
+      _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11)));
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), sum);
+  return out[0] + out[7];
+}
+
+// The AVX-VNNI 4-bit kernel's least work: per 32 bytes of nibbles one mask, one shift + mask and
+// two vpdpbusd into int32 (no widening). 8 accumulators; activations broadcast from L1.
+__attribute__((target("avx2,avxvnni"))) int32_t DotInt4AvxVnni(const uint8_t* nibbles,
+                                                               const int8_t* act, int64_t iters) {
+  constexpr int kVecs = 8;
+  __m256i acc[kVecs];
+  for (int v = 0; v < kVecs; ++v) acc[v] = _mm256_setzero_si256();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile("" : "+r"(nibbles), "+r"(act));
+#pragma GCC unroll 8
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(nibbles + v * 32));
+      int32_t a_lo, a_hi;
+      std::memcpy(&a_lo, act + 8 * (v % 4), 4);
+      std::memcpy(&a_hi, act + 8 * (v % 4) + 4, 4);
+      acc[v] = _mm256_dpbusd_avx_epi32(acc[v], _mm256_and_si256(raw, low4), _mm256_set1_epi32(a_lo));
+      acc[v] = _mm256_dpbusd_avx_epi32(
+          acc[v], _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4), _mm256_set1_epi32(a_hi));
+    }
+  }
+  __m256i sum = acc[0];
+  for (int v = 1; v < kVecs; ++v) sum = _mm256_add_epi32(sum, acc[v]);
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), sum);
+  return out[0] + out[7];
+}
+
 // The AVX2 4-bit kernel's least work: per 32 bytes of nibbles one mask, one shift + mask and two
 // vpmaddubsw added into an int16 accumulator (widened once per 8 loads, as a 32-element block
 // is). 8 accumulators; activations broadcast from L1.
@@ -216,6 +274,7 @@ ProbeUnit ProbeUnitFor(engine::kernels::Isa kernel_isa) {
   switch (kernel_isa) {
     case Isa::kRef: unit = ProbeUnit::kSse; break;
     case Isa::kAvx2: unit = ProbeUnit::kAvx2; break;
+    case Isa::kAvxVnni: unit = ProbeUnit::kAvxVnni; break;
     case Isa::kAvx512: unit = ProbeUnit::kAvx512; break;
     case Isa::kAvx512Vnni:
     case Isa::kAvx512Bf16:
@@ -227,6 +286,7 @@ ProbeUnit ProbeUnitFor(engine::kernels::Isa kernel_isa) {
   // Capped by the CPU (a table is only selected where it runs, but stay safe).
   if (unit == ProbeUnit::kAvx512Vnni && !GetCpuFeatures().avx512vnni) unit = ProbeUnit::kAvx512;
   if (unit == ProbeUnit::kAvx512 && !HasAvx512()) unit = ProbeUnit::kAvx2;
+  if (unit == ProbeUnit::kAvxVnni && !GetCpuFeatures().avxvnni) unit = ProbeUnit::kAvx2;
   if (unit == ProbeUnit::kAvx2 && !HasAvx2()) unit = ProbeUnit::kSse;
   return unit;
 }
@@ -235,6 +295,7 @@ const char* ProbeUnitName(ProbeUnit unit) {
   switch (unit) {
     case ProbeUnit::kSse: return "sse";
     case ProbeUnit::kAvx2: return "avx2";
+    case ProbeUnit::kAvxVnni: return "avxvnni";
     case ProbeUnit::kAvx512: return "avx512";
     case ProbeUnit::kAvx512Vnni: return "avx512vnni";
   }
@@ -243,12 +304,14 @@ const char* ProbeUnitName(ProbeUnit unit) {
 
 const char* Int8DotPeakInstructions(ProbeUnit unit) {
   if (unit == ProbeUnit::kAvx512Vnni) return "vpdpbusd";
+  if (unit == ProbeUnit::kAvxVnni) return "vpdpbusd ymm";
   if (unit == ProbeUnit::kSse) return "none";
   return "vpmaddubsw+vpmaddwd+vpaddd";
 }
 
 const char* Int4DotPeakInstructions(ProbeUnit unit) {
   if (unit == ProbeUnit::kAvx512Vnni) return "2 masks + 2 vpdpbusd per 128 weights";
+  if (unit == ProbeUnit::kAvxVnni) return "3 masks/shifts + 2 vpdpbusd ymm per 64 weights";
   if (unit == ProbeUnit::kSse) return "none";
   return "3 masks/shifts + 2 vpmaddubsw per 64 weights";
 }
@@ -289,11 +352,13 @@ double MeasureInt8DotPeak(ThreadPool& pool, ProbeUnit unit) {
   std::atomic<int32_t> sink{0};
   auto run = [&] {
     pool.ParallelFor(threads, [&](int64_t, int) {
-      sink.fetch_add(vnni ? DotInt8Avx512Vnni(kIters) : DotInt8Avx2(kIters));
+      sink.fetch_add(vnni                            ? DotInt8Avx512Vnni(kIters)
+                     : unit == ProbeUnit::kAvxVnni ? DotInt8AvxVnni(kIters)
+                                                   : DotInt8Avx2(kIters));
     });
   };
   const double sec = MedianSeconds(5, run);
-  // VNNI: 16 instructions x 64 byte products; AVX2: 12 chains x 32 byte products.
+  // VNNI: 16 instructions x 64 byte products; AVX2 and AVX-VNNI: 12 chains x 32 byte products.
   const double macs_per_iter = vnni ? 16.0 * 64 : 12.0 * 32;
   return macs_per_iter * kIters * threads / sec / 1e9;
 }
@@ -310,12 +375,13 @@ double MeasureInt4DotPeak(ThreadPool& pool, ProbeUnit unit) {
       alignas(64) int8_t act[32];
       for (int i = 0; i < 8 * 64; ++i) nibbles[i] = static_cast<uint8_t>(i * 37);
       for (int i = 0; i < 32; ++i) act[i] = static_cast<int8_t>(i * 5 - 80);
-      sink.fetch_add(vnni ? DotInt4Avx512Vnni(nibbles, act, kIters)
-                          : DotInt4Avx2(nibbles, act, kIters));
+      sink.fetch_add(vnni                            ? DotInt4Avx512Vnni(nibbles, act, kIters)
+                     : unit == ProbeUnit::kAvxVnni ? DotInt4AvxVnni(nibbles, act, kIters)
+                                                   : DotInt4Avx2(nibbles, act, kIters));
     });
   };
   const double sec = MedianSeconds(7, run);
-  // VNNI: 8 loads x 64 bytes x 2 nibbles; AVX2: 8 loads x 32 bytes x 2 nibbles.
+  // VNNI: 8 loads x 64 bytes x 2 nibbles; AVX2 and AVX-VNNI: 8 loads x 32 bytes x 2 nibbles.
   const double weights_per_iter = vnni ? 8.0 * 128 : 8.0 * 64;
   return weights_per_iter * kIters * threads / sec / 1e9;
 }
@@ -324,7 +390,7 @@ double MeasureFmaPeak(ThreadPool& pool, ProbeUnit unit) {
   constexpr int64_t kIters = 4'000'000;
   const int threads = pool.size();
   const bool wide = unit == ProbeUnit::kAvx512 || unit == ProbeUnit::kAvx512Vnni;
-  const bool avx2 = unit == ProbeUnit::kAvx2;
+  const bool avx2 = unit == ProbeUnit::kAvx2 || unit == ProbeUnit::kAvxVnni;
   auto run = [&] {
     pool.ParallelFor(threads, [&](int64_t, int) {
       const float s = wide ? FmaAvx512(kIters) : avx2 ? FmaAvx2(kIters) : FmaSse(kIters);

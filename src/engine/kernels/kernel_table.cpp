@@ -28,6 +28,7 @@ std::string_view IsaName(Isa isa) {
   switch (isa) {
     case Isa::kRef: return "ref";
     case Isa::kAvx2: return "avx2";
+    case Isa::kAvxVnni: return "avxvnni";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Vnni: return "avx512vnni";
     case Isa::kAvx512Bf16: return "avx512bf16";
@@ -54,6 +55,7 @@ bool IsaAvailable(Isa isa) {
   switch (isa) {
     case Isa::kRef: return true;
     case Isa::kAvx2: return avx2;
+    case Isa::kAvxVnni: return avx2 && f.avxvnni;
     case Isa::kAvx512: return avx512;
     case Isa::kAvx512Vnni: return avx512 && f.avx512vnni;
     case Isa::kAvx512Bf16: return avx512 && f.avx512vnni && f.avx512bf16;
@@ -79,8 +81,8 @@ Result<Isa> SelectIsa() {
   auto isa = ParseIsa(forced);
   if (!isa) {
     return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
-                                " is not one of ref, avx2, avx512, avx512vnni, avx512bf16, amx, "
-                                "neon, neondot, neoni8mm");
+                                " is not one of ref, avx2, avxvnni, avx512, avx512vnni, avx512bf16, "
+                                "amx, neon, neondot, neoni8mm");
   }
   if (!IsaAvailable(*isa)) {
     return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +
@@ -102,6 +104,7 @@ KernelTable Build(Isa isa) {
   if (isa != Isa::kRef) FillHwyKernels(&t);
 #if defined(__x86_64__)
   if (isa >= Isa::kAvx2) FillAvx2Kernels(&t);
+  if (isa == Isa::kAvxVnni) FillAvxVnniKernels(&t);  // a side branch: see Isa
   if (isa >= Isa::kAvx512) FillAvx512Kernels(&t);
   if (isa >= Isa::kAvx512Vnni) FillAvx512VnniKernels(&t);
   if (isa >= Isa::kAvx512Bf16) FillAvx512Bf16Kernels(&t);

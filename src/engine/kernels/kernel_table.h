@@ -17,20 +17,24 @@
 
 namespace vlmd::engine::kernels {
 
+// kAvxVnni: AVX2 plus AVX-VNNI's 256-bit vpdpbusd (Alder Lake and later, Sierra Forest, Zen 5).
 // kAvx512: AVX-512 F/BW/DQ/VL (Skylake-SP and later); kAvx512Vnni: plus VNNI's vpdpbusd (Cascade
 // Lake, Ice Lake); kAvx512Bf16: plus AVX512-BF16's vdpbf16ps (Zen 4/5, Cooper Lake); kAmx: plus
 // the AMX tile unit (bf16 tile matmul, tile_bf16.h).
 // kNeon: aarch64 Advanced SIMD (every ARMv8-A CPU); kNeonDot: plus the int8 dot product (SDOT);
 // kNeonI8mm: plus the int8 matrix multiply (SMMLA).
 // Each architecture's ISAs form one chain, in the order of the values (a table inherits the
-// slots of the ones below it). The values are used only inside one process.
+// slots of the ones below it), with one side branch: kAvxVnni inherits kAvx2, but no table
+// above inherits kAvxVnni (Skylake-SP has AVX-512 without AVX-VNNI, and the AVX512-VNNI tables
+// have their own 512-bit products). The values are used only inside one process.
 enum class Isa : uint8_t {
-  kRef = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4, kAmx = 5, kNeon = 6,
-  kNeonDot = 7, kNeonI8mm = 8
+  kRef = 0, kAvx2 = 1, kAvxVnni = 2, kAvx512 = 3, kAvx512Vnni = 4, kAvx512Bf16 = 5, kAmx = 6,
+  kNeon = 7, kNeonDot = 8, kNeonI8mm = 9
 };
-inline constexpr int kNumIsas = 9;
+inline constexpr int kNumIsas = 10;
 
-// "ref", "avx2", "avx512", "avx512vnni", "avx512bf16", "amx", "neon", "neondot", "neoni8mm"
+// "ref", "avx2", "avxvnni", "avx512", "avx512vnni", "avx512bf16", "amx", "neon", "neondot",
+// "neoni8mm"
 std::string_view IsaName(Isa isa);
 std::optional<Isa> ParseIsa(std::string_view name);
 bool IsaAvailable(Isa isa);                      // this CPU (and OS) can run it
@@ -169,6 +173,7 @@ const KernelTable& GetKernelTable(Isa isa);
 // runs first for every table so that an ISA without a specialised kernel falls back to ref.
 void FillRefKernels(KernelTable* t);
 void FillAvx2Kernels(KernelTable* t);
+void FillAvxVnniKernels(KernelTable* t);  // x86/avxvnni/
 void FillAvx512Kernels(KernelTable* t);
 void FillAvx512VnniKernels(KernelTable* t);
 void FillAvx512Bf16Kernels(KernelTable* t);

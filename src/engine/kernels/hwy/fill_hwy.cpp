@@ -25,6 +25,7 @@ void FillHwyKernels(KernelTable* t) {
       return;
 #if defined(__x86_64__)
     case Isa::kAvx2:
+    case Isa::kAvxVnni:
       FillHwyOpsAvx2(t);
       return;
     case Isa::kAvx512:

@@ -1,0 +1,247 @@
+// The 256-bit micro-kernel of the packed int8 matmul (layout in packed_int8.h), compiled twice:
+// by the AVX2 table's unit (CPUs without VNNI: Zen 2/3, Haswell to Comet Lake; the plain AVX-512
+// table inherits it) and by the AVX-VNNI table's (AVX2 + VEX vpdpbusd: Alder Lake and later,
+// Sierra Forest; __AVXVNNI__ is then defined).
+//
+// The layout is the VNNI one: a panel's 16 columns are two 256-bit vectors of 8 columns x 4
+// bytes. With AVX-VNNI each 4-byte dot per column is one vpdpbusd into int32, as in the
+// AVX512-VNNI kernel: the accumulator starts at -offset * sum(a) (weights stored as unsigned
+// w + offset) and no sum can saturate. Without it, the dot is vpmaddubsw (u8 x s8 -> pairs
+// summed into saturating int16) then vpmaddwd against ones (-> int32). Exactness then needs the
+// int16 pair sums never to saturate:
+//   - kQ4 / kQ4K: nibbles 0..15 times activations |a| <= 128 give pairs of at most 3840, so the
+//     8 products of one 32-element block are summed in int16 (<= 30720) and widened once per
+//     block; the -offset * sum(a) bias is added in int32 as in the VNNI kernel.
+//   - kQ8: stored bytes u = w + 128 would give pairs up to 2 * 255 * 127 (saturates), so the
+//     signed weight w = u ^ 0x80 is used with the sign moved onto the activation:
+//     maddubs(|w|, sign(a, w)); |w| <= 128 and |a| <= 127 give pairs of at most 32512. This
+//     needs activations in [-127, 127], which Q8_0's rule (d = amax / 127) guarantees for every
+//     row the engine converts. The offset bias is then not needed.
+// The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
+// FMA (kQ4K then subtracts mn * d_a * sum(a)), so the result is bit for bit PackedMatmulRef's.
+//
+// Include only from translation units compiled with AVX2 + FMA + F16C (and -mavxvnni for the
+// AVX-VNNI table); the including unit defines its Fill function with PackedMatmulDispatch.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "engine/kernels/packed_int8.h"
+#include "engine/kernels/x86/packed_matmul_inl.h"
+#include "engine/kernels/tile_table_inl.h"
+#include "engine/tensor/quant_blocks.h"
+
+namespace vlmd::engine::kernels::packed_avx2 {
+// Internal linkage: included by translation units of different ISA flags.
+namespace {
+
+#if defined(__AVXVNNI__)
+inline constexpr bool kVnni = true;
+#else
+inline constexpr bool kVnni = false;
+#endif
+
+inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Stores the 8 columns starting at `col` of one output row, only those below n.
+inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
+  const int64_t left = n - col;
+  if (left >= 8) {
+    _mm256_storeu_ps(out + col, v);
+  } else if (left > 0) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane);
+    _mm256_maskstore_ps(out + col, mask, v);
+  }
+}
+
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
+// panel is two vectors of 8 columns (v = 2 * panel + half).
+template <int kFmt, int MR, int NP>
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
+  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+  constexpr int NV = 2 * NP;
+  constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
+  constexpr size_t qstep = QsBytesPerBlock(kFormat);
+  constexpr size_t qstride = GroupPanels(kFormat) * qstep;
+  constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const int32_t offset = w.offset();
+  constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
+  const BlockQ8_0* a[MR];
+  const int32_t* sums[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
+    sums[i] = args.a_sums + (m + i) * nb;
+  }
+  const uint8_t* wq[NP];
+  const uint16_t* ws[NP];
+  const uint16_t* wm[NP];
+#pragma GCC unroll 8
+  for (int v = 0; v < NP; ++v) {
+    wq[v] = w.qs(p + v, 0);
+    ws[v] = w.scales(p + v, 0);
+    wm[v] = w.mins(p + v, 0);
+  }
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 f[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) f[i][v] = _mm256_setzero_ps();
+
+  for (int64_t b = 0; b < nb; ++b) {
+    if (gemv) {  // memory-bound: each panel's weights a few blocks ahead
+      const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
+#pragma GCC unroll 8
+      for (int v = 0; v < NP; ++v) {
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], kAhead * qstride + c);
+        PrefetchAhead(ws[v], scale_ahead);
+        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
+      }
+    }
+    // One vector of 8 columns at a time, scaled into its f32 sums as soon as its integer dot is
+    // done: only that vector's MR integer sums are live (with every vector's sums live until
+    // the block's end, a 4-panel GEMV or a 2 x 2-panel GEMM tile did not fit 16 registers).
+    __m256 da[MR], sum_a[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      da[i] = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
+      if constexpr (kMins) sum_a[i] = _mm256_set1_ps(static_cast<float>(sums[i][b]));
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      const uint8_t* q = wq[v / 2] + (v % 2) * 32;
+      __m256i acc[MR];
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {  // with VNNI the sums start at the offset's bias
+        acc[i] = kVnni ? _mm256_set1_epi32(-offset * sums[i][b]) : _mm256_setzero_si256();
+      }
+      if constexpr (kVnni && !kQ4) {  // kQ8: the stored unsigned bytes, the offset as the bias
+#pragma GCC unroll 8
+        for (int k4 = 0; k4 < 8; ++k4) {
+          const __m256i wu = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k4 * 64));
+#pragma GCC unroll 8
+          for (int i = 0; i < MR; ++i) {
+            acc[i] = _mm256_dpbusd_avx_epi32(acc[i], wu, Broadcast4(a[i][b].qs + 4 * k4));
+          }
+        }
+      } else if constexpr (kQ4) {  // int16 sums (see the file comment) unless VNNI's int32
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
+        for (int c = 0; c < 4; ++c) {
+          const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 64));
+          const __m256i lo = _mm256_and_si256(raw, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+#pragma GCC unroll 8
+          for (int i = 0; i < MR; ++i) {
+            const int8_t* qa = a[i][b].qs + 8 * c;
+            if constexpr (kVnni) {
+              acc[i] = _mm256_dpbusd_avx_epi32(acc[i], lo, Broadcast4(qa));
+              acc[i] = _mm256_dpbusd_avx_epi32(acc[i], hi, Broadcast4(qa + 4));
+            } else {
+              acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(lo, Broadcast4(qa)));
+              acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(hi, Broadcast4(qa + 4)));
+            }
+          }
+        }
+        if constexpr (!kVnni) {
+#pragma GCC unroll 8
+          for (int i = 0; i < MR; ++i) {
+            acc[i] = _mm256_add_epi32(_mm256_madd_epi16(acc[i], ones16),
+                                      _mm256_set1_epi32(-offset * sums[i][b]));
+          }
+        }
+      } else {
+        const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+        for (int k4 = 0; k4 < 8; ++k4) {
+          const __m256i ws8 = _mm256_xor_si256(
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k4 * 64)), flip);
+          const __m256i wabs = _mm256_abs_epi8(ws8);
+#pragma GCC unroll 8
+          for (int i = 0; i < MR; ++i) {
+            const __m256i pairs =
+                _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(Broadcast4(a[i][b].qs + 4 * k4), ws8));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(pairs, ones16));
+          }
+        }
+      }
+      const __m256 dw = _mm256_cvtph_ps(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(dw, da[i]), f[i][v]);
+      }
+      if constexpr (kMins) {
+        const __m256 mw = _mm256_cvtph_ps(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          f[i][v] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da[i]), sum_a[i], f[i][v]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < NP; ++v) {
+      wq[v] += qstride;
+      ws[v] += sstride;
+      if constexpr (kMins) wm[v] += sstride;
+    }
+  }
+
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      StoreColumns(out, (p + v / 2) * kPanelCols + (v % 2) * 8, w.n(), f[i][v]);
+    }
+  }
+}
+
+constexpr int kMaxMR = 2, kMaxNP = 4;
+template <int kFmt>
+constexpr auto kTiles =
+    TileTable<kMaxMR, kMaxNP>([]<int MR, int NP>() { return &Tile<kFmt, MR, NP>; });
+
+// Tile shape for a call's row count. One row (decode) takes 4 panels: a 4-bit panel group is
+// then read as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode
+// 114 -> 166-198 tok/s when changed, SmolLM2-135M shape, 2 threads on a Zen 4). Two rows and
+// more take 2 rows x 2 panels: 8 f32 sums, the most that fits the 16 registers beside the
+// weights and broadcasts (4 panels for two rows would spill its 16 sums every block).
+constexpr int kGemmRows = kMaxMR;
+constexpr int PanelsPerTile(int64_t rows) { return rows == 1 ? kMaxNP : 2; }
+
+template <int kFmt>
+void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                      int64_t p1) {
+  const int64_t rows = m1 - m0;
+  const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
+  const int np_max = PanelsPerTile(rows);
+  const bool gemv = rows <= 2;  // decode steps: weights streamed from memory, prefetched
+  for (int64_t p = p0; p < p1; p += np_max) {
+    const int np = static_cast<int>(p1 - p < np_max ? p1 - p : np_max);
+    for (int64_t m = m0; m < m1; m += mr_max) {
+      const int mr = static_cast<int>(m1 - m < mr_max ? m1 - m : mr_max);
+      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv);
+    }
+  }
+}
+
+void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                          int64_t p1) {
+  ForPackedFormat(args.w->format(),
+                  [&]<int kFmt>() { PackedMatmulAvx2<kFmt>(args, m0, m1, p0, p1); });
+}
+
+}  // namespace
+}  // namespace vlmd::engine::kernels::packed_avx2
