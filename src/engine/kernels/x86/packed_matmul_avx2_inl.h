@@ -26,6 +26,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstring>
 
 #include "engine/kernels/packed_int8.h"
@@ -208,6 +209,67 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   }
 }
 
+// The kQ8 GEMM tile of the AVX-VNNI table: MR rows (up to 3) x one panel, both of the panel's
+// vectors at once. vpdpbusd needs no temporaries, so 6 int32 sums, 6 f32 sums, the two weight
+// vectors and one broadcast fit the 16 registers, and each k-quad loads 2 weight vectors and MR
+// broadcasts for 2 * MR products (Tile's vector-at-a-time order loads 1.5 per product).
+// f16->i8 GEMM 512 x 2048 x 2048 on a Zen 5: 293 -> 324 GF/s on 1 thread, 602 -> 664 on 2.
+template <int MR>
+void TileQ8Vnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
+  constexpr auto kFormat = PackedFormat::kQ8;
+  constexpr size_t qstride = GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
+  constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const int32_t offset = w.offset();
+  const BlockQ8_0* a[MR];
+  const int32_t* sums[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
+    sums[i] = args.a_sums + (m + i) * nb;
+  }
+  const uint8_t* wq = w.qs(p, 0);
+  const uint16_t* ws = w.scales(p, 0);
+  __m256 f[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) f[i][0] = f[i][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i acc[MR][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_set1_epi32(-offset * sums[i][b]);
+#pragma GCC unroll 8
+    for (int k4 = 0; k4 < 8; ++k4) {
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64 + 32));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i av = Broadcast4(a[i][b].qs + 4 * k4);
+        acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], w0, av);
+        acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], w1, av);
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw =
+          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ws + h * 8)));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a[i][b].d)));
+        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), scale, f[i][h]);
+      }
+    }
+    wq += qstride;
+    ws += sstride;
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+    StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
+    StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
+  }
+}
+
 constexpr int kMaxMR = 2, kMaxNP = 4;
 template <int kFmt>
 constexpr auto kTiles =
@@ -225,6 +287,20 @@ template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
   const int64_t rows = m1 - m0;
+  if constexpr (kVnni && kFmt == 0) {
+    if (rows >= 3) {
+      constexpr int kRows = 3;
+      static constexpr std::array<void (*)(const PackedMatmulArgs&, int64_t, int64_t), kRows> kQ8Tiles{
+          &TileQ8Vnni<1>, &TileQ8Vnni<2>, &TileQ8Vnni<3>};
+      for (int64_t p = p0; p < p1; ++p) {
+        for (int64_t m = m0; m < m1; m += kRows) {
+          const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
+          kQ8Tiles[mr - 1](args, m, p);
+        }
+      }
+      return;
+    }
+  }
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
   const bool gemv = rows <= 2;  // decode steps: weights streamed from memory, prefetched
