@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
 
 #include "engine/kernels/packed_int8.h"
 #include "engine/kernels/x86/packed_matmul_inl.h"
@@ -209,14 +210,21 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   }
 }
 
-// The kQ8 GEMM tile of the AVX-VNNI table: MR rows (up to 3) x one panel, both of the panel's
-// vectors at once. vpdpbusd needs no temporaries, so 6 int32 sums, 6 f32 sums, the two weight
-// vectors and one broadcast fit the 16 registers, and each k-quad loads 2 weight vectors and MR
-// broadcasts for 2 * MR products (Tile's vector-at-a-time order loads 1.5 per product).
+// The GEMM tile of the AVX-VNNI table: MR rows x one panel, both of the panel's vectors at once.
+// vpdpbusd needs no temporaries, so the int32 and f32 sums of both vectors stay in registers
+// beside the weights and one broadcast: kQ8 takes 3 rows (6 + 6 sums, 2 weight vectors),
+// 4-bit formats 2 (4 + 4 sums, both vectors' low and high nibbles). Per k-quad a kQ8 tile loads
+// 2 weight vectors and 3 broadcasts for 6 products, where Tile's vector-at-a-time order loads
+// 1.5 per product; per 8 weight bytes a 4-bit tile loads 2 vectors and 4 broadcasts for 8
+// products (Tile: 1.25 per product).
 // f16->i8 GEMM 512 x 2048 x 2048 on a Zen 5: 293 -> 324 GF/s on 1 thread, 602 -> 664 on 2.
-template <int MR>
-void TileQ8Vnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
-  constexpr auto kFormat = PackedFormat::kQ8;
+template <int kFmt>
+inline constexpr int kVnniGemmRows = kFmt == 0 ? 3 : 2;
+
+template <int kFmt, int MR>
+void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
+  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+  constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   constexpr size_t qstride = GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
   constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   const PackedMatrix& w = *args.w;
@@ -231,6 +239,7 @@ void TileQ8Vnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
   const uint8_t* wq = w.qs(p, 0);
   const uint16_t* ws = w.scales(p, 0);
+  const uint16_t* wm = w.mins(p, 0);
   __m256 f[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) f[i][0] = f[i][1] = _mm256_setzero_ps();
@@ -238,15 +247,36 @@ void TileQ8Vnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     __m256i acc[MR][2];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_set1_epi32(-offset * sums[i][b]);
-#pragma GCC unroll 8
-    for (int k4 = 0; k4 < 8; ++k4) {
-      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64));
-      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64 + 32));
+    if constexpr (kQ4) {
+      const __m256i low4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const __m256i av = Broadcast4(a[i][b].qs + 4 * k4);
-        acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], w0, av);
-        acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], w1, av);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + c * 64));
+        const __m256i raw1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + c * 64 + 32));
+        const __m256i lo0 = _mm256_and_si256(raw0, low4), lo1 = _mm256_and_si256(raw1, low4);
+        const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), low4);
+        const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), low4);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m256i al = Broadcast4(a[i][b].qs + 8 * c);
+          acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], lo0, al);
+          acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], lo1, al);
+          const __m256i ah = Broadcast4(a[i][b].qs + 8 * c + 4);
+          acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], hi0, ah);
+          acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], hi1, ah);
+        }
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int k4 = 0; k4 < 8; ++k4) {
+        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64));
+        const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64 + 32));
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m256i av = Broadcast4(a[i][b].qs + 4 * k4);
+          acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], w0, av);
+          acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], w1, av);
+        }
       }
     }
 #pragma GCC unroll 2
@@ -255,18 +285,42 @@ void TileQ8Vnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
           _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ws + h * 8)));
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(a[i][b].d)));
-        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), scale, f[i][h]);
+        const __m256 da = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
+        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_mul_ps(dw, da), f[i][h]);
+        if constexpr (kMins) {
+          const __m256 mw =
+              _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm + h * 8)));
+          f[i][h] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da),
+                                     _mm256_set1_ps(static_cast<float>(sums[i][b])), f[i][h]);
+        }
       }
     }
     wq += qstride;
     ws += sstride;
+    if constexpr (kMins) wm += sstride;
   }
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     float* out = args.out + (m + i) * args.out_stride;
     StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
     StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
+  }
+}
+
+// The VNNI GEMM over rows [m0, m1) (at least kVnniGemmRows of them) and panels [p0, p1).
+template <int kFmt>
+void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                    int64_t p1) {
+  constexpr int kRows = kVnniGemmRows<kFmt>;
+  using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
+  static constexpr auto kVnniTiles = []<int... R>(std::integer_sequence<int, R...>) {
+    return std::array<TileFn, kRows>{&TileVnni<kFmt, R + 1>...};
+  }(std::make_integer_sequence<int, kRows>());
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
+      kVnniTiles[mr - 1](args, m, p);
+    }
   }
 }
 
@@ -287,19 +341,8 @@ template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
   const int64_t rows = m1 - m0;
-  if constexpr (kVnni && kFmt == 0) {
-    if (rows >= 3) {
-      constexpr int kRows = 3;
-      static constexpr std::array<void (*)(const PackedMatmulArgs&, int64_t, int64_t), kRows> kQ8Tiles{
-          &TileQ8Vnni<1>, &TileQ8Vnni<2>, &TileQ8Vnni<3>};
-      for (int64_t p = p0; p < p1; ++p) {
-        for (int64_t m = m0; m < m1; m += kRows) {
-          const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
-          kQ8Tiles[mr - 1](args, m, p);
-        }
-      }
-      return;
-    }
+  if constexpr (kVnni) {
+    if (rows >= kVnniGemmRows<kFmt>) return PackedGemmVnni<kFmt>(args, m0, m1, p0, p1);
   }
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
