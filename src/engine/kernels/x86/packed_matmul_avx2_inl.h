@@ -307,7 +307,7 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
 }
 
-// The VNNI GEMM over rows [m0, m1) (at least kVnniGemmRows of them) and panels [p0, p1).
+// The VNNI GEMM over rows [m0, m1) and panels [p0, p1).
 template <int kFmt>
 void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                     int64_t p1) {
@@ -342,7 +342,8 @@ void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
                       int64_t p1) {
   const int64_t rows = m1 - m0;
   if constexpr (kVnni) {
-    if (rows >= kVnniGemmRows<kFmt>) return PackedGemmVnni<kFmt>(args, m0, m1, p0, p1);
+    // One or two rows (decode steps, two sequences batched) stay on Tile, which prefetches.
+    if (rows > 2) return PackedGemmVnni<kFmt>(args, m0, m1, p0, p1);
   }
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
