@@ -137,7 +137,8 @@ std::string CpuFeatures::ToString() const {
     s += name;
   };
   add(sse42, "sse4.2"); add(avx, "avx"); add(avx2, "avx2"); add(fma, "fma"); add(f16c, "f16c");
-  add(bmi2, "bmi2"); add(avxvnni, "avxvnni"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw"); add(avx512vl, "avx512vl");
+  add(bmi2, "bmi2"); add(avxvnni, "avxvnni"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
   add(avx512dq, "avx512dq"); add(avx512vnni, "avx512vnni"); add(avx512bf16, "avx512bf16");
   add(avx512fp16, "avx512fp16"); add(amx_tile, "amx-tile"); add(amx_bf16, "amx-bf16");
   add(amx_int8, "amx-int8"); add(asimd, "asimd"); add(asimdhp, "asimdhp");

@@ -51,7 +51,8 @@ bool ForEachTableWith(Has has, Check check) {
 inline int Lanes(engine::kernels::Isa isa) {
   switch (isa) {
     case engine::kernels::Isa::kRef: return 1;
-    case engine::kernels::Isa::kAvx2: return 8;
+    case engine::kernels::Isa::kAvx2:
+    case engine::kernels::Isa::kAvxVnni: return 8;
     case engine::kernels::Isa::kNeon:
     case engine::kernels::Isa::kNeonDot:
     case engine::kernels::Isa::kNeonI8mm: return 4;

@@ -169,12 +169,12 @@ struct Case {
   int64_t m, n, k;
 };
 
-// Every SIMD table packs (AVX2 and plain AVX-512: vpmaddubsw; VNNI: vpdpbusd; aarch64: SMMLA,
-// SDOT, or widening multiplies without the dot product), so the tests below cover each ISA this CPU
-// has, not only the best one.
+// Every SIMD table packs (AVX2 and plain AVX-512: vpmaddubsw; AVX-VNNI, VNNI: vpdpbusd; aarch64:
+// SMMLA, SDOT, or widening multiplies without the dot product), so the tests below cover each ISA
+// this CPU has, not only the best one.
 TEST(PackedMatmulTest, EverySimdTableHasThePackedKernel) {
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16, Isa::kAmx, Isa::kNeon,
-                  Isa::kNeonDot, Isa::kNeonI8mm}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16,
+                  Isa::kAmx, Isa::kNeon, Isa::kNeonDot, Isa::kNeonI8mm}) {
     if (!kernels::IsaAvailable(isa)) continue;
     EXPECT_NE(kernels::GetKernelTable(isa).packed_matmul, nullptr) << kernels::IsaName(isa);
   }

@@ -28,8 +28,9 @@ double MeasureFmaPeak(ThreadPool& pool, ProbeUnit unit);
 // Peak int8 multiply-add rate (u8 x s8 products summed into int32, 1e9/s) with all threads of
 // `pool`, on the instructions the packed int8 kernels of `unit` are built on: independent
 // vpdpbusd zmm chains (AVX512-VNNI), vpdpbusd ymm chains (AVX-VNNI), or vpmaddubsw + vpmaddwd +
-// vpaddd chains (AVX2 and plain AVX-512, whose packed kernel is the AVX2 one). The ceiling of a GEMV whose weights are cheap
-// to read (a working set in L2): no kernel can multiply faster than this. 0 for SSE.
+// vpaddd chains (AVX2 and plain AVX-512, whose packed kernel is the AVX2 one). The ceiling of a
+// GEMV whose weights are cheap to read (a working set in L2): no kernel can multiply faster than
+// this. 0 for SSE.
 double MeasureInt8DotPeak(ThreadPool& pool, ProbeUnit unit);
 const char* Int8DotPeakInstructions(ProbeUnit unit);  // what MeasureInt8DotPeak ran, for the table
 const char* Int4DotPeakInstructions(ProbeUnit unit);  // what MeasureInt4DotPeak ran

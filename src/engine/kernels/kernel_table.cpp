@@ -81,8 +81,8 @@ Result<Isa> SelectIsa() {
   auto isa = ParseIsa(forced);
   if (!isa) {
     return InvalidArgumentError(std::string("VLMD_FORCE_ISA=") + forced +
-                                " is not one of ref, avx2, avxvnni, avx512, avx512vnni, avx512bf16, "
-                                "amx, neon, neondot, neoni8mm");
+                                " is not one of ref, avx2, avxvnni, avx512, avx512vnni, "
+                                "avx512bf16, amx, neon, neondot, neoni8mm");
   }
   if (!IsaAvailable(*isa)) {
     return UnimplementedError(std::string("VLMD_FORCE_ISA=") + forced +

@@ -17,7 +17,8 @@
 
 namespace vlmd::engine::kernels {
 
-// kAvxVnni: AVX2 plus AVX-VNNI's 256-bit vpdpbusd (Alder Lake and later, Sierra Forest, Zen 5).
+// kAvxVnni: AVX2 plus AVX-VNNI's 256-bit vpdpbusd (Alder Lake and later, Sierra Forest; Zen 5
+// and Sapphire Rapids have it too but pick their AVX-512 tables).
 // kAvx512: AVX-512 F/BW/DQ/VL (Skylake-SP and later); kAvx512Vnni: plus VNNI's vpdpbusd (Cascade
 // Lake, Ice Lake); kAvx512Bf16: plus AVX512-BF16's vdpbf16ps (Zen 4/5, Cooper Lake); kAmx: plus
 // the AMX tile unit (bf16 tile matmul, tile_bf16.h).
@@ -125,9 +126,10 @@ struct KernelTable {
   std::array<DType, kMaxDType> act_type{};
   // f32 -> activation format, indexed by the activation DType id.
   std::array<ConvertRowFn, kMaxDType> convert_act{};
-  // Matmul over weights repacked at load (PackedMatrix): vpdpbusd on AVX512-VNNI, vpmaddubsw on
-  // AVX2 and plain AVX-512; on aarch64 SMMLA (i8mm), SDOT (dotprod) or widening multiplies. nullptr (the scalar table only): the GGUF row layout is kept (the
-  // engine then does not pack).
+  // Matmul over weights repacked at load (PackedMatrix): vpdpbusd on AVX512-VNNI and AVX-VNNI,
+  // vpmaddubsw on AVX2 and plain AVX-512; on aarch64 SMMLA (i8mm), SDOT (dotprod) or widening
+  // multiplies. nullptr (the scalar table only): the GGUF row layout is kept (the engine then
+  // does not pack).
   PackedMatmulFn packed_matmul = nullptr;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
   // conversion it needs (every table has one; SIMD from the avx512 table up). The tile matmul

@@ -1,7 +1,6 @@
-// Fills the KernelTable slots implemented with Highway for t->isa: avx2 gets the HWY_AVX2 code,
-// avx512, avx512vnni, avx512bf16 and amx the HWY_AVX3 code, the neon tables the HWY_NEON code,
-// ref nothing
-// (see hwy/elementwise.cpp).
+// Fills the KernelTable slots implemented with Highway for t->isa: avx2 and avxvnni get the
+// HWY_AVX2 code, avx512, avx512vnni, avx512bf16 and amx the HWY_AVX3 code, the neon tables the
+// HWY_NEON code, ref nothing (see hwy/elementwise.cpp).
 #include "engine/kernels/hwy/hwy_fill.h"
 #include "hwy/highway.h"
 

@@ -1,4 +1,4 @@
-// What the x86 packed int8 matmul kernels share (avx2/ and avx512vnni/packed_matmul_*.cpp): the
+// What the x86 packed int8 matmul kernels share (packed_matmul_avx2_inl.h, avx512vnni/): the
 // GEMV prefetch, and (packed_format_inl.h) the dispatch on the matrix's packed format.
 #pragma once
 
