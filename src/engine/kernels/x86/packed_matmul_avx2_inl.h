@@ -26,9 +26,7 @@
 
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "engine/kernels/packed_int8.h"
 #include "engine/kernels/x86/packed_matmul_inl.h"
@@ -218,9 +216,6 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
 // 1.5 per product; per 8 weight bytes a 4-bit tile loads 2 vectors and 4 broadcasts for 8
 // products (Tile: 1.25 per product).
 // f16->i8 GEMM 512 x 2048 x 2048 on one Zen 5 thread: 293 GF/s with Tile, 324-348 with these.
-template <int kFmt>
-inline constexpr int kVnniGemmRows = kFmt == 0 ? 3 : 2;
-
 template <int kFmt, int MR>
 void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
@@ -283,13 +278,15 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     for (int h = 0; h < 2; ++h) {
       const __m256 dw =
           _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ws + h * 8)));
+      __m256 mw;
+      if constexpr (kMins) {
+        mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm + h * 8)));
+      }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         const __m256 da = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
         f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_mul_ps(dw, da), f[i][h]);
         if constexpr (kMins) {
-          const __m256 mw =
-              _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm + h * 8)));
           f[i][h] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da),
                                      _mm256_set1_ps(static_cast<float>(sums[i][b])), f[i][h]);
         }
@@ -307,15 +304,14 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   }
 }
 
-// The VNNI GEMM over rows [m0, m1) and panels [p0, p1).
+// The VNNI GEMM over rows [m0, m1) and panels [p0, p1): 3-row tiles for kQ8, 2-row for the
+// 4-bit formats (what fits the registers, see TileVnni), one panel each.
 template <int kFmt>
 void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                     int64_t p1) {
-  constexpr int kRows = kVnniGemmRows<kFmt>;
-  using TileFn = void (*)(const PackedMatmulArgs&, int64_t, int64_t);
-  static constexpr auto kVnniTiles = []<int... R>(std::integer_sequence<int, R...>) {
-    return std::array<TileFn, kRows>{&TileVnni<kFmt, R + 1>...};
-  }(std::make_integer_sequence<int, kRows>());
+  constexpr int kRows = kFmt == 0 ? 3 : 2;
+  static constexpr auto kVnniTiles =
+      TileTable<kRows, 1>([]<int MR, int>() { return &TileVnni<kFmt, MR>; });
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t m = m0; m < m1; m += kRows) {
       const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
