@@ -1,4 +1,4 @@
-// The fast precision's bf16 flash attention (every AVX-512 table: FMAs, vdpbf16ps or AMX tiles)
+// The fast precision's bf16 flash attention (every x86 SIMD table: FMAs, vdpbf16ps or AMX tiles)
 // against attention in double within the bf16 roundings, its rows independent of the call, and
 // self-attention in row spans (the vision encoders') on the f32 and bf16 paths.
 #include <gtest/gtest.h>
@@ -97,7 +97,8 @@ void CheckTilePathStaysWithinBf16Rounding(const KernelTable* kt) {
   }
 }
 
-TEST(Attention, TilePathStaysWithinBf16Rounding) {  // every AVX-512 table (FMAs, vdpbf16ps, AMX)
+// Every x86 SIMD table (FMAs, vdpbf16ps, AMX).
+TEST(Attention, TilePathStaysWithinBf16Rounding) {
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckTilePathStaysWithinBf16Rounding)) {
     GTEST_SKIP() << "no bf16 attention kernel on this CPU";
@@ -317,14 +318,16 @@ void CheckTileRowsDoNotDependOnTheCall(const KernelTable* kt) {
   }
 }
 
-TEST(Attention, TileRowsDoNotDependOnTheCall) {  // every AVX-512 table (FMAs, vdpbf16ps, AMX)
+// Every x86 SIMD table (FMAs, vdpbf16ps, AMX).
+TEST(Attention, TileRowsDoNotDependOnTheCall) {
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckTileRowsDoNotDependOnTheCall)) {
     GTEST_SKIP() << "no bf16 attention kernel on this CPU";
   }
 }
 
-TEST(Attention, Bf16OperandsOnTilesInSpans) {  // every AVX-512 table (FMAs, vdpbf16ps, AMX)
+// Every x86 SIMD table (FMAs, vdpbf16ps, AMX).
+TEST(Attention, Bf16OperandsOnTilesInSpans) {
   const auto has = [](const KernelTable& t) { return t.tile_attention != nullptr; };
   if (!ForEachTableWith(has, CheckBf16OperandsOnTilesInSpans)) {
     GTEST_SKIP() << "no bf16 attention kernel on this CPU";

@@ -268,14 +268,15 @@ void CheckF16ToBf16RoundsEveryHalfLikeTheF32Path(const kernels::KernelTable* kt)
   }
 }
 
-// Every AVX-512 table runs the vision encoder's and a prompt's attention on the flash kernel of
+// Every x86 SIMD table runs the vision encoder's and a prompt's attention on the flash kernel of
 // bf16 operands (FMAs without AVX512-BF16, vdpbf16ps with it, tiles on AMX) and converts rows with
 // SIMD kernels, not the scalar reference; VNNI adds vpdpbusd products over plain AVX-512's.
-TEST(TileBf16Kernel, EveryAvx512TableHasTheBf16AttentionPath) {
+TEST(TileBf16Kernel, EveryX86SimdTableHasTheBf16AttentionPath) {
   const kernels::KernelTable& ref = kernels::GetKernelTable(kernels::Isa::kRef);
+  EXPECT_EQ(ref.tile_attention, nullptr);  // the engine then takes the f32 attention paths
   bool ran = false;
-  for (auto isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx512Vnni, kernels::Isa::kAvx512Bf16,
-                   kernels::Isa::kAmx}) {
+  for (auto isa : {kernels::Isa::kAvx2, kernels::Isa::kAvxVnni, kernels::Isa::kAvx512,
+                   kernels::Isa::kAvx512Vnni, kernels::Isa::kAvx512Bf16, kernels::Isa::kAmx}) {
     if (!kernels::IsaAvailable(isa)) continue;
     const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
     SCOPED_TRACE(std::string(kernels::IsaName(isa)));
@@ -286,8 +287,14 @@ TEST(TileBf16Kernel, EveryAvx512TableHasTheBf16AttentionPath) {
     EXPECT_NE(kt.tile_pack_columns, nullptr);
     ran = true;
   }
-  if (!ran) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!ran) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (kernels::IsaAvailable(kernels::Isa::kAvxVnni)) {  // AVX-VNNI changes the int8 products only
+    EXPECT_EQ(kernels::GetKernelTable(kernels::Isa::kAvxVnni).tile_attention,
+              kernels::GetKernelTable(kernels::Isa::kAvx2).tile_attention);
+  }
+  if (!kernels::IsaAvailable(kernels::Isa::kAvx512)) return;
   const kernels::KernelTable& plain = kernels::GetKernelTable(kernels::Isa::kAvx512);
+  EXPECT_NE(plain.tile_attention, kernels::GetKernelTable(kernels::Isa::kAvx2).tile_attention);
   if (kernels::IsaAvailable(kernels::Isa::kAvx512Vnni)) {
     const kernels::KernelTable& vnni = kernels::GetKernelTable(kernels::Isa::kAvx512Vnni);
     EXPECT_NE(vnni.packed_matmul, plain.packed_matmul);

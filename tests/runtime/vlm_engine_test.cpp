@@ -99,7 +99,7 @@ TEST_F(VlmEngineTest, TokenStatsWhenAsked) {
   }
 }
 
-// In the fast precision with a bf16 attention kernel (AVX-512 and up) a prompt's attention
+// In the fast precision with a bf16 attention kernel (x86 from AVX2 up) a prompt's attention
 // runs on it whatever the chunk size (models::ForwardBatch::prompt), and its products on the
 // tile unit (AMX) or the int8 kernel, so the prompt's last logits are the same bits
 // whether it goes through in one call of 60 rows or in calls of 7 (and of 1). Without that

@@ -56,7 +56,7 @@ class QwenVit {
   static int32_t BlocksLeft(const State& state);
   // Whether the blocks run on the tile unit with `kt` (fast precision, every block weight packed
   // as bf16 tiles, the table with the tile kernels): bf16 activations between the products and
-  // attention on tiles; else f32 activations and f32 attention.
+  // attention on tiles; else f32 activations (and the attention of AttendF32).
   bool UsesTileBlocks(const kernels::KernelTable& kt) const;
 
  private:

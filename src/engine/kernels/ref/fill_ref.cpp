@@ -7,7 +7,7 @@ namespace vlmd::engine::kernels {
 void FillRefKernels(KernelTable* t) {
   FillRefMatmulKernels(t);
   FillRefOpKernels(t);
-  t->to_bf16 = ToBf16Ref;  // the AVX-512 tables replace it with SIMD conversions
+  t->to_bf16 = ToBf16Ref;  // the x86 SIMD tables replace it
 }
 
 }  // namespace vlmd::engine::kernels

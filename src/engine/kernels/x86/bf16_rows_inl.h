@@ -13,7 +13,7 @@
 
 #include "engine/kernels/kernel_table.h"
 #include "engine/kernels/tile_bf16.h"
-#include "engine/kernels/x86/flash_attention_inl.h"
+#include "engine/kernels/x86/flash_rows_avx512_inl.h"
 
 namespace vlmd::engine::kernels::bf16_rows {
 // Internal linkage: included by translation units of different ISA flags (see

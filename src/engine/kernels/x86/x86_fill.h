@@ -11,6 +11,8 @@ void FillAvx2QuantMatmul(KernelTable* t);       // avx2/quant_matmul_avx2.cpp
 void FillAvx2KQuantMatmul(KernelTable* t);      // avx2/kquant_matmul_avx2.cpp
 void FillAvx2FloatMatmul(KernelTable* t);       // avx2/float_matmul_avx2.cpp
 void FillAvx2PackedMatmul(KernelTable* t);      // avx2/packed_matmul_avx2.cpp
+void FillAvx2Bf16Rows(KernelTable* t);          // avx2/bf16_rows_avx2.cpp
+void FillAvx2Attention(KernelTable* t);         // avx2/tile_attention_avx2.cpp
 void FillAvxVnniPackedMatmul(KernelTable* t);   // avxvnni/packed_matmul_avxvnni.cpp
 void FillAvx512FloatMatmul(KernelTable* t);     // avx512/float_matmul_avx512.cpp
 void FillAvx512Bf16RowsInteger(KernelTable* t);  // avx512/bf16_rows_avx512.cpp

@@ -14,7 +14,7 @@
 
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/amx/amx_common.h"
-#include "engine/kernels/x86/flash_attention_inl.h"
+#include "engine/kernels/x86/flash_rows_avx512_inl.h"
 
 namespace vlmd::engine::kernels::amx {
 namespace {
@@ -111,7 +111,7 @@ void AccumulateBlock(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, 
 
 void TileAttentionAmx(const TileAttentionArgs& a) {
   ConfigureTiles();
-  flash::FlashAttention<ScoreBlock, AccumulateBlock>(a);
+  flash::FlashAttention<ScoreBlock, AccumulateBlock, flash::Avx512Rows>(a);
   _tile_release();
 }
 

@@ -9,6 +9,8 @@ void FillAvx2Kernels(KernelTable* t) {
   FillAvx2KQuantMatmul(t);
   FillAvx2FloatMatmul(t);
   FillAvx2PackedMatmul(t);
+  FillAvx2Bf16Rows(t);
+  FillAvx2Attention(t);
 }
 
 }  // namespace vlmd::engine::kernels

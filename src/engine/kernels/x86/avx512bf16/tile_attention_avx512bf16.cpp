@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "engine/kernels/tile_bf16.h"
-#include "engine/kernels/x86/flash_attention_inl.h"
+#include "engine/kernels/x86/flash_rows_avx512_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 
 namespace vlmd::engine::kernels {
@@ -90,7 +90,7 @@ void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64
 }
 
 void TileAttentionAvx512Bf16(const TileAttentionArgs& a) {
-  flash::FlashAttention<Score, Accumulate>(a);
+  flash::FlashAttention<Score, Accumulate, flash::Avx512Rows>(a);
 }
 
 }  // namespace
