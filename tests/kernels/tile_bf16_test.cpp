@@ -194,10 +194,10 @@ TEST(TileBf16Kernel, TileMatMulValidatesItsArguments) {
   EXPECT_EQ(ops::TileMatMul(ref_table, &pool, **tm, args, m).code(), StatusCode::kUnimplemented);
 }
 
-// The epilogue's GELU for bf16 outputs: within 1e-4 of the tanh-form GELU (double) on a wide
-// range, including the far negative tail where it underflows to zero.
-void CheckGeluForBf16IsWithin1e4(const kernels::KernelTable* kt) {
-  ASSERT_NE(kt->gelu_tanh_for_bf16, nullptr);
+// The fast precision's GELU (bf16 or int8 outputs next): within 1e-4 of the tanh-form GELU
+// (double) on a wide range, including the far negative tail where it underflows to zero.
+void CheckGeluFastIsWithin1e4(const kernels::KernelTable* kt) {
+  ASSERT_NE(kt->gelu_tanh_fast, nullptr);
   std::vector<float> x = vlmd::testing::RandomNormal(1000, 41, 3.0f);
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 5.0f, -5.0f, 12.0f, -12.0f, 100.0f, -100.0f,
                   1e20f, -1e20f}) {
@@ -205,7 +205,7 @@ void CheckGeluForBf16IsWithin1e4(const kernels::KernelTable* kt) {
   }
   x.push_back(0.5f);  // 1013 values: a masked tail
   std::vector<float> y(x.size());
-  kt->gelu_tanh_for_bf16(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  kt->gelu_tanh_fast(x.data(), y.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
     // x sigmoid(2u): no cancellation in the negative tail (exp overflows to inf: -0).
@@ -215,10 +215,10 @@ void CheckGeluForBf16IsWithin1e4(const kernels::KernelTable* kt) {
   }
 }
 
-TEST(TileBf16Kernel, GeluForBf16IsWithin1e4) {
-  const auto has = [](const kernels::KernelTable& t) { return t.gelu_tanh_for_bf16 != nullptr; };
-  if (!ForEachTableWith(has, CheckGeluForBf16IsWithin1e4)) {
-    GTEST_SKIP() << "no table of this CPU has the bf16 epilogue GELU";
+TEST(TileBf16Kernel, GeluFastIsWithin1e4) {
+  const auto has = [](const kernels::KernelTable& t) { return t.gelu_tanh_fast != nullptr; };
+  if (!ForEachTableWith(has, CheckGeluFastIsWithin1e4)) {
+    GTEST_SKIP() << "no table of this CPU has the fast GELU";
   }
 }
 

@@ -141,8 +141,9 @@ struct KernelTable {
   // Packed int8 panels to bf16 tile panels, so that fast-precision GEMMs over packed weights can
   // run on the tile unit (nullptr where tile_bf16_matmul is).
   PackedToTilesFn packed_to_tiles = nullptr;
-  // GELU (tanh form) to 1e-4 relative, for values rounded to bf16 next (the tile epilogue).
-  UnaryFn gelu_tanh_for_bf16 = nullptr;
+  // GELU (tanh form) to 1e-4 relative, for the fast precision's encoder, whose values are rounded
+  // to bf16 (the tile epilogue) or quantized to int8 (the next packed product) right after.
+  UnaryFn gelu_tanh_fast = nullptr;
   // The fast precision's attention (encoder, prompts) on bf16 operands: AMX tiles, vdpbf16ps
   // (avx512bf16) or FMAs (avx512, avx512vnni, avx2, avxvnni); nullptr on the scalar and arm64
   // tables.

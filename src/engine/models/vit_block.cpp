@@ -90,11 +90,12 @@ void ZeroPadColumns(uint16_t* buf, int64_t rows, int64_t stride, int64_t width) 
   }
 }
 
-// The FFN activation of the tile blocks: its output is rounded to bf16, so a cheaper form
-// accurate to 1e-4 serves where the table has one.
-kernels::UnaryFn TileBlockActivation(const kernels::KernelTable& kt, ops::Activation act) {
-  if (act == ops::Activation::kGeluTanh && kt.gelu_tanh_for_bf16 != nullptr) {
-    return kt.gelu_tanh_for_bf16;
+// The FFN activation of the fast precision: its output is rounded to bf16 (tile blocks) or
+// quantized to int8 (the next packed product), so a cheaper form accurate to 1e-4 serves where
+// the table has one.
+kernels::UnaryFn FastActivation(const kernels::KernelTable& kt, ops::Activation act) {
+  if (act == ops::Activation::kGeluTanh && kt.gelu_tanh_fast != nullptr) {
+    return kt.gelu_tanh_fast;
   }
   return ops::ActivationKernel(kt, act);
 }
@@ -231,8 +232,10 @@ Status RunBlockF32(const VitBlockSpec& spec, const VitBlockWeights& L, const Vit
   float* up = ctx->ff.data();  // [n, d_ff]
   ops::MatmulEpilogue up_ep = BiasEpilogue(L.b_up);
   if (spec.fast && !gated) {
-    up_ep.act = ops::ActivationKernel(kt, spec.ffn_act);
-    if (up_ep.act == nullptr) return UnimplementedError("vision encode: no kernel for the FFN activation");
+    up_ep.act = FastActivation(kt, spec.ffn_act);
+    if (up_ep.act == nullptr) {
+      return UnimplementedError("vision encode: no kernel for the FFN activation");
+    }
   }
   VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, up, up_ep));
   if (gated) {  // down(silu(gate x) * up x)
@@ -333,7 +336,7 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
     for (int64_t r = 0; r < n; ++r) kt.to_bf16(up + r * ff, ff16 + r * ld_ff, ff);
   } else {
     kernels::TileBf16Args up_args = to_bf16(xn16, ld, ff16, ld_ff, OrNull(L.b_up));
-    up_args.act = TileBlockActivation(kt, spec.ffn_act);
+    up_args.act = FastActivation(kt, spec.ffn_act);
     VLMD_RETURN_IF_ERROR(product(L.w_up, up_args));
   }
   return product(L.w_down, add_to_x(ff16, ld_ff, OrNull(L.b_down)));
@@ -444,7 +447,7 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
 bool VitBlocksOnTiles(const VitBlockSpec& spec, std::span<const VitBlockWeights> blocks,
                       const kernels::KernelTable& kt) {
   if (!spec.fast || kt.tile_bf16_matmul == nullptr || kt.to_bf16 == nullptr ||
-      kt.tile_attention == nullptr || TileBlockActivation(kt, spec.ffn_act) == nullptr) {
+      kt.tile_attention == nullptr || FastActivation(kt, spec.ffn_act) == nullptr) {
     return false;
   }
   for (const VitBlockWeights& L : blocks) {

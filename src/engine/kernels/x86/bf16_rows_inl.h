@@ -44,13 +44,13 @@ void F16ToBf16(const uint16_t* x, uint16_t* y, int64_t n) {
   });
 }
 
-// GELU (tanh form) for values rounded to bf16 afterwards, relative error < 1e-4:
+// GELU (tanh form) for values rounded to bf16 or int8 afterwards, relative error < 1e-4:
 // x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
 // z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
 // is the 14-bit reciprocal estimate. The relative bound holds down to x ~ -8.7; below, where
 // the true value is under 2^-126 |x|, the result may be a denormal or 0 (the bf16 rounding may
 // make them 0 anyway). x = -inf gives NaN (the encoder's final check reports it).
-void GeluTanhForBf16(const float* x, float* y, int64_t n) {
+void GeluTanhFast(const float* x, float* y, int64_t n) {
   const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
   const __m512 k3 = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
   const __m512 one = _mm512_set1_ps(1.0f);
@@ -133,7 +133,7 @@ void PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_
 void Fill(KernelTable* t) {
   t->to_bf16 = ToBf16;
   t->f16_to_bf16 = F16ToBf16;
-  t->gelu_tanh_for_bf16 = GeluTanhForBf16;
+  t->gelu_tanh_fast = GeluTanhFast;
   t->tile_pack_rows = PackRows;
   t->tile_pack_columns = PackColumns;
 }

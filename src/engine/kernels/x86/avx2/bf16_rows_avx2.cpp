@@ -1,7 +1,7 @@
 // The bf16 row kernels of the attention's fast path (tile_bf16.h) for AVX2 + F16C: f32 / f16 ->
-// bf16 rows (F32ToBF16's integer rounding, bit for bit) and the tile-layout packing of K and V^T
-// (TileBf16Matrix::PackRows / PackColumns, the same bytes). The AVX-512 tables replace them
-// (x86/bf16_rows_inl.h).
+// bf16 rows (F32ToBF16's integer rounding, bit for bit), the tile-layout packing of K and V^T
+// (TileBf16Matrix::PackRows / PackColumns, the same bytes), and the fast precision's GELU. The
+// AVX-512 tables replace them (x86/bf16_rows_inl.h).
 
 #include <immintrin.h>
 
@@ -50,6 +50,37 @@ void F16ToBf16(const uint16_t* x, uint16_t* y, int64_t n) {
     std::memcpy(tail, x + i, static_cast<size_t>(count) * sizeof(uint16_t));
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
   });
+}
+
+// GELU (tanh form) for values rounded to bf16 or int8 afterwards, relative error < 1e-4: the
+// AVX-512 GeluTanhFast's form (x / (1 + z) for a < 0, x z / (1 + z) otherwise, z = 2^-|a|,
+// a = -2 sqrt(2/pi) (x + 0.044715 x^3) log2 e), with 1 / (1 + z) from vrcpps and one Newton
+// step (vrcpps alone is 12 bits). z is 0 for |a| >= 127 (x below about -10, where the true value
+// is under 2^-126 |x|): the result is then -0. x = -inf gives NaN (as the AVX-512 kernel).
+void GeluTanhFast(const float* x, float* y, int64_t n) {
+  const __m256 k = _mm256_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
+  const __m256 k3 = _mm256_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t count = std::min<int64_t>(8, n - i);
+    alignas(32) float part[8] = {};
+    if (count < 8) std::memcpy(part, x + i, static_cast<size_t>(count) * sizeof(float));
+    const __m256 v = count == 8 ? _mm256_loadu_ps(x + i) : _mm256_load_ps(part);
+    const __m256 a = _mm256_mul_ps(v, _mm256_fmadd_ps(_mm256_mul_ps(v, v), k3, k));
+    const __m256 z = flash::Exp2Avx2(_mm256_or_ps(a, sign));
+    const __m256 d = _mm256_add_ps(one, z);
+    __m256 r = _mm256_rcp_ps(d);
+    r = _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, two));
+    const __m256 num = _mm256_blendv_ps(z, one, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_LT_OQ));
+    const __m256 out = _mm256_mul_ps(_mm256_mul_ps(v, num), r);
+    if (count == 8) {
+      _mm256_storeu_ps(y + i, out);
+    } else {
+      _mm256_store_ps(part, out);
+      std::memcpy(y + i, part, static_cast<size_t>(count) * sizeof(float));
+    }
+  }
 }
 
 // TileBf16Matrix::PackRows: each row of a panel (16 columns x one pair of k values, 32-bit
@@ -129,6 +160,7 @@ void FillAvx2Bf16Rows(KernelTable* t) {
   t->f16_to_bf16 = F16ToBf16;
   t->tile_pack_rows = PackRows;
   t->tile_pack_columns = PackColumns;
+  t->gelu_tanh_fast = GeluTanhFast;
 }
 
 }  // namespace vlmd::engine::kernels
