@@ -258,7 +258,9 @@ TEST(OpKernels, ExpSubSumMatchesRef) {
         sum_tol += tol[i];
       }
       ExpectClose(Vars("exp_sub_sum", isa, n), got, want, tol);
-      if (n > 1) EXPECT_EQ(got[n / 2], 0.0f) << Vars("exp_sub_sum -inf", isa, n);
+      if (n > 1) {
+        EXPECT_EQ(got[n / 2], 0.0f) << Vars("exp_sub_sum -inf", isa, n);
+      }
       EXPECT_NEAR(got_sum, want_sum, sum_tol) << Vars("exp_sub_sum sum", isa, n);
 
       std::vector<float> inplace = x;

@@ -79,7 +79,9 @@ TEST_F(SealedModelTest, AnswersAsThePlainFilesInBothPrecisions) {
     EXPECT_EQ(got->hash.size(), 64u);
     // The fast precision packs the F16 matrices and releases their (here: decrypted) pages, so
     // this case checks that nothing reads a released page.
-    if (precision == ops::Precision::kFast) EXPECT_GT(got->released, uint64_t{64} << 10);
+    if (precision == ops::Precision::kFast) {
+      EXPECT_GT(got->released, uint64_t{64} << 10);
+    }
   }
 }
 

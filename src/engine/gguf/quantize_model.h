@@ -45,7 +45,7 @@ struct TensorTypeOverride {
 
 struct QuantizeOptions {
   DType type = DType::kQ8_0;  // every quantizable weight, unless an override names it
-  std::vector<TensorTypeOverride> overrides;  // the first that matches a weight wins
+  std::vector<TensorTypeOverride> overrides{};  // the first that matches a weight wins
   // A matrix that has an entry here is quantized weighted by it where its type allows
   // (QuantizeUsesImportance), as llama-quantize --imatrix does.
   const ImportanceMatrix* imatrix = nullptr;

@@ -46,7 +46,7 @@ struct ForwardBatch {
   // row is not finite; rows never mix across sequences).
   bool check_finite = true;
   // Prompt rows (prefill). In the fast precision their attention runs on the bf16 kernel (AMX,
-  // AVX512-BF16 or AVX-512 FMAs) and on AMX their products on the tile unit, whatever the number
+  // AVX512-BF16, or FMAs on AVX-512 and AVX2) and on AMX their products on the tile unit, whatever the number
   // of rows (the int8 products are per row anyway), so that a prompt gives the same numbers
   // however it is cut into chunks; other rows (decode steps) keep the int8 and f32 kernels, so
   // that a sequence decodes the same in any batch.
@@ -59,7 +59,7 @@ struct ForwardBatch {
   // rows, each within one sequence's rows of this batch, so that all of a span is in the cache
   // when any of its rows attends (a prompt chunk must not cut one). A row of a span sees the
   // cache up to the span's last row; every other row stays causal.
-  std::span<const ops::RowSpan> bidirectional;
+  std::span<const ops::RowSpan> bidirectional{};
 };
 
 // What one decoder layer does where layers differ: the one stack (RMSNorm, GQA attention with

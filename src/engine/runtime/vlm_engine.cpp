@@ -133,8 +133,13 @@ Status VlmEngine::Prefill(const PromptRows& prompt, models::KvCache* cache, floa
     }
     const bool last = start + len == n;
     const int32_t logit_row = static_cast<int32_t>(len - 1);
-    models::ForwardBatch b{len, prompt.tokens.data() + start, any_image ? embd.data() : nullptr,
-                           pos.data(), seq.data(), last ? &logit_row : nullptr, last ? 1 : 0};
+    models::ForwardBatch b{.n_tokens = len,
+                           .tokens = prompt.tokens.data() + start,
+                           .embeddings = any_image ? embd.data() : nullptr,
+                           .slot = pos.data(),
+                           .seq = seq.data(),
+                           .logit_rows = last ? &logit_row : nullptr,
+                           .n_logit_rows = last ? 1 : 0};
     if (rows_out) {  // the wanted rows' logits
       out_rows.clear();
       for (int64_t i = 0; i < len; ++i) {
@@ -451,7 +456,8 @@ Status VlmEngine::DecodeStep(std::span<Sequence* const> seqs) {
     rope_pos[i] = slot[i] + active[i]->position_shift_;
   }
   step_logits_.resize(static_cast<size_t>(n * n_vocab));
-  models::ForwardBatch b{n, tokens, nullptr, slot, seq, rows, n};
+  models::ForwardBatch b{.n_tokens = n, .tokens = tokens, .slot = slot, .seq = seq,
+                         .logit_rows = rows, .n_logit_rows = n};
   b.rope_pos = rope_pos;
   b.check_finite = false;  // per row below: a bad sequence must not fail its batch neighbours
   VLMD_RETURN_IF_ERROR(model_->Forward(b, caches, &ctx_, step_logits_.data()));
