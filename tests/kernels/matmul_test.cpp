@@ -21,6 +21,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/kernels/packed_int8.h"
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quantize.h"
@@ -126,6 +127,30 @@ TEST(MatmulConvertTest, EveryIsaMatchesReferenceBytes) {
         EXPECT_EQ(first_diff, want.size()) << "first differing byte " << first_diff << ": want "
                                            << int(want[first_diff]) << " got " << int(got[first_diff]);
       }
+    }
+  }
+}
+
+// The packed matmul's one-pass activations: the Q8_0 bytes of the reference quantizer and, per
+// block, the sum of its stored quants (what SumQ8_0Blocks computes from those bytes).
+TEST(MatmulConvertTest, EveryIsaConvertsQ8_0WithTheBlockSums) {
+  for (Isa isa : AvailableIsas()) {
+    const KernelTable& kt = kernels::GetKernelTable(isa);
+    for (int64_t k : {32, 256, 4096}) {
+      SCOPED_TRACE(std::string(kernels::IsaName(isa)) + " k=" + std::to_string(k));
+      std::vector<float> x = ConverterInput(k, static_cast<uint32_t>(k) + 7);
+      if (k == 32) x.assign(32, -3.0f);  // every quant -127: the most negative sum
+      const std::vector<uint8_t> want = QuantizeRows(DType::kQ8_0, x, 1, k, /*activation=*/true);
+      std::vector<int32_t> want_sums(static_cast<size_t>(k / 32));
+      kernels::SumQ8_0Blocks(want.data(), k, want_sums.data());
+      std::vector<uint8_t> got(want.size(), 0xAB);
+      std::vector<int32_t> got_sums(want_sums.size() + 1, 12345);
+      ASSERT_NE(kt.convert_q8_0_sums, nullptr);
+      kt.convert_q8_0_sums(x.data(), got.data(), got_sums.data(), k);
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(std::vector<int32_t>(got_sums.begin(), got_sums.end() - 1), want_sums);
+      EXPECT_EQ(got_sums.back(), 12345) << "wrote past the last block";
+      if (k == 32) EXPECT_EQ(want_sums[0], -127 * 32);
     }
   }
 }

@@ -82,6 +82,10 @@ class PackedMatrix;
 using PackedToTilesFn = void (*)(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
 using ConvertRowFn = void (*)(const float* x, void* y, int64_t k);
+// The packed matmul's activations in one pass: k f32 values (a multiple of 32) into Q8_0 blocks
+// (the bytes of convert_act[kQ8_0]) and sums[b], the int32 sum of block b's 32 quants (the
+// kernels' offset correction).
+using ConvertQ8_0SumsFn = void (*)(const float* x, void* y, int32_t* sums, int64_t k);
 
 // Row-wise elementwise kernels (one row of n >= 1 floats; x and y may alias). Reductions
 // accumulate in f32 lanes (ref: double). weight/bias may be nullptr (= 1 / = 0).
@@ -126,6 +130,7 @@ struct KernelTable {
   std::array<DType, kMaxDType> act_type{};
   // f32 -> activation format, indexed by the activation DType id.
   std::array<ConvertRowFn, kMaxDType> convert_act{};
+  ConvertQ8_0SumsFn convert_q8_0_sums = nullptr;  // every table (ref: the two passes)
   // Matmul over weights repacked at load (PackedMatrix): vpdpbusd on AVX512-VNNI and AVX-VNNI,
   // vpmaddubsw on AVX2 and plain AVX-512; on aarch64 SMMLA (i8mm), SDOT (dotprod) or widening
   // multiplies. nullptr (the scalar table only): the GGUF row layout is kept (the engine then

@@ -240,6 +240,11 @@ void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums) {
   }
 }
 
+void ConvertQ8_0SumsRef(const float* x, void* y, int32_t* sums, int64_t k) {
+  FindActivationQuantizeFn(DType::kQ8_0)(x, y, k);
+  SumQ8_0Blocks(y, k, sums);
+}
+
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();

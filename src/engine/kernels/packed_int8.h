@@ -159,4 +159,7 @@ void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* d
 // Fills sums[b] = sum of the 32 quants of block b of one BlockQ8_0 row of k elements.
 void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums);
 
+// The reference of KernelTable::convert_q8_0_sums: the activation quantizer, then SumQ8_0Blocks.
+void ConvertQ8_0SumsRef(const float* x, void* y, int32_t* sums, int64_t k);
+
 }  // namespace vlmd::engine::kernels

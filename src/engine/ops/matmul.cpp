@@ -63,7 +63,7 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
                     MatmulScratch* scratch, const MatmulEpilogue* epilogue) {
   const kernels::PackedMatrix& pw = *w.packed;
   const int64_t nb = pw.blocks();
-  const kernels::ConvertRowFn convert = kt.convert_act[static_cast<int>(DType::kQ8_0)];
+  const kernels::ConvertQ8_0SumsFn convert = kt.convert_q8_0_sums;
   if (convert == nullptr) return UnimplementedError("MatMul: no Q8_0 activation conversion");
   const size_t stride = RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, w.k)), kScratchAlign);
   const size_t sums_offset = stride * static_cast<size_t>(m);
@@ -71,8 +71,7 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
   internal::ForRanges(pool, m, w.k, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      convert(a + r * lda, buf + r * stride, w.k);
-      kernels::SumQ8_0Blocks(buf + r * stride, w.k, sums + r * nb);
+      convert(a + r * lda, buf + r * stride, sums + r * nb, w.k);
     }
   });
   kernels::PackedMatmulArgs args;

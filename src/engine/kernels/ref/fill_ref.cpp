@@ -1,4 +1,5 @@
 // Fills the scalar reference table: every slot of every table starts from these.
+#include "engine/kernels/packed_int8.h"
 #include "engine/kernels/ref/ref_fill.h"
 #include "engine/kernels/tile_bf16.h"
 
@@ -8,6 +9,7 @@ void FillRefKernels(KernelTable* t) {
   FillRefMatmulKernels(t);
   FillRefOpKernels(t);
   t->to_bf16 = ToBf16Ref;  // the x86 SIMD tables replace it
+  t->convert_q8_0_sums = ConvertQ8_0SumsRef;  // the x86 tables replace it
 }
 
 }  // namespace vlmd::engine::kernels

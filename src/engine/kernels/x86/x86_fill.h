@@ -15,6 +15,7 @@ void FillAvx2Bf16Rows(KernelTable* t);          // avx2/bf16_rows_avx2.cpp
 void FillAvx2Attention(KernelTable* t);         // avx2/tile_attention_avx2.cpp
 void FillAvxVnniPackedMatmul(KernelTable* t);   // avxvnni/packed_matmul_avxvnni.cpp
 void FillAvx512FloatMatmul(KernelTable* t);     // avx512/float_matmul_avx512.cpp
+void FillAvx512Converters(KernelTable* t);      // avx512/convert_act_avx512.cpp
 void FillAvx512Bf16RowsInteger(KernelTable* t);  // avx512/bf16_rows_avx512.cpp
 void FillAvx512Attention(KernelTable* t);       // avx512/tile_attention_avx512.cpp
 void FillAvx512VnniQuantMatmul(KernelTable* t);   // avx512vnni/quant_matmul_vnni.cpp

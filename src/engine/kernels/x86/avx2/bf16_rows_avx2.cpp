@@ -55,7 +55,7 @@ void F16ToBf16(const uint16_t* x, uint16_t* y, int64_t n) {
 // GELU (tanh form) for values rounded to bf16 or int8 afterwards, relative error < 1e-4: the
 // AVX-512 GeluTanhFast's form (x / (1 + z) for a < 0, x z / (1 + z) otherwise, z = 2^-|a|,
 // a = -2 sqrt(2/pi) (x + 0.044715 x^3) log2 e), with 1 / (1 + z) from vrcpps and one Newton
-// step (vrcpps alone is 12 bits). z is 0 for |a| >= 127 (x below about -10, where the true value
+// step (vrcpps alone is 12 bits). z is 0 for |a| > 126 (x below about -10, where the true value
 // is under 2^-126 |x|): the result is then -0. x = -inf gives NaN (as the AVX-512 kernel).
 void GeluTanhFast(const float* x, float* y, int64_t n) {
   const __m256 k = _mm256_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
@@ -109,9 +109,11 @@ void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_val
       uint16_t* out = panel + w * 2 * kTileCols;
       if (2 * w + 1 < k_valid) {
         for (int h = 0; h < 2; ++h) {
-          const auto* src = reinterpret_cast<const int*>(base + 8 * h * row_stride + 2 * w);
-          const __m256i v =
-              _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), src, offsets, valid[h], 1);
+          __m256i v = _mm256_setzero_si256();
+          if (cols > 8 * h) {  // (a half of no column gathers nothing, nor forms its address)
+            const auto* src = reinterpret_cast<const int*>(base + 8 * h * row_stride + 2 * w);
+            v = _mm256_mask_i32gather_epi32(v, src, offsets, valid[h], 1);
+          }
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * h), v);
         }
       } else {  // past k_valid zeros; an odd k_valid's last value with its pair partner zero
@@ -157,6 +159,10 @@ void PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_
 
 void FillAvx2Bf16Rows(KernelTable* t) {
   t->to_bf16 = ToBf16;
+  // The BF16 activation format of the float matmuls is the same rounding.
+  t->convert_act[static_cast<int>(DType::kBF16)] = [](const float* x, void* y, int64_t k) {
+    ToBf16(x, static_cast<uint16_t*>(y), k);
+  };
   t->f16_to_bf16 = F16ToBf16;
   t->tile_pack_rows = PackRows;
   t->tile_pack_columns = PackColumns;

@@ -1,10 +1,10 @@
-// AVX2 f32 -> activation-format converters (Q8_0, Q8_1, Q8_K, F16, BF16). They must produce the
-// same bytes as the reference activation quantizers (engine/tensor/quantize.h,
-// FindActivationQuantizeFn: ggml-cpu x86 semantics), so that every ISA computes on identical
-// quantized activations:
+// AVX2 f32 -> activation-format converters (Q8_0 with or without its block sums, Q8_1, Q8_K,
+// F16). They must produce the same bytes as the reference activation quantizers
+// (engine/tensor/quantize.h, FindActivationQuantizeFn: ggml-cpu x86 semantics), so that every
+// ISA computes on identical quantized activations:
 //   Q8_0/Q8_1: d = f16(amax / 127), q = nearest-even(x * (127 / amax)), saturated to int8;
 //   Q8_K:      iscale = -127 / x_at_first_amax, q = nearest-even(iscale * x), d = 1 / iscale;
-//   F16/BF16:  round to nearest even.
+//   F16:       round to nearest even (BF16: avx2/bf16_rows_avx2.cpp).
 #define VLMD_X86_NS avx2
 #include "engine/kernels/x86/simd_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
@@ -65,6 +65,22 @@ void ConvertQ8_0(const float* x, void* y, int64_t k) {
     QuantizeBlock32(x + b * kQK8_0, q, &d);
     out[b].d = FloatToHalf(d);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), PackI8(q[0], q[1], q[2], q[3]));
+  }
+}
+
+// ConvertQ8_0 and the sum of each block's stored quants (KernelTable::convert_q8_0_sums).
+void ConvertQ8_0Sums(const float* x, void* y, int32_t* sums, int64_t k) {
+  auto* out = static_cast<BlockQ8_0*>(y);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < k / kQK8_0; ++b) {
+    __m256i q[4];
+    float d;
+    QuantizeBlock32(x + b * kQK8_0, q, &d);
+    out[b].d = FloatToHalf(d);
+    const __m256i packed = PackI8(q[0], q[1], q[2], q[3]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), packed);
+    // 1 x q summed in int16 pairs, then int32: exact for any int8 values.
+    sums[b] = HSumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, packed), ones16));
   }
 }
 
@@ -133,33 +149,6 @@ void ConvertF16(const float* x, void* y, int64_t k) {
   for (; i < k; ++i) out[i] = FloatToHalf(x[i]);
 }
 
-// Round to nearest even on the raw bits; NaNs stay NaN (quiet bit forced), as the reference.
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
-  return static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
-}
-
-void ConvertBF16(const float* x, void* y, int64_t k) {
-  auto* out = static_cast<uint16_t*>(y);
-  int64_t i = 0;
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  for (; i + 8 <= k; i += 8) {
-    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-    const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
-    r = _mm256_blendv_epi8(r, qnan, nan);
-    // r holds 16-bit values in 32-bit lanes: pack (unsigned saturation never triggers).
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
-  }
-  for (; i < k; ++i) out[i] = FloatToBf16(x[i]);
-}
-
 }  // namespace
 }  // namespace avx2
 
@@ -168,7 +157,8 @@ void FillAvx2Converters(KernelTable* t) {
   t->convert_act[static_cast<int>(DType::kQ8_1)] = &avx2::ConvertQ8_1;
   t->convert_act[static_cast<int>(DType::kQ8_K)] = &avx2::ConvertQ8_K;
   t->convert_act[static_cast<int>(DType::kF16)] = &avx2::ConvertF16;
-  t->convert_act[static_cast<int>(DType::kBF16)] = &avx2::ConvertBF16;
+  // (kBF16: the bf16 row kernels' ToBf16, avx2/bf16_rows_avx2.cpp.)
+  t->convert_q8_0_sums = &avx2::ConvertQ8_0Sums;
 }
 
 }  // namespace vlmd::engine::kernels

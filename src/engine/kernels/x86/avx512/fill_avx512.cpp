@@ -7,6 +7,7 @@
 namespace vlmd::engine::kernels {
 
 void FillAvx512Kernels(KernelTable* t) {
+  FillAvx512Converters(t);
   FillAvx512FloatMatmul(t);
   FillAvx512Bf16RowsInteger(t);
   FillAvx512Attention(t);
