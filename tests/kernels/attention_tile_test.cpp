@@ -18,8 +18,8 @@
 namespace vlmd::testing {
 namespace {
 
-// The fast precision's tile path (bf16_tiles, on AMX) against attention in double over the op's
-// own f32 / f16 values: within the bf16 roundings it adds. With u = 2^-9 (bf16), q and k
+// The fast precision's tile path (bf16_tiles, x86 from avx2 up) against attention in double over
+// the op's own f32 / f16 values: within the bf16 roundings it adds. With u = 2^-9 (bf16), q and k
 // rounded make each score err by <= 2u sum_d |scale q_d k_jd| (S), weights by twice that, the
 // weighted mean by <= 4u S * 2 max|v|; v, the probabilities and the output rounded add
 // u (sum p |v| + |o|) each; doubled for margin. Cases: causal GQA after a history (two query

@@ -290,7 +290,9 @@ TEST(ServerFamilyRouting, RoutesAcrossFamiliesAnswerAsTheModelAskedByName) {
     for (int x = 0; x < 64; ++x) busy += std::string(3, ((x / 2 + y / 2) % 2) ? char(255) : char(0));
   }
   std::string long_prompt;
-  for (int i = 0; i < 80; ++i) long_prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  for (int i = 0; i < 80; ++i) {
+    long_prompt.append("w").append(std::to_string(i * 7919 % 1000)).append(" ");
+  }
   struct Ask {
     std::string image, prompt, tier, model, version;
   };

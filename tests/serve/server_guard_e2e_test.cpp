@@ -568,7 +568,9 @@ TEST(ServerGuard, ComplexityTiersRouteSimpleAndBusyInputsApart) {
   for (int y = 0; y < 64; ++y)
     for (int x = 0; x < 64; ++x) busy += std::string(3, ((x / 2 + y / 2) % 2) ? char(255) : char(0));
   std::string prompt;
-  for (int i = 0; i < 80; ++i) prompt += "w" + std::to_string(i * 7919 % 1000) + " ";
+  for (int i = 0; i < 80; ++i) {
+    prompt.append("w").append(std::to_string(i * 7919 % 1000)).append(" ");
+  }
   json hard{{"model", "auto"}, {"prompt", prompt}, {"max_tokens", 1}, {"image_base64", api::EncodeBase64(busy)}};
   auto rb = c->Post("/v1/vlm/invoke", hard.dump(), "application/json");
   ASSERT_TRUE(rb);

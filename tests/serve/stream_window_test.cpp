@@ -85,7 +85,8 @@ TEST(StreamWindow, TheWindowWidensWithMotionAndNarrowsWhenTheSceneIsStill) {
     EXPECT_LE(v.window, last);
     last = v.window;
     ASSERT_EQ(v.context.size(), static_cast<size_t>(v.window - 1));
-    w.Push("s", Frame("d" + std::to_string(i), 100, s3, v.sequence));  // replaces the newest
+    // Replaces the newest.
+    w.Push("s", Frame(std::string("d").append(std::to_string(i)), 100, s3, v.sequence));
   }
   EXPECT_EQ(last, 1);
   // A request without a frame asks about what was seen: the window and the newest frame.

@@ -2,10 +2,6 @@
 // with target attributes and chosen from CPUID, since the tool itself is built for the x86-64-v2
 // baseline.
 
-// GCC 12's avx512fintrin.h builds the _mm512_reduce_* intrinsics from a half-initialized vector,
-// which -Wuninitialized reports wherever they are inlined: a known false positive of the header.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 #include "machine_limits.h"
 
 #include <immintrin.h>
@@ -21,6 +17,11 @@
 
 namespace vlmd::bench {
 namespace {
+
+// GCC 12's avx512fintrin.h builds the _mm512_reduce_* intrinsics from a half-initialized vector,
+// which -Wuninitialized reports where they are inlined: a false positive, silenced for the probes.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Sums the buffer with 4 independent vector accumulators (enough loads in flight to saturate
 // the memory system); returns the sum so the compiler cannot drop the reads.
@@ -146,6 +147,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t DotInt4Avx512Vnni
   for (int v = 1; v < kPanels; ++v) sum = _mm512_add_epi32(sum, _mm512_add_epi32(lo[v], hi[v]));
   return _mm512_reduce_add_epi32(sum);
 }
+
+#pragma GCC diagnostic pop
 
 // The AVX2 packed kernel's int8 dot (packed_matmul_avx2.cpp): vpmaddubsw (32 byte products into
 // 16 saturating pairs), vpmaddwd against ones (into 8 int32), vpaddd. 12 independent chains.

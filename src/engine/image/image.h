@@ -20,7 +20,7 @@ struct Image {
   std::vector<uint8_t> rgb;
   // The decode budget's reservation for these pixels (DecodeLimits::budget), released with the
   // image; empty without a budget.
-  std::shared_ptr<const void> budget_hold;
+  std::shared_ptr<const void> budget_hold{};
   uint64_t budget_bytes = 0;  // the bytes it holds
 };
 
@@ -35,14 +35,14 @@ struct DecodeLimits {
   uint64_t max_bytes = 32ull << 20;   // encoded size, bytes
   uint64_t max_pixels = 50'000'000;   // width * height of the decoded image
   // Decoded bytes in flight across callers (decode_budget.h); nullptr: unbounded.
-  std::shared_ptr<DecodeBudget> budget;
+  std::shared_ptr<DecodeBudget> budget{};
   // Bytes of that budget the caller already holds (the earlier images of one request): an image
   // that cannot fit beside them is refused at once instead of waiting for them.
   uint64_t budget_held = 0;
   // The smallest size the caller will use from an image of the given (shown) size, e.g. the
   // model's preprocessing target: JPEG then decodes at the largest DCT scale (1/2, 1/4, 1/8)
   // whose result still covers it, in less time and memory. Empty: full size.
-  std::function<ImageSize(int32_t width, int32_t height)> needed_size;
+  std::function<ImageSize(int32_t width, int32_t height)> needed_size{};
   // Internal to DecodeImage: where the dimension check leaves the budget's reservation.
   std::shared_ptr<const void>* reservation = nullptr;
   uint64_t* reserved_bytes = nullptr;

@@ -46,10 +46,10 @@ struct ForwardBatch {
   // row is not finite; rows never mix across sequences).
   bool check_finite = true;
   // Prompt rows (prefill). In the fast precision their attention runs on the bf16 kernel (AMX,
-  // AVX512-BF16, or FMAs on AVX-512 and AVX2) and on AMX their products on the tile unit, whatever the number
-  // of rows (the int8 products are per row anyway), so that a prompt gives the same numbers
-  // however it is cut into chunks; other rows (decode steps) keep the int8 and f32 kernels, so
-  // that a sequence decodes the same in any batch.
+  // AVX512-BF16, or FMAs on AVX-512 and AVX2) and on AMX their products on the tile unit,
+  // whatever the number of rows (the int8 products are per row anyway), so that a prompt gives
+  // the same numbers however it is cut into chunks; other rows (decode steps) keep the int8 and
+  // f32 kernels, so that a sequence decodes the same in any batch.
   bool prompt = false;
   // RoPE positions: nullptr (position = slot), or rope_pos_per_row values per row: 1 (one
   // position; an M-RoPE model uses it for all four sections) or 4 ((t, h, w, e), M-RoPE models).

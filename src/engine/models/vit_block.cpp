@@ -90,9 +90,9 @@ void ZeroPadColumns(uint16_t* buf, int64_t rows, int64_t stride, int64_t width) 
   }
 }
 
-// The FFN activation of the fast precision: its output is rounded to bf16 (tile blocks) or
-// quantized to int8 (the next packed product), so a cheaper form accurate to 1e-4 serves where
-// the table has one.
+// The FFN activation of the fast precision: its output is rounded to bf16 (tile blocks) or,
+// mostly, quantized to int8 (the next packed product; an unpacked down projection takes f16 or
+// f32 activations), so a cheaper form accurate to 1e-4 serves where the table has one.
 kernels::UnaryFn FastActivation(const kernels::KernelTable& kt, ops::Activation act) {
   if (act == ops::Activation::kGeluTanh && kt.gelu_tanh_fast != nullptr) {
     return kt.gelu_tanh_fast;

@@ -342,7 +342,9 @@ std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) 
   // Each alternative on its own (after a separator no word spans): one that is a filtered word
   // would show it as well.
   for (const auto& stats : r.token_stats) {
-    for (const auto& alt : stats.top) pieces += "\n" + std::string(tok.TokenToPiece(alt.token, false));
+    for (const auto& alt : stats.top) {
+      pieces.append("\n").append(tok.TokenToPiece(alt.token, false));
+    }
   }
   return pieces;
 }

@@ -69,7 +69,8 @@ Status ParseRedactStyle(std::string_view name, RedactStyle* style) {
   } else if (name == "fill") {
     *style = RedactStyle::kFill;
   } else {
-    return InvalidArgumentError("'" + std::string(name) + "': expected blur, pixelate or fill");
+    return InvalidArgumentError(std::string("'").append(name) +
+                                "': expected blur, pixelate or fill");
   }
   return Status::Ok();
 }
@@ -80,7 +81,8 @@ Status ParseFaceDetector(std::string_view name, FaceDetector* detector) {
   } else if (name == "haar") {
     *detector = FaceDetector::kHaar;
   } else {
-    return InvalidArgumentError("'" + std::string(name) + "': expected hog (dlib) or haar (OpenCV)");
+    return InvalidArgumentError(std::string("'").append(name) +
+                                "': expected hog (dlib) or haar (OpenCV)");
   }
   return Status::Ok();
 }

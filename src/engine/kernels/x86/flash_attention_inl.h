@@ -12,6 +12,8 @@
 //   Rows::Exp(s, lo, hi, nk_pad, m, p): p[j] = bf16(2^(s[j] - m)) for j in [lo, hi), 0 for the
 //     other j < nk_pad; returns the f32 sum of the unrounded terms;
 //   Rows::Store(o, inv, n, out): out[0, n) = bf16(o[j] * inv).
+// s and o are 64-byte aligned and may be read in whole vectors past hi and n (s: up to the
+// chunk's last 16-key panel, o: up to hd_pad).
 // Per chunk: 1. S for the chunk, in L1. 2. Online softmax per row in base 2: a reference m (the
 // running max, moved only when a chunk exceeds it by more than kSlack), running sum l; the
 // block's probabilities 2^(s - m) rounded to bf16 into P; the f32 output rows O rescaled by

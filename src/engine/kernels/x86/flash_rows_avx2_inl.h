@@ -70,9 +70,10 @@ inline float ReduceAdd8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
-// Rows of 8-lane groups from the one holding lo. The score rows are read whole (the driver's s
-// block is 64-byte aligned, its rows kSStride apart, so a group never leaves its row): lanes
-// outside [lo, hi) may hold stale scores of another chunk and are blended away.
+// Rows of 8-lane groups from the one holding lo. The score rows are read in whole groups (the
+// driver's s block is 64-byte aligned, its rows kSStride apart, so a group never leaves its row):
+// lanes outside [lo, hi) hold the chunk's scores of keys the row does not see, or the padding
+// keys' zeros, and are blended away.
 struct Avx2Rows {
   static float Max(const float* s, int64_t lo, int64_t hi) {
     __m256 vmax = _mm256_set1_ps(-INFINITY);

@@ -1,7 +1,9 @@
 // Flash-style attention of one head (tile_bf16.h, TileAttentionArgs) with AVX2 FMAs, for CPUs
 // without AVX-512 (Zen 2/3, Haswell to Alder Lake; the avxvnni table inherits it): the driver of
 // flash_attention_inl.h with its AVX2 row steps and the same bf16 operands as the AVX-512
-// kernels, so the results differ from theirs only in the order of the f32 sums. A K panel's row
+// kernels, so the results differ from theirs only in the order of the f32 sums, in terms below
+// 2^-126 of a row's largest (0 here, denormals there) and, against the avx512bf16 and amx
+// tables, in denormal probabilities (vcvtneps2bf16 reads them as 0). A K panel's row
 // w holds 16 keys x the pair (2w, 2w + 1) of head dims (a V^T panel's row: 16 head dims x a pair
 // of keys) as 32-bit words, read as two halves of 8: a shift and a mask make each half's even
 // and odd values 8 f32 lanes, which two FMAs multiply by one query's (or probability row's)
