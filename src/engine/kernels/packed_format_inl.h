@@ -2,7 +2,10 @@
 // packed kernels take the format as a template parameter).
 #pragma once
 
+#include <cstdint>
+
 #include "engine/kernels/packed_int8.h"
+#include "engine/tensor/quant_blocks.h"
 
 namespace vlmd::engine::kernels {
 // Internal linkage: the including translation units are compiled with different ISA flags.
@@ -15,6 +18,18 @@ inline void ForPackedFormat(PackedFormat format, Fn&& fn) {
     case PackedFormat::kQ8: return fn.template operator()<0>();
     case PackedFormat::kQ4: return fn.template operator()<1>();
     case PackedFormat::kQ4K: return fn.template operator()<2>();
+  }
+}
+
+// The MR activation rows of a tile from row m: each row's Q8_0 blocks and block sums (nb of each,
+// nb = the matrix's blocks per row).
+template <int MR>
+inline void ActivationRows(const PackedMatmulArgs& args, int64_t m, int64_t nb,
+                           const BlockQ8_0* (&a)[MR], const int32_t* (&sums)[MR]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
+    sums[i] = args.a_sums + (m + i) * nb;
   }
 }
 

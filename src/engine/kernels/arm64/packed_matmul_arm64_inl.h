@@ -143,11 +143,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const int32_t offset = w.offset();
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
-    sums[i] = args.a_sums + (m + i) * nb;
-  }
+  ActivationRows(args, m, nb, a, sums);
   PanelCursor<kFmt, NP> panels(w, p);
   float32x4_t f[MR][NV];
 #pragma GCC unroll 8

@@ -77,11 +77,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
-    sums[i] = args.a_sums + (m + i) * nb;
-  }
+  ActivationRows(args, m, nb, a, sums);
   const uint8_t* wq[NP];
   const uint16_t* ws[NP];
   const uint16_t* wm[NP];
@@ -227,11 +223,7 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const int32_t offset = w.offset();
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
-    sums[i] = args.a_sums + (m + i) * nb;
-  }
+  ActivationRows(args, m, nb, a, sums);
   const uint8_t* wq = w.qs(p, 0);
   const uint16_t* ws = w.scales(p, 0);
   const uint16_t* wm = w.mins(p, 0);

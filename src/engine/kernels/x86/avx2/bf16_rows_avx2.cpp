@@ -17,6 +17,14 @@ namespace {
 
 using flash::RoundToBf16x8;
 
+// The f32 values [x, x + count), count <= 8, the other lanes zero.
+inline __m256 LoadFloats(const float* x, int64_t count) {
+  if (count == 8) return _mm256_loadu_ps(x);
+  alignas(32) float part[8] = {};
+  std::memcpy(part, x, static_cast<size_t>(count) * sizeof(float));
+  return _mm256_load_ps(part);
+}
+
 // Rounds n values to bf16, 8 at a time: load(i, count) gives the f32 values [i, i + count)
 // (the other lanes zero); only the n results are written.
 template <typename Load>
@@ -32,12 +40,7 @@ void RoundRowToBf16(int64_t n, uint16_t* y, Load&& load) {
 }
 
 void ToBf16(const float* x, uint16_t* y, int64_t n) {
-  RoundRowToBf16(n, y, [x](int64_t i, int64_t count) {
-    if (count == 8) return _mm256_loadu_ps(x + i);
-    alignas(32) float tail[8] = {};
-    std::memcpy(tail, x + i, static_cast<size_t>(count) * sizeof(float));
-    return _mm256_load_ps(tail);
-  });
+  RoundRowToBf16(n, y, [x](int64_t i, int64_t count) { return LoadFloats(x + i, count); });
 }
 
 // f16 -> f32 (exact) -> bf16 with the same rounding as ToBf16.
@@ -62,24 +65,21 @@ void GeluTanhFast(const float* x, float* y, int64_t n) {
   const __m256 k3 = _mm256_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
   const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t i = 0; i < n; i += 8) {
-    const int64_t count = std::min<int64_t>(8, n - i);
-    alignas(32) float part[8] = {};
-    if (count < 8) std::memcpy(part, x + i, static_cast<size_t>(count) * sizeof(float));
-    const __m256 v = count == 8 ? _mm256_loadu_ps(x + i) : _mm256_load_ps(part);
+  auto gelu = [&](__m256 v) {
     const __m256 a = _mm256_mul_ps(v, _mm256_fmadd_ps(_mm256_mul_ps(v, v), k3, k));
     const __m256 z = flash::Exp2Avx2(_mm256_or_ps(a, sign));
     const __m256 d = _mm256_add_ps(one, z);
     __m256 r = _mm256_rcp_ps(d);
     r = _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, two));
-    const __m256 num = _mm256_blendv_ps(z, one, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_LT_OQ));
-    const __m256 out = _mm256_mul_ps(_mm256_mul_ps(v, num), r);
-    if (count == 8) {
-      _mm256_storeu_ps(y + i, out);
-    } else {
-      _mm256_store_ps(part, out);
-      std::memcpy(y + i, part, static_cast<size_t>(count) * sizeof(float));
-    }
+    const __m256 negative_a = _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_LT_OQ);
+    return _mm256_mul_ps(_mm256_mul_ps(v, _mm256_blendv_ps(z, one, negative_a)), r);
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu(_mm256_loadu_ps(x + i)));
+  if (i < n) {  // the tail through a zero-padded vector (x == y is allowed: loaded first)
+    alignas(32) float part[8];
+    _mm256_store_ps(part, gelu(LoadFloats(x + i, n - i)));
+    std::memcpy(y + i, part, static_cast<size_t>(n - i) * sizeof(float));
   }
 }
 

@@ -57,19 +57,9 @@ inline uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-void ConvertQ8_0(const float* x, void* y, int64_t k) {
-  auto* out = static_cast<BlockQ8_0*>(y);
-  for (int64_t b = 0; b < k / kQK8_0; ++b) {
-    __m256i q[4];
-    float d;
-    QuantizeBlock32(x + b * kQK8_0, q, &d);
-    out[b].d = FloatToHalf(d);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), PackI8(q[0], q[1], q[2], q[3]));
-  }
-}
-
-// ConvertQ8_0 and the sum of each block's stored quants (KernelTable::convert_q8_0_sums).
-void ConvertQ8_0Sums(const float* x, void* y, int32_t* sums, int64_t k) {
+// kSums: also sums[b], the sum of block b's stored quants (KernelTable::convert_q8_0_sums).
+template <bool kSums>
+void ConvertQ8_0Blocks(const float* x, void* y, int32_t* sums, int64_t k) {
   auto* out = static_cast<BlockQ8_0*>(y);
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < k / kQK8_0; ++b) {
@@ -79,9 +69,17 @@ void ConvertQ8_0Sums(const float* x, void* y, int32_t* sums, int64_t k) {
     out[b].d = FloatToHalf(d);
     const __m256i packed = PackI8(q[0], q[1], q[2], q[3]);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), packed);
-    // 1 x q summed in int16 pairs, then int32: exact for any int8 values.
-    sums[b] = HSumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, packed), ones16));
+    if constexpr (kSums) {  // 1 x q summed in int16 pairs, then int32: exact for any int8
+      sums[b] = HSumI32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, packed), ones16));
+    }
   }
+}
+
+void ConvertQ8_0(const float* x, void* y, int64_t k) {
+  ConvertQ8_0Blocks<false>(x, y, nullptr, k);
+}
+void ConvertQ8_0Sums(const float* x, void* y, int32_t* sums, int64_t k) {
+  ConvertQ8_0Blocks<true>(x, y, sums, k);
 }
 
 void ConvertQ8_1(const float* x, void* y, int64_t k) {

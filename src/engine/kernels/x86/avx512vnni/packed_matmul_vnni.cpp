@@ -51,10 +51,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
-  for (int i = 0; i < MR; ++i) {
-    a[i] = reinterpret_cast<const BlockQ8_0*>(args.a + (m + i) * args.a_row_bytes);
-    sums[i] = args.a_sums + (m + i) * nb;
-  }
+  ActivationRows(args, m, nb, a, sums);
   const uint8_t* wq[NV];
   const uint16_t* ws[NV];
   const uint16_t* wm[NV];
