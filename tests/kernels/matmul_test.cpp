@@ -150,7 +150,9 @@ TEST(MatmulConvertTest, EveryIsaConvertsQ8_0WithTheBlockSums) {
       EXPECT_EQ(got, want);
       EXPECT_EQ(std::vector<int32_t>(got_sums.begin(), got_sums.end() - 1), want_sums);
       EXPECT_EQ(got_sums.back(), 12345) << "wrote past the last block";
-      if (k == 32) EXPECT_EQ(want_sums[0], -127 * 32);
+      if (k == 32) {
+        EXPECT_EQ(want_sums[0], -127 * 32);
+      }
     }
   }
 }

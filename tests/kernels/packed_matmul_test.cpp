@@ -5,6 +5,7 @@
 // path within the bound derived in matmul_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -92,6 +93,38 @@ TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule
   }
 }
 
+// Float rows of a k that is not a multiple of 32 (Qwen2.5-VL's and SigLIP-so400m's FFN widths):
+// whole blocks as the Q8 rule makes them, then the last block from the zero-padded tail, whose
+// padding holds zero weights.
+TEST(PackedMatrixTest, FloatRowsOfAnyWidthPadTheLastBlockWithZeros) {
+  const int64_t n = 19;
+  for (int64_t k : {int64_t{1}, int64_t{20}, int64_t{100}}) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    const std::vector<float> wf = RandomFloats(n * k, 8);
+    const std::vector<uint8_t> rows = Rows(DType::kF16, wf, n, k);
+    auto pm = PackedMatrix::Pack(DType::kF16, rows.data(), *RowBytes(DType::kF16, k), n, k);
+    ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+    const int64_t nb = (k + 31) / 32;
+    EXPECT_EQ((*pm)->k(), k);
+    EXPECT_EQ((*pm)->blocks(), nb);
+    std::vector<float> padded(nb * 32), want(nb * 32);
+    std::vector<BlockQ8_0> q8(nb);
+    for (int64_t c = 0; c < n; ++c) {
+      std::fill(padded.begin(), padded.end(), 0.0f);
+      ASSERT_TRUE(DequantizeRow(DType::kF16, rows.data() + c * *RowBytes(DType::kF16, k),
+                                padded.data(), k).ok());
+      quant::QuantizeRowQ8_0(padded.data(), q8.data(), nb * 32);
+      quant::DequantizeRowQ8_0(q8.data(), want.data(), nb * 32);
+      for (int64_t e = 0; e < nb * 32; ++e) {
+        ASSERT_EQ(PackedWeight(**pm, c, e), want[e]) << "col " << c << " e " << e;
+        if (e >= k) {
+          ASSERT_EQ(PackedWeight(**pm, c, e), 0.0f);
+        }
+      }
+    }
+  }
+}
+
 // Q4_K keeps its 4-bit quants; scale and min of each 32-value sub-block become f16 products, so
 // each packed weight is within f16 rounding of those two terms of the GGUF value.
 TEST(PackedMatrixTest, RepacksQ4KQuantsWithF16ScaleAndMin) {
@@ -126,21 +159,25 @@ TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
   std::vector<uint8_t> buf(4096, 0);
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ5_K, buf.data(), 176, 2, 256).ok());
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ4_K, buf.data(), 144, 2, 128).ok());  // k % 256
-  EXPECT_FALSE(PackedMatrix::Pack(DType::kF32, buf.data(), 4 * 40, 2, 40).ok());  // k % 32
+  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 2, 40).ok());  // k % 32
+  EXPECT_FALSE(PackedMatrix::Pack(DType::kF32, buf.data(), 4 * 40, 2, 0).ok());  // k < 1
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 10, 2, 32).ok());     // row too small
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 0, 32).ok());
 }
 
 // PackedMatmulRef over m activation rows of w.k() floats, converted as the engine converts them
 // (the converters are byte-exact): the output every packed kernel must equal bit for bit.
+// A k that is not a multiple of 32 (float weights) is the zero-padded row's conversion.
 std::vector<float> PackedReference(const PackedMatrix& w, const std::vector<float>& a, int64_t m) {
-  const int64_t k = w.k();
-  const size_t arb = *RowBytes(DType::kQ8_0, k);
+  const int64_t k = w.k(), nb = w.blocks(), kp = nb * 32;
+  const size_t arb = *RowBytes(DType::kQ8_0, kp);
   std::vector<uint8_t> aq(arb * m);
-  std::vector<int32_t> sums(m * (k / 32));
+  std::vector<int32_t> sums(m * nb);
+  std::vector<float> padded(kp, 0.0f);
   for (int64_t r = 0; r < m; ++r) {
-    quant::QuantizeRowQ8_0Act(a.data() + r * k, reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), k);
-    kernels::SumQ8_0Blocks(aq.data() + r * arb, k, sums.data() + r * (k / 32));
+    std::copy_n(a.data() + r * k, k, padded.begin());
+    quant::QuantizeRowQ8_0Act(padded.data(), reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), kp);
+    kernels::SumQ8_0Blocks(aq.data() + r * arb, kp, sums.data() + r * nb);
   }
   std::vector<float> want(m * w.n());
   kernels::PackedMatmulArgs args;
@@ -196,8 +233,15 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
                                    Case{1, 45, 64},  Case{2, 29, 96},  Case{7, 45, 64}};
   const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{1, 100, 256}, Case{3, 50, 512},
                                      Case{70, 33, 256}};
+  // Float rows whose k is not a multiple of 32: the last block zero-padded on both sides (a k
+  // below one block; GEMV and GEMM tiles; Qwen2.5-VL's 3420 = 106 blocks + 28).
+  std::vector<Case> float_cases = cases;
+  for (const Case& c : {Case{1, 17, 20}, Case{1, 45, 100}, Case{2, 29, 61}, Case{5, 33, 84},
+                        Case{70, 40, 3420}}) {
+    float_cases.push_back(c);
+  }
   for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kQ4_K}) {
-    for (const Case& c : type == DType::kQ4_K ? k_cases : cases) {
+    for (const Case& c : type == DType::kQ4_K ? k_cases : type == DType::kF16 ? float_cases : cases) {
       std::vector<float> wf = RandomFloats(c.n * c.k, seed++);
       for (int64_t r = 0; r < c.n; ++r) {
         for (int64_t i = 0; i < c.k; ++i) wf[r * c.k + i] *= 0.5f + static_cast<float>(r % 5);
@@ -400,28 +444,43 @@ TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
 
 // Fast precision on float weights: int8 blocks on both sides. Normalized error against the f32
 // product stays well under the 1e-3 the vision parity allows for whole embeddings.
+// Also for a k that is not a multiple of 32 (the zero-padded last block), which PackWeight packs
+// for float weights only.
 TEST(PackedMatmulTest, FastPrecisionFloatWeightsStayClose) {
   const std::vector<Isa> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
   const KernelTable& kt = kernels::GetKernelTable(isas.back());
   ops::MatmulScratch scratch;
-  const int64_t m = 8, n = 64, k = 768;
-  const std::vector<float> wf = RandomFloats(n * k, 9, 0.05f);
-  const std::vector<float> a = RandomFloats(m * k, 10);
-  ops::WeightView w{DType::kF32, n, k, wf.data(), 0};
-  std::vector<float> exact(m * n), fast(m * n);
-  ASSERT_TRUE(ops::MatMul(kt, nullptr, w, a.data(), m, k, exact.data(), n, &scratch).ok());
-  ops::PackedStore store;
-  ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kFast}, &w, &store).ok());
-  ASSERT_NE(w.packed, nullptr);
-  ASSERT_TRUE(ops::MatMul(kt, nullptr, w, a.data(), m, k, fast.data(), n, &scratch).ok());
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < m * n; ++i) {
-    err += (fast[i] - exact[i]) * double(fast[i] - exact[i]);
-    ref += exact[i] * double(exact[i]);
+  ThreadPool pool2(2);
+  const int64_t n = 64;
+  for (const int64_t k : {int64_t{768}, int64_t{3420}, int64_t{20}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{8}}) {
+      SCOPED_TRACE("k=" + std::to_string(k) + " m=" + std::to_string(m));
+      const std::vector<float> wf = RandomFloats(n * k, 9, 0.05f);
+      const std::vector<float> a = RandomFloats(m * k, 10);
+      ops::WeightView w{DType::kF32, n, k, wf.data(), 0};
+      std::vector<float> exact(m * n), fast(m * n);
+      ASSERT_TRUE(ops::MatMul(kt, nullptr, w, a.data(), m, k, exact.data(), n, &scratch).ok());
+      ops::PackedStore store;
+      ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kFast}, &w, &store).ok());
+      ASSERT_NE(w.packed, nullptr);
+      ASSERT_TRUE(ops::MatMul(kt, &pool2, w, a.data(), m, k, fast.data(), n, &scratch).ok());
+      double err = 0, ref = 0;
+      for (int64_t i = 0; i < m * n; ++i) {
+        err += (fast[i] - exact[i]) * double(fast[i] - exact[i]);
+        ref += exact[i] * double(exact[i]);
+      }
+      EXPECT_GT(err, 0.0);  // it did take the int8 path
+      EXPECT_LT(err / ref, 1e-4);
+    }
   }
-  EXPECT_GT(err, 0.0);  // it did take the int8 path
-  EXPECT_LT(err / ref, 1e-4);
+  // Block types' rows are whole blocks: a Q8_0 view of k = 40 is not packed (and not readable).
+  ops::WeightView q8{DType::kQ8_0, n, 40, nullptr, 0};
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * 68, 0);
+  q8.data = bytes.data();
+  ops::PackedStore store;
+  ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kFast}, &q8, &store).ok());
+  EXPECT_EQ(q8.packed, nullptr);
 }
 
 // A fused matrix (PackFusedWeights: Q/K/V or gate/up in one matmul) gives, column for column, the

@@ -218,7 +218,8 @@ TEST(ResizeBilinearTest, CornerAlignedAndTruncating) {
   using engine::models::ResizeAlgo;
   auto row = [](std::vector<uint8_t> red) {
     engine::models::RgbImage img{static_cast<int32_t>(red.size()), 1, {}};
-    for (uint8_t r : red) img.rgb.insert(img.rgb.end(), {r, 0, 0});
+    img.rgb.assign(red.size() * 3, 0);  // (insert() of a braced list trips GCC 12's -Wstringop-overflow)
+    for (size_t i = 0; i < red.size(); ++i) img.rgb[3 * i] = red[i];
     return img;
   };
   auto reds = [](const engine::models::RgbImage& img) {

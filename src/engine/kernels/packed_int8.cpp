@@ -121,9 +121,12 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
                                   std::string(DTypeName(sources[0].dtype)) + " and " +
                                   std::string(DTypeName(s.dtype)) + " into one matrix");
     }
-    if (s.n < 1 || k < kPackBlock || k % kPackBlock != 0 || s.data == nullptr) {
-      return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) +
-                                  " k=" + std::to_string(k) + " (k must be a multiple of 32)");
+    const bool float_rows =
+        s.dtype == DType::kF32 || s.dtype == DType::kF16 || s.dtype == DType::kBF16;
+    if (s.n < 1 || k < 1 || (!float_rows && k % kPackBlock != 0) || s.data == nullptr) {
+      return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) + " k=" +
+                                  std::to_string(k) + " (k must be a multiple of 32 for " +
+                                  std::string(DTypeName(s.dtype)) + ")");
     }
     const auto min_row = RowBytes(s.dtype, k);
     if (!min_row || s.row_bytes < *min_row) {
@@ -137,7 +140,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   pm->n_ = n;
   pm->k_ = k;
   pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
-  const int64_t nb = k / kPackBlock;
+  const int64_t nb = pm->blocks();
   const size_t units = pm->Units();
   pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
   pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
@@ -154,7 +157,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
               units * pm->qs_bytes_per_block());
   std::memset(pm->scales_.get(), 0, units * kPanelCols * sizeof(uint16_t));
 
-  std::vector<float> f32_row(static_cast<size_t>(k));
+  std::vector<float> f32_row(static_cast<size_t>(nb * kPackBlock), 0.0f);  // zero-padded tail
   std::vector<BlockQ8_0> q8_row(static_cast<size_t>(nb));
   int64_t col = 0;
   for (const PackSource& source : sources) {
@@ -189,7 +192,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
         blocks = q8_row.data();
       } else if (source.dtype != DType::kQ8_0) {  // float rows: Q8_0's round-to-nearest first
         VLMD_RETURN_IF_ERROR(DequantizeRow(source.dtype, row, f32_row.data(), k));
-        quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), k);
+        quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), nb * kPackBlock);
         blocks = q8_row.data();
       }
       pm->PackColumnQ8(col, blocks);

@@ -22,6 +22,12 @@
 // d * (u - offset) with offset 128 (kQ8) or 8 (kQ4), d * u - mn for kQ4K; the offset and min terms
 // are subtracted through the activation block sums.
 //
+// k: a multiple of 32 for the block types (their rows are whole blocks). Float rows (F32, F16,
+// BF16) may have any k >= 1: the last block is then padded with zeros (its scale is that of the
+// real values), and the activation rows are converted padded the same way (ops::MatMul), so the
+// padding contributes 0. Vision towers have such widths: Qwen2.5-VL's FFN is 3420 wide and
+// SigLIP-so400m's (Gemma 3) 4304, and their down projections ran on f32 FMAs without it.
+//
 // Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
 // integers and scales as the GGUF blocks). F32/F16/BF16 rows are quantized to Q8_0 blocks (round to nearest, ggml's rule) first;
 // Q4_K keeps its quants but its per-sub-block scale and min become f16 products, and its
@@ -68,9 +74,9 @@ struct PackSource {
 class PackedMatrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ4K
-  // from Q4_K, kQ8 from Q8_0, Q5_0, F32, F16 or BF16. INVALID_ARGUMENT for other types, k not a
-  // multiple of 32 (256 for Q4_K), n < 1, or row_bytes too small; RESOURCE_EXHAUSTED when the
-  // buffer cannot be allocated.
+  // from Q4_K, kQ8 from Q8_0, Q5_0, F32, F16 or BF16. INVALID_ARGUMENT for other types, k < 1,
+  // a block type's k not a multiple of its block (32; 256 for Q4_K), n < 1, or row_bytes too
+  // small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,
                                                     size_t row_bytes, int64_t n, int64_t k);
   // Packs the sources one after the other into one matrix of sum(n) columns (a fused Q/K/V or
@@ -85,7 +91,8 @@ class PackedMatrix {
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t panels() const { return panels_; }
-  int64_t blocks() const { return k_ / kPackBlock; }
+  // k in whole 32-element blocks, the last one zero-padded when k is not a multiple of 32.
+  int64_t blocks() const { return (k_ + kPackBlock - 1) / kPackBlock; }
   int offset() const {
     return format_ == PackedFormat::kQ8 ? 128 : format_ == PackedFormat::kQ4 ? 8 : 0;
   }
@@ -149,7 +156,7 @@ struct PackedMatmulArgs {
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 
 // Panels [p0, p1) of w in the bf16 tile layout of tile_bf16.h: panel p at dst + (p - p0) * k * 16
-// (k = w.k(), a multiple of 32). Each weight is fma(u, d, bias) in f32, bias = -offset d (the
+// (k = w.k(), which must be a multiple of 32: ops::MatMul keeps other matrices off this path). Each weight is fma(u, d, bias) in f32, bias = -offset d (the
 // exact value d (u - offset), a zero as +0) or -mn for kQ4K (one rounding), rounded to bf16
 // (nearest even); padding columns are zero. For the fast precision's GEMMs on the tile unit;
 // this is the scalar reference the SIMD version (KernelTable::packed_to_tiles) must match bit

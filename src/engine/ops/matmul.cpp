@@ -65,13 +65,25 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   const int64_t nb = pw.blocks();
   const kernels::ConvertQ8_0SumsFn convert = kt.convert_q8_0_sums;
   if (convert == nullptr) return UnimplementedError("MatMul: no Q8_0 activation conversion");
-  const size_t stride = RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, w.k)), kScratchAlign);
+  const int64_t k_blocks = nb * kernels::kPackBlock;  // w.k rounded up to whole blocks
+  const size_t stride = RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, k_blocks)), kScratchAlign);
   const size_t sums_offset = stride * static_cast<size_t>(m);
   uint8_t* buf = scratch->Reserve(sums_offset + sizeof(int32_t) * static_cast<size_t>(m * nb));
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
+  // The whole blocks of a row, then (k not a multiple of 32: float weights, packed_int8.h) its
+  // last one from a zero-padded copy: Q8_0 blocks are independent, so this is the padded row's
+  // conversion, as the weights were packed.
+  const int64_t k_whole = w.k / kernels::kPackBlock * kernels::kPackBlock;
   internal::ForRanges(pool, m, w.k, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      convert(a + r * lda, buf + r * stride, sums + r * nb, w.k);
+      uint8_t* row = buf + r * stride;
+      int32_t* row_sums = sums + r * nb;
+      if (k_whole > 0) convert(a + r * lda, row, row_sums, k_whole);
+      if (k_whole == w.k) continue;
+      float tail[kernels::kPackBlock] = {};
+      std::copy(a + r * lda + k_whole, a + r * lda + w.k, tail);
+      convert(tail, row + *RowBytes(DType::kQ8_0, k_whole), row_sums + k_whole / kernels::kPackBlock,
+              kernels::kPackBlock);
     }
   });
   kernels::PackedMatmulArgs args;
@@ -248,8 +260,9 @@ int64_t TiledPanelsPerTask(int64_t k, int64_t panels, int64_t row_tasks, int wor
 bool UsesTilesForPacked(const kernels::KernelTable& kt, const WeightView& w, int64_t m) {
   const bool wanted = w.packed_tile_route == PackedTileRoute::kAlways ||
                       (w.packed_tile_route == PackedTileRoute::kManyRows && m >= kTiledMinRows);
-  return wanted && kt.packed_to_tiles != nullptr && kt.tile_bf16_matmul != nullptr &&
-         kt.to_bf16 != nullptr;
+  // packed_to_tiles writes whole blocks: a zero-padded last block would not fit the tile panel.
+  return wanted && w.k % kernels::kPackBlock == 0 && kt.packed_to_tiles != nullptr &&
+         kt.tile_bf16_matmul != nullptr && kt.to_bf16 != nullptr;
 }
 
 Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, const WeightView& w,
@@ -320,12 +333,15 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
   // fast only.
   const bool exact_repack =
       w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0;
-  const bool fast_repack = w.dtype == DType::kF32 || w.dtype == DType::kF16 ||
-                           w.dtype == DType::kBF16 || w.dtype == DType::kQ4_K;
+  const bool float_rows =
+      w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
+  const bool fast_repack = float_rows || w.dtype == DType::kQ4_K;
   if (!(exact_repack || (fast_repack && packing.precision == Precision::kFast))) {
     return std::nullopt;
   }
-  if (w.k % kernels::kPackBlock != 0) return std::nullopt;
+  // Float rows of any k pack (the last block zero-padded, packed_int8.h); block types' rows are
+  // whole blocks.
+  if (!float_rows && w.k % kernels::kPackBlock != 0) return std::nullopt;
   const auto row_bytes = RowBytes(w.dtype, w.k);
   if (!row_bytes) return std::nullopt;
   return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n};
