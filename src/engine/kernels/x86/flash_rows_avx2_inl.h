@@ -94,19 +94,39 @@ struct Avx2Rows {
   }
 
   static float Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m, uint16_t* p) {
+    float sum;
+    ExpLoop<false>(s, lo, hi, nk_pad, m, 0.0f, p, &sum);
+    return sum;
+  }
+
+  static bool ExpIfBelow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
+                         float limit, uint16_t* p, float* sum) {
+    return ExpLoop<true>(s, lo, hi, nk_pad, m, limit, p, sum);
+  }
+
+  // Exp, and with kCheck false as soon as a score of [lo, hi) exceeds limit.
+  template <bool kCheck>
+  static bool ExpLoop(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
+                      float limit, uint16_t* p, float* sum) {
     const int64_t j0 = hi > lo ? lo / 8 * 8 : 0, j1 = hi > lo ? hi : 0;
-    const __m256 vm = _mm256_set1_ps(m);
-    __m256 vsum = _mm256_setzero_ps();
+    const __m256 vm = _mm256_set1_ps(m), vlimit = _mm256_set1_ps(limit);
+    __m256 vsum = _mm256_setzero_ps(), over = _mm256_setzero_ps();
     std::fill(p, p + j0, uint16_t{0});
     for (int64_t j = j0; j < j1; j += 8) {
       const __m256 in = _mm256_castsi256_ps(LanesIn8(j, lo, hi));
-      const __m256 e = _mm256_and_ps(in, Exp2Avx2(_mm256_sub_ps(_mm256_load_ps(s + j), vm)));
+      const __m256 x = _mm256_load_ps(s + j);
+      if constexpr (kCheck) {
+        over = _mm256_or_ps(over, _mm256_and_ps(in, _mm256_cmp_ps(x, vlimit, _CMP_GT_OQ)));
+      }
+      const __m256 e = _mm256_and_ps(in, Exp2Avx2(_mm256_sub_ps(x, vm)));
       vsum = _mm256_add_ps(vsum, e);
       const __m128i b = RoundToBf16x8(e);
       std::memcpy(p + j, &b, sizeof(b));  // zeros outside [lo, hi)
     }
+    if (_mm256_movemask_ps(over) != 0) return false;
     std::fill(p + std::max(j0, (j1 + 7) / 8 * 8), p + nk_pad, uint16_t{0});
-    return ReduceAdd8(vsum);
+    *sum = ReduceAdd8(vsum);
+    return true;
   }
 
   static void Store(const float* o, float inv, int64_t n, uint16_t* out) {

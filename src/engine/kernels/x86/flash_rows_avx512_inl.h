@@ -76,7 +76,7 @@ struct Avx512Rows {
     __m512 vmax = _mm512_set1_ps(-INFINITY);
     const int64_t j0 = hi > lo ? lo / 16 * 16 : 0, j1 = hi > lo ? hi : 0;
     for (int64_t j = j0; j < j1; j += 16) {
-      const __mmask16 in = LanesIn(j, lo, hi);
+      const __mmask16 in = j >= lo && j + 16 <= hi ? __mmask16{0xFFFF} : LanesIn(j, lo, hi);
       vmax = _mm512_mask_max_ps(vmax, in, _mm512_maskz_load_ps(in, s + j), vmax);
     }
     return _mm512_reduce_max_ps(vmax);
@@ -90,20 +90,39 @@ struct Avx512Rows {
   }
 
   static float Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m, uint16_t* p) {
+    float sum;
+    ExpLoop<false>(s, lo, hi, nk_pad, m, 0.0f, p, &sum);
+    return sum;
+  }
+
+  static bool ExpIfBelow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
+                         float limit, uint16_t* p, float* sum) {
+    return ExpLoop<true>(s, lo, hi, nk_pad, m, limit, p, sum);
+  }
+
+  // Exp, and with kCheck false as soon as a score of [lo, hi) exceeds limit.
+  template <bool kCheck>
+  static bool ExpLoop(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
+                      float limit, uint16_t* p, float* sum) {
     const int64_t j0 = hi > lo ? lo / 16 * 16 : 0, j1 = hi > lo ? hi : 0;
-    const __m512 vm = _mm512_set1_ps(m);
+    const __m512 vm = _mm512_set1_ps(m), vlimit = _mm512_set1_ps(limit);
     __m512 vsum = _mm512_setzero_ps();
+    __mmask16 over = 0;
     std::fill(p, p + j0, uint16_t{0});
     for (int64_t j = j0; j < j1; j += 16) {
-      const __mmask16 in = LanesIn(j, lo, hi);
-      const __m512 e =
-          Exp2NonPositive(_mm512_sub_ps(_mm512_maskz_load_ps(in, s + j), vm), kLowest);
+      // Whole groups (all of a row's but its first and last) skip the mask arithmetic.
+      const __mmask16 in = j >= lo && j + 16 <= hi ? __mmask16{0xFFFF} : LanesIn(j, lo, hi);
+      const __m512 x = _mm512_maskz_load_ps(in, s + j);
+      if constexpr (kCheck) over |= _mm512_mask_cmp_ps_mask(in, x, vlimit, _CMP_GT_OQ);
+      const __m512 e = Exp2NonPositive(_mm512_sub_ps(x, vm), kLowest);
       vsum = _mm512_mask_add_ps(vsum, in, vsum, e);
       const __m256i b = RoundToBf16(_mm512_maskz_mov_ps(in, e));
       std::memcpy(p + j, &b, sizeof(b));  // zeros outside [lo, hi)
     }
+    if (over != 0) return false;
     std::fill(p + std::max(j0, (j1 + 15) / 16 * 16), p + nk_pad, uint16_t{0});
-    return _mm512_reduce_add_ps(vsum);
+    *sum = _mm512_reduce_add_ps(vsum);
+    return true;
   }
 
   static void Store(const float* o, float inv, int64_t n, uint16_t* out) {
