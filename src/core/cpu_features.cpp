@@ -48,7 +48,13 @@ bool RequestAmxPermission() {
 
 CpuFeatures Detect() {
   CpuFeatures f;
-  const uint32_t max_leaf = Cpuid(0).a;
+  const Regs l0 = Cpuid(0);
+  const uint32_t max_leaf = l0.a;
+  char vendor[13] = {};  // EBX, EDX, ECX
+  std::memcpy(vendor, &l0.b, 4);
+  std::memcpy(vendor + 4, &l0.d, 4);
+  std::memcpy(vendor + 8, &l0.c, 4);
+  f.vendor = vendor;
   const Regs l1 = Cpuid(1);
   f.sse42 = Bit(l1.c, 20);
   f.fma = Bit(l1.c, 12);

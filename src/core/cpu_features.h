@@ -34,6 +34,7 @@ struct CpuFeatures {
   bool asimdhp = false;
   bool sve = false;
   std::string brand;       // e.g. "Intel(R) Xeon(R) ..."
+  std::string vendor;      // x86 CPUID vendor: "GenuineIntel", "AuthenticAMD", ...; "" on Arm
   std::string ToString() const;  // "avx2 fma f16c avx512f ..."
 };
 

@@ -167,27 +167,47 @@ TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
 
 // PackedMatmulRef over m activation rows of w.k() floats, converted as the engine converts them
 // (the converters are byte-exact): the output every packed kernel must equal bit for bit.
-// A k that is not a multiple of 32 (float weights) is the zero-padded row's conversion.
-std::vector<float> PackedReference(const PackedMatrix& w, const std::vector<float>& a, int64_t m) {
+// m activation rows of w.k() floats as the packed kernels take them (Q8_0 blocks and block sums),
+// converted as the engine converts them (the converters are byte-exact). A k that is not a
+// multiple of 32 (float weights) is the zero-padded row's conversion.
+struct PackedActivations {
+  std::vector<uint8_t> q8;
+  std::vector<int32_t> sums;
+  size_t row_bytes = 0;
+};
+
+PackedActivations ConvertActivations(const PackedMatrix& w, const std::vector<float>& a, int64_t m) {
   const int64_t k = w.k(), nb = w.blocks(), kp = nb * 32;
-  const size_t arb = *RowBytes(DType::kQ8_0, kp);
-  std::vector<uint8_t> aq(arb * m);
-  std::vector<int32_t> sums(m * nb);
+  PackedActivations act;
+  act.row_bytes = *RowBytes(DType::kQ8_0, kp);
+  act.q8.resize(act.row_bytes * m);
+  act.sums.resize(m * nb);
   std::vector<float> padded(kp, 0.0f);
   for (int64_t r = 0; r < m; ++r) {
+    uint8_t* row = act.q8.data() + r * act.row_bytes;
     std::copy_n(a.data() + r * k, k, padded.begin());
-    quant::QuantizeRowQ8_0Act(padded.data(), reinterpret_cast<BlockQ8_0*>(aq.data() + r * arb), kp);
-    kernels::SumQ8_0Blocks(aq.data() + r * arb, kp, sums.data() + r * nb);
+    quant::QuantizeRowQ8_0Act(padded.data(), reinterpret_cast<BlockQ8_0*>(row), kp);
+    kernels::SumQ8_0Blocks(row, kp, act.sums.data() + r * nb);
   }
-  std::vector<float> want(m * w.n());
+  return act;
+}
+
+kernels::PackedMatmulArgs ArgsFor(const PackedMatrix& w, const PackedActivations& act, float* out) {
   kernels::PackedMatmulArgs args;
   args.w = &w;
-  args.a = aq.data();
-  args.a_row_bytes = arb;
-  args.a_sums = sums.data();
-  args.out = want.data();
+  args.a = act.q8.data();
+  args.a_row_bytes = act.row_bytes;
+  args.a_sums = act.sums.data();
+  args.out = out;
   args.out_stride = w.n();
-  kernels::PackedMatmulRef(args, 0, m, 0, w.panels());
+  return args;
+}
+
+// PackedMatmulRef over those rows: the output every packed kernel must equal bit for bit.
+std::vector<float> PackedReference(const PackedMatrix& w, const std::vector<float>& a, int64_t m) {
+  const PackedActivations act = ConvertActivations(w, a, m);
+  std::vector<float> want(m * w.n());
+  kernels::PackedMatmulRef(ArgsFor(w, act, want.data()), 0, m, 0, w.panels());
   return want;
 }
 
@@ -275,6 +295,40 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
               }
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// The 4-bit GEMV tiles prefetch their weights a machine-chosen distance ahead (KernelTable::
+// gemv_prefetch_blocks_q4, past the arrays' ends near the last blocks): any distance gives the
+// same bits, on every table, and each table's distance is a sane one.
+TEST(PackedMatmulTest, GemvPrefetchDistanceDoesNotChangeTheResult) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const int64_t n = 100, k = 512;
+  for (DType type : {DType::kQ4_0, DType::kQ4_K}) {
+    const std::vector<float> wf = RandomFloats(n * k, 21);
+    const std::vector<uint8_t> rows = Rows(type, wf, n, k);
+    auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, k), n, k);
+    ASSERT_TRUE(pm.ok());
+    for (int64_t m : {int64_t{1}, int64_t{2}}) {
+      const std::vector<float> a = RandomFloats(m * k, 22);
+      const std::vector<float> want = PackedReference(**pm, a, m);
+      const PackedActivations act = ConvertActivations(**pm, a, m);
+      for (Isa isa : isas) {
+        const KernelTable& kt = kernels::GetKernelTable(isa);
+        EXPECT_GE(kt.gemv_prefetch_blocks_q4, 1);
+        EXPECT_LE(kt.gemv_prefetch_blocks_q4, 64);
+        for (int64_t ahead : {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{64}}) {
+          SCOPED_TRACE(std::string(kernels::IsaName(isa)) + " " + std::string(DTypeName(type)) +
+                       " m=" + std::to_string(m) + " ahead=" + std::to_string(ahead));
+          std::vector<float> got(m * n, -1.0f);
+          kernels::PackedMatmulArgs args = ArgsFor(**pm, act, got.data());
+          args.gemv_prefetch_blocks_q4 = ahead;
+          kt.packed_matmul(args, 0, m, 0, (*pm)->panels());
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
         }
       }
     }

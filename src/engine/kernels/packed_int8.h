@@ -149,6 +149,7 @@ struct PackedMatmulArgs {
   const int32_t* a_sums = nullptr;  // row m, block b at a_sums[m * w->blocks() + b]
   float* out = nullptr;
   int64_t out_stride = 0;
+  int64_t gemv_prefetch_blocks_q4 = 4;  // KernelTable::gemv_prefetch_blocks_q4 (x86 kernels)
 };
 
 // Scalar reference of the packed matmul (what the SIMD kernels are tested against): per column,

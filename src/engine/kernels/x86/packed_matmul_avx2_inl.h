@@ -74,7 +74,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
-  constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
+  const int64_t ahead = kQ4 ? args.gemv_prefetch_blocks_q4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
@@ -96,10 +96,10 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
 
   for (int64_t b = 0; b < nb; ++b) {
     if (gemv) {  // memory-bound: each panel's weights a few blocks ahead
-      const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
+      const size_t scale_ahead = ahead * sstride * sizeof(uint16_t);
 #pragma GCC unroll 8
       for (int v = 0; v < NP; ++v) {
-        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], kAhead * qstride + c);
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c);
         PrefetchAhead(ws[v], scale_ahead);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }

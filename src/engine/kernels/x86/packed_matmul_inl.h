@@ -14,12 +14,13 @@ namespace vlmd::engine::kernels {
 // Internal linkage: the including translation units are compiled with different ISA flags.
 namespace {
 
-// GEMV tiles prefetch each panel's weights this many blocks ahead: a decode step's matrices are
-// short (0.2-1 MB at SmolLM2-135M's width), and the hardware prefetchers were still ramping up
-// when a range ended (q4_0 decode ~500 -> ~545 tok/s on 2 threads). 4 KB ahead in a kQ4 group's
-// stream and one block (512 bytes) ahead in a kQ8 panel measured best (2 threads, SmolLM2-135M,
-// Intel AMX machine; the AVX2 kernel uses the same distances).
-inline constexpr int64_t kPrefetchBlocksQ4 = 4, kPrefetchBlocksQ8 = 1;
+// GEMV tiles prefetch each panel's weights some blocks ahead: a decode step's matrices are short
+// (0.2-1 MB at SmolLM2-135M's width), and the hardware prefetchers were still ramping up when a
+// range ended (q4_0 decode ~500 -> ~545 tok/s on 2 threads). A kQ4 group's stream is prefetched
+// PackedMatmulArgs::gemv_prefetch_blocks_q4 blocks ahead (1 KB each; the machine's choice, see
+// KernelTable), a kQ8 panel one block (512 bytes) ahead, which measured best (2 threads,
+// SmolLM2-135M, Intel AMX machine; the AVX2 kernel uses the same distances).
+inline constexpr int64_t kPrefetchBlocksQ8 = 1;
 
 // Prefetches the line `ahead` bytes past p. The address is formed as an integer: the last blocks
 // prefetch past the arrays, harmless for a prefetch but not a pointer C++ lets us form.

@@ -48,7 +48,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
-  constexpr int64_t kAhead = kQ4 ? kPrefetchBlocksQ4 : kPrefetchBlocksQ8;
+  const int64_t ahead = kQ4 ? args.gemv_prefetch_blocks_q4 : kPrefetchBlocksQ8;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
@@ -71,9 +71,9 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       for (int v = 0; v < NV; ++v) acc[i][v] = bias;
     }
     if constexpr (MR <= 2) {  // GEMV: memory-bound
-      const size_t scale_ahead = kAhead * sstride * sizeof(uint16_t);
+      const size_t scale_ahead = ahead * sstride * sizeof(uint16_t);
       for (int v = 0; v < NV; ++v) {
-        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], kAhead * qstride + c);
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c);
         PrefetchAhead(ws[v], scale_ahead);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }
