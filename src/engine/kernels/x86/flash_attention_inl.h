@@ -9,10 +9,10 @@
 // and so are the vector steps over one row (Rows: flash_rows_avx512_inl.h, flash_rows_avx2_inl.h):
 //   Rows::Max(s, lo, hi): the largest score of s[lo, hi) (-inf when empty; NaN skipped);
 //   Rows::Scale(o, n, alpha): o[0, n) *= alpha (n a multiple of 32);
-//   Rows::Exp(s, lo, hi, nk_pad, m, p): p[j] = bf16(2^(s[j] - m)) for j in [lo, hi), 0 for the
-//     other j < nk_pad; returns the f32 sum of the unrounded terms;
-//   Rows::ExpIfBelow(s, lo, hi, nk_pad, m, limit, p, &sum): Exp (same p, sum = its return) when
-//     no score of [lo, hi) exceeds limit (NaN does not); false otherwise (p then unspecified);
+//   Rows::Exp<kCheck>(s, lo, hi, nk_pad, m, limit, p, &sum): p[j] = bf16(2^(s[j] - m)) for j in
+//     [lo, hi), 0 for the other j < nk_pad, sum = the f32 sum of the unrounded terms; returns
+//     true. With kCheck, false instead when a score of [lo, hi) exceeds limit (NaN does not; p
+//     and sum are then unspecified);
 //   Rows::Store(o, inv, n, out): out[0, n) = bf16(o[j] * inv).
 // s and o are 64-byte aligned and may be read in whole vectors past hi and n (s: up to the
 // chunk's last 16-key panel, o: up to hd_pad).
@@ -66,7 +66,7 @@ void SoftmaxRow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float* m
   // head dim 64, AVX512-BF16 on Zen 5).
   if (*m != -INFINITY) {
     float sum;
-    if (Rows::ExpIfBelow(s, lo, hi, nk_pad, *m, *m + kSlack, p, &sum)) {
+    if (Rows::template Exp<true>(s, lo, hi, nk_pad, *m, *m + kSlack, p, &sum)) {
       *l += sum;
       return;
     }
@@ -86,7 +86,9 @@ void SoftmaxRow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float* m
     *m = chunk_max;
   }
   // A NaN score makes the sum NaN; so does +inf (inf - inf), and both reach the output.
-  *l += Rows::Exp(s, lo, hi, nk_pad, *m, p);
+  float sum;
+  Rows::template Exp<false>(s, lo, hi, nk_pad, *m, 0.0f, p, &sum);
+  *l += sum;
 }
 
 // kScore and kAccumulate: the two products (functions, template arguments so that they inline).

@@ -93,20 +93,10 @@ struct Avx2Rows {
     }
   }
 
-  static float Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m, uint16_t* p) {
-    float sum;
-    ExpLoop<false>(s, lo, hi, nk_pad, m, 0.0f, p, &sum);
-    return sum;
-  }
-
-  static bool ExpIfBelow(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
-                         float limit, uint16_t* p, float* sum) {
-    return ExpLoop<true>(s, lo, hi, nk_pad, m, limit, p, sum);
-  }
-
-  // Exp, and with kCheck false as soon as a score of [lo, hi) exceeds limit.
+  // Rows::Exp of flash_attention_inl.h: with kCheck, false as soon as a score of [lo, hi)
+  // exceeds limit.
   template <bool kCheck>
-  static bool ExpLoop(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
+  static bool Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
                       float limit, uint16_t* p, float* sum) {
     const int64_t j0 = hi > lo ? lo / 8 * 8 : 0, j1 = hi > lo ? hi : 0;
     const __m256 vm = _mm256_set1_ps(m), vlimit = _mm256_set1_ps(limit);
