@@ -98,27 +98,29 @@ TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule
 // padding holds zero weights.
 TEST(PackedMatrixTest, FloatRowsOfAnyWidthPadTheLastBlockWithZeros) {
   const int64_t n = 19;
-  for (int64_t k : {int64_t{1}, int64_t{20}, int64_t{100}}) {
-    SCOPED_TRACE("k=" + std::to_string(k));
-    const std::vector<float> wf = RandomFloats(n * k, 8);
-    const std::vector<uint8_t> rows = Rows(DType::kF16, wf, n, k);
-    auto pm = PackedMatrix::Pack(DType::kF16, rows.data(), *RowBytes(DType::kF16, k), n, k);
-    ASSERT_TRUE(pm.ok()) << pm.status().ToString();
-    const int64_t nb = (k + 31) / 32;
-    EXPECT_EQ((*pm)->k(), k);
-    EXPECT_EQ((*pm)->blocks(), nb);
-    std::vector<float> padded(nb * 32), want(nb * 32);
-    std::vector<BlockQ8_0> q8(nb);
-    for (int64_t c = 0; c < n; ++c) {
-      std::fill(padded.begin(), padded.end(), 0.0f);
-      ASSERT_TRUE(DequantizeRow(DType::kF16, rows.data() + c * *RowBytes(DType::kF16, k),
-                                padded.data(), k).ok());
-      quant::QuantizeRowQ8_0(padded.data(), q8.data(), nb * 32);
-      quant::DequantizeRowQ8_0(q8.data(), want.data(), nb * 32);
-      for (int64_t e = 0; e < nb * 32; ++e) {
-        ASSERT_EQ(PackedWeight(**pm, c, e), want[e]) << "col " << c << " e " << e;
-        if (e >= k) {
-          ASSERT_EQ(PackedWeight(**pm, c, e), 0.0f);
+  for (DType type : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (int64_t k : {int64_t{1}, int64_t{20}, int64_t{100}}) {
+      SCOPED_TRACE(std::string(DTypeName(type)) + " k=" + std::to_string(k));
+      const std::vector<float> wf = RandomFloats(n * k, 8);
+      const std::vector<uint8_t> rows = Rows(type, wf, n, k);
+      auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, k), n, k);
+      ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+      const int64_t nb = (k + 31) / 32;
+      EXPECT_EQ((*pm)->k(), k);
+      EXPECT_EQ((*pm)->blocks(), nb);
+      std::vector<float> padded(nb * 32), want(nb * 32);
+      std::vector<BlockQ8_0> q8(nb);
+      for (int64_t c = 0; c < n; ++c) {
+        std::fill(padded.begin(), padded.end(), 0.0f);
+        ASSERT_TRUE(
+            DequantizeRow(type, rows.data() + c * *RowBytes(type, k), padded.data(), k).ok());
+        quant::QuantizeRowQ8_0(padded.data(), q8.data(), nb * 32);
+        quant::DequantizeRowQ8_0(q8.data(), want.data(), nb * 32);
+        for (int64_t e = 0; e < nb * 32; ++e) {
+          ASSERT_EQ(PackedWeight(**pm, c, e), want[e]) << "col " << c << " e " << e;
+          if (e >= k) {
+            ASSERT_EQ(PackedWeight(**pm, c, e), 0.0f);
+          }
         }
       }
     }
@@ -165,8 +167,6 @@ TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 0, 32).ok());
 }
 
-// PackedMatmulRef over m activation rows of w.k() floats, converted as the engine converts them
-// (the converters are byte-exact): the output every packed kernel must equal bit for bit.
 // m activation rows of w.k() floats as the packed kernels take them (Q8_0 blocks and block sums),
 // converted as the engine converts them (the converters are byte-exact). A k that is not a
 // multiple of 32 (float weights) is the zero-padded row's conversion.
@@ -302,8 +302,9 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
 }
 
 // The 4-bit GEMV tiles prefetch their weights a machine-chosen distance ahead (KernelTable::
-// gemv_prefetch_blocks_q4, past the arrays' ends near the last blocks): any distance gives the
-// same bits, on every table, and each table's distance is a sane one.
+// gemv_prefetch_blocks_q4, past the arrays' ends near the last blocks). A guard against the
+// distance ever reaching a real load (wrong bits, or under ASan a read past the arrays): any
+// distance gives the reference's bits on every table; and each table's distance is a sane one.
 TEST(PackedMatmulTest, GemvPrefetchDistanceDoesNotChangeTheResult) {
   const std::vector<Isa> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
@@ -507,8 +508,9 @@ TEST(PackedMatmulTest, FastPrecisionFloatWeightsStayClose) {
   ops::MatmulScratch scratch;
   ThreadPool pool2(2);
   const int64_t n = 64;
+  // m = 64: a prompt's row count, which takes the tile unit on AMX for whole blocks only.
   for (const int64_t k : {int64_t{768}, int64_t{3420}, int64_t{20}}) {
-    for (const int64_t m : {int64_t{1}, int64_t{8}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{64}}) {
       SCOPED_TRACE("k=" + std::to_string(k) + " m=" + std::to_string(m));
       const std::vector<float> wf = RandomFloats(n * k, 9, 0.05f);
       const std::vector<float> a = RandomFloats(m * k, 10);
@@ -518,6 +520,9 @@ TEST(PackedMatmulTest, FastPrecisionFloatWeightsStayClose) {
       ops::PackedStore store;
       ASSERT_TRUE(ops::PackWeight({&kt, ops::Precision::kFast}, &w, &store).ok());
       ASSERT_NE(w.packed, nullptr);
+      if (k % 32 != 0) {
+        EXPECT_EQ(w.packed_tile_route, ops::PackedTileRoute::kNever);
+      }
       ASSERT_TRUE(ops::MatMul(kt, &pool2, w, a.data(), m, k, fast.data(), n, &scratch).ok());
       double err = 0, ref = 0;
       for (int64_t i = 0; i < m * n; ++i) {

@@ -762,16 +762,23 @@ void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
   // leap: the keys from 200 on are 60x longer, so their chunks' scores exceed the running max by
   // far more than f32's exponent range: terms taken against the old reference would overflow
   // (the one-pass softmax must notice and move it).
-  struct Shape { int64_t n_q, n_kv, hd; bool rising, uniform = false, leap = false; };
+  // late_nan: key 150 (the second chunk, after every row has its reference) holds a NaN, so every
+  // row's output is NaN, as when the NaN comes first.
+  struct Shape {
+    int64_t n_q, n_kv, hd;
+    bool rising, uniform = false, leap = false, late_nan = false;
+  };
   for (const Shape s : {Shape{40, 200, 64, false}, Shape{33, 129, 48, false},
                         Shape{64, 256, 72, false}, Shape{5, 17, 64, false},
                         Shape{100, 300, 64, false}, Shape{40, 640, 64, true},
                         Shape{20, 17, 64, false, true}, Shape{8, 145, 48, false, true},
                         Shape{37, 150, 20, false}, Shape{9, 70, 36, false},
-                        Shape{40, 400, 64, false, false, true}}) {
+                        Shape{40, 400, 64, false, false, true},
+                        Shape{40, 300, 64, false, false, false, true}}) {
     SCOPED_TRACE("n_q=" + std::to_string(s.n_q) + " n_kv=" + std::to_string(s.n_kv) +
                  " hd=" + std::to_string(s.hd) + (s.rising ? " rising" : "") +
-                 (s.uniform ? " uniform" : "") + (s.leap ? " leap" : ""));
+                 (s.uniform ? " uniform" : "") + (s.leap ? " leap" : "") +
+                 (s.late_nan ? " late_nan" : ""));
     const int64_t hd_pad = (s.hd + 31) / 32 * 32, v_k = (s.n_kv + 31) / 32 * 32;
     const int64_t q_rows = (s.n_q + 31) / 32 * 32;
     std::vector<float> qf = vlmd::testing::RandomNormal(q_rows * hd_pad, 71, 0.6f);
@@ -793,6 +800,7 @@ void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
     if (s.leap) {
       for (int64_t i = 200 * s.hd; i < s.n_kv * s.hd; ++i) kf[i] *= 60.0f;
     }
+    if (s.late_nan) kf[150 * s.hd + 5] = NAN;
     const std::vector<uint16_t> k = ToBf16(kf);
     const std::vector<uint16_t> v = ToBf16(vlmd::testing::RandomNormal(s.n_kv * s.hd, 73));
     std::vector<uint16_t> k_tiles(TileBf16Matrix::PanelElements(s.n_kv, hd_pad));
@@ -814,7 +822,7 @@ void CheckTileAttentionMatchesDoubleReference(const kernels::KernelTable* kt) {
     std::vector<double> p(static_cast<size_t>(s.n_kv));
     for (int64_t i = 0; i < s.n_q; ++i) {
       for (int64_t c = s.hd; c < ldo; ++c) ASSERT_EQ(out[i * ldo + c], 0xABCD) << "row " << i;
-      if (nan_row && i == 3) {
+      if ((nan_row && i == 3) || s.late_nan) {
         for (int64_t e = 0; e < s.hd; ++e) EXPECT_TRUE(std::isnan(BF16ToF32(out[i * ldo + e])));
         continue;
       }

@@ -22,7 +22,9 @@
 namespace vlmd::engine::models {
 namespace {
 
-constexpr int64_t kD = 64, kFf = 128, kHeads = 2, kHd = 32, kRows = 40;
+// kFf is not a multiple of 32, as Qwen2.5-VL's 3420 and SigLIP-so400m's 4304 are not: the fast
+// precision packs the down projection with a zero-padded last block.
+constexpr int64_t kD = 64, kFf = 100, kHeads = 2, kHd = 32, kRows = 40;
 constexpr float kEps = 1e-6f;
 
 struct BlockTensors {

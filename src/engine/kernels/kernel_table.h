@@ -140,7 +140,7 @@ struct KernelTable {
   // GEMV tiles prefetch their weights (PackedMatmulArgs::gemv_prefetch_blocks_q4): the machine's
   // memory latency, not the ISA, decides it. 4 measured best on an Intel Sapphire Rapids VM
   // (session 8), 6-8 on an AMD Zen 5 VM (session 24: q4_0 decode +7% on one thread, +2-3% on
-  // two, against 4), so AMD CPUs take 8.
+  // two, against 4), so AMD CPUs (and Hygon's Zen-based ones) take 8.
   int64_t gemv_prefetch_blocks_q4 = 4;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
   // conversion it needs (every table has one; SIMD on x86 from the avx2 table up). The tile

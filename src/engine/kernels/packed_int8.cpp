@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quant_blocks.h"
 #include "engine/tensor/quantize.h"
@@ -123,10 +124,14 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     }
     const bool float_rows =
         s.dtype == DType::kF32 || s.dtype == DType::kF16 || s.dtype == DType::kBF16;
-    if (s.n < 1 || k < 1 || (!float_rows && k % kPackBlock != 0) || s.data == nullptr) {
-      return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) + " k=" +
-                                  std::to_string(k) + " (k must be a multiple of 32 for " +
-                                  std::string(DTypeName(s.dtype)) + ")");
+    if (s.n < 1 || k < 1 || s.data == nullptr) {
+      return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) +
+                                  " k=" + std::to_string(k));
+    }
+    if (!float_rows && k % kPackBlock != 0) {
+      return InvalidArgumentError("PackedMatrix: k=" + std::to_string(k) +
+                                  " is not a multiple of 32, which " +
+                                  std::string(DTypeName(s.dtype)) + " rows must be");
     }
     const auto min_row = RowBytes(s.dtype, k);
     if (!min_row || s.row_bytes < *min_row) {
@@ -203,6 +208,8 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
 
 void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst) {
   const int64_t k = w.k();
+  // Panels are k * 16 values apart: a zero-padded last block would write into the next one.
+  VLMD_CHECK_MSG(k % kPackBlock == 0, "PackedToTiles needs k to be a multiple of 32");
   const bool q4 = w.format() != PackedFormat::kQ8;
   for (int64_t p = p0; p < p1; ++p) {
     uint16_t* panel = dst + (p - p0) * k * kPanelCols;

@@ -157,11 +157,12 @@ struct PackedMatmulArgs {
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 
 // Panels [p0, p1) of w in the bf16 tile layout of tile_bf16.h: panel p at dst + (p - p0) * k * 16
-// (k = w.k(), which must be a multiple of 32: ops::MatMul keeps other matrices off this path). Each weight is fma(u, d, bias) in f32, bias = -offset d (the
-// exact value d (u - offset), a zero as +0) or -mn for kQ4K (one rounding), rounded to bf16
-// (nearest even); padding columns are zero. For the fast precision's GEMMs on the tile unit;
-// this is the scalar reference the SIMD version (KernelTable::packed_to_tiles) must match bit
-// for bit.
+// (k = w.k(), which must be a multiple of 32: ops::MatMul keeps other matrices off this path,
+// and a check stops the program otherwise). Each weight is fma(u, d, bias) in f32, bias =
+// -offset d (the exact value d (u - offset), a zero as +0) or -mn for kQ4K (one rounding),
+// rounded to bf16 (nearest even); padding columns are zero. For the fast precision's GEMMs on
+// the tile unit; this is the scalar reference the SIMD version (KernelTable::packed_to_tiles)
+// must match bit for bit.
 void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst);
 
 // Fills sums[b] = sum of the 32 quants of block b of one BlockQ8_0 row of k elements.

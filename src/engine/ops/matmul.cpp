@@ -66,7 +66,8 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   const kernels::ConvertQ8_0SumsFn convert = kt.convert_q8_0_sums;
   if (convert == nullptr) return UnimplementedError("MatMul: no Q8_0 activation conversion");
   const int64_t k_blocks = nb * kernels::kPackBlock;  // w.k rounded up to whole blocks
-  const size_t stride = RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, k_blocks)), kScratchAlign);
+  const size_t stride =
+      RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, k_blocks)), kScratchAlign);
   const size_t sums_offset = stride * static_cast<size_t>(m);
   uint8_t* buf = scratch->Reserve(sums_offset + sizeof(int32_t) * static_cast<size_t>(m * nb));
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
@@ -82,8 +83,8 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
       if (k_whole == w.k) continue;
       float tail[kernels::kPackBlock] = {};
       std::copy(a + r * lda + k_whole, a + r * lda + w.k, tail);
-      convert(tail, row + *RowBytes(DType::kQ8_0, k_whole), row_sums + k_whole / kernels::kPackBlock,
-              kernels::kPackBlock);
+      convert(tail, row + *RowBytes(DType::kQ8_0, k_whole),
+              row_sums + k_whole / kernels::kPackBlock, kernels::kPackBlock);
     }
   });
   kernels::PackedMatmulArgs args;
@@ -348,9 +349,11 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
   return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n};
 }
 
-// WeightView::packed_tile_route for a matrix packed under `packing`.
-PackedTileRoute TileRouteFor(const WeightPacking& packing) {
-  const bool tiles = packing.precision == Precision::kFast && packing.kt != nullptr &&
+// WeightView::packed_tile_route for a matrix of k columns packed under `packing`: never with a
+// zero-padded last block (packed_to_tiles writes whole blocks).
+PackedTileRoute TileRouteFor(const WeightPacking& packing, int64_t k) {
+  const bool tiles = k % kernels::kPackBlock == 0 && packing.precision == Precision::kFast &&
+                     packing.kt != nullptr &&
                      packing.kt->packed_to_tiles != nullptr &&
                      packing.kt->tile_bf16_matmul != nullptr;
   return tiles ? PackedTileRoute::kManyRows : PackedTileRoute::kNever;
@@ -377,7 +380,7 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
                         kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k));
   w->packed = pm.get();
-  w->packed_tile_route = TileRouteFor(packing);
+  w->packed_tile_route = TileRouteFor(packing, w->k);
   store->int8.push_back(std::move(pm));
   return Status::Ok();
 }
@@ -401,7 +404,7 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   fused.dtype = parts[0]->dtype;
   fused.k = parts[0]->k;
   fused.packed = pm.get();
-  fused.packed_tile_route = TileRouteFor(packing);
+  fused.packed_tile_route = TileRouteFor(packing, fused.k);
   store->int8.push_back(std::move(pm));
   return fused;
 }

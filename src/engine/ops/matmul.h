@@ -81,9 +81,9 @@ struct PackedStore {
 uint64_t PackedBytes(const PackedStore& store);
 
 // Packs *w when `packing` allows it for w->dtype (Q8_0 / Q5_0 / Q4_0 always; F32 / F16 / BF16 /
-// Q4_K in kFast;
-// k a multiple of 32), appends the packed matrix to *store and points w->packed (or w->tiles,
-// see WeightPacking::bf16_tiles) at it. Otherwise leaves *w as it is. Errors: the allocation or a
+// Q4_K in kFast; the block types' k a multiple of their block, float rows any k), appends the
+// packed matrix to *store and points w->packed (or w->tiles, see WeightPacking::bf16_tiles) at
+// it. Otherwise leaves *w as it is. Errors: the allocation or a
 // conversion failed.
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store);
 

@@ -9,6 +9,7 @@
 // which are the even and the odd 32-bit lanes of the rounded values.
 #include <immintrin.h>
 
+#include "core/check.h"
 #include "engine/kernels/packed_int8.h"
 #include "engine/kernels/x86/x86_fill.h"
 
@@ -63,6 +64,8 @@ inline void QuadToRows(const __m512i u[4], const BlockScales& s, uint16_t* row0,
 
 void PackedToTilesAvx512(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst) {
   const int64_t k = w.k();
+  // Panels are k * 16 values apart: a zero-padded last block would write into the next one.
+  VLMD_CHECK_MSG(k % kPackBlock == 0, "PackedToTiles needs k to be a multiple of 32");
   const bool q4 = w.format() != PackedFormat::kQ8;
   const int offset = w.offset();
   constexpr int kRowElems = 2 * kPanelCols;  // bf16 values per tile row (64 bytes)
