@@ -96,8 +96,8 @@ struct Avx2Rows {
   // Rows::Exp of flash_attention_inl.h: with kCheck, false as soon as a score of [lo, hi)
   // exceeds limit.
   template <bool kCheck>
-  static bool Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
-                      float limit, uint16_t* p, float* sum) {
+  static bool Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m, float limit,
+                  uint16_t* p, float* sum) {
     const int64_t j0 = hi > lo ? lo / 8 * 8 : 0, j1 = hi > lo ? hi : 0;
     const __m256 vm = _mm256_set1_ps(m), vlimit = _mm256_set1_ps(limit);
     __m256 vsum = _mm256_setzero_ps(), over = _mm256_setzero_ps();

@@ -92,8 +92,8 @@ struct Avx512Rows {
   // Rows::Exp of flash_attention_inl.h: with kCheck, false as soon as a score of [lo, hi)
   // exceeds limit.
   template <bool kCheck>
-  static bool Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m,
-                      float limit, uint16_t* p, float* sum) {
+  static bool Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m, float limit,
+                  uint16_t* p, float* sum) {
     const int64_t j0 = hi > lo ? lo / 16 * 16 : 0, j1 = hi > lo ? hi : 0;
     const __m512 vm = _mm512_set1_ps(m), vlimit = _mm512_set1_ps(limit);
     __m512 vsum = _mm512_setzero_ps();
