@@ -127,6 +127,41 @@ TEST(PackedMatrixTest, FloatRowsOfAnyWidthPadTheLastBlockWithZeros) {
   }
 }
 
+// Packing on a pool (the engine's load) gives the same bytes as on one thread, for every format,
+// a matrix fused from three sources of different lengths (sources meeting inside a panel
+// group), a last partial group, and a float k with a padded last block.
+TEST(PackedMatrixTest, PackingOnAPoolGivesTheSameBytes) {
+  ThreadPool pool(2);
+  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    const int64_t k = type == DType::kQ4_K ? 512 : type == DType::kF16 ? 100 : 96;
+    const std::vector<int64_t> lengths = {37, 100, 150};  // 287 columns: 18 panels, 5 groups of 4
+    std::vector<std::vector<uint8_t>> rows;
+    std::vector<kernels::PackSource> sources;
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      rows.push_back(Rows(type, RandomFloats(lengths[i] * k, 30 + static_cast<uint32_t>(i)),
+                          lengths[i], k));
+      sources.push_back({type, rows.back().data(), *RowBytes(type, k), lengths[i]});
+    }
+    auto serial = PackedMatrix::PackConcat(sources, k);
+    auto parallel = PackedMatrix::PackConcat(sources, k, &pool);
+    ASSERT_TRUE(serial.ok() && parallel.ok());
+    const PackedMatrix& a = **serial;
+    const PackedMatrix& b = **parallel;
+    ASSERT_EQ(a.panels(), b.panels());
+    for (int64_t p = 0; p < a.panels(); ++p) {
+      for (int64_t blk = 0; blk < a.blocks(); ++blk) {
+        SCOPED_TRACE(std::string(DTypeName(type)) + " panel " + std::to_string(p) + " block " +
+                     std::to_string(blk));
+        ASSERT_EQ(0, std::memcmp(a.qs(p, blk), b.qs(p, blk), a.qs_bytes_per_block()));
+        ASSERT_EQ(0, std::memcmp(a.scales(p, blk), b.scales(p, blk), 32));
+        if (a.mins(p, blk) != nullptr) {
+          ASSERT_EQ(0, std::memcmp(a.mins(p, blk), b.mins(p, blk), 32));
+        }
+      }
+    }
+  }
+}
+
 // Q4_K keeps its 4-bit quants; scale and min of each 32-value sub-block become f16 products, so
 // each packed weight is within f16 rounding of those two terms of the GGUF value.
 TEST(PackedMatrixTest, RepacksQ4KQuantsWithF16ScaleAndMin) {

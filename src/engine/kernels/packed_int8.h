@@ -44,6 +44,10 @@
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
 
+namespace vlmd {
+class ThreadPool;  // core/thread_pool.h
+}  // namespace vlmd
+
 namespace vlmd::engine {
 struct BlockQ4_0;  // engine/tensor/quant_blocks.h
 struct BlockQ4_K;
@@ -81,9 +85,10 @@ class PackedMatrix {
                                                     size_t row_bytes, int64_t n, int64_t k);
   // Packs the sources one after the other into one matrix of sum(n) columns (a fused Q/K/V or
   // gate/up projection: one matmul call instead of several). All sources share k; they must all
-  // pack to the same format (PackedFormatOf). Same errors as Pack.
+  // pack to the same format (PackedFormatOf). Same errors as Pack. With a pool, panel groups are
+  // packed in parallel (the same bytes as without).
   static Result<std::unique_ptr<PackedMatrix>> PackConcat(std::span<const PackSource> sources,
-                                                          int64_t k);
+                                                          int64_t k, ThreadPool* pool = nullptr);
   // True when Pack accepts the type (k and n aside).
   static bool CanPack(DType dtype);
 

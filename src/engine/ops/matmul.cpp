@@ -378,7 +378,7 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   const auto source = PackableSource(packing, *w);
   if (!source) return Status::Ok();
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
-                        kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k));
+                        kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k, packing.pool));
   w->packed = pm.get();
   w->packed_tile_route = TileRouteFor(packing, w->k);
   store->int8.push_back(std::move(pm));
@@ -400,7 +400,7 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
     fused.n += w->n;
   }
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
-                        kernels::PackedMatrix::PackConcat(sources, parts[0]->k));
+                        kernels::PackedMatrix::PackConcat(sources, parts[0]->k, packing.pool));
   fused.dtype = parts[0]->dtype;
   fused.k = parts[0]->k;
   fused.packed = pm.get();

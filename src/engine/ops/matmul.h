@@ -70,6 +70,7 @@ struct WeightPacking {
   const kernels::KernelTable* kt = nullptr;
   Precision precision = Precision::kExact;
   bool bf16_tiles = false;
+  ThreadPool* pool = nullptr;  // packs each int8 matrix's panel groups in parallel (load time)
 };
 // Owner of a model's packed matrices (the views point into it).
 struct PackedStore {

@@ -63,13 +63,16 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   }
   VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
-  VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, {e->ctx_.kernels, opts.precision}));
+  // The loaders pack the matrices on the engine's threads.
+  const ops::WeightPacking packing{.kt = e->ctx_.kernels, .precision = opts.precision,
+                                   .pool = e->pool_.get()};
+  VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, packing));
   if (shared->Find("tokenizer.chat_template") != nullptr) {
     auto src = shared->GetString("tokenizer.chat_template");
     if (src.ok()) e->chat_template_source_ = std::string(*src);
   }
   if (mmproj) {
-    VLMD_ASSIGN_OR_RETURN(e->vision_, models::VisionEncoder::Load(mmproj, {e->ctx_.kernels, opts.precision}));
+    VLMD_ASSIGN_OR_RETURN(e->vision_, models::VisionEncoder::Load(mmproj, packing));
     if (e->vision_->n_embd() != e->model_->config().n_embd_inp()) {
       return InvalidArgumentError("the mmproj projects to width " + std::to_string(e->vision_->n_embd()) +
                                   " but the text model's input width is " +
