@@ -50,6 +50,9 @@ class TileBf16Matrix {
                        int64_t k, uint16_t* dst);
   static void PackColumns(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid,
                           int64_t k, uint16_t* dst);
+  // The largest row_stride the SIMD PackRows gathers: byte offsets of rows up to 15 apart must
+  // fit int32 (a larger stride takes the scalar PackRows).
+  static constexpr int64_t kMaxGatherRowStride = int64_t{1} << 26;
   static size_t PanelElements(int64_t n, int64_t k) {
     return static_cast<size_t>((n + kTileCols - 1) / kTileCols) * static_cast<size_t>(k) *
            kTileCols;

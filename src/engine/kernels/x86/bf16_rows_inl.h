@@ -74,7 +74,7 @@ void GeluTanhFast(const float* x, float* y, int64_t n) {
 // k values, 32-bit words) is one gather of the same word from the panel's 16 source rows.
 void PackRows(const uint16_t* rows, int64_t row_stride, int64_t n, int64_t k_valid, int64_t k,
               uint16_t* dst) {
-  if (row_stride > (int64_t{1} << 26)) {  // gather offsets (15 rows apart) must fit in int32
+  if (row_stride > TileBf16Matrix::kMaxGatherRowStride) {
     TileBf16Matrix::PackRows(rows, row_stride, n, k_valid, k, dst);
     return;
   }
