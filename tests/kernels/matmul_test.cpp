@@ -132,20 +132,27 @@ TEST(MatmulConvertTest, EveryIsaMatchesReferenceBytes) {
 }
 
 // The packed matmul's one-pass activations: the Q8_0 bytes of the reference quantizer and, per
-// block, the sum of its stored quants (what SumQ8_0Blocks computes from those bytes).
+// block, the sum of its stored quants (what SumQ8_0Blocks computes from those bytes). A k that
+// is not a multiple of 32 gives the zero-padded row's blocks (a float matrix of that k is packed
+// so), read from x's own k values only.
 TEST(MatmulConvertTest, EveryIsaConvertsQ8_0WithTheBlockSums) {
   for (Isa isa : AvailableIsas()) {
     const KernelTable& kt = kernels::GetKernelTable(isa);
-    for (int64_t k : {32, 256, 4096}) {
+    for (int64_t k : {32, 256, 4096, 20, 61, 100, 3420}) {
       SCOPED_TRACE(std::string(kernels::IsaName(isa)) + " k=" + std::to_string(k));
       std::vector<float> x = ConverterInput(k, static_cast<uint32_t>(k) + 7);
       if (k == 32) x.assign(32, -3.0f);  // every quant -127: the most negative sum
-      const std::vector<uint8_t> want = QuantizeRows(DType::kQ8_0, x, 1, k, /*activation=*/true);
-      std::vector<int32_t> want_sums(static_cast<size_t>(k / 32));
-      kernels::SumQ8_0Blocks(want.data(), k, want_sums.data());
+      const int64_t k_padded = (k + 31) / 32 * 32;
+      std::vector<float> padded = x;
+      padded.resize(static_cast<size_t>(k_padded), 0.0f);
+      const std::vector<uint8_t> want =
+          QuantizeRows(DType::kQ8_0, padded, 1, k_padded, /*activation=*/true);
+      std::vector<int32_t> want_sums(static_cast<size_t>(k_padded / 32));
+      kernels::SumQ8_0Blocks(want.data(), k_padded, want_sums.data());
       std::vector<uint8_t> got(want.size(), 0xAB);
       std::vector<int32_t> got_sums(want_sums.size() + 1, 12345);
       ASSERT_NE(kt.convert_q8_0_sums, nullptr);
+      // x holds exactly k values: a read past them shows under ASan.
       kt.convert_q8_0_sums(x.data(), got.data(), got_sums.data(), k);
       EXPECT_EQ(got, want);
       EXPECT_EQ(std::vector<int32_t>(got_sums.begin(), got_sums.end() - 1), want_sums);

@@ -82,9 +82,10 @@ class PackedMatrix;
 using PackedToTilesFn = void (*)(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* dst);
 // Converts k f32 activations into a row of the activation format (e.g. Q8_0 blocks).
 using ConvertRowFn = void (*)(const float* x, void* y, int64_t k);
-// The packed matmul's activations in one pass: k f32 values (a multiple of 32) into Q8_0 blocks
-// (the bytes of convert_act[kQ8_0]) and sums[b], the int32 sum of block b's 32 quants (the
-// kernels' offset correction).
+// The packed matmul's activations in one pass: k f32 values into ceil(k / 32) Q8_0 blocks (the
+// bytes of convert_act[kQ8_0] on the row zero-padded to whole blocks, as a float matrix of such
+// a k is packed) and sums[b], the int32 sum of block b's 32 quants (the kernels' offset
+// correction).
 using ConvertQ8_0SumsFn = void (*)(const float* x, void* y, int32_t* sums, int64_t k);
 
 // Row-wise elementwise kernels (one row of n >= 1 floats; x and y may alias). Reductions

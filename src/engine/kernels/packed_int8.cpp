@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "engine/kernels/q8_0_row_inl.h"
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quant_blocks.h"
 #include "engine/tensor/quantize.h"
@@ -290,8 +291,10 @@ void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums) {
 }
 
 void ConvertQ8_0SumsRef(const float* x, void* y, int32_t* sums, int64_t k) {
-  FindActivationQuantizeFn(DType::kQ8_0)(x, y, k);
-  SumQ8_0Blocks(y, k, sums);
+  ConvertQ8_0SumsRow(x, y, sums, k, [](const float* whole, void* out, int32_t* out_sums, int64_t n) {
+    FindActivationQuantizeFn(DType::kQ8_0)(whole, out, n);
+    SumQ8_0Blocks(out, n, out_sums);
+  });
 }
 
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {

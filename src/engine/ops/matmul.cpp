@@ -71,21 +71,10 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   const size_t sums_offset = stride * static_cast<size_t>(m);
   uint8_t* buf = scratch->Reserve(sums_offset + sizeof(int32_t) * static_cast<size_t>(m * nb));
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
-  // The whole blocks of a row, then (k not a multiple of 32: float weights, packed_int8.h) its
-  // last one from a zero-padded copy: Q8_0 blocks are independent, so this is the padded row's
-  // conversion, as the weights were packed.
-  const int64_t k_whole = w.k / kernels::kPackBlock * kernels::kPackBlock;
+  // A k that is not a multiple of 32 (float weights, packed_int8.h) gets its last block
+  // zero-padded by the converter, as the weights were packed.
   internal::ForRanges(pool, m, w.k, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      uint8_t* row = buf + r * stride;
-      int32_t* row_sums = sums + r * nb;
-      if (k_whole > 0) convert(a + r * lda, row, row_sums, k_whole);
-      if (k_whole == w.k) continue;
-      float tail[kernels::kPackBlock] = {};
-      std::copy(a + r * lda + k_whole, a + r * lda + w.k, tail);
-      convert(tail, row + *RowBytes(DType::kQ8_0, k_whole),
-              row_sums + k_whole / kernels::kPackBlock, kernels::kPackBlock);
-    }
+    for (int64_t r = begin; r < end; ++r) convert(a + r * lda, buf + r * stride, sums + r * nb, w.k);
   });
   kernels::PackedMatmulArgs args;
   args.w = &pw;

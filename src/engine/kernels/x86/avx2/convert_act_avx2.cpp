@@ -6,6 +6,7 @@
 //   Q8_K:      iscale = -127 / x_at_first_amax, q = nearest-even(iscale * x), d = 1 / iscale;
 //   F16:       round to nearest even (BF16: avx2/bf16_rows_avx2.cpp).
 #define VLMD_X86_NS avx2
+#include "engine/kernels/q8_0_row_inl.h"
 #include "engine/kernels/x86/simd_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
@@ -79,7 +80,7 @@ void ConvertQ8_0(const float* x, void* y, int64_t k) {
   ConvertQ8_0Blocks<false>(x, y, nullptr, k);
 }
 void ConvertQ8_0Sums(const float* x, void* y, int32_t* sums, int64_t k) {
-  ConvertQ8_0Blocks<true>(x, y, sums, k);
+  ConvertQ8_0SumsRow(x, y, sums, k, ConvertQ8_0Blocks<true>);
 }
 
 void ConvertQ8_1(const float* x, void* y, int64_t k) {

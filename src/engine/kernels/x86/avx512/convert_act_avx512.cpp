@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include "engine/kernels/q8_0_row_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 #include "engine/tensor/quant_blocks.h"
 
@@ -54,7 +55,7 @@ void ConvertBlocks(const float* x, void* y, int32_t* sums, int64_t k) {
 
 void ConvertQ8_0(const float* x, void* y, int64_t k) { ConvertBlocks<false>(x, y, nullptr, k); }
 void ConvertQ8_0Sums(const float* x, void* y, int32_t* sums, int64_t k) {
-  ConvertBlocks<true>(x, y, sums, k);
+  ConvertQ8_0SumsRow(x, y, sums, k, ConvertBlocks<true>);
 }
 
 }  // namespace
