@@ -308,6 +308,28 @@ TEST(TileBf16Kernel, EveryX86SimdTableHasTheBf16AttentionPath) {
   }
 }
 
+// Every aarch64 table runs the encoder's and a prompt's attention on the NEON flash kernel (the
+// same for all three: only the int8 products differ) and converts rows with NEON, not the scalar
+// reference; the x86 tables run their own kernels.
+TEST(TileBf16Kernel, EveryArm64TableHasTheNeonAttentionPath) {
+  const kernels::KernelTable& ref = kernels::GetKernelTable(kernels::Isa::kRef);
+  const kernels::KernelTable* first = nullptr;
+  for (auto isa : {kernels::Isa::kNeon, kernels::Isa::kNeonDot, kernels::Isa::kNeonI8mm}) {
+    if (!kernels::IsaAvailable(isa)) continue;
+    const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
+    SCOPED_TRACE(std::string(kernels::IsaName(isa)));
+    EXPECT_NE(kt.tile_attention, nullptr);
+    EXPECT_NE(kt.to_bf16, ref.to_bf16);
+    EXPECT_NE(kt.f16_to_bf16, nullptr);
+    if (first == nullptr) {
+      first = &kt;
+    } else {
+      EXPECT_EQ(kt.tile_attention, first->tile_attention);
+    }
+  }
+  if (first == nullptr) GTEST_SKIP() << "not an aarch64 CPU";
+}
+
 TEST(TileBf16Kernel, F16ToBf16RoundsEveryHalfLikeTheF32Path) {
   const auto has = [](const kernels::KernelTable& t) { return t.f16_to_bf16 != nullptr; };
   if (!ForEachTableWith(has, CheckF16ToBf16RoundsEveryHalfLikeTheF32Path)) {

@@ -144,12 +144,12 @@ struct KernelTable {
   // two, against 4), so AMD CPUs (and Hygon's Zen-based ones) take 8.
   int64_t gemv_prefetch_blocks_q4 = 4;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
-  // conversion it needs (every table has one; SIMD on x86 from the avx2 table up). The tile
-  // matmul is nullptr without AMX: the engine then never packs bf16 tiles (the scalar reference
-  // TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
+  // conversion it needs (every table has one; SIMD on x86 from the avx2 table up and on arm64).
+  // The tile matmul is nullptr without AMX: the engine then never packs bf16 tiles (the scalar
+  // reference TileBf16MatmulRef exists for tests only, it is far too slow to be a fallback).
   TileBf16MatmulFn tile_bf16_matmul = nullptr;
   ToBf16Fn to_bf16 = nullptr;
-  F16ToBf16Fn f16_to_bf16 = nullptr;  // f16 K/V cache rows for tile_attention (x86, avx2 up)
+  F16ToBf16Fn f16_to_bf16 = nullptr;  // f16 K/V cache rows for tile_attention (x86 avx2 up, arm64)
   // Packed int8 panels to bf16 tile panels, so that fast-precision GEMMs over packed weights can
   // run on the tile unit (nullptr where tile_bf16_matmul is).
   PackedToTilesFn packed_to_tiles = nullptr;
@@ -157,8 +157,8 @@ struct KernelTable {
   // to bf16 (the tile epilogue) or quantized to int8 (the next packed product) right after.
   UnaryFn gelu_tanh_fast = nullptr;
   // The fast precision's attention (encoder, prompts) on bf16 operands: AMX tiles, vdpbf16ps
-  // (avx512bf16) or FMAs (avx512, avx512vnni, avx2, avxvnni); nullptr on the scalar and arm64
-  // tables.
+  // (avx512bf16) or FMAs (avx512, avx512vnni, avx2, avxvnni; NEON on every arm64 table);
+  // nullptr on the scalar table.
   TileAttentionFn tile_attention = nullptr;
   TilePackFn tile_pack_rows = nullptr;     // K as the columns of Q K^T
   TilePackFn tile_pack_columns = nullptr;  // V^T as the columns of P V

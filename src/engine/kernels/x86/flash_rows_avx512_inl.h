@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/kernels/x86/flash_attention_inl.h"
+#include "engine/kernels/flash_attention_inl.h"
 
 namespace vlmd::engine::kernels::flash {
 namespace {  // internal linkage: see flash_attention_inl.h

@@ -1,12 +1,14 @@
 // The flash-style attention of one head (tile_bf16.h, TileAttentionArgs) shared by the AMX tile
-// kernel, the AVX512-BF16 one, the AVX-512 FMA one and the AVX2 FMA one: the driver (query
-// blocks of 32 rows, keys in chunks of kChunk), the online softmax and the final normalization.
+// kernel, the AVX512-BF16 one, the AVX-512 FMA one, the AVX2 FMA one and the aarch64 NEON one:
+// the driver (query blocks of 32 rows, keys in chunks of kChunk), the online softmax and the
+// final normalization.
 // The two products are the caller's:
 //   score(a, q, p0, panels, s): S = Q K^T for 32 query rows (q) x the 16-key panels
 //     [p0, p0 + panels), into the f32 block s (32 rows of kSStride);
 //   accumulate(a, p, k0, steps, o, o_stride): O rows [0, 32) += P (32 rows of kPStride bf16
 //     probabilities, 32 * steps keys) x V^T's panels for keys [k0, k0 + 32 * steps).
-// and so are the vector steps over one row (Rows: flash_rows_avx512_inl.h, flash_rows_avx2_inl.h):
+// and so are the vector steps over one row (Rows: x86/flash_rows_avx512_inl.h,
+// x86/flash_rows_avx2_inl.h, arm64/flash_rows_neon_inl.h):
 //   Rows::Max(s, lo, hi): the largest score of s[lo, hi) (-inf when empty; NaN skipped);
 //   Rows::Scale(o, n, alpha): o[0, n) *= alpha (n a multiple of 32);
 //   Rows::Exp<kCheck>(s, lo, hi, nk_pad, m, limit, p, &sum): p[j] = bf16(2^(s[j] - m)) for j in
@@ -24,7 +26,7 @@
 // chunk of its first visible key and stops at its last one, and each row's softmax counts only
 // its own keys (the rest of the chunk gets probability 0; a chunk with none leaves it as it was).
 //
-// Include only from translation units compiled with AVX2 or more, through a Rows header.
+// Include only through a Rows header, from translation units compiled for its ISA.
 #pragma once
 
 #include <algorithm>
