@@ -24,7 +24,7 @@
 //
 // k: a multiple of 32 for the block types (their rows are whole blocks). Float rows (F32, F16,
 // BF16) may have any k >= 1: the last block is then padded with zeros (its scale is that of the
-// real values), and the activation rows are converted padded the same way (ops::MatMul), so the
+// real values), and the activation rows are converted padded the same way (convert_q8_0_sums), so the
 // padding contributes 0. Vision towers have such widths: Qwen2.5-VL's FFN is 3420 wide and
 // SigLIP-so400m's (Gemma 3) 4304, and their down projections ran on f32 FMAs without it.
 //
@@ -109,6 +109,12 @@ class PackedMatrix {
   const uint8_t* qs(int64_t panel, int64_t block) const {
     return qs_.get() + Unit(panel, block) * qs_bytes_per_block();
   }
+  // One past the qs bytes of the groups that hold panels [0, panel_end): the end of a panel
+  // range's contiguous stream (ranges of whole groups start at a group's first byte).
+  const uint8_t* qs_end(int64_t panel_end) const {
+    const int64_t g = group_panels();
+    return qs((panel_end + g - 1) / g * g, 0);
+  }
   const uint16_t* scales(int64_t panel, int64_t block) const {
     return scales_.get() + Unit(panel, block) * kPanelCols;
   }
@@ -155,6 +161,7 @@ struct PackedMatmulArgs {
   float* out = nullptr;
   int64_t out_stride = 0;
   int64_t gemv_prefetch_blocks_q4 = 4;  // KernelTable::gemv_prefetch_blocks_q4 (x86 kernels)
+  int64_t gemv_l2_prefetch_blocks_q4 = 0;  // KernelTable::gemv_l2_prefetch_blocks_q4 (0: none)
 };
 
 // Scalar reference of the packed matmul (what the SIMD kernels are tested against): per column,
