@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -183,6 +184,22 @@ TEST(Bf16Test, RoundsToNearestEven) {
   EXPECT_EQ(F32ToBF16(-0.0f), 0x8000);
   EXPECT_EQ(F32ToBF16(Bits(0x7F800001)), 0x7FC0);                  // sNaN -> quiet NaN
   EXPECT_EQ(F32ToBF16(Bits(0x00000001)), 0x0000);                  // tiny subnormal -> 0
+}
+
+// The row conversion (selects instead of branches, vectorized) gives F16ToF32's bits for every
+// pattern, NaN payloads and signalling NaNs included, at every position of a vector.
+TEST(Fp16Test, F16ToF32RowMatchesScalarForAllPatterns) {
+  std::vector<uint16_t> all(65536 + 3);
+  for (uint32_t h = 0; h < all.size(); ++h) all[h] = static_cast<uint16_t>(h * 40503u);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  for (size_t offset : {size_t{0}, size_t{1}, size_t{3}}) {
+    std::vector<float> got(all.size() - offset);
+    F16ToF32Row(all.data() + offset, got.data(), static_cast<int64_t>(got.size()));
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(F16ToF32(all[i + offset])))
+          << "f16 " << all[i + offset] << " offset " << offset;
+    }
+  }
 }
 
 TEST(Fp16Test, RowHelpersMatchScalar) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/tensor/fp16.h"
+#include "engine/tensor/quant_fit.h"
 
 namespace vlmd::engine {
 namespace {
@@ -392,6 +394,29 @@ TEST(QuantizeTest, ActivationQ8RoundsHalfToEvenFileQ8AwayFromZero) {
   quant::QuantizeRowQ8_1Act(x.data(), &act1, 32);
   EXPECT_EQ(act1.s, F32ToF16(127 + 2 - 4 + 0));
   EXPECT_EQ(std::memcmp(act1.qs, act.qs, 32), 0);
+}
+
+// The file quantizers' rounding (quant_fit.h RoundHalfAway, in a form that vectorizes) is
+// roundf for every 101st float pattern of magnitude below 2^31, every half-integer and its two
+// neighbours up to 2^23, and zeros, denormals and the largest float below 1/2.
+TEST(QuantizeTest, RoundHalfAwayIsRoundf) {
+  auto check = [](float v) {
+    ASSERT_EQ(quant::RoundHalfAway(v), static_cast<int32_t>(std::round(v))) << v;
+  };
+  for (uint32_t bits = 0; bits < 0x4F000000u; bits += 101) {
+    check(std::bit_cast<float>(bits));
+    check(-std::bit_cast<float>(bits));
+  }
+  for (float h = 0.5f; h < 8388608.0f; h = h < 4096.0f ? h + 1.0f : h * 1.37f + 0.5f) {
+    const float tie = std::floor(h) + 0.5f;
+    for (float v : {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 1e30f)}) {
+      check(v);
+      check(-v);
+    }
+  }
+  for (float v : {0.0f, -0.0f, 0x1.fffffep-2f, -0x1.fffffep-2f, 1e-40f, -1e-40f, 2147483520.0f}) {
+    check(v);
+  }
 }
 
 TEST(QuantizeTest, ActivationConvertersCoverActivationFormats) {

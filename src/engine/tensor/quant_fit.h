@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace vlmd::engine::quant {
@@ -16,6 +17,16 @@ inline constexpr float kGroupMaxEps = 1e-15f;
 inline int NearestInt(float v) {
   const float t = v + 12582912.0f;
   return static_cast<int>(std::bit_cast<uint32_t>(t) & 0x007FFFFFu) - 0x00400000;
+}
+
+// (int)roundf(v) (ties away from zero, ggml's Q8_0 / Q8_1 file quantizers) for |v| < 2^31, in a
+// form the compiler vectorizes (roundf is a libm call per value, and GCC keeps trunc scalar
+// under -ftrapping-math): v + (0.5 - 2^-25) with v's sign passes the next integer away from
+// zero exactly when v's fraction is at least 1/2 (below 2^23 the sum's rounding never crosses an
+// integer otherwise; from 2^23 on v is an integer and the sum rounds back to it), so the
+// conversion's truncation gives roundf(v). Tested against roundf.
+inline int32_t RoundHalfAway(float v) {
+  return static_cast<int32_t>(v + std::copysign(0x1.fffffep-2f, v));
 }
 
 // The element of largest magnitude with its sign, the first of equal magnitudes (as ggml's loops

@@ -134,9 +134,11 @@ void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t k) {
     const float d = BlockAbsMax(x) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = F32ToF16(d);
-    for (int j = 0; j < kQK; ++j) {
-      y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));  // ties away from zero (roundf)
-    }
+    // Into a local block first: stores through int8_t (a char type) may alias x, which kept
+    // the loop scalar.
+    int8_t q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = static_cast<int8_t>(RoundHalfAway(x[j] * id));
+    std::memcpy(y[i].qs, q, kQK);
   }
 }
 
@@ -147,7 +149,7 @@ void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t k) {
     y[i].d = F32ToF16(d);
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+      y[i].qs[j] = static_cast<int8_t>(RoundHalfAway(x[j] * id));
       sum += y[i].qs[j];
     }
     y[i].s = F32ToF16(static_cast<float>(sum) * d);
