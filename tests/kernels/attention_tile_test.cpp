@@ -1,4 +1,5 @@
-// The fast precision's bf16 flash attention (every x86 SIMD table: FMAs, vdpbf16ps or AMX tiles)
+// The fast precision's bf16 flash attention (every x86 SIMD table: FMAs, vdpbf16ps or AMX tiles;
+// every arm64 table: NEON FMAs)
 // against attention in double within the bf16 roundings, its rows independent of the call, and
 // self-attention in row spans (the vision encoders') on the f32 and bf16 paths.
 #include <gtest/gtest.h>

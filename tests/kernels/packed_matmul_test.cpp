@@ -364,7 +364,8 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
 // far ahead into L2 within the range (gemv_l2_prefetch_blocks_q4). A guard against either
 // distance ever reaching a real load (wrong bits, or under ASan a read past the arrays): any
 // distances give the reference's bits on every table, over the whole matrix and over a range
-// of groups in its middle; and each table's distances are sane ones.
+// of groups in its middle; and each table's distances are sane ones. (A prefetch changes no
+// result, so where the far one stops is not observable here: qs_end has its own test.)
 TEST(PackedMatmulTest, GemvPrefetchDistanceDoesNotChangeTheResult) {
   const std::vector<Isa> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";

@@ -3,7 +3,7 @@
 // (same products, f32 sums in another order), and ops::MatMul over tile-packed weights stays
 // within bf16 rounding of the f32 product. On a CPU without AMX the tile matmul tests are skipped
 // (no table holds the kernel); packing, the bf16 row kernels and the flash attention (every x86
-// table from avx2 up) and the reference still run.
+// table from avx2 up, every arm64 table) and the reference still run.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -187,7 +187,8 @@ TEST(Bf16Test, RoundsToNearestEven) {
 }
 
 // The row conversion (selects instead of branches, vectorized) gives F16ToF32's bits for every
-// pattern, NaN payloads and signalling NaNs included, at every position of a vector.
+// pattern, NaN payloads and signalling NaNs included, in rows starting at three offsets and with
+// a scalar tail.
 TEST(Fp16Test, F16ToF32RowMatchesScalarForAllPatterns) {
   std::vector<uint16_t> all(65536 + 3);
   for (uint32_t h = 0; h < all.size(); ++h) all[h] = static_cast<uint16_t>(h * 40503u);

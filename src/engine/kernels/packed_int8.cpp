@@ -291,10 +291,11 @@ void SumQ8_0Blocks(const void* row, int64_t k, int32_t* sums) {
 }
 
 void ConvertQ8_0SumsRef(const float* x, void* y, int32_t* sums, int64_t k) {
-  ConvertQ8_0SumsRow(x, y, sums, k, [](const float* whole, void* out, int32_t* out_sums, int64_t n) {
+  auto whole_blocks = [](const float* whole, void* out, int32_t* out_sums, int64_t n) {
     FindActivationQuantizeFn(DType::kQ8_0)(whole, out, n);
     SumQ8_0Blocks(out, n, out_sums);
-  });
+  };
+  ConvertQ8_0SumsRow(x, y, sums, k, whole_blocks);
 }
 
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {

@@ -24,8 +24,8 @@
 //
 // k: a multiple of 32 for the block types (their rows are whole blocks). Float rows (F32, F16,
 // BF16) may have any k >= 1: the last block is then padded with zeros (its scale is that of the
-// real values), and the activation rows are converted padded the same way (convert_q8_0_sums), so the
-// padding contributes 0. Vision towers have such widths: Qwen2.5-VL's FFN is 3420 wide and
+// real values), and the activation rows are converted padded the same way (convert_q8_0_sums), so
+// the padding contributes 0. Vision towers have such widths: Qwen2.5-VL's FFN is 3420 wide and
 // SigLIP-so400m's (Gemma 3) 4304, and their down projections ran on f32 FMAs without it.
 //
 // Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same

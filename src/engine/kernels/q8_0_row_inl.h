@@ -11,6 +11,9 @@
 #include "engine/tensor/quant_blocks.h"
 
 namespace vlmd::engine::kernels {
+// Internal linkage: the including translation units are compiled with different ISA flags, and
+// one linker-chosen copy of an instantiation must not run where its ISA is missing.
+namespace {
 
 // whole(x, y, sums, k): converts the k / 32 whole blocks of x (k a multiple of 32).
 template <typename WholeBlocks>
@@ -24,4 +27,5 @@ inline void ConvertQ8_0SumsRow(const float* x, void* y, int32_t* sums, int64_t k
   whole(padded, static_cast<BlockQ8_0*>(y) + whole_blocks, sums + whole_blocks, kQK8_0);
 }
 
+}  // namespace
 }  // namespace vlmd::engine::kernels

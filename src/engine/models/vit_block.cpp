@@ -141,8 +141,9 @@ Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool
 // runs flash attention: K and V cast to F16 and Q rounded to F16 (f32 accumulation); rounded in
 // place here, the f32 attention multiplies exactly those numbers. In the fast precision, where
 // the table has a bf16 attention kernel, the attention runs on it instead, its operands rounded
-// to bf16: on AVX2 and on AVX-512 without AMX (vdpbf16ps or FMAs; the products stay int8), and on
-// AMX for blocks that cannot run on tiles (e.g. InternViT's layer scale).
+// to bf16: on AVX2, on AVX-512 without AMX (vdpbf16ps or FMAs; the products stay int8) and on
+// arm64 (NEON FMAs), and on AMX for blocks that cannot run on tiles (e.g. InternViT's layer
+// scale).
 Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionContext* ctx) {
   const kernels::KernelTable& kt = *ctx->kernels;
   const bool bf16 = spec.fast && ops::Bf16AttentionRuns(kt, spec.head_dim);

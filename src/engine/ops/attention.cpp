@@ -8,8 +8,8 @@
 // one GEMM P V, on f32 copies of that head's K and V^T. The per-query path above is bound by a
 // horizontal sum per cache row; the GEMMs run at the matmul kernels' rate.
 //
-// In the fast precision (bf16_tiles) on every x86 table from avx2 up, any number of query rows
-// runs on the fused bf16 flash kernel instead (AttentionTiles below).
+// In the fast precision (bf16_tiles) on every x86 table from avx2 up and every arm64 table, any
+// number of query rows runs on the fused bf16 flash kernel instead (AttentionTiles below).
 #include "engine/ops/attention.h"
 
 #include <algorithm>

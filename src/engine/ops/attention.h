@@ -3,7 +3,7 @@
 // query rows (decode) stream over the cache with an online softmax in O(head_dim) memory per
 // thread; many rows (prefill) run as two f32 GEMMs per (kv head, 64-row query block), with one
 // [64, n_kv] score block per thread, or in the fast precision (bf16_tiles, the x86 tables from
-// avx2 up) as the fused bf16 kernel per (head, 128 queries).
+// avx2 up and the arm64 ones) as the fused bf16 kernel per (head, 128 queries).
 #pragma once
 
 #include <cstdint>
@@ -86,7 +86,7 @@ struct AttentionArgs {
 
   // The engine's fast precision: round Q, K and V to bf16 and run the fused bf16 attention
   // kernel (kernels::TileAttentionArgs: products and sums f32; AMX tiles, vdpbf16ps on
-  // AVX512-BF16, FMAs on other AVX-512 and on AVX2) where the kernel table has it
+  // AVX512-BF16, FMAs on other AVX-512, on AVX2 and on NEON) where the kernel table has it
   // (Bf16AttentionRuns), for any number of query rows, so that a row's result does not depend
   // on how many share the call (TextDecoder sets it for prompt rows, never for decode steps).
   // Off: the f32 paths above.

@@ -74,7 +74,9 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   // A k that is not a multiple of 32 (float weights, packed_int8.h) gets its last block
   // zero-padded by the converter, as the weights were packed.
   internal::ForRanges(pool, m, w.k, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) convert(a + r * lda, buf + r * stride, sums + r * nb, w.k);
+    for (int64_t r = begin; r < end; ++r) {
+      convert(a + r * lda, buf + r * stride, sums + r * nb, w.k);
+    }
   });
   kernels::PackedMatmulArgs args;
   args.w = &pw;

@@ -147,11 +147,13 @@ void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t k) {
     const float d = BlockAbsMax(x) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = F32ToF16(d);
+    int8_t q[kQK];  // a local block, as in QuantizeRowQ8_0
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      y[i].qs[j] = static_cast<int8_t>(RoundHalfAway(x[j] * id));
-      sum += y[i].qs[j];
+      q[j] = static_cast<int8_t>(RoundHalfAway(x[j] * id));
+      sum += q[j];
     }
+    std::memcpy(y[i].qs, q, kQK);
     y[i].s = F32ToF16(static_cast<float>(sum) * d);
   }
 }

@@ -1,5 +1,5 @@
 // The NEON row steps of the flash attention driver (flash_attention_inl.h: Rows), and the bf16
-// rounding and exp2 they share with the NEON bf16 row kernels (neon/tile_attention_neon.cpp):
+// rounding they share with the NEON bf16 row kernels (neon/tile_attention_neon.cpp):
 // the AVX2 steps (x86/flash_rows_avx2_inl.h) on 4-lane groups, with bit selects for its blends.
 //
 // Include only from translation units compiled for aarch64 (arm64/<isa>/).

@@ -8,7 +8,7 @@ namespace vlmd::engine::kernels {
 void FillRefKernels(KernelTable* t) {
   FillRefMatmulKernels(t);
   FillRefOpKernels(t);
-  t->to_bf16 = ToBf16Ref;  // the x86 SIMD tables replace it
+  t->to_bf16 = ToBf16Ref;  // the x86 SIMD and the arm64 tables replace it
   t->convert_q8_0_sums = ConvertQ8_0SumsRef;  // the x86 tables replace it
 }
 

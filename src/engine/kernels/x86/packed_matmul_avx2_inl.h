@@ -62,10 +62,9 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
-// panel is two vectors of 8 columns (v = 2 * panel + half).
+// panel is two vectors of 8 columns (v = 2 * panel + half). stream_end: one past the weight
+// bytes of the caller's panel range (the far GEMV prefetch stays below it).
 template <int kFmt, int MR, int NP>
-// stream_end: one past the weight bytes of the caller's panel range (the far GEMV prefetch stays
-// below it).
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, uintptr_t stream_end) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
   constexpr int NV = 2 * NP;

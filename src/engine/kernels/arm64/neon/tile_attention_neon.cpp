@@ -1,8 +1,9 @@
 // Flash-style attention of one head (tile_bf16.h, TileAttentionArgs) with NEON FMAs, for every
 // aarch64 table (the neondot and neoni8mm tables inherit it): the driver of flash_attention_inl.h
 // with its NEON row steps and the same bf16 operands as the x86 kernels, so the results differ
-// from theirs only in the order of the f32 sums (and, against the avx512bf16 and amx tables, in
-// denormal probabilities, which vcvtneps2bf16 reads as 0). As the AVX2 kernel: a K panel's row w
+// from theirs only in the order of the f32 sums, in terms below 2^-126 of a row's largest (0
+// here and on AVX2, denormals on the AVX-512 tables) and, against the avx512bf16 and amx tables,
+// in denormal probabilities (vcvtneps2bf16 reads them as 0). As the AVX2 kernel: a K panel's row w
 // holds 16 keys x the pair (2w, 2w + 1) of head dims (a V^T panel's row: 16 head dims x a pair of
 // keys) as 32-bit words, read as four quarters of 4: a shift and a mask make each quarter's even
 // and odd values 4 f32 lanes, which two FMAs multiply by one query's (or probability row's) pair,
