@@ -18,103 +18,70 @@
 
 #include "engine/kernels/arm64/arm64_fill.h"
 #include "engine/kernels/arm64/flash_rows_neon_inl.h"
+#include "engine/kernels/flash_pair_fma_inl.h"
 #include "engine/kernels/tile_bf16.h"
 
 namespace vlmd::engine::kernels {
 namespace {
 
-using flash::kPStride;
-using flash::kSStride;
 using flash::RoundToBf16x4;
+
 // Query rows per register tile: 4 x 4 accumulators, the 4 panel quarters and 4 row pairs of the
 // 32 NEON registers.
 constexpr int kRows = 4;
 
-// bf16 values to f32: the bits moved into the high half (exact). n a multiple of 8.
-void WidenRows(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; i += 8) {
-      const uint16x8_t h = vld1q_u16(a + r * lda + i);
-      vst1q_f32(out + r * n + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
-      vst1q_f32(out + r * n + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
+// The pair-FMA steps of flash_pair_fma_inl.h.
+struct NeonFma {
+  // bf16 values to f32: the bits moved into the high half (exact). n a multiple of 8.
+  static void Widen(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < n; i += 8) {
+        const uint16x8_t h = vld1q_u16(a + r * lda + i);
+        vst1q_f32(out + r * n + i, vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)));
+        vst1q_f32(out + r * n + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
+      }
     }
   }
-}
 
-// C rows [0, R) x the 16 columns of one panel (+)= the sum over `pairs` steps w of A's row
-// pair w (f32 rows of `lda`) times row w of the panel (bf16 pairs at b + 32 w). Per step the
-// even values of the panel row (four quarters) meet every row's first value of the pair, then
-// the odd ones the second: 4R accumulators.
-template <int R, bool kAccumulate>
-void PairFmaTile(const float* a, int64_t lda, const uint16_t* b, int64_t pairs, float* c,
-                 int64_t ldc) {
-  float32x4_t acc[R][4];
-  for (int i = 0; i < R; ++i) {
-    for (int h = 0; h < 4; ++h) {
-      acc[i][h] = kAccumulate ? vld1q_f32(c + i * ldc + h * 4) : vdupq_n_f32(0.0f);
+  // C rows [0, R) x the 16 columns of one panel (+)= the sum over `pairs` steps w of A's row
+  // pair w (f32 rows of `lda`) times row w of the panel (bf16 pairs at b + 32 w). Per step the
+  // even values of the panel row (four quarters) meet every row's first value of the pair, then
+  // the odd ones the second: 4R accumulators.
+  template <int R, bool kAccumulate>
+  static void Tile(const float* a, int64_t lda, const uint16_t* b, int64_t pairs, float* c,
+                   int64_t ldc) {
+    float32x4_t acc[R][4];
+    for (int i = 0; i < R; ++i) {
+      for (int h = 0; h < 4; ++h) {
+        acc[i][h] = kAccumulate ? vld1q_f32(c + i * ldc + h * 4) : vdupq_n_f32(0.0f);
+      }
+    }
+    const uint32x4_t high = vdupq_n_u32(0xFFFF0000u);
+    for (int64_t w = 0; w < pairs; ++w) {
+      const auto* row = reinterpret_cast<const uint32_t*>(b + w * 2 * kTileCols);
+      uint32x4_t words[4];
+      for (int h = 0; h < 4; ++h) words[h] = vld1q_u32(row + 4 * h);
+      float32x2_t pair[R];
+      for (int i = 0; i < R; ++i) pair[i] = vld1_f32(a + i * lda + 2 * w);
+      for (int h = 0; h < 4; ++h) {
+        const float32x4_t even = vreinterpretq_f32_u32(vshlq_n_u32(words[h], 16));
+        for (int i = 0; i < R; ++i) acc[i][h] = vfmaq_lane_f32(acc[i][h], even, pair[i], 0);
+      }
+      for (int h = 0; h < 4; ++h) {
+        const float32x4_t odd = vreinterpretq_f32_u32(vandq_u32(words[h], high));
+        for (int i = 0; i < R; ++i) acc[i][h] = vfmaq_lane_f32(acc[i][h], odd, pair[i], 1);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      for (int h = 0; h < 4; ++h) vst1q_f32(c + i * ldc + h * 4, acc[i][h]);
     }
   }
-  const uint32x4_t high = vdupq_n_u32(0xFFFF0000u);
-  for (int64_t w = 0; w < pairs; ++w) {
-    const auto* row = reinterpret_cast<const uint32_t*>(b + w * 2 * kTileCols);
-    uint32x4_t words[4];
-    for (int h = 0; h < 4; ++h) words[h] = vld1q_u32(row + 4 * h);
-    float32x2_t pair[R];
-    for (int i = 0; i < R; ++i) pair[i] = vld1_f32(a + i * lda + 2 * w);
-    for (int h = 0; h < 4; ++h) {
-      const float32x4_t even = vreinterpretq_f32_u32(vshlq_n_u32(words[h], 16));
-      for (int i = 0; i < R; ++i) acc[i][h] = vfmaq_lane_f32(acc[i][h], even, pair[i], 0);
-    }
-    for (int h = 0; h < 4; ++h) {
-      const float32x4_t odd = vreinterpretq_f32_u32(vandq_u32(words[h], high));
-      for (int i = 0; i < R; ++i) acc[i][h] = vfmaq_lane_f32(acc[i][h], odd, pair[i], 1);
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int h = 0; h < 4; ++h) vst1q_f32(c + i * ldc + h * 4, acc[i][h]);
-  }
-}
+};
 
-// Calls f.template operator()<kRows>(r0) for the row groups of a 32-row block.
-template <typename F>
-void ForRowGroups(F&& f) {
-  static_assert(32 % kRows == 0);
-  for (int64_t r0 = 0; r0 < 32; r0 += kRows) f.template operator()<kRows>(r0);
-}
-
-// S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
-// kScore). Each group of query rows is widened to f32 once per call.
-void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
-           float* s) {
-  alignas(16) float qf[kRows * 512];  // hd_pad <= 512 (ops/attention.cpp kMaxTileHeadDim)
-  const int64_t k_panel = a.hd_pad * kTileCols;
-  ForRowGroups([&]<int R>(int64_t r0) {
-    WidenRows(q + r0 * a.ldq, a.ldq, R, a.hd_pad, qf);
-    for (int64_t p = 0; p < panels; ++p) {
-      PairFmaTile<R, false>(qf, a.hd_pad, a.k_tiles + (first + p) * k_panel, a.hd_pad / 2,
-                            s + r0 * kSStride + p * kTileCols, kSStride);
-    }
-  });
-}
-
-// O rows [0, 32) += P V for keys [k0, k0 + 32 steps) (the driver's kAccumulate).
-void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
-                float* o, int64_t o_stride) {
-  alignas(16) float pf[kRows * kPStride];
-  const int64_t keys = steps * kTileK;
-  const int64_t out_panels = (a.hd + kTileCols - 1) / kTileCols;
-  const int64_t v_panel = a.v_k * kTileCols;
-  ForRowGroups([&]<int R>(int64_t r0) {
-    WidenRows(p + r0 * kPStride, kPStride, R, keys, pf);
-    for (int64_t e = 0; e < out_panels; ++e) {
-      PairFmaTile<R, true>(pf, keys, a.v_tiles + e * v_panel + k0 * kTileCols, keys / 2,
-                           o + r0 * o_stride + e * kTileCols, o_stride);
-    }
-  });
-}
+using Products = flash::PairFmaProducts<NeonFma, kRows>;
 
 void TileAttentionNeon(const TileAttentionArgs& a) {
-  flash::FlashAttention<Score, Accumulate, flash::NeonRows>(a);
+  flash::FlashAttention<Products::Score, Products::Accumulate, flash::NeonRows>(a);
 }
 
 // Rounds n values to bf16, 4 at a time: load(i) gives the f32 values [i, i + 4) (whole groups

@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 
+#include "engine/kernels/flash_pair_fma_inl.h"
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/flash_rows_avx2_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
@@ -20,101 +21,64 @@
 namespace vlmd::engine::kernels {
 namespace {
 
-using flash::kPStride;
-using flash::kSStride;
 constexpr int kRows = 6;  // query rows per register tile: 12 accumulators
 
-// bf16 values to f32: the bits moved into the high half (exact). n a multiple of 8.
-void WidenRows(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < n; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + r * lda + i));
-      _mm256_store_ps(out + r * n + i,
-                      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+// The pair-FMA steps of flash_pair_fma_inl.h.
+struct Avx2Fma {
+  // bf16 values to f32: the bits moved into the high half (exact). n a multiple of 8.
+  static void Widen(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < n; i += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + r * lda + i));
+        _mm256_store_ps(out + r * n + i,
+                        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+      }
     }
   }
-}
 
-// C rows [0, R) x the 16 columns of one panel (+)= the sum over `pairs` steps w of A's row
-// pair w (f32 rows of `lda`, broadcast) times row w of the panel (bf16 pairs at b + 32 w).
-// C: f32 rows ldc apart, 32-byte aligned. Per step the even values of the panel row (both
-// halves) meet every row's first broadcast, then the odd ones the second: 2R accumulators, two
-// panel vectors and a broadcast in registers.
-template <int R, bool kAccumulate>
-void PairFmaTile(const float* a, int64_t lda, const uint16_t* b, int64_t pairs, float* c,
-                 int64_t ldc) {
-  __m256 acc[R][2];
-  for (int i = 0; i < R; ++i) {
-    for (int h = 0; h < 2; ++h) {
-      acc[i][h] = kAccumulate ? _mm256_load_ps(c + i * ldc + h * 8) : _mm256_setzero_ps();
-    }
-  }
-  const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-  for (int64_t w = 0; w < pairs; ++w) {
-    const auto* row = reinterpret_cast<const __m256i*>(b + w * 2 * kTileCols);
-    const float* aw = a + 2 * w;
-    __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(row), 16));
-    __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(row + 1), 16));
+  // C rows [0, R) x the 16 columns of one panel (+)= the sum over `pairs` steps w of A's row
+  // pair w (f32 rows of `lda`, broadcast) times row w of the panel (bf16 pairs at b + 32 w).
+  // C: f32 rows ldc apart, 32-byte aligned. Per step the even values of the panel row (both
+  // halves) meet every row's first broadcast, then the odd ones the second: 2R accumulators, two
+  // panel vectors and a broadcast in registers.
+  template <int R, bool kAccumulate>
+  static void Tile(const float* a, int64_t lda, const uint16_t* b, int64_t pairs, float* c,
+                   int64_t ldc) {
+    __m256 acc[R][2];
     for (int i = 0; i < R; ++i) {
-      const __m256 ae = _mm256_broadcast_ss(aw + i * lda);
-      acc[i][0] = _mm256_fmadd_ps(ae, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ae, b1, acc[i][1]);
+      for (int h = 0; h < 2; ++h) {
+        acc[i][h] = kAccumulate ? _mm256_load_ps(c + i * ldc + h * 8) : _mm256_setzero_ps();
+      }
     }
-    b0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(row), high));
-    b1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(row + 1), high));
+    const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+    for (int64_t w = 0; w < pairs; ++w) {
+      const auto* row = reinterpret_cast<const __m256i*>(b + w * 2 * kTileCols);
+      const float* aw = a + 2 * w;
+      __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(row), 16));
+      __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(row + 1), 16));
+      for (int i = 0; i < R; ++i) {
+        const __m256 ae = _mm256_broadcast_ss(aw + i * lda);
+        acc[i][0] = _mm256_fmadd_ps(ae, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(ae, b1, acc[i][1]);
+      }
+      b0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(row), high));
+      b1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(row + 1), high));
+      for (int i = 0; i < R; ++i) {
+        const __m256 ao = _mm256_broadcast_ss(aw + i * lda + 1);
+        acc[i][0] = _mm256_fmadd_ps(ao, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(ao, b1, acc[i][1]);
+      }
+    }
     for (int i = 0; i < R; ++i) {
-      const __m256 ao = _mm256_broadcast_ss(aw + i * lda + 1);
-      acc[i][0] = _mm256_fmadd_ps(ao, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ao, b1, acc[i][1]);
+      for (int h = 0; h < 2; ++h) _mm256_store_ps(c + i * ldc + h * 8, acc[i][h]);
     }
   }
-  for (int i = 0; i < R; ++i) {
-    for (int h = 0; h < 2; ++h) _mm256_store_ps(c + i * ldc + h * 8, acc[i][h]);
-  }
-}
+};
 
-// Calls f.template operator()<R>(r0) for the row groups of a 32-row block: kRows rows each,
-// then the rest.
-template <typename F>
-void ForRowGroups(F&& f) {
-  int64_t r0 = 0;
-  for (; r0 + kRows <= 32; r0 += kRows) f.template operator()<kRows>(r0);
-  if constexpr (32 % kRows != 0) f.template operator()<32 % kRows>(r0);
-}
-
-// S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
-// kScore). Each group of query rows is widened to f32 once per call.
-void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
-           float* s) {
-  alignas(32) float qf[kRows * 512];  // hd_pad <= 512 (ops/attention.cpp kMaxTileHeadDim)
-  const int64_t k_panel = a.hd_pad * kTileCols;
-  ForRowGroups([&]<int R>(int64_t r0) {
-    WidenRows(q + r0 * a.ldq, a.ldq, R, a.hd_pad, qf);
-    for (int64_t p = 0; p < panels; ++p) {
-      PairFmaTile<R, false>(qf, a.hd_pad, a.k_tiles + (first + p) * k_panel, a.hd_pad / 2,
-                            s + r0 * kSStride + p * kTileCols, kSStride);
-    }
-  });
-}
-
-// O rows [0, 32) += P V for keys [k0, k0 + 32 steps) (the driver's kAccumulate).
-void Accumulate(const TileAttentionArgs& a, const uint16_t* p, int64_t k0, int64_t steps,
-                float* o, int64_t o_stride) {
-  alignas(32) float pf[kRows * kPStride];
-  const int64_t keys = steps * kTileK;
-  const int64_t out_panels = (a.hd + kTileCols - 1) / kTileCols;
-  const int64_t v_panel = a.v_k * kTileCols;
-  ForRowGroups([&]<int R>(int64_t r0) {
-    WidenRows(p + r0 * kPStride, kPStride, R, keys, pf);
-    for (int64_t e = 0; e < out_panels; ++e) {
-      PairFmaTile<R, true>(pf, keys, a.v_tiles + e * v_panel + k0 * kTileCols, keys / 2,
-                           o + r0 * o_stride + e * kTileCols, o_stride);
-    }
-  });
-}
+using Products = flash::PairFmaProducts<Avx2Fma, kRows>;
 
 void TileAttentionAvx2(const TileAttentionArgs& a) {
-  flash::FlashAttention<Score, Accumulate, flash::Avx2Rows>(a);
+  flash::FlashAttention<Products::Score, Products::Accumulate, flash::Avx2Rows>(a);
 }
 
 }  // namespace
