@@ -104,10 +104,7 @@ KernelTable Build(Isa isa) {
   if (isa != Isa::kRef) FillHwyKernels(&t);
 #if defined(__x86_64__)
   const std::string& vendor = GetCpuFeatures().vendor;
-  if (vendor == "AuthenticAMD" || vendor == "HygonGenuine") {
-    t.gemv_prefetch_blocks_q4 = 8;
-    t.gemv_l2_prefetch_blocks_q4 = 64;
-  }
+  if (vendor == "AuthenticAMD" || vendor == "HygonGenuine") t.gemv_prefetch_blocks_q4 = 8;
   if (isa >= Isa::kAvx2) FillAvx2Kernels(&t);
   if (isa == Isa::kAvxVnni) FillAvxVnniKernels(&t);  // a side branch: see Isa
   if (isa >= Isa::kAvx512) FillAvx512Kernels(&t);

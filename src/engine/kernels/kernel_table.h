@@ -143,12 +143,6 @@ struct KernelTable {
   // (session 8), 6-8 on an AMD Zen 5 VM (session 24: q4_0 decode +7% on one thread, +2-3% on
   // two, against 4), so AMD CPUs (and Hygon's Zen-based ones) take 8.
   int64_t gemv_prefetch_blocks_q4 = 4;
-  // And a second prefetch, into L2, this many blocks ahead within the caller's panel range (0:
-  // none). On a Zen 5 VM one thread's q4_0 decode read only ~0.5 of the probed bandwidth with
-  // the near prefetch alone (the kernel computes at ~110 GB/s from L2, so the misses were not
-  // overlapping the work); 64 blocks ahead into L2 gave +11-18% on one thread and +6-16% on two
-  // there (session 25, bench/RESULTS.md). Not measured on Intel: 0 there.
-  int64_t gemv_l2_prefetch_blocks_q4 = 0;
   // Matmul over bf16 tile-packed weights (TileBf16Matrix) on the AMX unit, and the activation
   // conversion it needs (every table has one; SIMD on x86 from the avx2 table up and on arm64).
   // The tile matmul is nullptr without AMX: the engine then never packs bf16 tiles (the scalar

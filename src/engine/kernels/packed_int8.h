@@ -109,12 +109,6 @@ class PackedMatrix {
   const uint8_t* qs(int64_t panel, int64_t block) const {
     return qs_.get() + Unit(panel, block) * qs_bytes_per_block();
   }
-  // One past the qs bytes of the groups that hold panels [0, panel_end): the end of a panel
-  // range's contiguous stream (ranges of whole groups start at a group's first byte).
-  const uint8_t* qs_end(int64_t panel_end) const {
-    const int64_t g = group_panels();
-    return qs((panel_end + g - 1) / g * g, 0);
-  }
   const uint16_t* scales(int64_t panel, int64_t block) const {
     return scales_.get() + Unit(panel, block) * kPanelCols;
   }
@@ -161,7 +155,6 @@ struct PackedMatmulArgs {
   float* out = nullptr;
   int64_t out_stride = 0;
   int64_t gemv_prefetch_blocks_q4 = 4;  // KernelTable::gemv_prefetch_blocks_q4 (x86 kernels)
-  int64_t gemv_l2_prefetch_blocks_q4 = 0;  // KernelTable::gemv_l2_prefetch_blocks_q4 (0: none)
 };
 
 // Scalar reference of the packed matmul (what the SIMD kernels are tested against): per column,

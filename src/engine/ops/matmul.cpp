@@ -86,7 +86,6 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   args.out = out;
   args.out_stride = ldo;
   args.gemv_prefetch_blocks_q4 = kt.gemv_prefetch_blocks_q4;
-  args.gemv_l2_prefetch_blocks_q4 = kt.gemv_l2_prefetch_blocks_q4;
   const int64_t panels = pw.panels();
   // Rows [m0, m1) x panels [p0, p1), then the epilogue on them while they are in cache.
   auto run = [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {

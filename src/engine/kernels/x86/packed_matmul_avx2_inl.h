@@ -62,10 +62,9 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
-// panel is two vectors of 8 columns (v = 2 * panel + half). stream_end: one past the weight
-// bytes of the caller's panel range (the far GEMV prefetch stays below it).
+// panel is two vectors of 8 columns (v = 2 * panel + half).
 template <int kFmt, int MR, int NP>
-void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, uintptr_t stream_end) {
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
   constexpr int NV = 2 * NP;
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
@@ -76,7 +75,6 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, uintptr
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
   const int64_t ahead = kQ4 ? args.gemv_prefetch_blocks_q4 : kPrefetchBlocksQ8;
-  const size_t far_ahead = kQ4 ? args.gemv_l2_prefetch_blocks_q4 * qstride : 0;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
@@ -102,9 +100,6 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, uintptr
 #pragma GCC unroll 8
       for (int v = 0; v < NP; ++v) {
         for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c);
-        if (far_ahead != 0) {
-          for (size_t c = 0; c < qstep; c += 64) PrefetchL2Within(wq[v], far_ahead + c, stream_end);
-        }
         PrefetchAhead(ws[v], scale_ahead);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }
@@ -341,12 +336,11 @@ void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
   const bool gemv = rows <= 2;  // decode steps: weights streamed from memory, prefetched
-  const uintptr_t stream_end = reinterpret_cast<uintptr_t>(args.w->qs_end(p1));
   for (int64_t p = p0; p < p1; p += np_max) {
     const int np = static_cast<int>(p1 - p < np_max ? p1 - p : np_max);
     for (int64_t m = m0; m < m1; m += mr_max) {
       const int mr = static_cast<int>(m1 - m < mr_max ? m1 - m : mr_max);
-      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv, stream_end);
+      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv);
     }
   }
 }

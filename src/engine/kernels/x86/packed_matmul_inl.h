@@ -28,13 +28,5 @@ inline void PrefetchAhead(const void* p, size_t ahead) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
 }
 
-// The far GEMV prefetch (PackedMatmulArgs::gemv_l2_prefetch_blocks_q4): the line `ahead` bytes
-// past p into L2, only below `end` (one past the caller's range of the stream: lines past it are
-// another thread's range or another matrix, and fetching them cost 3-6% of a 2-thread decode).
-inline void PrefetchL2Within(const void* p, size_t ahead, uintptr_t end) {
-  const uintptr_t line = reinterpret_cast<uintptr_t>(p) + ahead;
-  if (line < end) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
-}
-
 }  // namespace
 }  // namespace vlmd::engine::kernels

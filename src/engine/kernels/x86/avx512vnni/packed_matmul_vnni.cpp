@@ -30,10 +30,8 @@ inline __m512i Broadcast4(const int8_t* p) {
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2).
-// stream_end: one past the weight bytes of the caller's panel range (the far GEMV prefetch stays
-// below it).
 template <int kFmt, int MR, int NV>
-void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, uintptr_t stream_end) {
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   // A panel's block and the step to its next block (see the layout in packed_int8.h).
@@ -51,7 +49,6 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, uintptr_t stream_e
   const int64_t nb = w.blocks();
   const int32_t offset = w.offset();
   const int64_t ahead = kQ4 ? args.gemv_prefetch_blocks_q4 : kPrefetchBlocksQ8;
-  const size_t far_ahead = kQ4 ? args.gemv_l2_prefetch_blocks_q4 * qstride : 0;
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
@@ -77,9 +74,6 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, uintptr_t stream_e
       const size_t scale_ahead = ahead * sstride * sizeof(uint16_t);
       for (int v = 0; v < NV; ++v) {
         for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c);
-        if (far_ahead != 0) {
-          for (size_t c = 0; c < qstep; c += 64) PrefetchL2Within(wq[v], far_ahead + c, stream_end);
-        }
         PrefetchAhead(ws[v], scale_ahead);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
       }
@@ -181,12 +175,11 @@ constexpr int PanelsPerTile(bool q4, int64_t rows) {
 template <int kFmt>
 void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const int nv_max = PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
-  const uintptr_t stream_end = reinterpret_cast<uintptr_t>(args.w->qs_end(p1));
   for (int64_t p = p0; p < p1; p += nv_max) {
     const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
     for (int64_t m = m0; m < m1; m += kMaxMR) {
       const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
-      kTiles<kFmt>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, stream_end);
+      kTiles<kFmt>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p);
     }
   }
 }
