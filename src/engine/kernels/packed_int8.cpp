@@ -182,8 +182,9 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   auto pack_groups = [&](int64_t g0, int64_t g1, int thread) {
     const size_t u0 = static_cast<size_t>(g0) * units_per_group;
     const size_t u1 = static_cast<size_t>(g1) * units_per_group;
-    std::memset(pm->qs_.get() + u0 * pm->qs_bytes_per_block(),
-                pm->format_ == PackedFormat::kQ8 ? 128 : 0x88, (u1 - u0) * pm->qs_bytes_per_block());
+    const size_t qs_bytes = pm->qs_bytes_per_block();
+    std::memset(pm->qs_.get() + u0 * qs_bytes, format == PackedFormat::kQ8 ? 128 : 0x88,
+                (u1 - u0) * qs_bytes);
     std::memset(pm->scales_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));
     if (pm->mins_) {
       std::memset(pm->mins_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));

@@ -368,8 +368,9 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   }
   const auto source = PackableSource(packing, *w);
   if (!source) return Status::Ok();
-  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
-                        kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k, packing.pool));
+  VLMD_ASSIGN_OR_RETURN(
+      std::unique_ptr<kernels::PackedMatrix> pm,
+      kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k, packing.pool));
   w->packed = pm.get();
   w->packed_tile_route = TileRouteFor(packing, w->k);
   store->int8.push_back(std::move(pm));
