@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <vector>
 
 #include <unistd.h>
 
@@ -222,6 +224,33 @@ TEST(AwqScalesTest, RefusesModelsWhereTheFoldWouldNotBeExact) {
   refused({.gate = false}, "no ffn_norm or no ffn_gate");
   refused({.norm_bias = true}, "attn_norm.bias' exists");
   refused({.up_rows = 16}, "does not have the 8 outputs");
+}
+
+// A weight matrix holding an inf cannot be quantized: vlmd-quantize stops with the tensor and row
+// named and writes no output.
+TEST(QuantizeModelTest, RefusesAMatrixWithAnInfNamingTensorAndRow) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/vlmd-qm-inf-" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  std::vector<float> up(64 * 3, 0.5f);
+  up[2 * 64 + 9] = std::numeric_limits<float>::infinity();
+  const std::vector<int64_t> ne{64, 3};
+  ASSERT_TRUE(w.AddTensor("blk.0.ffn_up.weight", DType::kF32, ne,
+                          {reinterpret_cast<const uint8_t*>(up.data()), up.size() * 4})
+                  .ok());
+  ASSERT_TRUE(w.WriteFile(dir + "/in.gguf").ok());
+  ThreadPool pool(1);
+  auto report = QuantizeModel(dir + "/in.gguf", dir + "/out.gguf", {.type = DType::kQ8_0}, &pool);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = report.status().message();
+  EXPECT_NE(m.find("blk.0.ffn_up.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("row 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("inf"), std::string::npos) << m;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.gguf"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(QuantizeModelTest, KeepsNormsAndEmbeddingsExact) {

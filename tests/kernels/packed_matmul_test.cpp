@@ -202,6 +202,21 @@ TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 0, 32).ok());
 }
 
+// A float matrix with an inf (a broken or hostile file) is refused with the row named, not
+// quantized into NaN scales and undefined integers.
+TEST(PackedMatrixTest, RefusesFloatWeightsThatAreNotFinite) {
+  const int64_t n = 40, k = 64;
+  std::vector<uint16_t> w(n * k, F32ToF16(0.5f));
+  w[33 * k + 7] = 0x7C00;  // f16 +inf in row 33
+  auto packed = PackedMatrix::Pack(DType::kF16, w.data(), k * 2, n, k);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_EQ(packed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(packed.status().message().find("row 33"), std::string::npos)
+      << packed.status().message();
+  w[33 * k + 7] = F32ToF16(0.5f);
+  EXPECT_TRUE(PackedMatrix::Pack(DType::kF16, w.data(), k * 2, n, k).ok());
+}
+
 // m activation rows of w.k() floats as the packed kernels take them (Q8_0 blocks and block sums),
 // converted as the engine converts them (the converters are byte-exact). A k that is not a
 // multiple of 32 (float weights) is the zero-padded row's conversion.

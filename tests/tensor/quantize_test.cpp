@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -444,6 +445,43 @@ TEST(QuantizeTest, CheckedApiRejectsBadArguments) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   r = QuantizeTensor(DType::kQ4_0, x.data(), 2, 31, y.data());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+// A block format cannot encode inf or NaN (its scale of an inf is inf, its integers NaN): the
+// checked quantizers refuse the row and name the value and its index; the plain-float formats
+// carry them.
+TEST(QuantizeTest, CheckedApiRefusesNonFiniteRowsForBlockFormats) {
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> x(512, 0.25f);
+    x[300] = bad;
+    std::vector<uint8_t> y(4096);
+    for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ8_1,
+                    DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+      const Status s = QuantizeRow(t, x.data(), y.data(), 512);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << DTypeName(t) << " " << bad;
+      EXPECT_NE(s.message().find("index 300"), std::string::npos) << s.message();
+    }
+    std::vector<float> importance(512, 1.0f);
+    EXPECT_EQ(QuantizeRowWeighted(DType::kQ4_K, x.data(), y.data(), 512, importance.data()).code(),
+              StatusCode::kInvalidArgument);
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+      EXPECT_TRUE(QuantizeRow(t, x.data(), y.data(), 512).ok()) << DTypeName(t);
+    }
+    x[300] = 0.5f;
+    EXPECT_TRUE(QuantizeRow(DType::kQ4_K, x.data(), y.data(), 512).ok());
+  }
+}
+
+// The activation quantizer runs unchecked inside matmuls; a NaN there (a model gone wrong, caught
+// at the logits) converts as the x86 path converts it, to -128, not through an undefined cast.
+TEST(QuantizeTest, ActivationQ8TurnsNaNIntoMinus128LikeTheSimdPath) {
+  std::vector<float> x(32, 1.0f);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  BlockQ8_0 act;
+  quant::QuantizeRowQ8_0Act(x.data(), &act, 32);
+  EXPECT_EQ(act.qs[5], -128);
+  EXPECT_EQ(act.qs[0], 127);
 }
 
 TEST(QuantizeTest, QuantizeTensorLaysOutRowsLikeGguf) {

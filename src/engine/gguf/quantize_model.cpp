@@ -48,7 +48,8 @@ Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, Tens
       for (int64_t i = 0; i < k; ++i) row[i] *= inv;
     }
     uint8_t* out = dst + r * dst_row;
-    VLMD_RETURN_IF_ERROR(QuantizeRowWeighted(to, row.data(), out, k, importance));
+    VLMD_RETURN_IF_ERROR(QuantizeRowWeighted(to, row.data(), out, k, importance)
+                             .WithContext("row " + std::to_string(r)));
     VLMD_RETURN_IF_ERROR(DequantizeRow(to, out, back.data(), k));
     for (int64_t i = 0; i < k; ++i) {
       const double d = double(row[i]) - double(back[i]);

@@ -221,12 +221,13 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
         }
         blocks = q8_row.data();
       } else if (dtype != DType::kQ8_0) {  // float rows: Q8_0's round-to-nearest first
-        const Status s = DequantizeRow(dtype, row, f32_row.data(), k);
-        if (!s.ok()) {
-          errors[static_cast<size_t>(thread)] = s;
+        Status s = DequantizeRow(dtype, row, f32_row.data(), k);
+        if (s.ok()) s = QuantizeRow(DType::kQ8_0, f32_row.data(), q8_row.data(), nb * kPackBlock);
+        if (!s.ok()) {  // e.g. an inf in the file: refused, not packed as garbage
+          errors[static_cast<size_t>(thread)] =
+              s.WithContext("weight matrix row " + std::to_string(col));
           return;
         }
-        quant::QuantizeRowQ8_0(f32_row.data(), q8_row.data(), nb * kPackBlock);
         blocks = q8_row.data();
       }
       pm->PackColumnQ8(col, blocks);

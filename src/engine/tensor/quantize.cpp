@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/tensor/finite.h"
 #include "engine/tensor/fp16.h"
 
 namespace vlmd::engine {
@@ -48,6 +49,17 @@ Status CheckRow(DType type, const void* x, const void* y, int64_t k) {
     return InvalidArgumentError("null row pointer");
   }
   return Status::Ok();
+}
+
+// A block format's scale of an inf is inf and its integers of inf * 0 are NaN converted to int
+// (undefined behaviour): such rows are refused. The plain-float formats carry them as they are.
+Status CheckEncodable(DType type, const float* x, int64_t k) {
+  if (GetDTypeTraits(type).block_size == 1) return Status::Ok();
+  const int64_t i = FindNonFinite(x, k);
+  if (i < 0) return Status::Ok();
+  return InvalidArgumentError("value " + std::string(NonFiniteName(x[i])) + " at index " +
+                              std::to_string(i) + " of a row of " + std::to_string(k) +
+                              ": " + std::string(DTypeName(type)) + " cannot encode inf or NaN");
 }
 
 }  // namespace
@@ -109,6 +121,7 @@ Status QuantizeRow(DType type, const float* x, void* y, int64_t k) {
     return UnimplementedError("no quantizer for type " + std::string(DTypeName(type)));
   }
   VLMD_RETURN_IF_ERROR(CheckRow(type, x, y, k));
+  VLMD_RETURN_IF_ERROR(CheckEncodable(type, x, k));
   fn(x, y, k);
   return Status::Ok();
 }
@@ -120,6 +133,7 @@ bool QuantizeUsesImportance(DType type) {
 Status QuantizeRowWeighted(DType type, const float* x, void* y, int64_t k, const float* importance) {
   if (importance == nullptr || !QuantizeUsesImportance(type)) return QuantizeRow(type, x, y, k);
   VLMD_RETURN_IF_ERROR(CheckRow(type, x, y, k));
+  VLMD_RETURN_IF_ERROR(CheckEncodable(type, x, k));
   using namespace quant;  // NOLINT(build/namespaces)
   switch (type) {
     case DType::kQ4_0: QuantizeRowQ4_0(x, static_cast<BlockQ4_0*>(y), k, importance); break;

@@ -39,7 +39,8 @@ DequantizeRowFn FindDequantizeRowFn(DType type);
 QuantizeRowFn FindActivationQuantizeFn(DType act_type);
 
 // Checked forms. INVALID_ARGUMENT when k < 0, k is not a multiple of the block size, or a
-// pointer is null while k > 0; UNIMPLEMENTED when the type has no (de)quantizer.
+// pointer is null while k > 0, and (QuantizeRow into a block format) when x holds an inf or NaN,
+// which no block format can encode; UNIMPLEMENTED when the type has no (de)quantizer.
 // y must hold RowBytes(type, k) bytes (QuantizeRow) or k floats (DequantizeRow).
 Status QuantizeRow(DType type, const float* x, void* y, int64_t k);
 Status DequantizeRow(DType type, const void* x, float* y, int64_t k);

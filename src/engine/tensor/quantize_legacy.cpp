@@ -49,10 +49,10 @@ float BlockAbsMax(const float* x) {
 }
 
 // round-half-even of a value already within int8 range after scaling; saturates like the
-// packs instructions of the x86 path.
+// packs instructions of the x86 path, NaN included (cvtps2dq's 0x80000000 packs to -128).
 inline int8_t RoundEvenSaturate(float v) {
   float r = std::nearbyint(v);  // default rounding mode: to nearest, ties to even
-  r = r < -128.0f ? -128.0f : (r > 127.0f ? 127.0f : r);
+  r = r >= -128.0f ? (r > 127.0f ? 127.0f : r) : -128.0f;  // NaN fails >=: -128
   return static_cast<int8_t>(r);
 }
 
