@@ -5,7 +5,11 @@
 // the face alike); a model's or route's setting replaces the server's.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "serve/api/requests.h"
 #include "serve/redact/redactor.h"
@@ -108,6 +112,51 @@ TEST(ServerRedact, WithFillPhotosDifferingOnlyInTheFaceShareACacheEntry) {
   EXPECT_EQ(first["cache"]["image"], "miss");
   EXPECT_EQ(second["cache"]["image"], "hit");
   EXPECT_EQ(second["logprobs"], first["logprobs"]);
+}
+
+// With one redaction slot and no wait, photos sent at once (each takes the detector ~0.3 s) are
+// either redacted (200) or turned away with 429 redaction_busy and Retry-After; never more at
+// once than the slot allows, and a text-only request never needs the slot.
+TEST(ServerRedact, ConcurrentRedactionsBeyondTheLimitGet429WithRetryAfter) {
+  ServerOptions o;
+  o.redact.faces = true;
+  o.max_concurrent_redactions = 1;
+  o.redaction_wait = std::chrono::milliseconds(0);
+  auto server = StartServer(o);
+  const std::string body = json{{"prompt", "Who?"},
+                                {"max_tokens", 1},
+                                {"image_base64", api::EncodeBase64(AstronautJpeg())}}
+                               .dump();
+  int ok = 0, busy = 0;
+  for (int round = 0; round < 3 && busy == 0; ++round) {
+    constexpr int kRequests = 6;
+    std::vector<std::thread> clients;
+    std::mutex mu;
+    for (int i = 0; i < kRequests; ++i) {
+      clients.emplace_back([&] {
+        auto c = ClientOf(*server);
+        auto r = c->Post("/v1/vlm/invoke", body, "application/json");
+        std::lock_guard lock(mu);
+        ASSERT_TRUE(r);
+        if (r->status == 200) {
+          ++ok;
+          return;
+        }
+        EXPECT_EQ(r->status, 429) << r->body;
+        EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+        EXPECT_EQ(json::parse(r->body, nullptr, false)["error"]["code"], "redaction_busy") << r->body;
+        ++busy;
+      });
+    }
+    for (auto& t : clients) t.join();
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(busy, 1) << "six photos at once never found the single slot taken";
+  auto c = ClientOf(*server);
+  auto text = c->Post("/v1/vlm/invoke", json{{"prompt", "Hi"}, {"max_tokens", 1}}.dump(),
+                      "application/json");
+  ASSERT_TRUE(text);
+  EXPECT_EQ(text->status, 200);
 }
 
 TEST(ServerRedact, AModelOrRouteSettingReplacesTheServers) {

@@ -139,6 +139,11 @@ int main(int argc, char** argv) {
   app.add_option("--http-threads", so.http_threads, "requests handled at once (not connections)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  app.add_option("--max-redactions", so.max_concurrent_redactions,
+                 "requests redacting their images at once; beyond, a request waits up to 5 s, "
+                 "then gets 429 (0: one per core)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_option("--max-connections", so.max_connections, "connections open at once (503 beyond)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -29,11 +29,12 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
                                       "body_timeout_s", "keep_alive_s", "max_connections",
                                       "max_connections_per_address", "tls_cert", "tls_key",
                                       "image_url_hosts", "memory_budget_mb", "decode_budget_mb",
-                                      "max_image_mpixels"}));
+                                      "max_image_mpixels", "max_redactions"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
   if (so->port > 65535) return InvalidArgumentError(s.path("port") + ": must be <= 65535");
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("http_threads", &so->http_threads));
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_redactions", &so->max_concurrent_redactions));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("threads", &model_defaults->engine.threads));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_batch", &model_defaults->scheduler.max_batch));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("queue", &model_defaults->scheduler.queue_size));

@@ -121,6 +121,11 @@ struct ServerOptions {
   // Redaction before inference for every model (config "policies.redact"; a model's or a
   // route's own "redact" replaces it). Off by default.
   redact::RedactOptions redact;
+  // Requests whose images are being redacted at once, over every model and route (the detectors
+  // run on the handler threads, one core each; 0: one per core). A request that finds them all
+  // busy waits up to redaction_wait, then gets 429 with Retry-After.
+  int max_concurrent_redactions = 0;
+  std::chrono::milliseconds redaction_wait{5000};
 };
 
 }  // namespace vlmd::serve

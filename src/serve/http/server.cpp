@@ -4,10 +4,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "engine/image/decode_budget.h"
 #include "serve/api/errors.h"
@@ -239,7 +241,10 @@ Server::Server(ServerOptions options)
       registry_(std::make_unique<obs::Registry>()),
       metrics_(std::make_unique<ServerMetrics>(registry_.get())),
       streams_(std::make_unique<StreamWindows>(options_.streams)),
-      handlers_(std::make_unique<Handlers>(this)) {
+      handlers_(std::make_unique<Handlers>(this)),
+      redactions_(options_.max_concurrent_redactions > 0
+                      ? options_.max_concurrent_redactions
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
   metrics_->memory_budget_bytes.With().Set(static_cast<double>(options_.memory_budget_bytes));
   if (options_.decode_budget_bytes > 0) {  // shared by every request's image decodes
     options_.prepare.decode_limits.budget = std::make_shared<engine::image::DecodeBudget>(

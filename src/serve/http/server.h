@@ -22,6 +22,7 @@
 #include "serve/hosting/model_host.h"
 #include "serve/hosting/prepare_job.h"
 #include "serve/hosting/stream_window.h"
+#include "serve/http/concurrency_limit.h"
 #include "serve/http/drift_monitor.h"
 #include "serve/http/span_exporter.h"
 #include "serve/obs/metrics.h"
@@ -106,6 +107,7 @@ class Server {
   std::unique_ptr<HttpFront> front_;  // after handlers_: stopped (and destroyed) before them
   std::mutex redactors_mu_;
   std::map<std::string, std::shared_ptr<const redact::Redactor>> redactors_;  // by setting
+  ConcurrencyLimit redactions_;  // requests redacting at once (max_concurrent_redactions)
   std::mutex reload_mu_;
   // Versions a reload replaced: alive until their last request lets go (memory budget).
   std::mutex replaced_mu_;

@@ -236,9 +236,19 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
       return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
     };
   }
+  // The detectors take a core each for the whole decode + detection: a bounded number at once.
+  std::optional<ConcurrencyLimit::Slot> redaction_slot =
+      redactor ? s_.redactions_.Acquire(s_.options_.redaction_wait) : std::nullopt;
+  if (redactor && !redaction_slot) {
+    res.set_header("Retry-After", "1");
+    return fail({429, "rate_limit_error", "redaction_busy",
+                 "every redaction slot (" + std::to_string(s_.redactions_.slots()) +
+                     ") stayed busy; retry later"});
+  }
   call->prepare_t0 = Clock::now();
   auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream, redactor.get());
   call->prepare_t1 = Clock::now();
+  redaction_slot.reset();
   if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
   call->prepared = std::move(*prepared);
   if (const auto& red = call->prepared.redaction) {
