@@ -124,9 +124,13 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   }
   const auto& kt = engine::kernels::GetKernelTable(*isa);
   const ProbeUnit unit = ProbeUnitFor(*isa);
+  // (k, n). The last full-run shape is DRAM-sized: 134 M weights (Q4_0 75 MB, the size of a
+  // SmolVLM-256M decode step's reads; f16 268 MB), beyond the last-level caches of the machines
+  // we measure on, where the others fit in L2/L3.
   const std::vector<std::pair<int64_t, int64_t>> gemv_shapes =
       opts.quick ? std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}}
-                 : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {2048, 5632}, {5632, 2048}};
+                 : std::vector<std::pair<int64_t, int64_t>>{
+                       {2048, 2048}, {2048, 5632}, {5632, 2048}, {8192, 16384}};
   std::vector<Variant> gemv_types = {{DType::kQ4_0, false}, {DType::kQ8_0, false},
                                      {DType::kQ4_K, false}, {DType::kF16, false}};
   std::vector<Variant> gemm_types = {{DType::kF32, false},  {DType::kF16, false},
