@@ -117,9 +117,11 @@ void BM_ReadBandwidth(benchmark::State& state, size_t bytes, int threads) {
                                               benchmark::Counter::kIsRate);
 }
 
-// One head of the vision encoder's attention on the table's bf16 flash kernel: n queries over n
-// keys of hd dims (SigLIP-B: n 1024, hd 64), no mask. Multiply-adds: 2 n^2 hd (scores and P V).
-void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd) {
+// One head of attention on the table's bf16 flash kernel: n queries over n keys of hd dims. No
+// mask: the vision encoder's (SigLIP-B: n 1024, hd 64), 2 n^2 hd multiply-adds (scores and P V).
+// Causal: a prompt's prefill (SmolLM2: pp512, hd 64), query r seeing keys [0, r], n (n + 1) hd
+// multiply-adds that count.
+void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd, bool causal) {
   const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
   const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
   const int64_t n_pad = (n + 31) / 32 * 32;  // V^T's keys, Q's readable rows
@@ -152,12 +154,19 @@ void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd) {
   a.out = out.data();
   a.ldo = hd;
   a.o_scratch = static_cast<float*>(scratch);
+  std::vector<int32_t> first(n, 0), end(n);
+  for (int64_t r = 0; r < n; ++r) end[r] = static_cast<int32_t>(r + 1);
+  if (causal) {
+    a.kv_first = first.data();
+    a.kv_end = end.data();
+  }
   for (auto _ : state) {
     kt.tile_attention(a);
     benchmark::DoNotOptimize(out.data());
   }
+  const double macs = causal ? double(n) * (n + 1) * hd : 2.0 * n * n * hd;
   state.counters["GMAC/s"] = benchmark::Counter(
-      2.0 * n * n * hd * static_cast<double>(state.iterations()) / 1e9,
+      macs * static_cast<double>(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
 }
 
@@ -170,10 +179,15 @@ void RegisterAll() {
     for (int64_t hd : {64, 128}) {
       const std::string name = "tile_attention/" + std::string(kernels::IsaName(isa)) +
                                "/n1024_hd" + std::to_string(hd) + "/t1";
-      benchmark::RegisterBenchmark(name.c_str(), BM_TileAttention, isa, 1024, hd)
+      benchmark::RegisterBenchmark(name.c_str(), BM_TileAttention, isa, 1024, hd, false)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
+    const std::string causal =
+        "tile_attention/" + std::string(kernels::IsaName(isa)) + "/causal_n512_hd64/t1";
+    benchmark::RegisterBenchmark(causal.c_str(), BM_TileAttention, isa, 512, 64, true)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   const DType gemv_types[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_K, DType::kQ6_K,
