@@ -176,8 +176,15 @@ TEST(DriftMonitor, ANewVersionStartsAfreshAndTheOldOnesRepliesAreIgnored) {
   EXPECT_LT(m.Score("mean_entropy"), 0.25);
   m.monitor->Track("m", "v1", "h1");  // the same version again (a reload of the same files): kept
   EXPECT_EQ(m.monitor->Describe("m")["baseline"]["source"], "first_requests");
+  ASSERT_NE(m.registry.Render().find("vlm_drift_baseline_requests{model=\"m\",version=\"v1\"}"),
+            std::string::npos);
   m.monitor->Track("m", "v2", "h2");
-  EXPECT_TRUE(std::isnan(m.Score("mean_entropy")));  // retired
+  // Retired: v1's gauges end (no series of NaN piles up per hot swap); v2's begin.
+  const std::string text = m.registry.Render();
+  EXPECT_EQ(text.find("vlm_drift_score{model=\"m\",version=\"v1\""), std::string::npos);
+  EXPECT_EQ(text.find("vlm_drift_baseline_requests{model=\"m\",version=\"v1\"}"),
+            std::string::npos);
+  EXPECT_EQ(m.Metric("vlm_drift_baseline_requests{model=\"m\",version=\"v2\"}"), 0);
   m.Record(Replies(10, 2.0, 0.1, 2), "h1");          // late replies of v1
   const nlohmann::json d = m.monitor->Describe("m");
   EXPECT_EQ(d["version"], "v2");

@@ -55,6 +55,20 @@ TEST(MetricsRenderTest, SmallRegistryExactText) {
   EXPECT_DOUBLE_EQ(latency.With().Sum(), 7.3);
 }
 
+TEST(MetricsRenderTest, ARemovedGaugeSeriesNoLongerRendersAndCanStartAgain) {
+  Registry r;
+  GaugeFamily& g = r.AddGauge("vlm_version_gauge", "Per version.", {"version"});
+  g.With({"v1"}).Set(1);
+  g.With({"v2"}).Set(2);
+  g.Remove({"v1"});
+  g.Remove({"v3"});  // absent: nothing happens
+  EXPECT_EQ(r.Render(),
+            "# HELP vlm_version_gauge Per version.\n"
+            "# TYPE vlm_version_gauge gauge\n"
+            "vlm_version_gauge{version=\"v2\"} 2\n");
+  EXPECT_EQ(g.With({"v1"}).Value(), 0.0);  // a new series, from zero
+}
+
 TEST(MetricsRenderTest, UntouchedFamiliesRenderZeroSamplesOrNone) {
   Registry r;
   r.AddCounter("c_total", "C.");

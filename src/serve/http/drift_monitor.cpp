@@ -270,18 +270,26 @@ void DriftMonitor::Alarm(VersionState& v, size_t window, DriftStat stat, double 
 }
 
 void DriftMonitor::Retire(VersionState& v, const char* reason) {
+  // A replaced version's gauges end (every update looks its series up under mu_, and Record
+  // ignores the old version's late replies): hot swaps with new version labels would otherwise
+  // leave series of NaN behind without bound. A new baseline of the same version keeps them, at
+  // NaN until the new windows score. (Its alarm counters stay, as counters do.)
+  const bool replaced = reason != nullptr && std::string(reason) == "version_replaced";
   for (size_t w = 0; w < options_.windows.size(); ++w) {
     for (int i = 0; i < kDriftStats; ++i) {
       if (w < v.alarmed.size() && v.alarmed[w][size_t(i)]) {
         v.alarmed[w][size_t(i)] = false;
         Alarm(v, w, policy::DriftStatAt(i), kNaN, 0, false, reason);
       }
-      metrics_->drift_score.With({v.model, v.version, StatName(i), options_.windows[w].name}).Set(kNaN);
+      const obs::LabelValues series{v.model, v.version, StatName(i), options_.windows[w].name};
+      if (replaced) {
+        metrics_->drift_score.Remove(series);
+      } else {
+        metrics_->drift_score.With(series).Set(kNaN);
+      }
     }
   }
-  if (reason != nullptr && std::string(reason) == "version_replaced") {
-    metrics_->drift_baseline_requests.With({v.model, v.version}).Set(kNaN);
-  }
+  if (replaced) metrics_->drift_baseline_requests.Remove({v.model, v.version});
 }
 
 Result<json> DriftMonitor::TakeBaseline(const std::string& model) {

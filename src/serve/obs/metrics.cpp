@@ -161,6 +161,11 @@ Gauge& GaugeFamily::With(const LabelValues& values) {
   return children_.GetOrCreate(values, [] { return std::make_unique<Gauge>(); });
 }
 
+void GaugeFamily::Remove(const LabelValues& values) {
+  CheckLabelCount(values);
+  children_.Remove(values);
+}
+
 void GaugeFamily::Render(std::string* out) const {
   RenderHeader("gauge", out);
   children_.ForEach([&](const LabelValues& values, const Gauge& g) {

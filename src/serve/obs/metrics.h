@@ -123,8 +123,8 @@ class FamilyBase {
   std::vector<std::string> label_names_;
 };
 
-// Children of a family keyed by label values. Children are heap-allocated and never removed,
-// so references handed out stay valid for the family's lifetime. Lookups of existing children
+// Children of a family keyed by label values. Children are heap-allocated and, except through
+// Remove, never removed, so references handed out stay valid for the family's lifetime. Lookups of existing children
 // take a shared lock only.
 template <typename Metric>
 class ChildTable {
@@ -141,6 +141,13 @@ class ChildTable {
     auto [it, inserted] = children_.try_emplace(values);
     if (inserted) it->second = make();
     return *it->second;
+  }
+
+  // Drops the child for `values` (no-op when absent). Only for families whose callers look a
+  // child up at each update and keep no reference to it (see GaugeFamily::Remove).
+  void Remove(const LabelValues& values) {
+    std::unique_lock lock(mu_);
+    children_.erase(values);
   }
 
   // Calls visit(values, child) for every child in sorted order of label values.
@@ -176,6 +183,11 @@ class GaugeFamily final : public internal::FamilyBase {
   GaugeFamily(std::string name, std::string help, std::vector<std::string> label_names);
   // As CounterFamily::With.
   Gauge& With(const LabelValues& values = {});
+  // Ends the series for `values` (it no longer renders): for series of something gone, e.g. a
+  // replaced model version, whose label values would otherwise pile up. Invalidates references
+  // from With(values): only for gauges whose callers look them up at each update (With(...).Set)
+  // and never update a removed series again. Thread-safe.
+  void Remove(const LabelValues& values);
   void Render(std::string* out) const override;
 
  private:
