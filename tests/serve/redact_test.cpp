@@ -6,6 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include <opencv2/imgproc.hpp>
 
 #include "test_util.h"
@@ -223,6 +229,19 @@ TEST(Redactor, OptionsAreParsedStrictlyAndMissingCascadesNamed) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("opencv-data"), std::string::npos);
+  EXPECT_EQ(Redactor::CheckFiles(missing).code(), StatusCode::kNotFound);
+  // A file that is not a cascade (OpenCV throws on it): an error, not an exception.
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/vlmd-bad-cascade-" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/haarcascade_russian_plate_number.xml") << "not a cascade";
+  RedactOptions garbage = missing;
+  garbage.cascade_dir = dir;
+  EXPECT_TRUE(Redactor::CheckFiles(garbage).ok());  // it exists
+  auto bad = Redactor::Create(garbage);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().ToString();
+  std::filesystem::remove_all(dir);
   // HOG needs no file: faces alone load anywhere.
   RedactOptions hog;
   hog.faces = true;

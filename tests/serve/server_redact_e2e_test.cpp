@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "serve/api/requests.h"
+#include "serve/config/config.h"
 #include "serve/redact/redactor.h"
 #include "server_harness.h"
 #include "server_test_servers.h"
@@ -157,6 +158,34 @@ TEST(ServerRedact, ConcurrentRedactionsBeyondTheLimitGet429WithRetryAfter) {
                       "application/json");
   ASSERT_TRUE(text);
   EXPECT_EQ(text->status, 200);
+}
+
+// Each setting's detectors load once, by the server: the config check only looks for the
+// files (a cascade that exists but does not load passes it, and then stops the server's start),
+// and a route's own setting loads when the routes are set, not at its first request.
+TEST(ServerRedact, DetectorsLoadAtStartAndRouteSettingsWhenRoutesAreSet) {
+  TempDir dir;
+  dir.Write("haarcascade_russian_plate_number.xml", "not a cascade");
+  const std::string config = json{{"policies",
+                                   {{"redact", {{"kinds", {"plates"}}, {"cascade_dir", dir.Path("")}}}}}}
+                                 .dump();
+  auto parsed = ParseConfig(config, dir.Path(""), {});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();  // the file is there: not loaded yet
+  EXPECT_EQ(Server(parsed->server).Start().code(), StatusCode::kUnavailable);
+
+  auto server = StartServer(ServerOptions{});
+  RouteConfig broken = SplitRoute("broken", {{"tiny-smolvlm", 1}});
+  broken.redact = redact::RedactOptions{};
+  broken.redact->plates = true;
+  broken.redact->cascade_dir = dir.Path("");
+  const Status refused = server->SetRoutes({broken}, "tiny-smolvlm");
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToString();
+  EXPECT_FALSE(server->router().GetRoute("broken"));  // routes unchanged
+  RouteConfig plates = broken;
+  plates.name = "plates";
+  plates.redact->cascade_dir = redact::RedactOptions{}.cascade_dir;
+  ASSERT_TRUE(server->SetRoutes({plates}, "tiny-smolvlm").ok());
+  EXPECT_TRUE(server->router().GetRoute("plates"));
 }
 
 TEST(ServerRedact, AModelOrRouteSettingReplacesTheServers) {

@@ -229,7 +229,10 @@ int main(int argc, char** argv) {
     spdlog::error("cannot load the model: {}", s.ToString());
     return 2;
   }
-  server.router().SetRoutes(config.routes, config.default_model);
+  if (Status s = server.SetRoutes(config.routes, config.default_model); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
   server.SetReady(true);
 
   for (;;) {

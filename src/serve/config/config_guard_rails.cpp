@@ -118,10 +118,12 @@ Status ParseRedact(const Section& s, const std::string& base_dir, redact::Redact
   }
   VLMD_RETURN_IF_ERROR(s.Get("cascade_dir", &r->cascade_dir));
   r->cascade_dir = Resolve(base_dir, r->cascade_dir);
-  // The detectors must load now, not at the first request.
+  // A missing cascade is a config error; the server loads each setting's detectors once, at
+  // start-up (Server::Start, AddModel, SetRoutes), not here as well.
   if (r->enabled()) {
-    auto made = redact::Redactor::Create(*r);
-    if (!made.ok()) return InvalidArgumentError(s.path("cascade_dir") + ": " + made.status().message());
+    if (Status st = redact::Redactor::CheckFiles(*r); !st.ok()) {
+      return InvalidArgumentError(s.path("cascade_dir") + ": " + st.message());
+    }
   }
   return Status::Ok();
 }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "serve/api/requests.h"
@@ -46,6 +47,9 @@ class Server {
 
   ServerMetrics& metrics() { return *metrics_; }
   Router& router() { return router_; }
+  // router().SetRoutes, after loading the redaction detectors of routes with their own setting
+  // (UNAVAILABLE, routes unchanged, when they cannot load).
+  Status SetRoutes(std::vector<RouteConfig> routes, std::string default_name);
 
   // Loads the guard rails (keys, allowlist, word filter, audit log: their errors), binds and
   // starts serving on a background thread. UNAVAILABLE when the address cannot be bound.
@@ -91,8 +95,8 @@ class Server {
   uint64_t HeldMemory();
   // vlm_memory_planned_bytes: the sum of the served models' plans.
   void UpdateMemoryPlanGauge();
-  // The redactor for `options`, built once per distinct setting (the config parser loaded each
-  // setting's detectors once already); nullptr when they no longer load.
+  // The redactor for `options`, built once per distinct setting (the config parser only checks
+  // that its files exist); nullptr when they do not load.
   std::shared_ptr<const redact::Redactor> RedactorFor(const redact::RedactOptions& options);
 
   ServerOptions options_;

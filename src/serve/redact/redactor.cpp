@@ -108,6 +108,21 @@ Result<std::shared_ptr<const Redactor>> Redactor::Create(const RedactOptions& op
   return std::shared_ptr<const Redactor>(std::move(r));
 }
 
+Status Redactor::CheckFiles(const RedactOptions& options) {
+  auto check = [&](const char* file) -> Status {
+    const std::string path = (std::filesystem::path(options.cascade_dir) / file).string();
+    if (!std::filesystem::exists(path)) {
+      return NotFoundError("redaction: cascade " + path + " not found (install opencv-data)");
+    }
+    return Status::Ok();
+  };
+  if (options.faces && options.face_detector == FaceDetector::kHaar) {
+    VLMD_RETURN_IF_ERROR(check(kFaceCascade));
+  }
+  if (options.plates) VLMD_RETURN_IF_ERROR(check(kPlateCascade));
+  return Status::Ok();
+}
+
 Redactor::Redactor(RedactOptions options) : options_(std::move(options)) {}
 
 Redactor::~Redactor() = default;
@@ -119,7 +134,14 @@ Result<std::unique_ptr<Redactor::Detectors>> Redactor::Load() const {
     if (!std::filesystem::exists(path)) {
       return NotFoundError("redaction: cascade " + path + " not found (install opencv-data)");
     }
-    if (!c.load(path)) return InvalidArgumentError("redaction: cannot load the cascade " + path);
+    // OpenCV throws on a file that is not a cascade at all (and returns false on others).
+    bool loaded = false;
+    try {
+      loaded = c.load(path);
+    } catch (const cv::Exception& e) {
+      return InvalidArgumentError("redaction: cannot load the cascade " + path + ": " + e.what());
+    }
+    if (!loaded) return InvalidArgumentError("redaction: cannot load the cascade " + path);
     return Status::Ok();
   };
   if (options_.faces && options_.face_detector == FaceDetector::kHaar) {

@@ -68,6 +68,9 @@ class Redactor {
  public:
   // Loads the cascades the options need: NOT_FOUND naming a missing file (install opencv-data).
   static Result<std::shared_ptr<const Redactor>> Create(const RedactOptions& options);
+  // Only that the cascade files the options need exist (NOT_FOUND as Create), without loading
+  // them: the config check, before the server loads each setting once.
+  static Status CheckFiles(const RedactOptions& options);
   ~Redactor();
 
   // The regions to cover in `image` (faces grown by a margin so hair line and chin go too).
