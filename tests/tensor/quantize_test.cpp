@@ -468,14 +468,22 @@ TEST(QuantizeTest, CheckedApiRefusesNonFiniteRowsForBlockFormats) {
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
       EXPECT_TRUE(QuantizeRow(t, x.data(), y.data(), 512).ok()) << DTypeName(t);
     }
+    // QuantizeTensor: the same check per row, naming the row (x is two rows of 256 here).
+    auto tensor = QuantizeTensor(DType::kQ8_0, x.data(), 2, 256, y.data());
+    ASSERT_FALSE(tensor.ok());
+    EXPECT_EQ(tensor.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(tensor.status().message().find("row 1"), std::string::npos)
+        << tensor.status().message();
     x[300] = 0.5f;
     EXPECT_TRUE(QuantizeRow(DType::kQ4_K, x.data(), y.data(), 512).ok());
+    EXPECT_TRUE(QuantizeTensor(DType::kQ8_0, x.data(), 2, 256, y.data()).ok());
   }
 }
 
-// The activation quantizer runs unchecked inside matmuls; a NaN there (a model gone wrong, caught
-// at the logits) converts as the x86 path converts it, to -128, not through an undefined cast.
-TEST(QuantizeTest, ActivationQ8TurnsNaNIntoMinus128LikeTheSimdPath) {
+// The activation quantizer runs unchecked inside matmuls; a NaN value there (a model gone wrong,
+// caught at the logits) becomes -128, as the x86 conversion makes that value, not an undefined
+// cast. (Its block's scale is not pinned: the SIMD max may or may not carry the NaN.)
+TEST(QuantizeTest, ActivationQ8TurnsANaNValueIntoMinus128) {
   std::vector<float> x(32, 1.0f);
   x[5] = std::numeric_limits<float>::quiet_NaN();
   BlockQ8_0 act;

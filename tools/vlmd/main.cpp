@@ -225,13 +225,15 @@ int main(int argc, char** argv) {
     spdlog::error("{}", s.ToString());
     return s.code() == StatusCode::kUnavailable ? 1 : 2;
   }
-  if (Status s = LoadModels(server, config.models); !s.ok()) {
-    spdlog::error("cannot load the model: {}", s.ToString());
-    return 2;
-  }
+  // Routes first: their redaction detectors load now, before minutes of model loading (the
+  // server is not ready until the models are).
   if (Status s = server.SetRoutes(config.routes, config.default_model); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
+  }
+  if (Status s = LoadModels(server, config.models); !s.ok()) {
+    spdlog::error("cannot load the model: {}", s.ToString());
+    return 2;
   }
   server.SetReady(true);
 

@@ -224,8 +224,9 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
         Status s = DequantizeRow(dtype, row, f32_row.data(), k);
         if (s.ok()) s = QuantizeRow(DType::kQ8_0, f32_row.data(), q8_row.data(), nb * kPackBlock);
         if (!s.ok()) {  // e.g. an inf in the file: refused, not packed as garbage
-          errors[static_cast<size_t>(thread)] =
-              s.WithContext("weight matrix row " + std::to_string(col));
+          errors[static_cast<size_t>(thread)] = s.WithContext(
+              "packing float weights to int8 (the fast precision; exact keeps them as they "
+              "are), output row " + std::to_string(col));
           return;
         }
         blocks = q8_row.data();

@@ -173,6 +173,8 @@ Result<uint64_t> QuantizeTensor(DType type, const float* src, int64_t n_rows, in
   }
   uint8_t* dst = static_cast<uint8_t*>(out);
   for (int64_t r = 0; r < n_rows; ++r) {
+    VLMD_RETURN_IF_ERROR(
+        CheckEncodable(type, src + r * row_len, row_len).WithContext("row " + std::to_string(r)));
     fn(src + r * row_len, dst + static_cast<uint64_t>(r) * row_bytes, row_len);
   }
   return n * row_bytes;

@@ -123,7 +123,8 @@ struct ServerOptions {
   redact::RedactOptions redact;
   // Requests whose images are being redacted at once, over every model and route (the detectors
   // run on the handler threads, one core each; 0: one per core). A request that finds them all
-  // busy waits up to redaction_wait, then gets 429 with Retry-After.
+  // busy waits up to redaction_wait, then gets 429 with Retry-After; when as many wait already,
+  // it gets the 429 at once.
   int max_concurrent_redactions = 0;
   std::chrono::milliseconds redaction_wait{5000};
 };

@@ -1,7 +1,8 @@
 // A bound on how many requests run one costly step at once (redaction's detectors, which run on
 // the HTTP handler threads): past it a request waits a little for a slot, then is turned away
-// (the caller answers 429 with Retry-After), so a burst of such requests cannot take every core
-// and every handler thread from the rest.
+// (the caller answers 429 with Retry-After). At most as many wait as there are slots; later ones
+// are turned away at once. So a burst of such requests holds at most 2 x slots handler threads
+// and `slots` cores, whatever its size.
 #pragma once
 
 #include <chrono>
@@ -33,10 +34,15 @@ class ConcurrencyLimit {
   ConcurrencyLimit(const ConcurrencyLimit&) = delete;
   ConcurrencyLimit& operator=(const ConcurrencyLimit&) = delete;
 
-  // A slot, or nullopt when none frees up within `wait` (0: only one that is free now).
+  // A slot, or nullopt when none frees up within `wait` (0: only one that is free now), or at
+  // once when `slots` callers are waiting already.
   std::optional<Slot> Acquire(std::chrono::milliseconds wait) {
     std::unique_lock lock(mu_);
-    if (!freed_.wait_for(lock, wait, [&] { return in_use_ < slots_; })) return std::nullopt;
+    if (in_use_ >= slots_ && waiting_ >= slots_) return std::nullopt;
+    ++waiting_;
+    const bool got = freed_.wait_for(lock, wait, [&] { return in_use_ < slots_; });
+    --waiting_;
+    if (!got) return std::nullopt;
     ++in_use_;
     return Slot(this);
   }
@@ -45,6 +51,10 @@ class ConcurrencyLimit {
   int in_use() const {
     std::lock_guard lock(mu_);
     return in_use_;
+  }
+  int waiting() const {
+    std::lock_guard lock(mu_);
+    return waiting_;
   }
 
  private:
@@ -60,6 +70,7 @@ class ConcurrencyLimit {
   mutable std::mutex mu_;
   std::condition_variable freed_;
   int in_use_ = 0;
+  int waiting_ = 0;
 };
 
 }  // namespace vlmd::serve

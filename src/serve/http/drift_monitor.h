@@ -42,7 +42,7 @@ class DriftMonitor {
 
   // A version starts serving model `model`: its baseline comes from its file when one exists and
   // was taken from the same files (model_hash), else from its first replies. The version it
-  // replaces is forgotten: its gauges turn NaN and its late replies are not counted. Tracking
+  // replaces is forgotten: its gauge series end and its late replies are not counted. Tracking
   // the version already tracked keeps its state.
   void Track(const std::string& model, const std::string& version, const std::string& hash);
   // Counts one finished reply of the version with `hash` (ignored unless it is the tracked one),
@@ -76,7 +76,8 @@ class DriftMonitor {
   // other than by the score).
   void Alarm(VersionState& v, size_t window, policy::DriftStat stat, double score, int64_t requests, bool raised,
              const char* reason = nullptr);
-  void Retire(VersionState& v, const char* reason);  // open alarms clear, gauges to NaN
+  // Open alarms clear; gauges to NaN, or removed for a replaced version.
+  void Retire(VersionState& v, const char* reason);
 
   DriftOptions options_;
   ServerMetrics* metrics_;

@@ -242,7 +242,7 @@ Server::Server(ServerOptions options)
       metrics_(std::make_unique<ServerMetrics>(registry_.get())),
       streams_(std::make_unique<StreamWindows>(options_.streams)),
       handlers_(std::make_unique<Handlers>(this)),
-      redactions_(options_.max_concurrent_redactions > 0
+      redaction_slots_(options_.max_concurrent_redactions > 0
                       ? options_.max_concurrent_redactions
                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
   metrics_->memory_budget_bytes.With().Set(static_cast<double>(options_.memory_budget_bytes));
@@ -357,7 +357,8 @@ Status Server::SetRoutes(std::vector<RouteConfig> routes, std::string default_na
   // A route's own redaction setting loads here, not at its first request.
   for (const RouteConfig& r : routes) {
     if (r.redact && r.redact->enabled() && !RedactorFor(*r.redact)) {
-      return UnavailableError("route '" + r.name + "': redaction detectors cannot load (see the log)");
+      return UnavailableError("route '" + r.name +
+                              "': redaction detectors cannot load (see the log)");
     }
   }
   router_.SetRoutes(std::move(routes), std::move(default_name));

@@ -48,7 +48,8 @@ class Server {
   ServerMetrics& metrics() { return *metrics_; }
   Router& router() { return router_; }
   // router().SetRoutes, after loading the redaction detectors of routes with their own setting
-  // (UNAVAILABLE, routes unchanged, when they cannot load).
+  // (UNAVAILABLE, routes unchanged, when they cannot load). router().SetRoutes alone (tests)
+  // leaves that load to a route's first request.
   Status SetRoutes(std::vector<RouteConfig> routes, std::string default_name);
 
   // Loads the guard rails (keys, allowlist, word filter, audit log: their errors), binds and
@@ -111,7 +112,7 @@ class Server {
   std::unique_ptr<HttpFront> front_;  // after handlers_: stopped (and destroyed) before them
   std::mutex redactors_mu_;
   std::map<std::string, std::shared_ptr<const redact::Redactor>> redactors_;  // by setting
-  ConcurrencyLimit redactions_;  // requests redacting at once (max_concurrent_redactions)
+  ConcurrencyLimit redaction_slots_;  // requests redacting at once (max_concurrent_redactions)
   std::mutex reload_mu_;
   // Versions a reload replaced: alive until their last request lets go (memory budget).
   std::mutex replaced_mu_;

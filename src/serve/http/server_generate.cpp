@@ -238,11 +238,11 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   }
   // The detectors take a core each for the whole decode + detection: a bounded number at once.
   std::optional<ConcurrencyLimit::Slot> redaction_slot =
-      redactor ? s_.redactions_.Acquire(s_.options_.redaction_wait) : std::nullopt;
+      redactor ? s_.redaction_slots_.Acquire(s_.options_.redaction_wait) : std::nullopt;
   if (redactor && !redaction_slot) {
     res.set_header("Retry-After", "1");
     return fail({429, "rate_limit_error", "redaction_busy",
-                 "every redaction slot (" + std::to_string(s_.redactions_.slots()) +
+                 "every redaction slot (" + std::to_string(s_.redaction_slots_.slots()) +
                      ") stayed busy; retry later"});
   }
   call->prepare_t0 = Clock::now();

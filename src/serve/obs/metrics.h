@@ -124,8 +124,8 @@ class FamilyBase {
 };
 
 // Children of a family keyed by label values. Children are heap-allocated and, except through
-// Remove, never removed, so references handed out stay valid for the family's lifetime. Lookups of existing children
-// take a shared lock only.
+// Remove, never removed, so references handed out stay valid for the family's lifetime.
+// Lookups of existing children take a shared lock only.
 template <typename Metric>
 class ChildTable {
  public:
