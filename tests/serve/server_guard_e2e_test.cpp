@@ -6,16 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "core/sha256.h"
+#include "engine/image/decode_budget.h"
 #include "serve/api/requests.h"
 #include "serve/obs/trace.h"
 #include "serve/policy/word_filter.h"
@@ -581,6 +584,40 @@ TEST(ServerGuard, ComplexityTiersRouteSimpleAndBusyInputsApart) {
   const std::string metrics = c->Get("/metrics")->body;
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_route_tier_total{route="auto",tier="light"})"), 1);
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_route_tier_total{route="auto",tier="robust"})"), 1);
+}
+
+// Routing decodes the first image in full to score it; the chosen model takes that image instead
+// of decoding the bytes again where its own decode would be the same (not a JPEG, or redaction
+// on). A JPEG without redaction is decoded again by the model's own rule (its DCT scale).
+TEST(ServerGuard, ARoutedImageIsDecodedOnceUnlessItsModelDecodesItSmaller) {
+  ServerOptions o;
+  o.decode_budget_bytes = 0;  // the server keeps the test's budget, which counts the decodes
+  auto budget = std::make_shared<engine::image::DecodeBudget>(uint64_t{1} << 30,
+                                                              std::chrono::milliseconds(1000));
+  o.prepare.decode_limits.budget = budget;
+  auto server = StartServer(o, {FixtureSpec("small", "s"), FixtureSpec("mid", "m"), FixtureSpec("big", "b")});
+  RouteConfig route;
+  route.name = "auto";
+  route.tiers = {"small", "mid", "big"};
+  server->router().SetRoutes({route}, "");
+  auto c = ClientOf(*server);
+  // The budget's reservations one request makes (one per decode of a pixel buffer).
+  const auto decodes = [&](const std::string& model, const std::string& image) {
+    const uint64_t before = budget->granted();
+    const json req{{"model", model}, {"prompt", "hi"}, {"max_tokens", 1},
+                   {"image_base64", api::EncodeBase64(image)}};
+    auto r = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return budget->granted() - before;
+  };
+  const std::string ppm = "P6\n64 64\n255\n" + std::string(64 * 64 * 3, char(90));
+  const uint64_t direct = decodes("small", ppm);
+  EXPECT_GE(direct, 1u);
+  EXPECT_EQ(decodes("auto", ppm), direct);  // before: twice as many (routing, then the model)
+  const std::string jpeg =
+      testing::ReadText(vlmd::testing::SourcePath("tests/data/redact/astronaut.jpg"));
+  EXPECT_GT(decodes("auto", jpeg), decodes("small", jpeg));  // the score's decode, then its own
+  EXPECT_EQ(budget->in_use(), 0u);  // nothing held after the replies
 }
 
 TEST(ServerGuard, TrustSignalsAreInEveryReplyAndFlaggedOverTheThreshold) {

@@ -22,6 +22,7 @@ Result<std::shared_ptr<const void>> DecodeBudget::Reserve(uint64_t bytes, uint64
                             std::to_string(capacity_ >> 20) + " MiB in use): retry later");
   }
   in_use_ += bytes;
+  ++granted_;
   // An empty handle whose deleter gives the bytes back; it keeps the budget alive.
   std::shared_ptr<DecodeBudget> self = shared_from_this();
   return std::shared_ptr<const void>(nullptr, [self, bytes](const void*) { self->Release(bytes); });
@@ -43,6 +44,11 @@ uint64_t DecodeBudget::in_use() const {
 uint64_t DecodeBudget::refused() const {
   std::lock_guard<std::mutex> lock(mu_);
   return refused_;
+}
+
+uint64_t DecodeBudget::granted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return granted_;
 }
 
 }  // namespace vlmd::engine::image

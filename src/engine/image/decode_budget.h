@@ -31,6 +31,7 @@ class DecodeBudget : public std::enable_shared_from_this<DecodeBudget> {
   uint64_t capacity() const { return capacity_; }
   uint64_t in_use() const;
   uint64_t refused() const;  // reservations that ran out of wait
+  uint64_t granted() const;  // reservations made: one per decoded image (server decodes counted)
 
  private:
   void Release(uint64_t bytes);
@@ -41,6 +42,7 @@ class DecodeBudget : public std::enable_shared_from_this<DecodeBudget> {
   std::condition_variable freed_;
   uint64_t in_use_ = 0;
   uint64_t refused_ = 0;
+  uint64_t granted_ = 0;
 };
 
 }  // namespace vlmd::engine::image

@@ -31,7 +31,7 @@ std::string WithoutMarkers(std::string text) {
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream,
-                               const redact::Redactor* redactor) {
+                               const redact::Redactor* redactor, std::optional<DecodedImage> first) {
   const rt::VlmEngine& e = model.engine();
   PreparedJob job;
   JobInput& in = job.input;
@@ -77,8 +77,22 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // Redaction looks at full size: a face the detectors cannot find at 1/8 scale would still
   // reach the encoder.
   if (redactor != nullptr) limits.needed_size = nullptr;
+  // A first image decoded in full before (routing) is the image this loop would decode when it
+  // decodes at full size too: without a DCT scale (not a JPEG) or without a needed size.
+  if (first && !request.images.empty() && limits.needed_size &&
+      engine::image::SniffFormat(std::span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(request.images[0].data()), request.images[0].size())) ==
+          engine::image::ImageFormat::kJpeg) {
+    first.reset();  // this model's decode is smaller: its own, as without routing
+  }
   for (size_t i = 0; i < request.images.size(); ++i) {
     const std::string& bytes = request.images[i];
+    if (i == 0 && first) {
+      ms[0] = first->decode_ms;
+      limits.budget_held += first->image.budget_bytes;
+      decoded.push_back(std::move(first->image));
+      continue;
+    }
     const auto t0 = Clock::now();
     VLMD_ASSIGN_OR_RETURN(engine::image::Image img,
                           engine::image::DecodeImage(

@@ -48,6 +48,14 @@ struct StreamPart {
   uint64_t sequence = 0;
 };
 
+// The request's first image as an earlier step decoded it in full (complexity routing), with its
+// decode time: PrepareJob takes it instead of decoding those bytes again where its own decode
+// would give the same image (a full-size decode: not a JPEG, or redaction on).
+struct DecodedImage {
+  engine::image::Image image;
+  double decode_ms = 0;
+};
+
 // Called by PrepareJob for a request on a stream, with its frame (the request's one image,
 // decoded; nullptr when it has none): returns the stream's earlier frames to put before it.
 using StreamContextFn = std::function<StreamView(const engine::image::Image* frame)>;
@@ -72,9 +80,10 @@ struct PreparedJob {
 // has markers), and count towards the token budget: over it, the oldest are left out first,
 // before the new frame shrinks. INVALID_ARGUMENT for a stream request with more than
 // one image. With `redactor`, faces and plates are covered in each decoded image before
-// anything else sees it.
+// anything else sees it. `first` (optional): the first image already decoded in full.
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream = {},
-                               const redact::Redactor* redactor = nullptr);
+                               const redact::Redactor* redactor = nullptr,
+                               std::optional<DecodedImage> first = std::nullopt);
 
 }  // namespace vlmd::serve

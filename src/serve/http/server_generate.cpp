@@ -29,21 +29,27 @@ int64_t UnixNow() {
 }
 
 // The complexity score of a request for tier routing: the first image's edge density (decoded
-// here once more; routing happens before the chosen model preprocesses it) and the token entropy
-// of the prompt text under `tokenizer_host`'s vocabulary.
+// here in full, before any model is chosen; *first keeps it for PrepareJob, which takes it where
+// its own decode would be the same) and the token entropy of the prompt text under
+// `tokenizer_host`'s vocabulary.
 Result<double> Complexity(const api::GenerationRequest& request, const ModelHost& tokenizer_host,
-                          const PrepareOptions& prepare, const policy::ComplexityWeights& weights) {
+                          const PrepareOptions& prepare, const policy::ComplexityWeights& weights,
+                          std::optional<DecodedImage>* first) {
   std::string text;
   for (const api::ChatMessage& m : request.messages) text += m.text + "\n";
   VLMD_ASSIGN_OR_RETURN(auto tokens, tokenizer_host.engine().tokenizer().Tokenize(text, false, false));
   std::optional<double> edges;
   if (!request.images.empty()) {
     const std::string& bytes = request.images.front();
+    const auto t0 = std::chrono::steady_clock::now();
     VLMD_ASSIGN_OR_RETURN(engine::image::Image img,
                           engine::image::DecodeImage({reinterpret_cast<const uint8_t*>(bytes.data()),
                                                       bytes.size()},
                                                      prepare.decode_limits));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     edges = policy::EdgeDensity(img.width, img.height, img.rgb);
+    *first = DecodedImage{std::move(img), ms};
   }
   return policy::ComplexityScore(edges, policy::TokenEntropyScore(tokens), weights);
 }
@@ -97,7 +103,8 @@ std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
   } else {
     const auto light = s_.router_.Get(route->tiers[0]);
     if (!light) return not_loaded(route->tiers[0]);
-    auto score = Complexity(call->request, *light, s_.options_.prepare, route->weights);
+    auto score =
+        Complexity(call->request, *light, s_.options_.prepare, route->weights, &call->routed_image);
     if (!score.ok()) return api::FromStatus(score.status());
     const policy::Tier tier = policy::PickTier(*score, route->thresholds);
     call->reply.tier = policy::TierName(tier);
@@ -246,7 +253,9 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
                      ") stayed busy; retry later"});
   }
   call->prepare_t0 = Clock::now();
-  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream, redactor.get());
+  auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream,
+                             redactor.get(), std::move(call->routed_image));
+  call->routed_image.reset();
   call->prepare_t1 = Clock::now();
   redaction_slot.reset();
   if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));

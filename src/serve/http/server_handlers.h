@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -76,6 +77,8 @@ class Server::Handlers : public FrontHandler {
     const char* allowlist_decision = "none";  // Guard::CheckImages
     int status = 200;            // the final status of a stream (error event, 499 on disconnect)
     mutable bool audited = false;  // AuditCall ran (set from the const AuditCall)
+    // The first image as complexity routing decoded it (full size), for PrepareJob.
+    std::optional<DecodedImage> routed_image;
     PreparedJob prepared;
     std::shared_ptr<Job> job;
     ReplyContext reply;
