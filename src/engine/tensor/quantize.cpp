@@ -62,6 +62,12 @@ Status CheckEncodable(DType type, const float* x, int64_t k) {
                               ": " + std::string(DTypeName(type)) + " cannot encode inf or NaN");
 }
 
+// The checked quantizers' arguments: CheckRow's, then CheckEncodable's.
+Status CheckQuantizeRow(DType type, const float* x, const void* y, int64_t k) {
+  VLMD_RETURN_IF_ERROR(CheckRow(type, x, y, k));
+  return CheckEncodable(type, x, k);
+}
+
 }  // namespace
 
 QuantizeRowFn FindQuantizeRowFn(DType type) {
@@ -120,8 +126,7 @@ Status QuantizeRow(DType type, const float* x, void* y, int64_t k) {
   if (fn == nullptr) {
     return UnimplementedError("no quantizer for type " + std::string(DTypeName(type)));
   }
-  VLMD_RETURN_IF_ERROR(CheckRow(type, x, y, k));
-  VLMD_RETURN_IF_ERROR(CheckEncodable(type, x, k));
+  VLMD_RETURN_IF_ERROR(CheckQuantizeRow(type, x, y, k));
   fn(x, y, k);
   return Status::Ok();
 }
@@ -132,8 +137,7 @@ bool QuantizeUsesImportance(DType type) {
 
 Status QuantizeRowWeighted(DType type, const float* x, void* y, int64_t k, const float* importance) {
   if (importance == nullptr || !QuantizeUsesImportance(type)) return QuantizeRow(type, x, y, k);
-  VLMD_RETURN_IF_ERROR(CheckRow(type, x, y, k));
-  VLMD_RETURN_IF_ERROR(CheckEncodable(type, x, k));
+  VLMD_RETURN_IF_ERROR(CheckQuantizeRow(type, x, y, k));
   using namespace quant;  // NOLINT(build/namespaces)
   switch (type) {
     case DType::kQ4_0: QuantizeRowQ4_0(x, static_cast<BlockQ4_0*>(y), k, importance); break;

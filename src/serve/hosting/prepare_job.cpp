@@ -29,6 +29,18 @@ std::string WithoutMarkers(std::string text) {
 
 }  // namespace
 
+Result<DecodedImage> DecodeTimed(const std::string& bytes,
+                                 const engine::image::DecodeLimits& limits) {
+  const auto t0 = Clock::now();
+  VLMD_ASSIGN_OR_RETURN(
+      engine::image::Image img,
+      engine::image::DecodeImage(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+          limits));
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return DecodedImage{std::move(img), ms};
+}
+
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream,
                                const redact::Redactor* redactor, std::optional<DecodedImage> first) {
@@ -86,22 +98,15 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     first.reset();  // this model's decode is smaller: its own, as without routing
   }
   for (size_t i = 0; i < request.images.size(); ++i) {
-    const std::string& bytes = request.images[i];
+    DecodedImage d;
     if (i == 0 && first) {
-      ms[0] = first->decode_ms;
-      limits.budget_held += first->image.budget_bytes;
-      decoded.push_back(std::move(first->image));
-      continue;
+      d = std::move(*first);
+    } else {
+      VLMD_ASSIGN_OR_RETURN(d, DecodeTimed(request.images[i], limits));
     }
-    const auto t0 = Clock::now();
-    VLMD_ASSIGN_OR_RETURN(engine::image::Image img,
-                          engine::image::DecodeImage(
-                              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                       bytes.size()),
-                              limits));
-    ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    limits.budget_held += img.budget_bytes;  // the next image cannot wait for this one
-    decoded.push_back(std::move(img));
+    ms[i] = d.decode_ms;
+    limits.budget_held += d.image.budget_bytes;  // the next image cannot wait for this one
+    decoded.push_back(std::move(d.image));
   }
   // Redaction before anything keeps pixels: the cache key, the stream's thumbnail and the
   // encoder all see the covered image.

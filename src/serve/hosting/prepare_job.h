@@ -55,6 +55,9 @@ struct DecodedImage {
   engine::image::Image image;
   double decode_ms = 0;
 };
+// DecodeImage of `bytes` under `limits`, timed.
+Result<DecodedImage> DecodeTimed(const std::string& bytes,
+                                 const engine::image::DecodeLimits& limits);
 
 // Called by PrepareJob for a request on a stream, with its frame (the request's one image,
 // decoded; nullptr when it has none): returns the stream's earlier frames to put before it.

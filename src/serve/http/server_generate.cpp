@@ -40,16 +40,10 @@ Result<double> Complexity(const api::GenerationRequest& request, const ModelHost
   VLMD_ASSIGN_OR_RETURN(auto tokens, tokenizer_host.engine().tokenizer().Tokenize(text, false, false));
   std::optional<double> edges;
   if (!request.images.empty()) {
-    const std::string& bytes = request.images.front();
-    const auto t0 = std::chrono::steady_clock::now();
-    VLMD_ASSIGN_OR_RETURN(engine::image::Image img,
-                          engine::image::DecodeImage({reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                      bytes.size()},
-                                                     prepare.decode_limits));
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    edges = policy::EdgeDensity(img.width, img.height, img.rgb);
-    *first = DecodedImage{std::move(img), ms};
+    VLMD_ASSIGN_OR_RETURN(DecodedImage d,
+                          DecodeTimed(request.images.front(), prepare.decode_limits));
+    edges = policy::EdgeDensity(d.image.width, d.image.height, d.image.rgb);
+    *first = std::move(d);
   }
   return policy::ComplexityScore(edges, policy::TokenEntropyScore(tokens), weights);
 }

@@ -108,9 +108,17 @@ Result<std::shared_ptr<const Redactor>> Redactor::Create(const RedactOptions& op
   return std::shared_ptr<const Redactor>(std::move(r));
 }
 
+namespace {
+
+std::string CascadePath(const RedactOptions& options, const char* file) {
+  return (std::filesystem::path(options.cascade_dir) / file).string();
+}
+
+}  // namespace
+
 Status Redactor::CheckFiles(const RedactOptions& options) {
   auto check = [&](const char* file) -> Status {
-    const std::string path = (std::filesystem::path(options.cascade_dir) / file).string();
+    const std::string path = CascadePath(options, file);
     if (!std::filesystem::exists(path)) {
       return NotFoundError("redaction: cascade " + path + " not found (install opencv-data)");
     }
@@ -128,12 +136,10 @@ Redactor::Redactor(RedactOptions options) : options_(std::move(options)) {}
 Redactor::~Redactor() = default;
 
 Result<std::unique_ptr<Redactor::Detectors>> Redactor::Load() const {
+  VLMD_RETURN_IF_ERROR(CheckFiles(options_));  // a missing file: NOT_FOUND naming it
   auto d = std::make_unique<Detectors>();
   auto load = [&](cv::CascadeClassifier& c, const char* file) -> Status {
-    const std::string path = (std::filesystem::path(options_.cascade_dir) / file).string();
-    if (!std::filesystem::exists(path)) {
-      return NotFoundError("redaction: cascade " + path + " not found (install opencv-data)");
-    }
+    const std::string path = CascadePath(options_, file);
     // OpenCV throws on a file that is not a cascade at all (and returns false on others).
     bool loaded = false;
     try {
