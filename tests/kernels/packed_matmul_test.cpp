@@ -217,6 +217,22 @@ TEST(PackedMatrixTest, RefusesFloatWeightsThatAreNotFinite) {
   EXPECT_TRUE(PackedMatrix::Pack(DType::kF16, w.data(), k * 2, n, k).ok());
 }
 
+// Fused matrices (q, k, v as one): the error names the source tensor and its own row, not the
+// row of the concatenation.
+TEST(PackedMatrixTest, NamesTheFusedSourceOfANonFiniteWeight) {
+  const int64_t k = 64;
+  std::vector<uint16_t> q(16 * k, F32ToF16(0.25f)), kv(8 * k, F32ToF16(0.25f));
+  kv[5 * k + 3] = 0xFC00;  // f16 -inf in row 5 of the second source (row 21 of the whole)
+  const kernels::PackSource sources[] = {
+      {DType::kF16, q.data(), static_cast<size_t>(k * 2), 16, "blk.0.attn_q.weight"},
+      {DType::kF16, kv.data(), static_cast<size_t>(k * 2), 8, "blk.0.attn_k.weight"}};
+  auto packed = PackedMatrix::PackConcat(sources, k);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_NE(packed.status().message().find("tensor 'blk.0.attn_k.weight' row 5"),
+            std::string::npos)
+      << packed.status().message();
+}
+
 // m activation rows of w.k() floats as the packed kernels take them (Q8_0 blocks and block sums),
 // converted as the engine converts them (the converters are byte-exact). A k that is not a
 // multiple of 32 (float weights) is the zero-padded row's conversion.

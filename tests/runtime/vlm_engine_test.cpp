@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <unistd.h>
+
+#include "engine/gguf/gguf_reader.h"
 #include "engine/kernels/kernel_table.h"
 #include "test_util.h"
 
@@ -136,6 +141,46 @@ TEST(VlmEngineChunking, FastPromptLogitsDoNotDependOnChunking) {
       }
     }
   }
+}
+
+
+// A float weight holding an inf (a broken or hostile file): the fast precision's load-time int8
+// packing refuses it naming the GGUF tensor and its row, also when it is packed fused with
+// others (q, k and v as one matrix); exact precision keeps the weights as they are and loads.
+TEST(VlmEngineLoad, FastPrecisionNamesTheTensorOfANonFiniteWeight) {
+  const auto isa = kernels::SelectIsa();
+  ASSERT_TRUE(isa.ok());
+  if (kernels::GetKernelTable(*isa).packed_matmul == nullptr) {
+    GTEST_SKIP() << "no packed int8 matmul on this CPU: nothing is packed";
+  }
+  const std::string path = std::filesystem::temp_directory_path().string() + "/vlmd-inf-" +
+                           std::to_string(::getpid()) + ".gguf";
+  std::vector<uint8_t> bytes =
+      vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"));
+  {
+    auto f = gguf::GgufFile::Open(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const gguf::TensorInfo* t = (*f)->FindTensor("blk.1.attn_k.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->type, DType::kF16);
+    const size_t at = (*f)->data_offset() + t->offset + (2 * t->ne[0] + 5) * sizeof(uint16_t);
+    bytes[at] = 0x00;  // f16 +inf, little-endian, at row 2
+    bytes[at + 1] = 0x7C;
+  }
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 64;
+  o.precision = ops::Precision::kFast;
+  auto fast = VlmEngine::Load(path, o);
+  ASSERT_FALSE(fast.ok());
+  EXPECT_EQ(fast.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(fast.status().message().find("tensor 'blk.1.attn_k.weight' row 2"), std::string::npos)
+      << fast.status().message();
+  o.precision = ops::Precision::kExact;
+  EXPECT_TRUE(VlmEngine::Load(path, o).ok());
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -164,12 +164,17 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     first_col.push_back(c);
     c += s.n;
   }
+  struct SourceRow {
+    const PackSource* source;
+    int64_t row;  // within the source
+    const uint8_t* data;
+  };
   auto source_row = [&](int64_t col) {
     const size_t i = static_cast<size_t>(
         std::upper_bound(first_col.begin(), first_col.end(), col) - first_col.begin() - 1);
     const PackSource& s = sources[i];
-    return std::pair{s.dtype, static_cast<const uint8_t*>(s.data) +
-                                  static_cast<size_t>(col - first_col[i]) * s.row_bytes};
+    const int64_t row = col - first_col[i];
+    return SourceRow{&s, row, static_cast<const uint8_t*>(s.data) + static_cast<size_t>(row) * s.row_bytes};
   };
   // Panel groups are independent (each owns a contiguous range of units, see Unit()), so they
   // are packed in parallel: each task first fills its units with the padding values (zero
@@ -193,7 +198,9 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     std::vector<BlockQ8_0> q8_row(static_cast<size_t>(nb));
     const int64_t c1 = std::min(n, g1 * group * kPanelCols);
     for (int64_t col = g0 * group * kPanelCols; col < c1; ++col) {
-      const auto [dtype, row] = source_row(col);
+      const SourceRow src = source_row(col);
+      const DType dtype = src.source->dtype;
+      const uint8_t* row = src.data;
       if (pm->format_ == PackedFormat::kQ4) {
         pm->PackColumnQ4(col, reinterpret_cast<const BlockQ4_0*>(row));
         continue;
@@ -224,9 +231,11 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
         Status s = DequantizeRow(dtype, row, f32_row.data(), k);
         if (s.ok()) s = QuantizeRow(DType::kQ8_0, f32_row.data(), q8_row.data(), nb * kPackBlock);
         if (!s.ok()) {  // e.g. an inf in the file: refused, not packed as garbage
+          const std::string_view name = src.source->name;
           errors[static_cast<size_t>(thread)] = s.WithContext(
               "packing float weights to int8 (the fast precision; exact keeps them as they "
-              "are), output row " + std::to_string(col));
+              "are), " + (name.empty() ? std::string("matrix") : "tensor '" + std::string(name) + "'") +
+              " row " + std::to_string(src.row));
           return;
         }
         blocks = q8_row.data();

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "core/large_alloc.h"
 #include "core/status.h"
@@ -73,6 +74,7 @@ struct PackSource {
   const void* data = nullptr;
   size_t row_bytes = 0;
   int64_t n = 0;
+  std::string_view name = {};  // the weight's tensor, for errors (may be empty)
 };
 
 class PackedMatrix {

@@ -20,7 +20,7 @@ ops::WeightView Transposed(const gguf::TensorInfo& t, int64_t n, int64_t d, std:
     for (int64_t o = 0; o < n; ++o) dst[o * d + i] = src[i * n + o];
   }
   return ops::WeightView{.dtype = t.type, .n = n, .k = d, .data = storage->data(),
-                         .row_bytes = static_cast<size_t>(d) * sizeof(T)};
+                         .row_bytes = static_cast<size_t>(d) * sizeof(T), .name = t.name};
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ Status FoldLayerScale(const gguf::GgufFile& f, const std::string& name, int64_t 
   }
   for (int64_t j = 0; j < static_cast<int64_t>(bias->size()); ++j) (*bias)[static_cast<size_t>(j)] *= scale[static_cast<size_t>(j)];
   *w = ops::WeightView{.dtype = DType::kF32, .n = d, .k = k, .data = storage->data(),
-                       .row_bytes = static_cast<size_t>(k) * sizeof(float)};
+                       .row_bytes = static_cast<size_t>(k) * sizeof(float),
+                       .name = f.FindTensor(name)->name};  // found by GetF32Into
   return Status::Ok();
 }
 

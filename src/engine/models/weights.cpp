@@ -36,7 +36,8 @@ Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string&
     return UnimplementedError("tensor '" + name + "' has type " +
                               std::string(DTypeName(t->type)) + ", which vlmd cannot compute with");
   }
-  return ops::WeightView{t->type, n, k, t->data, static_cast<size_t>(*RowBytes(t->type, k))};
+  return ops::WeightView{.dtype = t->type, .n = n, .k = k, .data = t->data,
+                         .row_bytes = static_cast<size_t>(*RowBytes(t->type, k)), .name = t->name};
 }
 
 namespace {
@@ -118,7 +119,8 @@ Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& f, const std::strin
   if (!row_bytes || !GetDTypeTraits(t->type).compute_supported) {
     return UnimplementedError("tensor '" + name + "' has a type vlmd cannot compute with");
   }
-  return ops::WeightView{t->type, d, 3 * p * p, t->data, static_cast<size_t>(*row_bytes)};
+  return ops::WeightView{.dtype = t->type, .n = d, .k = 3 * p * p, .data = t->data,
+                         .row_bytes = static_cast<size_t>(*row_bytes), .name = t->name};
 }
 
 

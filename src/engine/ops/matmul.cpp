@@ -337,7 +337,8 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
   if (!float_rows && w.k % kernels::kPackBlock != 0) return std::nullopt;
   const auto row_bytes = RowBytes(w.dtype, w.k);
   if (!row_bytes) return std::nullopt;
-  return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n};
+  return kernels::PackSource{w.dtype, w.data, w.row_bytes != 0 ? w.row_bytes : *row_bytes, w.n,
+                             w.name};
 }
 
 // WeightView::packed_tile_route for a matrix of k columns packed under `packing`: never with a

@@ -47,6 +47,9 @@ struct WeightView {
   // Set to kManyRows by PackWeight / PackFusedWeights in fast precision where the CPU has the
   // tile unit; a caller may narrow or widen it per call on a copy of the view.
   PackedTileRoute packed_tile_route = PackedTileRoute::kNever;
+  // The GGUF tensor it comes from (a view into the file's header, which outlives the weights),
+  // for load-time errors; empty when unknown.
+  std::string_view name = {};
 };
 
 // How far the engine may round beyond the GGUF weights and the reference implementation.
