@@ -277,6 +277,46 @@ TEST(ServerLoadTest, ChunkedBodyOverTheLimitIsCutOffWhileReading) {
   EXPECT_EQ(alive->status, 200);
 }
 
+// A chunk-size line that never ends (an endless chunk extension) or a trailer that never ends:
+// neither counts as body, so the body limit did not stop them and the server buffered all of it
+// (300 MiB: +320 MiB resident). The read buffer is bounded: the server stops reading there and
+// answers 400 (or the reset of a close with unread data loses the reply).
+TEST(ServerLoadTest, EndlessChunkHeaderOrTrailerIsCutOff) {
+  HarnessOptions o;
+  o.server.max_body_bytes = 1 << 20;
+  Harness h(o);
+  const std::string head =
+      "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  for (const std::string& start : {std::string("1;ext="), std::string("0\r\nX-Trailer: ")}) {
+    const int fd = testing::Connect(h.port());
+    ASSERT_GE(fd, 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const std::string first = head + start;
+    ASSERT_EQ(send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
+    const std::string filler(1 << 16, 'b');
+    constexpr int64_t kTotal = int64_t{256} << 20;
+    int64_t sent = 0;
+    while (sent < kTotal) {
+      const ssize_t n = send(fd, filler.data(), filler.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;  // the server stopped reading or closed
+      sent += n;
+    }
+    EXPECT_LT(sent, kTotal / 2) << start << ": the server read far past any bound";
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) got.append(buf, static_cast<size_t>(n));
+    close(fd);
+    EXPECT_TRUE(got.empty() || got.rfind("HTTP/1.1 400", 0) == 0) << start << ": " << got.substr(0, 200);
+  }
+  auto alive = h.Client()->Get("/health");
+  ASSERT_TRUE(alive);
+  EXPECT_EQ(alive->status, 200);
+}
+
 TEST(ServerLoadTest, SlowLorisClientsAreDroppedAndDoNotBlockOthers) {
   HarnessOptions o;
   o.server.http_threads = 2;

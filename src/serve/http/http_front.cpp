@@ -118,11 +118,16 @@ bool HasLineBreak(std::string_view s) { return s.find_first_of("\r\n") != std::s
 
 // A request the parser found malformed or ambiguous (two Content-Lengths, Content-Length with
 // Transfer-Encoding, a bad chunk size, ...), as opposed to a stream that ended or a limit.
+// The read buffer's bound: a whole request head, or a chunk-size line or trailer of as many bytes,
+// plus the slack that one read may add past what the parser has taken.
+constexpr size_t kReadBufferSlack = 64 << 10;
+size_t ReadBufferLimit(const FrontOptions& o) { return o.max_header_bytes + kReadBufferSlack; }
+
 bool IsMalformed(const error_code& ec) {
   if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) return false;
   return ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
          ec != bhttp::error::need_more && ec != bhttp::error::body_limit &&
-         ec != bhttp::error::header_limit;
+         ec != bhttp::error::header_limit && ec != bhttp::error::buffer_overflow;
 }
 
 // Status line and headers of `res` (framing by the caller: `framing` is the Content-Length or
@@ -269,7 +274,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   Connection(HttpFront::Impl& front, Stream stream, std::shared_ptr<ssl::context> tls, std::string address,
              int port)
       : front_(front), tls_(std::move(tls)), stream_(std::move(stream)), timer_(front.io),
-        address_(std::move(address)), port_(port) {}
+        address_(std::move(address)), port_(port), buffer_(ReadBufferLimit(front.options)) {}
   ~Connection() override { front_.Unregister(this, address_); }
 
   void Start() {
@@ -395,7 +400,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
                       "the request head did not arrive within " +
                           std::to_string(front_.options.head_timeout.count()) + " ms");
       }
-      if (ec == bhttp::error::header_limit) {
+      if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
         return Refuse(nullptr, 431, "header_too_large",
                       "request head over " + std::to_string(front_.options.max_header_bytes) + " bytes");
       }
@@ -494,6 +499,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       if (ec == bhttp::error::body_limit) {
         return self->Refuse(&self->request_, 413, "payload_too_large",
                             "request body over the limit of " + std::to_string(self->body_limit_) + " bytes");
+      }
+      if (ec == bhttp::error::buffer_overflow) {  // a chunk-size line or trailer without end
+        return self->Refuse(&self->request_, 400, "bad_framing",
+                            "a chunk header or trailer over " +
+                                std::to_string(self->buffer_.max_size() - kReadBufferSlack) + " bytes");
       }
       if (IsMalformed(ec)) {
         return self->Refuse(&self->request_, 400, "bad_framing", "malformed request body: " + ec.message());
@@ -646,6 +656,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   asio::steady_timer timer_;
   const std::string address_;
   const int port_;
+  // Bounded: the parser moves body bytes out as they arrive, but keeps a chunk-size line (its
+  // extensions) or a trailer here until its CRLF, and counts neither against a limit (Beast
+  // 1.81): a client streaming one endless extension grew the buffer by gigabytes.
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpRequest request_;
