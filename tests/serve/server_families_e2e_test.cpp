@@ -36,6 +36,7 @@ const Family kQwen25vl{"tiny-qwen25vl", "img-168x112", 1, 256, 10};  // window a
 const Family kLlava16{"tiny-llava16", "img-64x48", 1, 256, 80};       // 4 slices + overview
 const Family kInternVl{"tiny-internvl", "img-96x64", 1, 256, 32};     // tiles + thumbnail in <img>
 const Family kGemma3{"tiny-gemma3", "img-96x64", 1, 3, 16};           // bidirectional images
+const Family kQwen3vl{"tiny-qwen3vl", "img-168x112", 1, 256, 10};      // deepstack: wider image rows
 
 json Post(httplib::Client& c, const std::string& path, const json& req) {
   auto r = c.Post(path, req.dump(), "application/json");
@@ -149,6 +150,39 @@ TEST_P(ServerFamilyTest, HotSwapSelfChecksTheImagePath) {
            {"image_base64", api::EncodeBase64(FixtureImage(std::string(f.golden_case) + ".png", f.fixture))}};
   const json a = Post(*h.Client(), "/v1/vlm/invoke", req);
   EXPECT_EQ(a["http"], 200) << a.dump();
+}
+
+// Two images, the first shared with an earlier request: the reused prefix stops where the
+// images differ, so the answer is the one a fresh server gives. Qwen3-VL's image rows are wider
+// than the decoder's (deepstack features): the row identities once took the first image for all
+// of the rows and reused the earlier request's second image.
+TEST(ServerFamilyReuseTest, ReusedPrefixEndsAtTheFirstDifferentImage) {
+  for (const Family& f : {kQwen3vl, kQwen25vl, kGemma3}) {
+    SCOPED_TRACE(f.fixture);
+    auto request = [](int second_split) {
+      return json{{"prompt", "<__media__><__media__>What differs?"},
+                  {"raw_prompt", true},
+                  {"max_tokens", 6},
+                  {"images_base64",
+                   {api::EncodeBase64(SplitFrame(8)), api::EncodeBase64(SplitFrame(second_split))}}};
+    };
+    json fresh;
+    {
+      Harness h(FamilyOptions(f));
+      fresh = Post(*h.Client(), "/v1/vlm/invoke", request(56));
+      ASSERT_EQ(fresh["http"], 200) << fresh.dump();
+    }
+    Harness h(FamilyOptions(f));
+    auto c = h.Client();
+    const json other = Post(*c, "/v1/vlm/invoke", request(30));
+    ASSERT_EQ(other["http"], 200) << other.dump();
+    const json again = Post(*c, "/v1/vlm/invoke", request(56));
+    ASSERT_EQ(again["http"], 200) << again.dump();
+    EXPECT_EQ(again["text"], fresh["text"]);
+    // At most the first image (and the text before it) is reused, never the second's rows.
+    EXPECT_LT(again["usage"]["reused_prompt_tokens"].get<int>(),
+              (again["usage"]["prompt_tokens"].get<int>() + 1) / 2) << again.dump();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ServerFamilyTest, ::testing::Values(kQwen25vl, kLlava16, kInternVl, kGemma3),

@@ -180,7 +180,8 @@ Status Scheduler::StartSequence(Slot* slot) {
                         engine_->BuildPrompt(in.prompt, encoded, /*raw=*/true));
   r.prompt_tokens = static_cast<int64_t>(rows.tokens.size());
   r.image_tokens = rows.n_image_tokens;
-  slot->row_ids = RowIds(rows, keys, encoded, engine_->model().config().d_model);
+  // An image row is n_embd_inp() floats wide (Qwen3-VL: with its deepstack features).
+  slot->row_ids = RowIds(rows, keys, encoded, engine_->model().config().n_embd_inp());
   // Prefix reuse: the parked cache sharing the longest prefix with this prompt (at most all but
   // the last row, which is computed for its logits).
   const Parked* best = nullptr;
