@@ -289,6 +289,43 @@ TEST(ServerFamilyBudget, InternVlPicksFewerTilesThenTheThumbnail) {
   EXPECT_EQ(d["http"], 422) << d.dump();
 }
 
+// One server, one image, two budgets' worth of room: a 1x1 grid with its thumbnail and the
+// thumbnail alone are both one tile's size; they once shared an image-cache entry, so the second
+// request got the first one's two tiles, over its budget.
+TEST(ServerFamilyBudget, InternVlShrunkImagesOfOneTileSizeAreDifferentCacheEntries) {
+  HarnessOptions o = FamilyOptions(kInternVl);
+  const std::string image = api::EncodeBase64(FixtureImage("img-96x64.png", kInternVl.fixture));
+  auto request = [&](const std::string& prompt) {
+    return json{{"prompt", prompt}, {"max_tokens", 2}, {"image_base64", image}};
+  };
+  std::string long_prompt = "hi";
+  for (int i = 0; i < 8; ++i) long_prompt += " hi";
+  int short_text = 0, long_text = 0;
+  {
+    Harness full(o);
+    const json a = Post(*full.Client(), "/v1/vlm/invoke", request("hi"));
+    const json b = Post(*full.Client(), "/v1/vlm/invoke", request(long_prompt));
+    ASSERT_EQ(a["http"], 200) << a.dump();
+    ASSERT_EQ(b["http"], 200) << b.dump();
+    short_text = a["usage"]["prompt_tokens"].get<int>() - a["usage"]["image_tokens"].get<int>();
+    long_text = b["usage"]["prompt_tokens"].get<int>() - b["usage"]["image_tokens"].get<int>();
+  }
+  ASSERT_GT(long_text, short_text);
+  ASSERT_LE(long_text, short_text + 16);
+  // Room for two tiles with the short prompt, for one with the long one.
+  o.server.prepare.token_budget = short_text + 2 * 16;
+  Harness h(o);
+  auto c = h.Client();
+  const json two = Post(*c, "/v1/vlm/invoke", request("hi"));
+  ASSERT_EQ(two["http"], 200) << two.dump();
+  EXPECT_EQ(two["usage"]["image_tokens"], 32) << two.dump();
+  const json one = Post(*c, "/v1/vlm/invoke", request(long_prompt));
+  ASSERT_EQ(one["http"], 200) << one.dump();
+  EXPECT_EQ(one["usage"]["image_tokens"], 16) << one.dump();
+  EXPECT_LE(one["usage"]["prompt_tokens"].get<int>(), short_text + 2 * 16) << one.dump();
+  EXPECT_EQ(one["cache"]["image"], "miss") << one.dump();
+}
+
 TEST(ServerFamilyBudget, Gemma3FixedSizeImageCannotShrink) {
   HarnessOptions o = FamilyOptions(kGemma3);
   json req{{"prompt", "hi"}, {"max_tokens", 2},

@@ -207,10 +207,16 @@ Result<PreparedImage> VlmEngine::PreprocessDecoded(const image::Image& img, int3
   PreparedImage out;
   out.source_width = img.width;
   out.source_height = img.height;
-  // The cache key: the pixels, the family and the size its preprocessing resized them to (every
-  // parameter that changes the encoder's input).
+  // The cache key: the pixels, the family, the size its preprocessing resized them to and the
+  // tiling cut from it (every parameter that changes the encoder's input). The size alone is not
+  // enough: InternVL's 1x1 grid plus its thumbnail and the thumbnail alone (a shrunk image) are
+  // both one tile's size, and had one cache entry.
+  const models::PreprocessedImage& t = plan.layout;
   out.key = image::ImageKey(img) + ":" + c.projector_name + ":" + std::to_string(c.image_size) +
-            ":" + std::to_string(plan.width) + "x" + std::to_string(plan.height);
+            ":" + std::to_string(plan.width) + "x" + std::to_string(plan.height) + ":" +
+            std::to_string(t.grid_cols) + "x" + std::to_string(t.grid_rows) + "+" +
+            (t.has_global ? "g" : "") + std::to_string(plan.work_units) + "u" +
+            std::to_string(plan.rows) + "r";
   VLMD_ASSIGN_OR_RETURN(out.tiles,
                         vision_->Preprocess(models::RgbView{img.width, img.height, img.rgb}, plan));
   if (timings != nullptr) timings->preprocess_ms = MsSince(t0);
