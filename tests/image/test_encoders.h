@@ -117,6 +117,44 @@ inline Bytes EncodeJpeg(const Bytes& pixels, int width, int height, int componen
   return out;
 }
 
+// A progressive gray JPEG with a scan per successive-approximation bit of the DC (11: libjpeg's
+// encoder takes Al up to 10) and then, with `one_scan_per_ac`, a scan per AC coefficient (63
+// more: 74 in all), else one scan of all of them (12 in all).
+inline Bytes EncodeProgressiveGrayJpeg(const Bytes& gray, int width, int height, bool one_scan_per_ac) {
+  std::vector<jpeg_scan_info> script;
+  script.push_back({1, {0}, 0, 0, 0, 10});
+  for (int al = 9; al >= 0; --al) script.push_back({1, {0}, 0, 0, al + 1, al});
+  if (one_scan_per_ac) {
+    for (int k = 1; k < 64; ++k) script.push_back({1, {0}, k, k, 0, 0});
+  } else {
+    script.push_back({1, {0}, 1, 63, 0, 0});
+  }
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* mem = nullptr;
+  unsigned long mem_size = 0;
+  jpeg_mem_dest(&cinfo, &mem, &mem_size);
+  cinfo.image_width = width;
+  cinfo.image_height = height;
+  cinfo.input_components = 1;
+  cinfo.in_color_space = JCS_GRAYSCALE;
+  jpeg_set_defaults(&cinfo);
+  cinfo.scan_info = script.data();
+  cinfo.num_scans = static_cast<int>(script.size());
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(gray.data() + cinfo.next_scanline * width);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  Bytes out(mem, mem + mem_size);
+  jpeg_destroy_compress(&cinfo);
+  std::free(mem);
+  return out;
+}
+
 // APP1 "Exif" payload with IFD0 holding Orientation (and one unrelated tag before it).
 inline Bytes ExifApp1(int orientation, bool big_endian) {
   Bytes t;
