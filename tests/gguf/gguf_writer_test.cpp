@@ -257,6 +257,8 @@ TEST(GgufGetters, ConversionsAndErrors) {
   w.SetI32("neg", -5);
   w.SetU8("small", 7);
   w.SetF64("huge", 1e300);
+  w.SetF32("inf", std::numeric_limits<float>::infinity());
+  w.SetF32("nan", std::numeric_limits<float>::quiet_NaN());
   w.SetString("s", "x");
   const std::vector<int32_t> ints = {1, 2};
   w.SetI32Array("ints", ints);
@@ -273,6 +275,8 @@ TEST(GgufGetters, ConversionsAndErrors) {
   EXPECT_EQ(code(f->GetU32("neg")), StatusCode::kOutOfRange);
   EXPECT_EQ(code(f->GetI64("u64max")), StatusCode::kOutOfRange);
   EXPECT_EQ(code(f->GetF32("huge")), StatusCode::kOutOfRange);
+  EXPECT_EQ(code(f->GetF32("inf")), StatusCode::kOutOfRange);  // no hyperparameter is infinite
+  EXPECT_EQ(code(f->GetF32("nan")), StatusCode::kOutOfRange);
   EXPECT_EQ(code(f->GetU32("missing")), StatusCode::kNotFound);
   EXPECT_EQ(code(f->GetString("missing")), StatusCode::kNotFound);
   EXPECT_EQ(code(f->GetU32("s")), StatusCode::kInvalidArgument);

@@ -31,7 +31,7 @@ struct AwqGroup {
   std::string producer;               // "blk.N.attn_norm.weight", ... or "blk.N.ffn_up.weight"
   bool producer_rows = false;         // the producer's rows are divided (ffn_up), else elements
   std::vector<std::string> matrices;  // their input columns are multiplied
-  std::vector<float> scales;          // [n_cols]
+  std::vector<float> scales = {};     // [n_cols]
   float alpha = 0.0f;                 // 0: scales all 1, nothing changes
   double error_plain = 0.0;   // weighted quantization error of the sampled rows at alpha 0
   double error_scaled = 0.0;  // ... at the chosen alpha (<= error_plain when searched)

@@ -92,9 +92,11 @@ Result<float> GgufFile::GetF32(std::string_view key) const {
   const MetadataValue* v = Find(key);
   if (v == nullptr) return NotFoundError("key '" + std::string(key) + "' not found");
   if (v->type == ValueType::kFloat32 || v->type == ValueType::kFloat64) {
-    if (std::isfinite(v->f) && std::fabs(v->f) > std::numeric_limits<float>::max()) {
+    // No hyperparameter is meant to be infinite or NaN: an inf epsilon or image std ran the model
+    // silently wrong (zero logits, embeddings blind to the image).
+    if (!std::isfinite(v->f) || std::fabs(v->f) > std::numeric_limits<float>::max()) {
       return OutOfRangeError("key '" + std::string(key) + "' value " + std::to_string(v->f) +
-                             " does not fit in f32");
+                             " is not a finite f32");
     }
     return static_cast<float>(v->f);
   }
@@ -117,7 +119,8 @@ Result<std::vector<std::string_view>> GgufFile::GetStringArray(std::string_view 
     return InvalidArgumentError(TypeMismatch(key, *v, "array of string"));
   }
   std::vector<std::string_view> out;
-  for (const MetadataValue& e : ArrayElements(*v)) out.push_back(e.str);
+  out.reserve(static_cast<size_t>(v->array_count));  // bounded by the file's bytes (8 each at least)
+  VisitArrayElements(*v, UINT64_MAX, [&](const MetadataValue& e) { out.push_back(e.str); });
   return out;
 }
 
@@ -127,7 +130,8 @@ Result<std::vector<float>> GgufFile::GetF32Array(std::string_view key) const {
     return InvalidArgumentError(TypeMismatch(key, *v, "array of f32"));
   }
   std::vector<float> out;
-  for (const MetadataValue& e : ArrayElements(*v)) out.push_back(static_cast<float>(e.f));
+  out.reserve(static_cast<size_t>(v->array_count));  // bounded by the file's bytes
+  VisitArrayElements(*v, UINT64_MAX, [&](const MetadataValue& e) { out.push_back(static_cast<float>(e.f)); });
   return out;
 }
 
@@ -136,14 +140,19 @@ Result<std::vector<int32_t>> GgufFile::GetI32Array(std::string_view key) const {
   if (!IsIntegerType(v->array_type)) {
     return InvalidArgumentError(TypeMismatch(key, *v, "array of i32"));
   }
-  const std::vector<MetadataValue> elems = ArrayElements(*v);
-  std::vector<int32_t> out(elems.size());
-  for (size_t i = 0; i < elems.size(); ++i) {
-    if (!IntegerFits(elems[i], &out[i])) {
-      return OutOfRangeError("key '" + std::string(key) + "' element " + std::to_string(i) +
-                             " value " + ValueString(elems[i]) + " does not fit in i32");
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(v->array_count));  // bounded by the file's bytes
+  Status error;
+  VisitArrayElements(*v, UINT64_MAX, [&](const MetadataValue& e) {
+    int32_t x = 0;
+    if (error.ok() && !IntegerFits(e, &x)) {
+      error = OutOfRangeError("key '" + std::string(key) + "' element " +
+                              std::to_string(out.size()) + " value " + ValueString(e) +
+                              " does not fit in i32");
     }
-  }
+    out.push_back(x);
+  });
+  if (!error.ok()) return error;
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <unordered_map>
@@ -176,13 +177,12 @@ std::string_view ValueTypeName(ValueType t) {
   return "unknown";
 }
 
-std::vector<MetadataValue> ArrayElements(const MetadataValue& array, uint64_t max_elements) {
-  std::vector<MetadataValue> out;
-  if (array.type != ValueType::kArray) return out;
+void VisitArrayElements(const MetadataValue& array, uint64_t max_elements,
+                        const std::function<void(const MetadataValue&)>& visit) {
+  if (array.type != ValueType::kArray) return;
   const uint64_t n = std::min(array.array_count, max_elements);
   const uint8_t* p = array.array_bytes.data();
   const uint8_t* end = p + array.array_bytes.size();
-  out.reserve(static_cast<size_t>(n));
   if (array.array_type == ValueType::kString) {
     // The reader validated every length; re-check anyway so a hand-built value cannot overrun.
     for (uint64_t i = 0; i < n && end - p >= 8; ++i) {
@@ -193,15 +193,21 @@ std::vector<MetadataValue> ArrayElements(const MetadataValue& array, uint64_t ma
       v.type = ValueType::kString;
       v.str = std::string_view(reinterpret_cast<const char*>(p), len);
       p += len;
-      out.push_back(v);
+      visit(v);
     }
-    return out;
+    return;
   }
   const uint64_t size = FixedSize(static_cast<uint32_t>(array.array_type));
-  if (size == 0) return out;
+  if (size == 0) return;
   for (uint64_t i = 0; i < n && static_cast<uint64_t>(end - p) >= size; ++i, p += size) {
-    out.push_back(DecodeScalar(array.array_type, p));
+    visit(DecodeScalar(array.array_type, p));
   }
+}
+
+std::vector<MetadataValue> ArrayElements(const MetadataValue& array, uint64_t max_elements) {
+  std::vector<MetadataValue> out;
+  if (array.type == ValueType::kArray) out.reserve(static_cast<size_t>(std::min(array.array_count, max_elements)));
+  VisitArrayElements(array, max_elements, [&](const MetadataValue& v) { out.push_back(v); });
   return out;
 }
 

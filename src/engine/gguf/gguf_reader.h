@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,6 +53,10 @@ struct MetadataValue {
 // Never fails: the reader validated the element bytes when the file was opened.
 std::vector<MetadataValue> ArrayElements(const MetadataValue& array,
                                          uint64_t max_elements = UINT64_MAX);
+// The same elements one at a time, none kept: what the getters use, so that a large array costs
+// its result only (a MetadataValue is ~80 bytes; 20M one-byte elements were 1.7 GB).
+void VisitArrayElements(const MetadataValue& array, uint64_t max_elements,
+                        const std::function<void(const MetadataValue&)>& visit);
 
 struct MetadataEntry {
   std::string_view key;
