@@ -3,6 +3,8 @@
 // the key; an architecture vlmd does not run is UNIMPLEMENTED naming it.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine/gguf/gguf_writer.h"
 #include "engine/models/text_config.h"
 #include "engine/models/text_decoder.h"
@@ -102,6 +104,25 @@ TEST(TextConfigTest, HostileQwenVlKeysAreNamed) {
   ASSERT_FALSE(arch.ok());
   EXPECT_EQ(arch.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(arch.status().ToString().find("qwen25omni"), std::string::npos);
+}
+
+
+// Hyperparameters that would load and then run wrong: more heads than embedding values without
+// a key_length (a head size of 0), and an infinite epsilon (every logit 0).
+TEST(TextConfigTest, ZeroHeadSizeAndInfiniteEpsilonAreRefused) {
+  auto heads = ConfigOf("tiny-smolvlm", "llama.attention.key_length", [](GgufWriter& w) {
+    w.SetU32("llama.attention.head_count", 128);  // n_embd is 64
+    w.SetU32("llama.attention.head_count_kv", 128);
+  });
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.status().ToString().find("key_length"), std::string::npos)
+      << heads.status().ToString();
+  auto eps = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetF32("llama.attention.layer_norm_rms_epsilon", std::numeric_limits<float>::infinity());
+  });
+  ASSERT_FALSE(eps.ok());
+  EXPECT_NE(eps.status().ToString().find("layer_norm_rms_epsilon"), std::string::npos)
+      << eps.status().ToString();
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // and a bad key must give a clear Status naming the problem, never a crash.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine/gguf/gguf_writer.h"
 #include "vision_test_util.h"
 
@@ -60,6 +62,33 @@ TEST(VisionHostileTest, WrongShapeIsInvalidArgumentNamingIt) {
     EXPECT_EQ(enc.status().code(), StatusCode::kInvalidArgument) << enc.status().ToString();
     EXPECT_NE(enc.status().ToString().find(name), std::string::npos) << enc.status().ToString();
   }
+}
+
+// A projector whose hidden width the file sets to 0 (empty mm.0 / mm.2 tensors, an empty bias):
+// refused naming the tensor; the bias's shape check divided by its row length of 0 (SIGFPE).
+TEST(VisionHostileTest, EmptyProjectorTensorsAreRefused) {
+  auto src = GgufFile::Open(FixturePath("tiny-llava/mmproj.gguf"));
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  GgufWriter w;
+  for (const auto& kv : (*src)->metadata()) {
+    if (kv.key != "general.alignment") w.SetValue(kv.key, kv.value);
+  }
+  for (const auto& t : (*src)->tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    std::span<const uint8_t> data(t.data, t.nbytes);
+    if (t.name == "mm.0.weight") ne = {ne[0], 0};
+    if (t.name == "mm.0.bias") ne = {0};
+    if (t.name == "mm.2.weight") ne = {0, ne[1]};
+    if (t.name.starts_with("mm.0.") || t.name == "mm.2.weight") data = {};
+    ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, data).ok()) << t.name;
+  }
+  auto file = GgufFile::FromBytes(w.WriteBytes());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto enc = engine::models::VisionEncoder::Load(std::shared_ptr<const GgufFile>(std::move(*file)));
+  ASSERT_FALSE(enc.ok());
+  EXPECT_EQ(enc.status().code(), StatusCode::kInvalidArgument) << enc.status().ToString();
+  EXPECT_NE(enc.status().ToString().find("empty dimension"), std::string::npos)
+      << enc.status().ToString();
 }
 
 // The Qwen VL files: every tensor and key that family needs is named when missing or misshapen,
@@ -135,6 +164,39 @@ TEST(VisionHostileTest, BadKeysAreInvalidArgument) {
   });
   ASSERT_FALSE(bad_mean.ok());
   EXPECT_NE(bad_mean.status().ToString().find("image_mean"), std::string::npos);
+}
+
+// Keys that loaded and then ran wrong or asked for gigabytes per image: an infinite image std
+// (embeddings blind to the image), a tile side of 8192 (one tile of 8192^2 pixels per image,
+// however small the file), Idefics3's longest edge of 32768 (262,144 tiles), and an InternVL tile
+// range no grid fits (every image failed, planned as one tile).
+TEST(VisionHostileTest, KeysThatWouldRunWrongOrHugeAreRefused) {
+  struct Case {
+    const char* fixture;
+    const char* key;
+    void (*edit)(GgufWriter&);
+  };
+  const Case cases[] = {
+      {"tiny-llava", "image_std",
+       [](GgufWriter& w) {
+         const float inf[] = {0.5f, std::numeric_limits<float>::infinity(), 0.5f};
+         w.SetF32Array("clip.vision.image_std", inf);
+       }},
+      {"tiny-llava", "image_size", [](GgufWriter& w) { w.SetU32("clip.vision.image_size", 8192); }},
+      {"tiny-smolvlm", "preproc_image_size",
+       [](GgufWriter& w) { w.SetU32("clip.vision.preproc_image_size", 32768); }},
+      {"tiny-internvl", "preproc_min_tiles",
+       [](GgufWriter& w) {
+         w.SetU32("clip.vision.preproc_min_tiles", 3);
+         w.SetU32("clip.vision.preproc_max_tiles", 4);
+       }},
+  };
+  for (const Case& c : cases) {
+    auto enc = LoadModified("", "", c.edit, c.fixture);
+    ASSERT_FALSE(enc.ok()) << c.fixture << " " << c.key;
+    EXPECT_EQ(enc.status().code(), StatusCode::kInvalidArgument) << enc.status().ToString();
+    EXPECT_NE(enc.status().ToString().find(c.key), std::string::npos) << enc.status().ToString();
+  }
 }
 
 TEST(VisionHostileTest, EncodeRejectsNoTiles) {

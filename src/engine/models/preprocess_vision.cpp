@@ -156,7 +156,9 @@ Result<PreprocessedImage> PreprocessImage(const VisionConfig& c, RgbView image,
     out.n_tiles = 1;
     return out;
   }
-  // idefics3
+  if (c.projector != ProjectorType::kIdefics3) {  // a family added without its preprocessing
+    return InternalError("no preprocessing for projector " + c.projector_name);
+  }
   int32_t rw = 0, rh = 0;
   Idefics3RefinedSize(image.width, image.height, s, c.preproc_image_size, &rw, &rh);
   if (rw < s || rh < s) return InvalidArgumentError("image too small to tile");

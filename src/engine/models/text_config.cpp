@@ -89,6 +89,11 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   }
   VLMD_ASSIGN_OR_RETURN(c.head_dim, GetOptionalPositive(f, p + "attention.key_length",
                                                         c.d_model / c.n_heads, kMaxDim));
+  if (c.head_dim < 1) {  // the default, when there are more heads than embedding values
+    return InvalidArgumentError("attention.head_count " + std::to_string(c.n_heads) +
+                                " is over embedding_length " + std::to_string(c.d_model) +
+                                " and no attention.key_length says the head size");
+  }
   if (f.Find(p + "attention.value_length") != nullptr) {
     VLMD_ASSIGN_OR_RETURN(int32_t v_len, GetPositive(f, p + "attention.value_length", kMaxDim));
     if (v_len != c.head_dim) {

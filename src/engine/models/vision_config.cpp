@@ -32,6 +32,9 @@ Result<std::array<float, 3>> GetRgb(const gguf::GgufFile& f, const std::string& 
   return std::array<float, 3>{v[0], v[1], v[2]};
 }
 
+// The largest tile side (clip.vision.image_size) a file may set.
+constexpr int32_t kMaxTileSide = 2048;
+
 // The largest image a grid may fit an image to (pixels): far above real grids (LLaVA-1.6's
 // 1008 x 336, InternVL's 12 tiles of 448), far below what a hostile file could ask for
 // (64 slices of a 16384-pixel tile).
@@ -105,6 +108,11 @@ Status ReadInternVlKeys(const gguf::GgufFile& f, VisionConfig* c) {
                                 " > preproc_max_tiles " + std::to_string(max_tiles));
   }
   c->grid_pinpoints = InternVlGrids(c->image_size, min_tiles, max_tiles);
+  if (c->grid_pinpoints.empty()) {  // e.g. min 3, max 4: no a x b grid has 3 <= a, b and ab <= 4
+    return InvalidArgumentError("internvl: no tile grid has between preproc_min_tiles " +
+                                std::to_string(min_tiles) + " and preproc_max_tiles " +
+                                std::to_string(max_tiles) + " tiles");
+  }
   return CheckGrids(*c, "internvl: clip.vision.preproc_max_tiles");
 }
 
@@ -140,7 +148,10 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   }
   c.projector = family->type;
   constexpr int64_t kMaxDim = 1 << 16;
-  VLMD_ASSIGN_OR_RETURN(c.image_size, GetPositive(f, "clip.vision.image_size", 1 << 14));
+  // One tile is image_size^2 pixels whatever the image (its floats and its unfolded patches are
+  // allocated per image): real towers use 224 to 1024 (Qwen VL's nominal 560 included); 2048 keeps
+  // a hostile file with huge patches (a small file) from asking gigabytes per image.
+  VLMD_ASSIGN_OR_RETURN(c.image_size, GetPositive(f, "clip.vision.image_size", kMaxTileSide));
   VLMD_ASSIGN_OR_RETURN(c.patch_size, GetPositive(f, "clip.vision.patch_size", 1 << 10));
   VLMD_ASSIGN_OR_RETURN(c.d_model, GetPositive(f, "clip.vision.embedding_length", kMaxDim));
   VLMD_ASSIGN_OR_RETURN(c.d_ff, GetPositive(f, "clip.vision.feed_forward_length", 1 << 20));
@@ -163,7 +174,12 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
   VLMD_ASSIGN_OR_RETURN(c.image_mean, GetRgb(f, "clip.vision.image_mean"));
   VLMD_ASSIGN_OR_RETURN(c.image_std, GetRgb(f, "clip.vision.image_std"));
   for (float s : c.image_std) {
-    if (!(s > 0.0f)) return InvalidArgumentError("clip.vision.image_std must be > 0");
+    if (!(s > 0.0f) || !std::isfinite(s)) {
+      return InvalidArgumentError("clip.vision.image_std must be finite and > 0");
+    }
+  }
+  for (float m : c.image_mean) {
+    if (!std::isfinite(m)) return InvalidArgumentError("clip.vision.image_mean must be finite");
   }
   VLMD_ASSIGN_OR_RETURN(bool use_gelu, GetOptionalBool(f, "clip.use_gelu"));
   VLMD_ASSIGN_OR_RETURN(bool use_silu, GetOptionalBool(f, "clip.use_silu"));
@@ -221,6 +237,13 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
     if (f.Find("clip.vision.preproc_image_size") != nullptr) {
       VLMD_ASSIGN_OR_RETURN(c.preproc_image_size,
                             GetPositive(f, "clip.vision.preproc_image_size", 1 << 15));
+    }
+    // Every image is refined up to this longest edge and cut into tiles: a grid of it must stay
+    // within what any grid may be (SmolVLM: 2048 = 4 x 512).
+    if (int64_t{c.preproc_image_size} * c.preproc_image_size > kMaxGridPixels) {
+      return InvalidArgumentError("clip.vision.preproc_image_size " +
+                                  std::to_string(c.preproc_image_size) + " makes grids over " +
+                                  std::to_string(kMaxGridPixels) + " pixels");
     }
   }
   return c;

@@ -13,6 +13,14 @@ std::string ShapeString(const int64_t* ne, int n) {
 }
 
 Status CheckShape(const gguf::TensorInfo& t, std::initializer_list<int64_t> shape) {
+  // No model tensor is empty; an empty one would also satisfy a shape computed from a bad
+  // hyperparameter (0), and divide by its row length of 0 further on.
+  for (int i = 0; i < t.n_dims; ++i) {
+    if (t.ne[i] < 1) {
+      return InvalidArgumentError("tensor '" + std::string(t.name) + "' has shape " +
+                                  ShapeString(t.ne, t.n_dims) + ": an empty dimension");
+    }
+  }
   bool same = static_cast<int>(shape.size()) == t.n_dims;
   int i = 0;
   for (int64_t d : shape) same = same && t.ne[i++] == d;
