@@ -402,5 +402,59 @@ TEST(ServerLoadTest, AClientThatDisconnectsBeforeANonStreamedReplyCancelsItsSequ
   EXPECT_NE(m.find("status=\"499\""), std::string::npos) << "no 499 in the request metrics";
 }
 
+
+// Queued requests whose clients hang up leave the queue at once: they used to hold their --queue
+// slots (and count in vlm_queue_depth, which autoscalers read) until the running job ended, and
+// a live client got 429 meanwhile.
+TEST(ServerLoadTest, AbandonedQueuedRequestsFreeTheirQueueSlots) {
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  o.scheduler.max_batch = 1;
+  o.scheduler.queue_size = 2;
+  Harness h(o);
+  auto send = [&](const std::string& body) {
+    const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    const int fd = testing::Connect(h.port());
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    return fd;
+  };
+  auto queue_depth = [&] {
+    return testing::MetricValue(h.Client()->Get("/metrics")->body, "vlm_queue_depth");
+  };
+  const int running = send(json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // generating by now
+  const std::string short_job = json{{"prompt", "hi"}, {"max_tokens", 2}}.dump();
+  const int a = send(short_job), b = send(short_job);
+  for (int i = 0; i < 100 && queue_depth() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(queue_depth(), 2);
+  close(a);
+  close(b);
+  double depth = 2;
+  for (int i = 0; i < 100 && depth > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    depth = queue_depth();
+  }
+  EXPECT_EQ(depth, 0) << "abandoned requests still queued";
+  // The long job is still running (its reply has not come), and both slots take new requests.
+  char byte;
+  EXPECT_LT(recv(running, &byte, 1, MSG_PEEK | MSG_DONTWAIT), 0) << "the long job ended early";
+  const int c = send(short_job), d = send(short_job);
+  for (int i = 0; i < 100 && queue_depth() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(queue_depth(), 2) << "the new requests were not queued";
+  close(c);
+  close(d);
+  close(running);
+  // Idle again: the batch gauge goes back to 0 (it kept the last step's size).
+  double batch = 1;
+  for (int i = 0; i < 250 && batch != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    batch = testing::MetricValue(h.Client()->Get("/metrics")->body, "vlm_batch_size");
+  }
+  EXPECT_EQ(batch, 0);
+}
+
 }  // namespace
 }  // namespace vlmd::serve

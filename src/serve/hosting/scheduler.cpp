@@ -75,18 +75,49 @@ Scheduler::~Scheduler() {
 }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {
+  const auto now = Clock::now();
+  std::vector<std::shared_ptr<Job>> dead;
+  Status status = Status::Ok();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status(StatusCode::kUnavailable, "server shutting down");
+    dead = WithdrawDeadLocked(now);  // their slots are free for this one
     if (static_cast<int32_t>(queue_.size()) >= options_.queue_size) {
-      return ResourceExhaustedError("queue full (" + std::to_string(options_.queue_size) +
-                                    " requests waiting); retry later");
+      status = ResourceExhaustedError("queue full (" + std::to_string(options_.queue_size) +
+                                      " requests waiting); retry later");
+    } else {
+      queue_.push_back(std::move(job));
     }
-    queue_.push_back(std::move(job));
     queue_depth_share_.Set(static_cast<double>(queue_.size()));
   }
-  cv_.notify_one();
-  return Status::Ok();
+  for (auto& j : dead) FailUnstarted(*j, now);
+  if (status.ok()) cv_.notify_one();
+  return status;
+}
+
+std::vector<std::shared_ptr<Job>> Scheduler::WithdrawDeadLocked(Clock::time_point now) {
+  std::vector<std::shared_ptr<Job>> dead;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->cancelled() || now > (*it)->input().deadline) {
+      dead.push_back(std::move(*it));
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dead;
+}
+
+bool Scheduler::FailUnstarted(Job& job, Clock::time_point now) {
+  if (job.cancelled()) {
+    job.Fail(Status(StatusCode::kCancelled, "client went away before the job started"));
+    return true;
+  }
+  if (now > job.input().deadline) {
+    job.Fail(Status(StatusCode::kDeadlineExceeded, "request deadline exceeded in the queue"));
+    return true;
+  }
+  return false;
 }
 
 size_t Scheduler::queue_depth() const {
@@ -319,27 +350,22 @@ void Scheduler::UpdateMemoryGauges() {
 void Scheduler::Run() {
   std::vector<engine::runtime::Sequence*> batch;
   while (true) {
-    std::vector<std::shared_ptr<Job>> admit;
+    std::vector<std::shared_ptr<Job>> admit, dead;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active_.empty(); });
       if (stop_) return;
+      dead = WithdrawDeadLocked(Clock::now());
       while (!queue_.empty() && static_cast<int32_t>(active_.size() + admit.size()) < options_.max_batch) {
         admit.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       queue_depth_share_.Set(static_cast<double>(queue_.size()));
     }
+    for (auto& job : dead) FailUnstarted(*job, Clock::now());
     for (auto& job : admit) {
       const auto now = Clock::now();
-      if (job->cancelled()) {
-        job->Fail(Status(StatusCode::kCancelled, "client went away before the job started"));
-        continue;
-      }
-      if (now > job->input().deadline) {
-        job->Fail(Status(StatusCode::kDeadlineExceeded, "request deadline exceeded in the queue"));
-        continue;
-      }
+      if (FailUnstarted(*job, now)) continue;
       Slot slot;
       slot.job = job;
       slot.result.queue_ms = MsBetween(job->submitted(), now);
@@ -374,9 +400,11 @@ void Scheduler::Run() {
       // could not run, so every sequence in it ends with the error.
       for (Slot& slot : active_) slot.job->Fail(s);
       active_.clear();
+      batch_share_.Set(0.0);
       continue;
     }
     std::erase_if(active_, [&](Slot& slot) { return Publish(&slot); });
+    if (active_.empty()) batch_share_.Set(0.0);  // idle now: no batch (it kept the last size)
   }
 }
 

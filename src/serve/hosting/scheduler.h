@@ -80,6 +80,13 @@ class Scheduler {
   };
 
   void Run();
+  // Queued jobs whose client went away or whose deadline passed, taken out of the queue (mu_
+  // held): they would keep a --queue slot, and count in vlm_queue_depth, until admitted. The
+  // caller fails them (FailUnstarted) once mu_ is released.
+  std::vector<std::shared_ptr<Job>> WithdrawDeadLocked(Clock::time_point now);
+  // Fails a job that never started: cancelled, or past its deadline at `now`; false (nothing
+  // done) when it is neither.
+  static bool FailUnstarted(Job& job, Clock::time_point now);
   // Runs up to options_.encode_tiles image work units of the slots still encoding, oldest first
   // (cache hits cost nothing), and starts the sequence of each slot whose images are all in.
   void EncodeSome();
