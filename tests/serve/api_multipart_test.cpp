@@ -35,6 +35,12 @@ TEST(Multipart, ParametersWithoutValuesAreSkippedAndTheTypeIsExact) {
   EXPECT_TRUE(IsMultipartFormData(" Multipart/Form-Data ; boundary=x"));
   EXPECT_FALSE(IsMultipartFormData("multipart/form-dataX; boundary=x"));
   EXPECT_FALSE(IsMultipartFormData("multipart/mixed; boundary=x"));
+  // The JSON endpoints' check: media types have no case, parameters do not count.
+  EXPECT_TRUE(HasMediaType("Application/JSON", "application/json"));
+  EXPECT_TRUE(HasMediaType(" application/json ; charset=utf-8", "application/json"));
+  EXPECT_FALSE(HasMediaType("application/jsonx", "application/json"));
+  EXPECT_FALSE(HasMediaType("application/jso", "application/json"));
+  EXPECT_FALSE(HasMediaType("", "application/json"));
 }
 
 TEST(Multipart, BoundaryParameterQuotedOrNotAnyCase) {

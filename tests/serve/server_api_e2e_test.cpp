@@ -126,10 +126,17 @@ TEST_F(ServerApiTest, StrictPartsMediaTypesAndUnimplementedFields) {
   EXPECT_NE(truncated->body.find("multipart body truncated"), std::string::npos) << truncated->body;
   const json chat_req{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}};
   const std::string chat = chat_req.dump();
-  for (const char* type : {"text/plain", "application/x-www-form-urlencoded"}) {
+  for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "application/jsonx"}) {
     auto t = c->Post("/v1/chat/completions", chat, type);
     ASSERT_TRUE(t);
     EXPECT_EQ(t->status, 415) << type << ": " << t->body;
+  }
+  // Media types have no case (RFC 9110 8.3.1).
+  for (const char* path : {"/v1/chat/completions", "/v1/vlm/invoke"}) {
+    auto t = c->Post(path, path[4] == 'c' ? chat : R"({"prompt":"hi","max_tokens":2})",
+                     "Application/JSON; charset=UTF-8");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->status, 200) << path << ": " << t->body;
   }
   json tools = chat_req;
   tools["tools"] = json::array({{{"type", "function"}}});

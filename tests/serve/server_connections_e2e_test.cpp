@@ -210,8 +210,8 @@ TEST(ServerConnectionsTest, ExpectContinueIsAnsweredOnlyForAcceptedHeads) {
   EXPECT_TRUE(refused.closed) << "the announced body was never read: the connection must close";
 }
 
-// Chunked framing errors are 400 and close the connection; so is a Transfer-Encoding that does
-// not end in chunked (its length is unknowable).
+// Chunked framing errors are 400 and close the connection; so is a Transfer-Encoding other than
+// chunked alone (its length is unknowable, or its body not what it says) and one in HTTP/1.0.
 TEST(ServerConnectionsTest, BadChunkingIs400AndCloses) {
   Harness h;
   const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
@@ -219,7 +219,12 @@ TEST(ServerConnectionsTest, BadChunkingIs400AndCloses) {
   for (const std::string& raw :
        {head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n" + kInvokeBody + "\r\n0\r\n\r\n" + hidden,
         head + "Transfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nabc\r\n0\r\n\r\n" + hidden,
-        head + "Transfer-Encoding: gzip\r\n\r\n" + kInvokeBody + hidden}) {
+        head + "Transfer-Encoding: gzip\r\n\r\n" + kInvokeBody + hidden,
+        // A coding before chunked: the body would be read as if it were not gzipped.
+        head + "Transfer-Encoding: gzip, chunked\r\n\r\n1\r\n{\r\n0\r\n\r\n" + hidden,
+        // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1): faulty framing, whatever it says.
+        "POST /v1/vlm/invoke HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + hidden}) {
     const RawReply r = testing::Exchange(h.port(), raw);
     EXPECT_EQ(r.bytes.rfind("HTTP/1.1 400", 0), 0u) << r.bytes;
     EXPECT_EQ(r.replies(), 1) << "the hidden request was answered: " << r.bytes;

@@ -91,9 +91,13 @@ Status ParsePartHeaders(std::string_view block, size_t index, MultipartPart* par
 
 }  // namespace
 
+bool HasMediaType(std::string_view content_type, std::string_view type) {
+  const std::string_view media = Trim(content_type.substr(0, content_type.find(';')));
+  return media.size() == type.size() && StartsWithNoCase(media, type);
+}
+
 bool IsMultipartFormData(std::string_view content_type) {
-  const std::string_view type = Trim(content_type.substr(0, content_type.find(';')));
-  return type.size() == 19 && StartsWithNoCase(type, "multipart/form-data");
+  return HasMediaType(content_type, "multipart/form-data");
 }
 
 Result<std::string> MultipartBoundary(std::string_view content_type) {

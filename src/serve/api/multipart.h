@@ -24,6 +24,10 @@ inline constexpr size_t kMaxMultipartParts = 64;
 // The boundary of a "multipart/form-data; boundary=..." Content-Type (quoted or not, 1-70
 // characters, RFC 2046), or INVALID_ARGUMENT.
 Result<std::string> MultipartBoundary(std::string_view content_type);
+// Whether `content_type`'s media type (before any parameters, trimmed) is `type`, compared
+// without case as RFC 9110 8.3.1 says: "Application/JSON; charset=utf-8" is application/json,
+// "application/jsonx" is not.
+bool HasMediaType(std::string_view content_type, std::string_view type);
 // Whether `content_type` names multipart/form-data (any parameters, any case).
 bool IsMultipartFormData(std::string_view content_type);
 

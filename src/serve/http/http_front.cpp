@@ -123,6 +123,12 @@ bool HasLineBreak(std::string_view s) { return s.find_first_of("\r\n") != std::s
 constexpr size_t kReadBufferSlack = 64 << 10;
 size_t ReadBufferLimit(const FrontOptions& o) { return o.max_header_bytes + kReadBufferSlack; }
 
+std::string_view Trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 bool IsMalformed(const error_code& ec) {
   if (ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) return false;
   return ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
@@ -417,9 +423,18 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
                         std::to_string(front_.options.max_header_lines) + ")");
     }
     // RFC 9112 6.3: a request whose Transfer-Encoding does not end in chunked has no reliable
-    // length; the parser would read it as bodiless and the bytes as the next request.
-    if (msg.count(bhttp::field::transfer_encoding) > 0 && !parser_->chunked()) {
-      return Refuse(nullptr, 400, "bad_framing", "Transfer-Encoding other than chunked");
+    // length; the parser would read it as bodiless and the bytes as the next request. A coding
+    // before chunked (gzip, chunked) would be read as the raw body: only chunked alone is taken.
+    // 6.1: an HTTP/1.0 request with Transfer-Encoding has faulty framing whatever it says.
+    if (msg.count(bhttp::field::transfer_encoding) > 0) {
+      const std::string_view te = Trimmed(msg[bhttp::field::transfer_encoding]);
+      if (msg.count(bhttp::field::transfer_encoding) != 1 || !parser_->chunked() ||
+          te.size() != 7 || strncasecmp(te.data(), "chunked", 7) != 0) {
+        return Refuse(nullptr, 400, "bad_framing", "Transfer-Encoding other than chunked alone");
+      }
+      if (msg.version() < 11) {
+        return Refuse(nullptr, 400, "bad_framing", "Transfer-Encoding in an HTTP/1.0 request");
+      }
     }
     request_ = HttpRequest{};
     request_.method = std::string(msg.method_string());

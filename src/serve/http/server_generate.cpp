@@ -153,7 +153,7 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   Result<api::GenerationRequest> parsed = InvalidArgumentError("unreachable");
   const std::string content_type(req.header("Content-Type"));
   if (kind == Kind::kChat) {
-    if (content_type.rfind("application/json", 0) != 0) {
+    if (!api::HasMediaType(content_type, "application/json")) {
       return fail({415, "invalid_request_error", "unsupported_media_type",
                    "send application/json, not " + (content_type.empty() ? std::string("no Content-Type") : content_type)});
     }
@@ -168,7 +168,7 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
                                                      std::move(sorted->images), limits)
                          : Result<api::GenerationRequest>(sorted.status());
   } else {
-    if (content_type.rfind("application/json", 0) != 0) {
+    if (!api::HasMediaType(content_type, "application/json")) {
       return fail({415, "invalid_request_error", "unsupported_media_type",
                    "send application/json or multipart/form-data, not " +
                        (content_type.empty() ? std::string("no Content-Type") : content_type)});
