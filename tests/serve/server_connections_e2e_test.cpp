@@ -3,6 +3,7 @@
 // connection caps shed with 503, pipelined requests are answered in order, bodies are bounded
 // before they are read, Expect: 100-continue, bad chunking, HTTP/1.0.
 #include <gtest/gtest.h>
+#include <openssl/ssl.h>
 
 #include <atomic>
 #include <memory>
@@ -289,6 +290,46 @@ TEST(ServerConnectionsTest, Http10IsAnsweredAndClosed) {
   EXPECT_EQ(r.bytes.rfind("HTTP/1.1 200", 0), 0u) << r.bytes;
   EXPECT_NE(r.bytes.find("Connection: close"), std::string::npos) << r.bytes;
   EXPECT_TRUE(r.closed);
+}
+
+// A TLS client that closes its connection (close_notify, then the socket) before a non-streamed
+// reply cancels its sequence like a plain one: the server peeked the alert's bytes, took them for
+// a live client and generated to the end.
+TEST(ServerConnectionsTest, ATlsClientThatClosesCancelsItsSequence) {
+  TempDir dir;
+  const testing::PemPair pem = testing::SelfSignedCert("vlmd-test-close");
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  o.server.tls_cert_file = dir.Write("cert.pem", pem.cert);
+  o.server.tls_key_file = dir.Write("key.pem", pem.key);
+  Harness h(o);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_NE(ctx, nullptr);
+  const int fd = Connect(h.port());
+  ASSERT_GE(fd, 0);
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  ASSERT_EQ(SSL_connect(ssl), 1);
+  const std::string body = R"({"prompt":"write a very long story","max_tokens":4000})";
+  const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(SSL_write(ssl, request.data(), static_cast<int>(request.size())), static_cast<int>(request.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
+  SSL_shutdown(ssl);  // close_notify
+  close(fd);
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  double tokens = -1;
+  auto c = std::make_unique<httplib::Client>("https://127.0.0.1:" + std::to_string(h.port()));
+  c->enable_server_certificate_verification(false);
+  for (int i = 0; i < 200 && tokens <= 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto m = c->Get("/metrics");
+    if (m) tokens = testing::MetricValue(m->body, "vlm_generated_tokens_total");
+  }
+  EXPECT_GT(tokens, 0) << "the cancelled sequence should complete as cancelled";
+  EXPECT_LT(tokens, 4000) << "the sequence ran to max_tokens after its client left";
 }
 
 // HTTPS with --tls-cert/--tls-key: served with the certificate (a client verifying it against

@@ -5,6 +5,7 @@
 #include "serve/http/http_front.h"
 
 #include <spdlog/spdlog.h>
+#include <poll.h>
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -532,10 +533,12 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     request_.body = std::move(parser_->get().body());
     const int fd = Raw().native_handle();  // a client's FIN shows on the socket, TLS or not
     request_.peer_closed = [fd] {
-      char byte;
-      const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n >= 0) return n == 0;  // 0: orderly shutdown; bytes waiting: a pipelined request
-      return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+      // POLLRDHUP: the client shut down its side, even with bytes still unread before the FIN
+      // (a TLS client's close_notify alert; a peek saw those bytes and took it for a live
+      // client). As for nginx, a client that half-closes counts as gone.
+      pollfd p{fd, POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) <= 0) return false;
+      return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
     };
     phase_ = Phase::kHandling;
     auto self = this->shared_from_this();
