@@ -456,5 +456,39 @@ TEST(ServerLoadTest, AbandonedQueuedRequestsFreeTheirQueueSlots) {
   EXPECT_EQ(batch, 0);
 }
 
+
+// Probes have their own threads: with every handler thread waiting on a long generation,
+// /health and /ready still answer at once (they waited for a generation to end, and an
+// orchestrator restarts a server whose probes time out).
+TEST(ServerLoadTest, ProbesAnswerWhileEveryHandlerThreadIsBusy) {
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  o.server.http_threads = 2;
+  Harness h(o);
+  const std::string body = json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump();
+  const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {  // two on the handler threads, two waiting for one
+    fds.push_back(testing::Connect(h.port()));
+    ASSERT_GE(fds.back(), 0);
+    ASSERT_EQ(write(fds.back(), request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // generating by now
+  auto c = h.Client();
+  for (const char* probe : {"/health", "/ready", "/metrics"}) {
+    auto r = c->Get(probe);
+    ASSERT_TRUE(r) << probe;
+    EXPECT_EQ(r->status, 200) << probe;
+  }
+  // Answered while the generations still run: no reply has come on any of their connections.
+  for (int fd : fds) {
+    char byte;
+    EXPECT_LT(recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT), 0) << "a probe waited for a generation";
+    close(fd);
+  }
+}
+
 }  // namespace
 }  // namespace vlmd::serve

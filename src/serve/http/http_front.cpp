@@ -49,6 +49,9 @@ constexpr std::chrono::milliseconds kStopGrace{5000};
 // at once), so that shedding stays cheap under a connection flood.
 constexpr std::chrono::milliseconds kShedLinger{500};
 constexpr size_t kMaxShedLingering = 256;
+// Threads and queue of the probes' pool (FrontHandler::IsProbe).
+constexpr int kProbeThreads = 2;
+constexpr size_t kMaxQueuedProbes = 256;
 // How long an accept waits before retrying when the process is out of descriptors.
 constexpr std::chrono::milliseconds kAcceptRetry{100};
 
@@ -261,6 +264,7 @@ struct HttpFront::Impl {
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
+  std::optional<HandlerPool> probe_pool;  // FrontHandler::IsProbe's requests
   // TLS: the context new connections take (a connection keeps the one it started with), the
   // files' stamps it was loaded from, the stamps of a failed reload (not retried until they
   // change again). I/O thread only, after Start.
@@ -453,7 +457,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     keep_alive_ = parser_->keep_alive();
     phase_ = Phase::kHeadCheck;
     auto self = this->shared_from_this();
-    const bool queued = front_.pool->TryPost([self] {
+    pool_ = front_.handler->IsProbe(request_) ? &*front_.probe_pool : &*front_.pool;
+    const bool queued = pool_->TryPost([self] {
       auto res = std::make_shared<HttpResponse>();
       size_t limit = 0;
       bool read_body = false;
@@ -542,7 +547,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     };
     phase_ = Phase::kHandling;
     auto self = this->shared_from_this();
-    const bool queued = front_.pool->TryPost([self] { self->Handle(); });
+    const bool queued = pool_->TryPost([self] { self->Handle(); });
     if (!queued) {
       Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
     }
@@ -680,6 +685,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpRequest request_;
+  HandlerPool* pool_ = nullptr;  // the pool the request's head went to; its body goes there too
   Phase phase_ = Phase::kIdle;
   bool keep_alive_ = true;
   bool timed_out_ = false;
@@ -860,6 +866,7 @@ Status HttpFront::Start() {
   }
   f.port = f.acceptor->local_endpoint().port();
   f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests));
+  f.probe_pool.emplace(kProbeThreads, kMaxQueuedProbes);
   f.Accept();
   f.work.emplace(f.io.get_executor());
   f.io_thread = std::thread([&f] { f.io.run(); });
@@ -888,6 +895,7 @@ void HttpFront::Stop() {
   });
   // 2. Handlers running finish (their replies still go out through the running I/O thread).
   f.pool->Stop();
+  f.probe_pool->Stop();
   // 3. The replies they left are written (each connection closes after its reply at shutdown);
   // a client that does not read gets kStopGrace.
   const auto until = std::chrono::steady_clock::now() + kStopGrace;

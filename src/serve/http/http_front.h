@@ -66,6 +66,10 @@ class FrontHandler {
   // A connection dropped without a reply ("idle_reaped", "head_timeout" before any byte,
   // "write_timeout", "accept_failed"), for metrics.
   virtual void OnDropped(std::string_view reason) = 0;
+  // Whether the request (its head) is a probe: cheap, answered by its own small pool of threads
+  // (kProbeThreads) so that requests holding every handler thread (long generations) cannot
+  // delay it, e.g. /health and /ready, which orchestrators restart a server over.
+  virtual bool IsProbe(const HttpRequest& head) const { return false; }
   // Open connections changed (a gauge).
   virtual void OnConnections(size_t open) = 0;
   // The TLS certificate files changed and were loaded (ok) or not (the previous pair serves on).

@@ -225,6 +225,11 @@ void Server::Handlers::OnTlsReload(bool ok) {
   s_.metrics_->http_tls_reloads.With({ok ? "ok" : "failed"}).Inc();
 }
 
+bool Server::Handlers::IsProbe(const HttpRequest& head) const {
+  return (head.method == "GET" || head.method == "HEAD") &&
+         (head.path == "/health" || head.path == "/ready" || head.path == "/metrics");
+}
+
 void Server::Handlers::OnConnections(size_t open) {
   s_.metrics_->http_connections.With().Set(static_cast<double>(open));
 }

@@ -43,6 +43,8 @@ class Server::Handlers : public FrontHandler {
   HttpResponse FrontRefusal(const HttpRequest* head, int status, std::string_view code,
                             std::string_view message) override;
   void OnDropped(std::string_view reason) override;
+  // /health, /ready and /metrics (GET or HEAD): probes that long generations must not delay.
+  bool IsProbe(const HttpRequest& head) const override;
   void OnConnections(size_t open) override;
   void OnTlsReload(bool ok) override;
 
