@@ -300,6 +300,37 @@ TEST_F(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
   EXPECT_EQ(r2->status, 422) << r2->body;
 }
 
+// The context must hold the prompt and max_tokens: images shrink for it as for the budget (the
+// reply says so), and a request that cannot fit is refused before any image is encoded (it was
+// refused by the engine, after the encoder's work).
+TEST_F(ServerApiTest, ImagesShrinkToLeaveMaxTokensOfTheContextOr422BeforeEncoding) {
+  HarnessOptions o;  // n_ctx 512; the 128x96 image is 2x2 tiles + global (80 visual rows)
+  Harness h(o);
+  auto c = h.Client();
+  json req{{"prompt", "hi"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(FixtureImage("img-128x96.png"))}};
+  auto full = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(full);
+  ASSERT_EQ(full->status, 200) << full->body;
+  const int prompt = json::parse(full->body)["usage"]["prompt_tokens"].get<int>();
+  req["max_tokens"] = 512 - prompt + 20;  // the full image leaves 20 too few
+  req["image_base64"] = api::EncodeBase64(FixtureImage("img-128x96.png") + std::string(1, '\0'));
+  auto shrunk = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(shrunk);
+  ASSERT_EQ(shrunk->status, 200) << shrunk->body;
+  const json a = json::parse(shrunk->body);
+  EXPECT_TRUE(a.contains("budget")) << a.dump();
+  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>() + req["max_tokens"].get<int>(), 512);
+  const double encoded = testing::MetricValue(c->Get("/metrics")->body, "vlm_embedding_success_total");
+  req["max_tokens"] = 510;  // no image size leaves that much
+  req["image_base64"] = api::EncodeBase64(FixtureImage("img-128x96.png") + std::string(2, '\0'));  // not cached
+  auto refused = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 422) << refused->body;
+  EXPECT_NE(refused->body.find("the context of 512"), std::string::npos) << refused->body;
+  EXPECT_EQ(testing::MetricValue(c->Get("/metrics")->body, "vlm_embedding_success_total"), encoded)
+      << "the refused request's image was encoded";
+}
+
 TEST_F(ServerApiTest, DeadlineGives504) {
   HarnessOptions o;
   o.server.prepare.timeout = std::chrono::milliseconds(1);

@@ -191,8 +191,13 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   };
   plan_all();
   VLMD_ASSIGN_OR_RETURN(int64_t total, e.CountPromptRows(in.prompt, context_layouts, plans));
+  // The prompt must also leave max_tokens of the context (the engine refuses it otherwise, and
+  // that was found only after every image was encoded): images shrink for that limit too.
+  const int64_t context_left =
+      int64_t{e.options().n_ctx} - std::max<int64_t>(request.sampling.max_tokens, 0);
+  const int64_t limit = std::min<int64_t>(options.token_budget, context_left);
   int best_first = -1;
-  while (total > options.token_budget) {
+  while (total > limit) {
     int best = -1;
     for (size_t i = 0; i < decoded.size(); ++i) {
       if (level[i] < max_level[i] &&
@@ -200,11 +205,19 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
         best = static_cast<int>(i);
       }
     }
-    if (best < 0) {
+    if (best < 0 && total > options.token_budget) {
       return ResourceExhaustedError("the prompt needs " + std::to_string(total) +
                                     " tokens, over the token budget of " +
                                     std::to_string(options.token_budget) +
                                     ", and the images cannot be reduced further");
+    }
+    if (best < 0) {
+      return ResourceExhaustedError(
+          "the prompt needs " + std::to_string(total) + " tokens; with max_tokens " +
+          std::to_string(request.sampling.max_tokens) + " the context of " +
+          std::to_string(e.options().n_ctx) + " leaves room for " +
+          std::to_string(std::max<int64_t>(context_left, 0)) +
+          (decoded.empty() ? std::string() : ", and the images cannot be reduced further"));
     }
     if (best_first < 0) best_first = best;
     ++level[static_cast<size_t>(best)];
