@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
 
 namespace vlmd::serve {
@@ -39,6 +40,28 @@ TEST(JobTest, StreamingWaitDrainsTextInOrderAndFailureIsFinal) {
   job.Complete(JobResult{});  // ignored: the job is already over
   EXPECT_TRUE(job.Wait(Clock::now(), &got));
   EXPECT_EQ(job.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+
+// Once the scheduler has an image's embeddings, the job drops that image's pixels and keeps the
+// rest (its cache key and layout are still read).
+TEST(JobTest, ReleaseImagePixelsDropsOnlyThatImagesPixels) {
+  JobInput in;
+  for (int i = 0; i < 2; ++i) {
+    engine::runtime::PreparedImage img;
+    img.key = "image" + std::to_string(i);
+    img.tiles.n_tiles = 1;
+    img.tiles.pixels.assign(3 * 16 * 16, 0.5f);
+    in.images.push_back(std::move(img));
+  }
+  Job job(std::move(in));
+  job.ReleaseImagePixels(0);
+  job.ReleaseImagePixels(7);  // no such image: nothing
+  EXPECT_TRUE(job.input().images[0].tiles.pixels.empty());
+  EXPECT_EQ(job.input().images[0].tiles.pixels.capacity(), 0u) << "the memory was kept";
+  EXPECT_EQ(job.input().images[0].key, "image0");
+  EXPECT_EQ(job.input().images[0].tiles.n_tiles, 1);
+  EXPECT_EQ(job.input().images[1].tiles.pixels.size(), 3u * 16 * 16);
 }
 
 }  // namespace

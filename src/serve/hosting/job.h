@@ -57,6 +57,12 @@ class Job {
 
   const JobInput& input() const { return input_; }
   Clock::time_point submitted() const { return submitted_; }
+  // The scheduler, once image i is encoded (or found in the cache): its preprocessed pixels are
+  // not needed again (tens of MB per image, held until the job ended). Scheduler thread only;
+  // nobody else reads the pixels.
+  void ReleaseImagePixels(size_t i) {
+    if (i < input_.images.size()) std::vector<float>().swap(input_.images[i].tiles.pixels);
+  }
 
   // Consumer side: a disconnected client or an abandoned wait sets this; the scheduler ends the
   // sequence at its next step.

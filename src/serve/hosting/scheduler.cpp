@@ -141,6 +141,7 @@ void Scheduler::EncodeSome() {
           ++slot.cache_hits;
           slot.encoded.push_back(*entry);  // BuildPrompt copies rows anyway
           slot.result.encoded_images.push_back(entry);
+          slot.job->ReleaseImagePixels(slot.next_image);
           ++slot.next_image;
           continue;
         }
@@ -181,6 +182,7 @@ void Scheduler::EncodeSome() {
       slot.encoded.push_back(*entry);
       slot.result.encoded_images.push_back(entry);
       slot.encoding.reset();
+      slot.job->ReleaseImagePixels(i);
       slot.image_encode_ms = 0;
       ++slot.next_image;
     }

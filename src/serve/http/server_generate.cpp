@@ -273,7 +273,13 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   s_.metrics_->route_version
       .With({call->reply.route.empty() ? spec.name : call->reply.route, spec.name, spec.version})
       .Inc();
-  call->job = std::make_shared<Job>(call->prepared.input);
+  // The job takes the input; the call keeps what the handler reads later (keys, sizes, the
+  // deadline) without the preprocessed pixels, which were held twice for the whole request.
+  std::vector<std::vector<float>> pixels;
+  for (auto& img : call->prepared.input.images) pixels.push_back(std::move(img.tiles.pixels));
+  JobInput for_job = call->prepared.input;  // a copy without the pixels (moved out above)
+  for (size_t i = 0; i < pixels.size(); ++i) for_job.images[i].tiles.pixels = std::move(pixels[i]);
+  call->job = std::make_shared<Job>(std::move(for_job));
   Status submitted = call->model->scheduler().Submit(call->job);
   if (!submitted.ok()) {
     if (submitted.code() == StatusCode::kResourceExhausted) {
