@@ -17,6 +17,7 @@
 #include "serve/api/requests.h"
 #include "serve/obs/trace.h"
 #include "serve/policy/word_filter.h"
+#include "raw_socket.h"
 #include "server_harness.h"
 #include "server_test_servers.h"
 
@@ -304,6 +305,36 @@ TEST(ServerShutdown, DrainLetsAcceptedRequestsFinishAndRefusesNewOnes) {
   EXPECT_EQ(streamed_status, 200);
   EXPECT_NE(streamed_body.find("[DONE]"), std::string::npos);
   EXPECT_NE(streamed_body.find("\"finish_reason\":\"length\""), std::string::npos);
+}
+
+
+// A request waiting for a handler thread when the server stops gets 503 shutting_down; it was
+// dropped with the handler pool's queue (its connection closed without a reply).
+TEST(ServerShutdown, RequestsWaitingForAHandlerAtStopGet503) {
+  ServerOptions o;
+  o.http_threads = 1;
+  auto server = StartServer(o, {FixtureSpec("tiny-smolvlm", "", "tiny-smolvlm", 4096)});
+  auto send = [&](const std::string& body) {
+    const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    const int fd = testing::Connect(server->port());
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    return fd;
+  };
+  const int running = send(json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // on the only handler thread
+  const int waiting = send(json{{"prompt", "hi"}, {"max_tokens", 2}}.dump());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // queued for it
+  server->Stop();
+  const std::string reply = testing::ReadUntilClosed(waiting, 30).bytes;
+  EXPECT_EQ(reply.rfind("HTTP/1.1 503", 0), 0u) << reply;
+  EXPECT_NE(reply.find("shutting_down"), std::string::npos) << reply;
+  const std::string first = testing::ReadUntilClosed(running, 30).bytes;
+  EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first.substr(0, 200);
+  close(waiting);
+  close(running);
 }
 
 }  // namespace

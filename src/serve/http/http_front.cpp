@@ -73,13 +73,13 @@ class HandlerPool {
     cv_.notify_one();
     return true;
   }
-  // Tasks running finish; queued ones are dropped. Idempotent.
+  // No new tasks; the queued ones run too, then the threads end (a request accepted into the
+  // queue gets an answer: a stopping server answers it as shutting down, where dropping it
+  // closed its connection with nothing). Idempotent.
   void Stop() {
-    std::deque<std::function<void()>> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopped_ = true;
-      dropped.swap(queue_);
     }
     cv_.notify_all();
     for (std::thread& t : threads_) {
@@ -94,7 +94,7 @@ class HandlerPool {
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
-        if (stopped_) return;
+        if (queue_.empty()) return;  // stopped, and nothing left
         task = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -473,7 +473,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       asio::post(self->front_.io, [self, res, read_body, limit] { self->AfterHeadCheck(read_body, limit, res); });
     });
     if (!queued) {
-      Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
+      RefuseUnqueued();
     }
   }
 
@@ -549,8 +549,16 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     auto self = this->shared_from_this();
     const bool queued = pool_->TryPost([self] { self->Handle(); });
     if (!queued) {
-      Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
+      RefuseUnqueued();
     }
+  }
+
+  // The handler pool took no more work: full, or stopped with the server.
+  void RefuseUnqueued() {
+    if (front_.stopping.load()) {
+      return Refuse(&request_, 503, "shutting_down", "the server is shutting down");
+    }
+    Refuse(&request_, 503, "overloaded", "too many requests waiting; retry shortly");
   }
 
   // On a handler thread.
@@ -893,7 +901,8 @@ void HttpFront::Stop() {
     }
     for (auto& c : open) c->CloseIfIdle();
   });
-  // 2. Handlers running finish (their replies still go out through the running I/O thread).
+  // 2. Handlers running finish, and the queued ones run (their replies still go out through the
+  // running I/O thread).
   f.pool->Stop();
   f.probe_pool->Stop();
   // 3. The replies they left are written (each connection closes after its reply at shutdown);

@@ -86,8 +86,8 @@ class HttpFront {
   Status Start();
   int port() const;
   bool tls() const;
-  // Stops accepting, closes idle connections, lets handlers running finish (their replies are
-  // written), then closes everything. Idempotent.
+  // Stops accepting, closes idle connections, lets handlers running and requests queued for one
+  // finish (their replies are written), then closes everything. Idempotent.
   void Stop();
 
   struct Impl;  // opaque: the acceptor, I/O thread, handler pool and connections (http_front.cpp)

@@ -474,6 +474,10 @@ bool Server::Drain(std::chrono::milliseconds timeout) {
 
 void Server::Stop() {
   if (stopped_.exchange(true)) return;
+  // Requests still waiting for a handler thread are answered 503 shutting_down by their handler
+  // (the front runs them at Stop), not left to a model that is going away.
+  draining_.store(true);
+  ready_.store(false);
   if (front_) front_->Stop();
   router_.Clear();
 }
