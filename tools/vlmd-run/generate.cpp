@@ -177,7 +177,7 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   t["prefill_tok_s"] = r->prefill_ms > 0 ? r->prompt_tokens / (r->prefill_ms / 1e3) : 0.0;
   // The first token comes from the prefill's logits: out_tok - 1 decode steps were timed.
   t["decode_tok_s"] = r->decode_ms > 0 && out_tok > 1 ? (out_tok - 1) / (r->decode_ms / 1e3) : 0.0;
-  out << j.dump(2) << "\n";
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // model text, paths: maybe not UTF-8
   return kExitOk;
 }
 

@@ -75,7 +75,7 @@ int RunRedact(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   nlohmann::json report = nlohmann::json::array();
   auto img = LoadRedacted(opts.images[0], **redactor, opts.save_redacted, &report);
   if (!img.ok()) return fail(img.status());
-  out << report[0].dump(2) << "\n";
+  out << report[0].dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths: maybe not UTF-8
   return 0;
 }
 
