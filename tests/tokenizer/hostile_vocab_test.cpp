@@ -2,6 +2,8 @@
 // arbitrary input bytes always tokenize to valid ids.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <random>
 
 #include "engine/gguf/gguf_reader.h"
@@ -46,6 +48,11 @@ TEST(HostileVocabTest, StructuralErrors) {
     VocabData d = MakeSpmVocab({{"a", -1}});
     d.token_types.push_back(1);
     ExpectError(d, StatusCode::kDataLoss, "token_type");
+  }
+  {  // a NaN score would break the SentencePiece merge queue's ordering
+    VocabData d = MakeSpmVocab({{"a", -1}, {"b", -2}});
+    d.scores.back() = std::numeric_limits<float>::quiet_NaN();
+    ExpectError(d, StatusCode::kDataLoss, "NaN");
   }
   {
     VocabData d = MakeSpmVocab({{"a", -1}, {"a", -2}});

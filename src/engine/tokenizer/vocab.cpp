@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -166,6 +167,14 @@ Result<Vocab> Vocab::Build(VocabData data, const VocabDefaults& defaults) {
     return DataLossError("vocabulary: tokenizer.ggml.scores has " +
                          std::to_string(data.scores.size()) + " entries for " +
                          std::to_string(n) + " tokens");
+  }
+  // A NaN score breaks the strict weak order of SentencePiece's merge queue (undefined
+  // behaviour in std::priority_queue); infinities order fine.
+  for (size_t i = 0; i < data.scores.size(); ++i) {
+    if (std::isnan(data.scores[i])) {
+      return DataLossError("vocabulary: tokenizer.ggml.scores entry " + std::to_string(i) +
+                           " is NaN");
+    }
   }
   if (!data.token_types.empty() && data.token_types.size() != n) {
     return DataLossError("vocabulary: tokenizer.ggml.token_type has " +
