@@ -53,6 +53,7 @@ std::string StatName(int i) { return std::string(policy::DriftStatName(policy::D
 
 struct DriftMonitor::VersionState {
   std::string model, version, hash;
+  uint64_t id = 0;          // unique per tracked version (an address can be reused)
   uint64_t generation = 0;  // changes with every baseline installed (stale builds are dropped)
   // The latest replies, up to baseline_requests: the first ones form the baseline, and the admin
   // action takes the latest as a new one.
@@ -138,6 +139,7 @@ void DriftMonitor::Track(const std::string& model, const std::string& version, c
   if (slot && slot->hash == hash && slot->version == version) return;  // tracked meanwhile
   if (slot) Retire(*slot, "version_replaced");
   slot = std::make_unique<VersionState>();
+  slot->id = ++next_version_id_;
   slot->model = model;
   slot->version = version;
   slot->hash = hash;
@@ -177,17 +179,20 @@ void DriftMonitor::Record(const std::string& model, const std::string& hash, con
     // values) without holding up other requests.
     v.building = true;
     const std::vector<policy::DriftSample> samples(v.recent.begin(), v.recent.end());
-    const uint64_t generation = v.generation;
+    const uint64_t generation = v.generation, id = v.id;
     lock.unlock();
     policy::DriftBaseline built = policy::BuildBaseline(samples);
     lock.lock();
+    // `v` may be gone: a replaced version's state is freed, and a new one may sit at its address
+    // (compared by id, not address, so that it does not get the old version's baseline).
     const auto again = models_.find(model);
-    if (again == models_.end() || again->second.get() != &v) return;  // replaced meanwhile
-    v.building = false;
-    if (v.baseline || v.generation != generation) return;  // an admin baseline came first
-    spdlog::info("drift: model '{}' version {}: baseline of its first {} replies", v.model, v.version,
-                 built.requests);
-    StartWindows(v, std::move(built), "first_requests", nullptr);
+    if (again == models_.end() || again->second->id != id) return;  // replaced meanwhile
+    VersionState& same = *again->second;
+    same.building = false;
+    if (same.baseline || same.generation != generation) return;  // an admin baseline came first
+    spdlog::info("drift: model '{}' version {}: baseline of its first {} replies", same.model,
+                 same.version, built.requests);
+    StartWindows(same, std::move(built), "first_requests", nullptr);
     return;
   }
   const double now = clock_();

@@ -85,6 +85,7 @@ class DriftMonitor {
   std::unique_ptr<WebhookSender> webhook_;  // nullptr: no webhook
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<VersionState>> models_;  // by model name
+  uint64_t next_version_id_ = 0;  // under mu_
 };
 
 }  // namespace vlmd::serve
