@@ -24,6 +24,7 @@ TEST(Config, TheDocumentedExampleParses) {
   EXPECT_EQ(c->server.prepare.token_budget, 4096);
   EXPECT_EQ(c->server.memory_budget_bytes, uint64_t{12288} << 20);
   EXPECT_EQ(c->server.max_concurrent_redactions, 2);
+  EXPECT_EQ(c->server.body_budget_bytes, uint64_t{512} << 20);
   ASSERT_EQ(c->models.size(), 3u);
   EXPECT_EQ(c->models[0].name, "smolvlm-v1");
   EXPECT_EQ(c->models[0].version, "2025.06");
@@ -182,6 +183,7 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"memory_budget_mb": -1}})", "server.memory_budget_mb: must be >= 0"},
       {R"({"server": {"max_image_mpixels": 0}})", "server.max_image_mpixels: must be 0.01 to 1000"},
       {R"({"server": {"decode_budget_mb": -5}})", "server.decode_budget_mb: must be >= 0"},
+      {R"({"server": {"body_budget_mb": -1}})", "server.body_budget_mb: must be >= 0"},
       {R"({"server": {"max_redactions": -1}})", "server.max_redactions: must be >= 0"},
       {R"({"server": {"tls_cert": "cert.pem"}})", "server.tls_cert and server.tls_key: give both or neither"},
       {R"({"server": {"keep_alive_s": 0}})", "server.keep_alive_s: must be >= 1"},

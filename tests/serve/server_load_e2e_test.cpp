@@ -490,5 +490,34 @@ TEST(ServerLoadTest, ProbesAnswerWhileEveryHandlerThreadIsBusy) {
   }
 }
 
+
+// Bodies held at once are bounded over all connections (--body-budget-mb): with room for one
+// 800 KB body, a second one arriving meanwhile gets 503 body_budget from its head, and once the
+// first connection is gone its room is free again. (Each body was bounded alone: a thousand
+// queued requests of 32 MB each could hold 32 GB.)
+TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
+  HarnessOptions o;
+  o.server.max_body_bytes = 1 << 20;
+  o.server.body_budget_bytes = 1 << 20;
+  Harness h(o);
+  const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 800000\r\n\r\n";
+  const int first = testing::Connect(h.port());
+  ASSERT_GE(first, 0);
+  const std::string partial = head + "{\"prompt\": ";
+  ASSERT_EQ(write(first, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its head is read and counted
+  const testing::RawReply second = testing::Exchange(h.port(), head);
+  EXPECT_EQ(second.bytes.rfind("HTTP/1.1 503", 0), 0u) << second.bytes;
+  EXPECT_NE(second.bytes.find("body_budget"), std::string::npos) << second.bytes;
+  EXPECT_NE(second.bytes.find("Retry-After: 1"), std::string::npos) << second.bytes;
+  close(first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its connection is gone
+  std::string body = R"({"prompt":"hi","max_tokens":2})";
+  body.resize(800000, ' ');
+  const testing::RawReply third = testing::Exchange(h.port(), head.substr(0, head.size() - 2) + "Connection: close\r\n\r\n" + body);
+  EXPECT_EQ(third.bytes.rfind("HTTP/1.1 200", 0), 0u) << third.bytes.substr(0, 300);
+}
+
 }  // namespace
 }  // namespace vlmd::serve

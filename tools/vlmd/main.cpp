@@ -122,6 +122,12 @@ int main(int argc, char** argv) {
                  "host that image_url http(s) URLs may name (repeat; none: URLs refused)");
   app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "request body limit")->capture_default_str();
+  int64_t body_budget_mb = int64_t(so.body_budget_bytes >> 20);
+  app.add_option("--body-budget-mb", body_budget_mb,
+                 "request body bytes held at once over all connections; a body over it gets "
+                 "503 (0: no bound)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
   int64_t decode_budget_mb = int64_t(so.decode_budget_bytes >> 20);
   app.add_option("--decode-budget-mb", decode_budget_mb,
                  "decoded image bytes in flight across requests; over it a request waits, then "
@@ -184,6 +190,7 @@ int main(int argc, char** argv) {
   so.prepare.decode_limits.max_bytes = so.max_body_bytes;
   so.prepare.decode_limits.max_pixels = static_cast<uint64_t>(max_image_mpixels * 1e6);
   so.decode_budget_bytes = static_cast<uint64_t>(decode_budget_mb) << 20;
+  so.body_budget_bytes = static_cast<uint64_t>(body_budget_mb) << 20;
   so.prepare.timeout = std::chrono::seconds(timeout_s);
   so.limits.max_tokens_limit = spec.engine.n_ctx;
 

@@ -29,7 +29,7 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
                                       "body_timeout_s", "keep_alive_s", "max_connections",
                                       "max_connections_per_address", "tls_cert", "tls_key",
                                       "image_url_hosts", "memory_budget_mb", "decode_budget_mb",
-                                      "max_image_mpixels", "max_redactions"}));
+                                      "body_budget_mb", "max_image_mpixels", "max_redactions"}));
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
   if (so->port > 65535) return InvalidArgumentError(s.path("port") + ": must be <= 65535");
@@ -59,6 +59,9 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
   so->max_body_bytes = size_t(body_mb) << 20;
   so->limits.max_image_bytes = so->max_body_bytes;
   so->prepare.decode_limits.max_bytes = so->max_body_bytes;
+  int64_t body_budget_mb = int64_t(so->body_budget_bytes >> 20);
+  VLMD_RETURN_IF_ERROR(s.GetNonNegative("body_budget_mb", &body_budget_mb));
+  so->body_budget_bytes = uint64_t(body_budget_mb) << 20;
   int64_t decode_mb = int64_t(so->decode_budget_bytes >> 20);
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("decode_budget_mb", &decode_mb));
   so->decode_budget_bytes = uint64_t(decode_mb) << 20;

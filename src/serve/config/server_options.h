@@ -93,6 +93,9 @@ struct ServerOptions {
   int max_connections = 8192;              // open at once; beyond: 503 and close
   int max_connections_per_address = 256;   // from one client address (0: no cap; behind a proxy)
   size_t max_body_bytes = 32u << 20;   // larger bodies get 413
+  // Request body bytes held at once over all connections (0: no bound); a body that does not fit
+  // gets 503 body_budget (serve/http/http_front.h, FrontOptions::max_body_bytes_in_flight).
+  uint64_t body_budget_bytes = 1ull << 30;
   // Decoded image bytes in flight across requests (engine/image/decode_budget.h; 0: no bound):
   // a request whose image does not fit waits up to decode_wait, then gets 503.
   uint64_t decode_budget_bytes = 1ull << 30;

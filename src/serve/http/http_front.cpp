@@ -265,6 +265,7 @@ struct HttpFront::Impl {
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
   std::optional<HandlerPool> probe_pool;  // FrontHandler::IsProbe's requests
+  std::atomic<uint64_t> body_bytes{0};     // reserved by bodies held (max_body_bytes_in_flight)
   // TLS: the context new connections take (a connection keeps the one it started with), the
   // files' stamps it was loaded from, the stamps of a failed reload (not retried until they
   // change again). I/O thread only, after Start.
@@ -286,7 +287,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
              int port)
       : front_(front), tls_(std::move(tls)), stream_(std::move(stream)), timer_(front.io),
         address_(std::move(address)), port_(port), buffer_(ReadBufferLimit(front.options)) {}
-  ~Connection() override { front_.Unregister(this, address_); }
+  ~Connection() override {
+    ReleaseBody();
+    front_.Unregister(this, address_);
+  }
 
   void Start() {
     if constexpr (kTls) {
@@ -441,6 +445,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
         return Refuse(nullptr, 400, "bad_framing", "Transfer-Encoding in an HTTP/1.0 request");
       }
     }
+    ReleaseBody();  // the previous request's body is gone with it
     request_ = HttpRequest{};
     request_.method = std::string(msg.method_string());
     request_.target = std::string(msg.target());
@@ -491,6 +496,12 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     }
     parser_->body_limit(limit);  // chunked bodies: checked while they are read
     body_limit_ = limit;
+    if (!ReserveBody(parser_->content_length().value_or(limit))) {
+      return Refuse(&request_, 503, "body_budget",
+                    "request bodies held by the server are at their limit of " +
+                        std::to_string(front_.options.max_body_bytes_in_flight >> 20) +
+                        " MB; retry shortly");
+    }
     const std::string_view expect = HeaderValue(request_.headers, "Expect");
     if (request_.version >= 11 && expect.size() == 12 && strncasecmp(expect.data(), "100-continue", 12) == 0 &&
         buffer_.size() == 0) {
@@ -551,6 +562,24 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     if (!queued) {
       RefuseUnqueued();
     }
+  }
+
+  // Counts `bytes` of body against max_body_bytes_in_flight; false (nothing counted) when they do
+  // not fit.
+  bool ReserveBody(uint64_t bytes) {
+    const uint64_t max = front_.options.max_body_bytes_in_flight;
+    if (max == 0 || bytes == 0) return true;
+    uint64_t held = front_.body_bytes.load();
+    do {
+      if (bytes > max || held > max - bytes) return false;
+    } while (!front_.body_bytes.compare_exchange_weak(held, held + bytes));
+    body_reserved_ = bytes;
+    return true;
+  }
+  void ReleaseBody() {
+    if (body_reserved_ == 0) return;
+    front_.body_bytes.fetch_sub(body_reserved_);
+    body_reserved_ = 0;
   }
 
   // The handler pool took no more work: full, or stopped with the server.
@@ -700,6 +729,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   uint64_t timer_gen_ = 0;
   size_t served_ = 0;
   size_t body_limit_ = 0;
+  uint64_t body_reserved_ = 0;  // of front_.body_bytes, for the current request's body
   size_t lingered_ = 0;
 };
 

@@ -291,6 +291,7 @@ Status Server::Start() {
   fo.handler_threads = std::max(1, options_.http_threads);
   fo.max_connections = static_cast<size_t>(std::max(1, options_.max_connections));
   fo.max_connections_per_address = static_cast<size_t>(std::max(0, options_.max_connections_per_address));
+  fo.max_body_bytes_in_flight = options_.body_budget_bytes;
   fo.head_timeout = std::chrono::seconds(std::max(1, options_.read_timeout_s));
   fo.body_timeout = std::chrono::seconds(std::max(1, options_.body_timeout_s));
   fo.idle_timeout = std::chrono::seconds(std::max(1, options_.keep_alive_s));
