@@ -87,7 +87,7 @@ inline Bytes EncodePng(const PngSpec& spec, const Bytes& samples) {
 // JPEG from RGB (components 3), gray (1) or CMYK (4, stored as given: Adobe-inverted). `app1`
 // (without marker/length) is written as an APP1 segment when non-empty.
 inline Bytes EncodeJpeg(const Bytes& pixels, int width, int height, int components, int quality,
-                        const Bytes& app1 = {}) {
+                        const Bytes& app1 = {}, const std::vector<jpeg_scan_info>& scans = {}) {
   jpeg_compress_struct cinfo;
   jpeg_error_mgr err;
   cinfo.err = jpeg_std_error(&err);
@@ -102,6 +102,10 @@ inline Bytes EncodeJpeg(const Bytes& pixels, int width, int height, int componen
       components == 4 ? JCS_CMYK : components == 3 ? JCS_RGB : JCS_GRAYSCALE;
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, quality, TRUE);
+  if (!scans.empty()) {  // a progressive scan script
+    cinfo.scan_info = scans.data();
+    cinfo.num_scans = static_cast<int>(scans.size());
+  }
   jpeg_start_compress(&cinfo, TRUE);
   if (!app1.empty()) {
     jpeg_write_marker(&cinfo, JPEG_APP0 + 1, app1.data(), static_cast<unsigned>(app1.size()));
@@ -129,30 +133,7 @@ inline Bytes EncodeProgressiveGrayJpeg(const Bytes& gray, int width, int height,
   } else {
     script.push_back({1, {0}, 1, 63, 0, 0});
   }
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* mem = nullptr;
-  unsigned long mem_size = 0;
-  jpeg_mem_dest(&cinfo, &mem, &mem_size);
-  cinfo.image_width = width;
-  cinfo.image_height = height;
-  cinfo.input_components = 1;
-  cinfo.in_color_space = JCS_GRAYSCALE;
-  jpeg_set_defaults(&cinfo);
-  cinfo.scan_info = script.data();
-  cinfo.num_scans = static_cast<int>(script.size());
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(gray.data() + cinfo.next_scanline * width);
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  Bytes out(mem, mem + mem_size);
-  jpeg_destroy_compress(&cinfo);
-  std::free(mem);
-  return out;
+  return EncodeJpeg(gray, width, height, 1, 90, {}, script);
 }
 
 // APP1 "Exif" payload with IFD0 holding Orientation (and one unrelated tag before it).

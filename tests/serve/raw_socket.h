@@ -37,6 +37,25 @@ inline int Connect(int port, const std::string& source = "") {
   return fd;
 }
 
+// A POST of `body` (JSON) to /v1/vlm/invoke as raw bytes.
+inline std::string InvokeRequest(const std::string& body) {
+  return "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A fresh connection that has sent InvokeRequest(body) and reads nothing yet (the test decides
+// when to read or hang up). -1 when it could not connect or send.
+inline int SendInvoke(int port, const std::string& body) {
+  const int fd = Connect(port);
+  if (fd < 0) return -1;
+  const std::string request = InvokeRequest(body);
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 struct RawReply {
   std::string bytes;
   bool closed = false;  // the server closed the connection (read returned 0)

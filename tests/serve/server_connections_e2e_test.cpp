@@ -310,10 +310,8 @@ TEST(ServerConnectionsTest, ATlsClientThatClosesCancelsItsSequence) {
   SSL* ssl = SSL_new(ctx);
   SSL_set_fd(ssl, fd);
   ASSERT_EQ(SSL_connect(ssl), 1);
-  const std::string body = R"({"prompt":"write a very long story","max_tokens":4000})";
-  const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      testing::InvokeRequest(R"({"prompt":"write a very long story","max_tokens":4000})");
   ASSERT_EQ(SSL_write(ssl, request.data(), static_cast<int>(request.size())), static_cast<int>(request.size()));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
   SSL_shutdown(ssl);  // close_notify

@@ -315,12 +315,8 @@ TEST(ServerShutdown, RequestsWaitingForAHandlerAtStopGet503) {
   o.http_threads = 1;
   auto server = StartServer(o, {FixtureSpec("tiny-smolvlm", "", "tiny-smolvlm", 4096)});
   auto send = [&](const std::string& body) {
-    const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
-    const int fd = testing::Connect(server->port());
+    const int fd = testing::SendInvoke(server->port(), body);
     EXPECT_GE(fd, 0);
-    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
     return fd;
   };
   const int running = send(json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());

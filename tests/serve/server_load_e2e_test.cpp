@@ -382,13 +382,9 @@ TEST(ServerLoadTest, AClientThatDisconnectsBeforeANonStreamedReplyCancelsItsSequ
   HarnessOptions o;
   o.n_ctx = 4096;
   Harness h(o);
-  const std::string body = json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump();
-  const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
-  const int fd = testing::Connect(h.port());
+  const int fd = testing::SendInvoke(
+      h.port(), json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
   close(fd);
   double tokens = -1;
@@ -413,12 +409,8 @@ TEST(ServerLoadTest, AbandonedQueuedRequestsFreeTheirQueueSlots) {
   o.scheduler.queue_size = 2;
   Harness h(o);
   auto send = [&](const std::string& body) {
-    const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
-    const int fd = testing::Connect(h.port());
+    const int fd = testing::SendInvoke(h.port(), body);
     EXPECT_GE(fd, 0);
-    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
     return fd;
   };
   auto queue_depth = [&] {
@@ -466,14 +458,10 @@ TEST(ServerLoadTest, ProbesAnswerWhileEveryHandlerThreadIsBusy) {
   o.server.http_threads = 2;
   Harness h(o);
   const std::string body = json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump();
-  const std::string request = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
   std::vector<int> fds;
   for (int i = 0; i < 4; ++i) {  // two on the handler threads, two waiting for one
-    fds.push_back(testing::Connect(h.port()));
+    fds.push_back(testing::SendInvoke(h.port(), body));
     ASSERT_GE(fds.back(), 0);
-    ASSERT_EQ(write(fds.back(), request.data(), request.size()), static_cast<ssize_t>(request.size()));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // generating by now
   auto c = h.Client();
