@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -208,15 +210,22 @@ TEST(GgufWriter, WriteFileMatchesWriteBytes) {
   const std::vector<uint8_t> d = RandomBytes(4 * 10, 3);
   const int64_t ne[] = {10};
   ASSERT_TRUE(w.AddTensorView("t", DType::kF32, ne, d).ok());
-  const std::string path =
-      ::testing::TempDir() + "vlmd_writer_" + std::to_string(getpid()) + ".gguf";
+  const std::string dir = ::testing::TempDir() + "vlmd_writer_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/x.gguf";
+  // A file named as the temp file once was (an input, say): never touched.
+  { std::ofstream(path + ".tmp") << "keep me"; }
   ASSERT_TRUE(w.WriteFile(path).ok());
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ((*f)->file_size(), w.FileSize());
   EXPECT_TRUE(std::equal(d.begin(), d.end(), (*f)->tensors()[0].data));
-  EXPECT_EQ(std::fopen((path + ".tmp").c_str(), "rb"), nullptr);  // renamed away
-  std::remove(path.c_str());
+  std::string kept;
+  std::getline(std::ifstream(path + ".tmp"), kept);
+  EXPECT_EQ(kept, "keep me");
+  // Nothing else is left beside it: the temp file was renamed.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2);
+  std::filesystem::remove_all(dir);
 
   const Status bad = w.WriteFile("/nonexistent/dir/x.gguf");
   EXPECT_EQ(bad.code(), StatusCode::kUnavailable);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/temp_file.h"
 
 namespace vlmd::engine::gguf {
 
@@ -320,11 +321,14 @@ std::vector<uint8_t> GgufWriter::WriteBytes() const {
 }
 
 Status GgufWriter::WriteFile(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  VLMD_ASSIGN_OR_RETURN(const TempFile temp, CreateTempBeside(path));
+  const std::string& tmp = temp.name;
+  std::FILE* f = ::fdopen(temp.fd, "wb");
   if (f == nullptr) {
-    return Status(StatusCode::kUnavailable,
-                  "cannot create '" + tmp + "': " + std::strerror(errno));
+    const int err = errno;
+    ::close(temp.fd);
+    std::remove(tmp.c_str());
+    return Status(StatusCode::kUnavailable, "cannot write '" + tmp + "': " + std::strerror(err));
   }
   FileSink sink(f);
   const std::vector<uint8_t> header = Header();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/temp_file.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_writer.h"
 
@@ -235,14 +236,7 @@ Result<std::vector<uint8_t>> SerializeImatrix(const ImportanceMatrix& m) {
 
 Status WriteImatrixFile(const ImportanceMatrix& m, const std::string& path) {
   VLMD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, SerializeImatrix(m));
-  std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    std::remove((path + ".tmp").c_str());
-    return UnavailableError("cannot write imatrix file '" + path + "'");
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, bytes).WithContext("imatrix file");
 }
 
 }  // namespace vlmd::engine::gguf
