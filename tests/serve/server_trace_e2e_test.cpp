@@ -2,6 +2,12 @@
 // local fake collector; the request's traceparent is continued; the reply names the server span.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -9,6 +15,8 @@
 #include <thread>
 
 #include "serve/api/requests.h"
+#include "serve/http/span_exporter.h"
+#include "serve/obs/metrics.h"
 #include "serve/obs/trace.h"
 #include "server_harness.h"
 
@@ -228,6 +236,52 @@ TEST(ServerTrace, AnUnreachableCollectorDropsSpansAndServesOn) {
     EXPECT_EQ(r->status, 200);
   }
   EXPECT_EQ(SpanCount(*c, "dropped", 6), 6);  // 3 spans per request, posted in the background
+}
+
+// A collector that takes the connection and then trickles its reply, a byte every second (each
+// read well within the post's timeout): a post used to last as long as it trickled, and a server
+// stopping waited for it. The exporter stops within its shutdown bound all the same.
+TEST(ServerTrace, ASlowCollectorCannotHoldUpTheShutdown) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::atomic<bool> quit{false};
+  std::thread collector([&] {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    char buf[65536];
+    (void)read(fd, buf, sizeof(buf));  // the request
+    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+    for (size_t i = 0; i < reply.size() && !quit.load(); ++i) {
+      (void)write(fd, &reply[i], 1);
+      for (int t = 0; t < 10 && !quit.load(); ++t) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    close(fd);
+  });
+  obs::Registry registry;
+  obs::CounterFamily* spans = &registry.AddCounter("spans_total", "spans", {"result"});
+  SpanExporterOptions o;
+  o.endpoint = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/v1/traces";
+  o.flush_interval = std::chrono::milliseconds(10);
+  auto exporter = SpanExporter::Create(o, spans);
+  ASSERT_TRUE(exporter.ok()) << exporter.status().ToString();
+  obs::Span s;
+  s.name = "request";
+  (*exporter)->Export({s});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its post is in flight
+  const auto t0 = std::chrono::steady_clock::now();
+  exporter->reset();
+  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(stop_s, 4.0) << "the exporter waited for a slow collector";
+  quit = true;
+  collector.join();
+  close(listener);
 }
 
 TEST(ServerTrace, ABadEndpointOrRatioStopsTheStart) {

@@ -3,7 +3,10 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "serve/api/image_inputs.h"
 
@@ -46,6 +49,7 @@ std::string PostJson(const JsonEndpoint& endpoint, const std::string& body, int 
 
 struct CancellablePoster::InFlight {
   std::mutex mu;
+  std::condition_variable done_cv;
   httplib::Client* client = nullptr;  // the post in flight, if any
   bool cancelled = false;
 };
@@ -63,10 +67,26 @@ std::string CancellablePoster::Post(const std::string& body, int timeout_s) {
     if (state_->cancelled) return "cancelled";
     state_->client = &client;
   }
+  // The whole post's bound: a watchdog stops the client at the deadline.
+  bool done = false, expired = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    if (!state_->done_cv.wait_for(lock, std::chrono::seconds(2 * timeout_s), [&] { return done; })) {
+      expired = true;
+      client.stop();
+    }
+  });
   std::string outcome = Outcome(client.Post(endpoint_.path, body, "application/json"));
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    done = true;
+    state_->client = nullptr;
+  }
+  state_->done_cv.notify_all();
+  watchdog.join();
   std::lock_guard<std::mutex> lock(state_->mu);
-  state_->client = nullptr;
-  return state_->cancelled && !outcome.empty() ? "cancelled" : outcome;
+  if (outcome.empty()) return outcome;
+  return state_->cancelled ? "cancelled" : expired ? "timeout" : outcome;
 }
 
 void CancellablePoster::Cancel() {

@@ -26,7 +26,9 @@ std::string PostJson(const JsonEndpoint& endpoint, const std::string& body, int 
 
 // PostJson that another thread can cut short: Cancel() stops the post in flight (its socket is
 // shut down) and makes every later Post return "cancelled" at once. For senders whose
-// destructor must not wait out a slow receiver.
+// destructor must not wait out a slow receiver. Each post also ends after 2 x timeout_s in all
+// ("timeout"): the per-read timeout alone let a receiver trickling a byte per read hold it
+// forever.
 class CancellablePoster {
  public:
   explicit CancellablePoster(JsonEndpoint endpoint);

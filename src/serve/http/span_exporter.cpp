@@ -21,15 +21,21 @@ SpanExporter::SpanExporter(SpanExporterOptions options, obs::CounterFamily* span
                            JsonEndpoint endpoint)
     : options_(std::move(options)),
       counts_(spans),
-      endpoint_(std::move(endpoint)),
+      poster_(std::move(endpoint)),
       thread_([this] { Run(); }) {}
 
 SpanExporter::~SpanExporter() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_ = true;
   cv_.notify_all();
+  // A post in flight (up to 2 x its timeout) and the last one (kShutdownTimeoutS): past the
+  // bound both are cut off.
+  if (!cv_.wait_for(lock, std::chrono::seconds(kShutdownTimeoutS), [this] { return finished_; })) {
+    lock.unlock();
+    poster_.Cancel();
+  } else {
+    lock.unlock();
+  }
   thread_.join();
 }
 
@@ -51,6 +57,16 @@ void SpanExporter::Export(std::vector<obs::Span> spans) {
 
 void SpanExporter::Run() {
   std::unique_lock<std::mutex> lock(mu_);
+  // Whatever way Run returns, the destructor's wait ends.
+  struct Finished {
+    SpanExporter* e;
+    std::unique_lock<std::mutex>* lock;
+    ~Finished() {
+      if (!lock->owns_lock()) lock->lock();
+      e->finished_ = true;
+      e->cv_.notify_all();
+    }
+  } finished{this, &lock};
   while (true) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (!stop_ && queue_.size() < kMaxBatch) {
@@ -81,11 +97,12 @@ void SpanExporter::Run() {
 }
 
 bool SpanExporter::Post(const std::vector<obs::Span>& batch, int timeout_s) {
-  const std::string error = PostJson(
-      endpoint_, obs::OtlpJson(batch, options_.service_name, options_.service_version), timeout_s);
+  const std::string error = poster_.Post(
+      obs::OtlpJson(batch, options_.service_name, options_.service_version), timeout_s);
   if (!error.empty()) {
     // At most one line per failed post (once per flush interval), not one per span.
-    spdlog::warn("trace export to {} failed ({}); {} spans dropped", endpoint_.url(), error, batch.size());
+    spdlog::warn("trace export to {} failed ({}); {} spans dropped", poster_.endpoint().url(), error,
+                 batch.size());
     return false;
   }
   return true;

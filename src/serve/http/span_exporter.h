@@ -38,7 +38,8 @@ class SpanExporter {
   static Result<std::unique_ptr<SpanExporter>> Create(SpanExporterOptions options,
                                                       obs::CounterFamily* spans);
   // Posts one last batch of what is queued (one attempt, within kShutdownTimeoutS), drops and
-  // counts the rest, then stops: a collector that is down cannot hold up a shutdown.
+  // counts the rest, then stops: a collector that is down or slow cannot hold up a shutdown
+  // (a post still in flight, or the last one, is cut off after kShutdownTimeoutS).
   ~SpanExporter();
 
   // Queues the spans of one request (all or, when the queue is full, none). Thread-safe.
@@ -53,11 +54,12 @@ class SpanExporter {
 
   SpanExporterOptions options_;
   obs::CounterFamily* counts_;
-  JsonEndpoint endpoint_;
+  CancellablePoster poster_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<obs::Span> queue_;
   bool stop_ = false;
+  bool finished_ = false;  // Run returned (under mu_)
   std::thread thread_;  // last: starts after everything above exists
 };
 
