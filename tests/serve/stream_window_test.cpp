@@ -175,5 +175,28 @@ TEST(StreamWindow, StreamsAreBoundedInCountBytesAndIdleTime) {
   EXPECT_TRUE(w.Peek("c").context.empty());
 }
 
+// An idle stream is gone without another stream's frame: its next frame or question finds no
+// context (it found the idle stream's frames), and its memory goes at the next look (/metrics).
+TEST(StreamWindow, AnIdleStreamIsForgottenWithoutAnotherPush) {
+  StreamOptions o;
+  o.max_frames = 3;
+  o.idle = std::chrono::seconds(1);
+  o.max_age = std::chrono::seconds(60);
+  StreamWindows w(o);
+  const FrameThumbnail s0 = Thumbnail(Solid(8, 8, 1)), s1 = Thumbnail(Split(8, 8, 4));
+  w.Push("a", Frame("a1", 100, s0, 1));
+  w.Push("b", Frame("b1", 100, s0, 2));
+  ASSERT_EQ(w.Peek("a").context.size(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_TRUE(w.Arrive("a", s1).context.empty());
+  EXPECT_TRUE(w.Peek("b").context.empty());
+  w.Push("c", Frame("c1", 100, s0, 3));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_GT(w.bytes(), 0u);
+  w.ExpireIdle();
+  EXPECT_EQ(w.streams(), 0u);
+  EXPECT_EQ(w.bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace vlmd::serve

@@ -70,6 +70,7 @@ std::vector<ContextFrame> StreamWindows::Last(const Stream& s, int64_t n) const 
 
 StreamView StreamWindows::Arrive(const std::string& key, const FrameThumbnail& frame) {
   std::lock_guard<std::mutex> lock(mu_);
+  DropIdle(nullptr);  // an idle stream's frames are no context any more
   StreamView view;
   view.sequence = next_sequence_++;
   view.thumbnail = frame;
@@ -87,6 +88,7 @@ StreamView StreamWindows::Arrive(const std::string& key, const FrameThumbnail& f
 
 StreamView StreamWindows::Peek(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
+  DropIdle(nullptr);
   auto it = streams_.find(key);
   if (it == streams_.end()) return {};
   Stream& s = it->second;
@@ -126,16 +128,30 @@ void StreamWindows::Push(const std::string& key, ContextFrame frame) {
   Evict(&key);
 }
 
-void StreamWindows::Evict(const std::string* keep) {
+void StreamWindows::DropIdle(const std::string* keep) {
   const Clock::time_point now = Clock::now();
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    const bool idle = now - it->second.used > options_.idle && (keep == nullptr || it->first != *keep);
+    if (idle) {
+      bytes_ -= it->second.bytes;
+      it = streams_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void StreamWindows::ExpireIdle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropIdle(nullptr);
+}
+
+void StreamWindows::Evict(const std::string* keep) {
   auto drop = [&](std::unordered_map<std::string, Stream>::iterator it) {
     bytes_ -= it->second.bytes;
     return streams_.erase(it);
   };
-  for (auto it = streams_.begin(); it != streams_.end();) {
-    const bool idle = now - it->second.used > options_.idle && (keep == nullptr || it->first != *keep);
-    it = idle ? drop(it) : std::next(it);
-  }
+  DropIdle(keep);
   while (streams_.size() > static_cast<size_t>(std::max(options_.max_streams, 1)) ||
          bytes_ > options_.max_bytes) {
     auto oldest = streams_.end();

@@ -78,7 +78,8 @@ class StreamWindows {
   explicit StreamWindows(StreamOptions options) : options_(options) {}
 
   // A new frame (its thumbnail) on stream `key`: the window it gets and the earlier frames in it.
-  // Changes nothing (Push commits). A stream without frames gives a window of 1.
+  // Changes nothing (Push commits) but forgetting streams idle past options.idle (this one
+  // included: it is new again). A stream without frames gives a window of 1.
   StreamView Arrive(const std::string& key, const FrameThumbnail& frame);
   // A request on the stream without a frame: the window's frames and the newest one (none for a
   // stream that does not exist).
@@ -88,6 +89,9 @@ class StreamWindows {
   // the oldest beyond max_frames - 1 go. A frame older than the newest kept one is dropped.
   void Push(const std::string& key, ContextFrame frame);
 
+  // Forgets the streams idle past options.idle (Arrive, Peek and Push do it too; /metrics calls
+  // it so that an idle server's gauges and memory drop as well).
+  void ExpireIdle();
   uint64_t bytes() const;
   size_t streams() const;
 
@@ -112,6 +116,8 @@ class StreamWindows {
   void DropOldest(Stream& s);
   // Forgets idle streams, then the least recently used ones while over the limits (never `keep`).
   void Evict(const std::string* keep);
+  // Under mu_: drops the streams idle past options.idle, but `keep` (may be null).
+  void DropIdle(const std::string* keep);
 
   const StreamOptions options_;
   mutable std::mutex mu_;

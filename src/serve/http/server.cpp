@@ -82,6 +82,7 @@ void Server::Handlers::Register() {
   Get("/metrics", [this](HttpRequest&, HttpResponse& res) {
     s_.metrics_->UpdateProcessMemory();
     s_.UpdateMemoryPlanGauge();  // replaced versions drop out once their requests are done
+    s_.streams_->ExpireIdle();  // an idle server's forgotten streams leave the gauges too
     s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
     s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
     if (s_.drift_) s_.drift_->Refresh();  // replies older than a window slide out
