@@ -83,8 +83,12 @@ int main(int argc, char** argv) {
   app.add_option("--name", spec.name, "served model id (default: the text file's stem)");
   app.add_option("--model-version", spec.version, "version label (default: the files' SHA-256 prefix)");
   app.add_option("--host", so.host, "address to listen on")->capture_default_str();
-  app.add_option("--port", so.port, "port (0: any free port)")->capture_default_str();
-  app.add_option("-t,--threads", spec.engine.threads, "compute threads (0: all cores)")->capture_default_str();
+  app.add_option("--port", so.port, "port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("-t,--threads", spec.engine.threads, "compute threads (0: all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_option("--max-batch", spec.scheduler.max_batch, "sequences decoded together")->capture_default_str();
   app.add_option("--queue", spec.scheduler.queue_size, "requests waiting for a slot before 429")->capture_default_str();
   app.add_option("--prefill-chunk", spec.scheduler.prefill_chunk,
@@ -117,11 +121,17 @@ int main(int argc, char** argv) {
                  "exceed this in total (0: no limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
-  app.add_option("--token-budget", so.prepare.token_budget, "max prompt tokens (text + image)")->capture_default_str();
+  app.add_option("--token-budget", so.prepare.token_budget, "max prompt tokens (text + image)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
   app.add_option("--image-url-host", so.limits.url_host_allowlist,
                  "host that image_url http(s) URLs may name (repeat; none: URLs refused)");
-  app.add_option("--max-images", so.limits.max_images, "images per request")->capture_default_str();
-  app.add_option("--max-body-mb", max_body_mb, "request body limit")->capture_default_str();
+  app.add_option("--max-images", so.limits.max_images, "images per request")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app.add_option("--max-body-mb", max_body_mb, "request body limit")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   int64_t body_budget_mb = int64_t(so.body_budget_bytes >> 20);
   app.add_option("--body-budget-mb", body_budget_mb,
                  "request body bytes held at once over all connections; a body over it gets "
@@ -139,9 +149,12 @@ int main(int argc, char** argv) {
                  "largest image accepted, in millions of pixels (413 beyond)")
       ->check(CLI::Range(0.01, 1000.0))
       ->capture_default_str();
-  app.add_option("--timeout", timeout_s, "per-request deadline, seconds")->capture_default_str();
-  app.add_option("--drain-timeout", drain_s,
-                 "on SIGTERM/SIGINT, seconds to let accepted requests finish")->capture_default_str();
+  app.add_option("--timeout", timeout_s, "per-request deadline, seconds")
+      ->check(CLI::Range(1, 86400 * 7))
+      ->capture_default_str();
+  app.add_option("--drain-timeout", drain_s, "on SIGTERM/SIGINT, seconds to let accepted requests finish")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
   app.add_option("--http-threads", so.http_threads, "requests handled at once (not connections)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
