@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 namespace vlmd {
 namespace {
@@ -28,6 +29,7 @@ struct Chunk {
   size_t used = 0;  // bump offset
   size_t live = 0;  // buffers not yet freed
   bool locked = false;
+  bool shared = false;  // bump-allocated buffers (else one buffer, the whole chunk)
 };
 
 struct State {
@@ -36,6 +38,10 @@ struct State {
   uintptr_t current = 0;              // shared chunk being filled (0: none)
   size_t mapped = 0;
   bool protect = false;               // ProtectLargeAllocations was called
+  // The size of each live buffer in a shared chunk: protected mode wipes a buffer when it is
+  // freed, not only its chunk with the chunk's last buffer (a hot-swapped sealed model's norms
+  // stayed in a chunk its successor's buffers kept alive).
+  std::unordered_map<uintptr_t, size_t> shared_sizes;
 };
 
 // Protected mode's treatment of one chunk: out of core dumps, locked where allowed.
@@ -99,6 +105,7 @@ void* AllocateLarge(size_t bytes, LargePlacement placement) {
       void* p = reinterpret_cast<void*>(s.current + c.used);
       c.used += need;
       ++c.live;
+      s.shared_sizes[reinterpret_cast<uintptr_t>(p)] = need;
       return p;
     }
     // Full (an empty current chunk is rewound, and every shared buffer fits an empty chunk):
@@ -111,9 +118,11 @@ void* AllocateLarge(size_t bytes, LargePlacement placement) {
   if (s.protect) Protect(base, &c);
   c.used = need;
   c.live = 1;
+  c.shared = true;
   s.mapped += c.size;
   s.chunks.emplace(base, c);
   s.current = base;
+  s.shared_sizes[base] = need;
   return reinterpret_cast<void*>(base);
 }
 
@@ -127,6 +136,13 @@ void FreeLarge(void* p) {
   it = std::prev(it);
   Chunk& c = it->second;
   if (addr >= it->first + c.size || c.live == 0) return;
+  if (c.shared) {
+    const auto sized = s.shared_sizes.find(addr);
+    if (sized != s.shared_sizes.end()) {
+      if (s.protect) explicit_bzero(p, sized->second);
+      s.shared_sizes.erase(sized);
+    }
+  }
   if (--c.live > 0) return;
   Wipe(s, it->first, c);
   if (it->first == s.current) {

@@ -178,14 +178,20 @@ TEST(LargeAlloc, ProtectedModeKeepsWeightsOutOfDumpsLocksAndWipesThem) {
   const bool locked = LargeAllocAllLocked();
   rlimit lim{};
   ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
-  if (lim.rlim_cur == RLIM_INFINITY) EXPECT_TRUE(locked);
+  if (lim.rlim_cur == RLIM_INFINITY) {
+    EXPECT_TRUE(locked);
+  }
   // The loaders' f32 copies of norms and biases (engine/models F32Weights) use LargeAllocator,
   // so they sit in protected chunks too.
   std::vector<float, LargeAllocator<float>> norm(768, 1.0f);
   for (void* p : {before, dedicated, static_cast<void*>(norm.data())}) {
     const std::string flags = VmFlagsOf(p);
-    if (platform.dontdump_shows) EXPECT_NE(flags.find(" dd "), std::string::npos) << flags;
-    if (platform.mlock_shows) EXPECT_EQ(flags.find(" lo ") != std::string::npos, locked) << flags;
+    if (platform.dontdump_shows) {
+      EXPECT_NE(flags.find(" dd "), std::string::npos) << flags;
+    }
+    if (platform.mlock_shows) {
+      EXPECT_EQ(flags.find(" lo ") != std::string::npos, locked) << flags;
+    }
   }
   FreeLarge(dedicated);
   // The shared chunk's last buffer freed: rewound and wiped, so the next buffer of that chunk
@@ -199,6 +205,21 @@ TEST(LargeAlloc, ProtectedModeKeepsWeightsOutOfDumpsLocksAndWipesThem) {
     EXPECT_EQ(nonzero, 0u);
   }
   FreeLarge(again);
+  // A buffer freed while others of its chunk live on (a hot-swapped model's norms beside its
+  // successor's): wiped at once, not left until the chunk's last buffer goes. (The chunk stays
+  // mapped, so its bytes can be read here.)
+  auto* old_weights = static_cast<uint8_t*>(AllocateLarge(4096));
+  auto* successor = static_cast<uint8_t*>(AllocateLarge(4096));
+  ASSERT_NE(old_weights, nullptr);
+  ASSERT_NE(successor, nullptr);
+  std::memset(old_weights, 0xCD, 4096);
+  std::memset(successor, 0xEF, 4096);
+  FreeLarge(old_weights);
+  size_t left = 0;
+  for (size_t i = 0; i < 4096; ++i) left += old_weights[i] != 0;
+  EXPECT_EQ(left, 0u) << "a freed buffer's bytes stayed in its chunk";
+  EXPECT_EQ(successor[0], 0xEF);
+  FreeLarge(successor);
 }
 
 }  // namespace
