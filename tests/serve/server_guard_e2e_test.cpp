@@ -305,9 +305,16 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   std::ifstream in(o.guard.audit_path);
   std::string line, all;
   std::map<int, int> by_status;
+  int admin_intents = 0;
   while (std::getline(in, line)) {
     all += line + "\n";
     const json rec = json::parse(line);
+    if (rec.value("phase", "") == "requested") {  // an admin action's line before it acts
+      EXPECT_EQ(rec["key_id"], "admin") << line;
+      EXPECT_FALSE(rec.contains("status")) << line;
+      ++admin_intents;
+      continue;
+    }
     by_status[rec["status"].get<int>()]++;
     EXPECT_TRUE(rec.contains("time"));
     EXPECT_TRUE(rec.contains("request_id"));
@@ -325,6 +332,7 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(by_status[200], 5);
   EXPECT_EQ(by_status[401], 6);
   EXPECT_EQ(by_status[429], 1);
+  EXPECT_EQ(admin_intents, 1);
   EXPECT_NE(all.find("\"key_id\":\"admin\""), std::string::npos);
   EXPECT_EQ(all.find(fast), std::string::npos);
   EXPECT_EQ(all.find(slow), std::string::npos);
@@ -521,6 +529,34 @@ TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
   // Bad weights are refused and change nothing.
   const json bad{{"weights", {{{"model", "vision-v1"}, {"weight", 1}}}}};
   EXPECT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), bad.dump(), "application/json")->status, 400);
+}
+
+// An admin action whose audit line cannot be written does not happen: 500 audit_unavailable
+// and the weights as they were (it changed them, answered 200 and left no line). The log cannot
+// rotate here: its one kept file's name is taken by a non-empty directory.
+TEST(ServerGuard, AdminActionsAreNotTakenUnaudited) {
+  TempDir dir;
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  o.guard.audit_max_bytes = 4096;
+  o.guard.audit_keep_files = 1;
+  { std::ofstream(o.guard.audit_path) << std::string(5000, ' ') << "\n"; }  // due to rotate
+  std::filesystem::create_directories(dir.Path("audit.jsonl.1/x"));
+  auto server = StartServer(o, {FixtureSpec("vision-v1", "1.0"), FixtureSpec("vision-v2", "2.0")});
+  server->router().SetRoutes({SplitRoute("vision", {{"vision-v1", 80}, {"vision-v2", 20}})}, "vision");
+  auto c = ClientOf(*server);
+  const json w{{"weights", {{{"model", "vision-v1"}, {"weight", 0}}, {{"model", "vision-v2"}, {"weight", 100}}}}};
+  auto r = c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), w.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  EXPECT_NE(r->body.find("audit_unavailable"), std::string::npos) << r->body;
+  const auto route = server->router().GetRoute("vision");
+  ASSERT_TRUE(route);
+  EXPECT_EQ(route->split[0].weight, 80) << "the weights changed unaudited";
+  auto reload = c->Post("/admin/models/vision-v1/reload", Bearer(o.guard.admin_key), "", "application/json");
+  ASSERT_TRUE(reload);
+  EXPECT_EQ(reload->status, 500) << reload->body;
 }
 
 TEST(ServerGuard, SplitDistributesClientKeysByWeight) {

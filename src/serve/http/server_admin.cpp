@@ -46,7 +46,19 @@ json RouteJson(const RouteConfig& r) {
   return j;
 }
 
+const api::ApiError kAuditUnavailable{500, "server_error", "audit_unavailable",
+                                      "the audit log cannot be written"};
+
 }  // namespace
+
+// An admin action is audited before it acts: the line `record` with "phase": "requested" must be
+// written, or nothing is done (500 audit_unavailable); its outcome follows in a second line.
+bool Server::Handlers::AuditAdminIntent(nlohmann::json record, HttpResponse& res) {
+  record["phase"] = "requested";
+  if (s_.guard_->Audit(std::move(record)).ok()) return true;
+  SendError(res, kAuditUnavailable);
+  return false;
+}
 
 void Server::Handlers::RegisterAdmin() {
   Get("/admin/models", [this](HttpRequest&, HttpResponse& res) {
@@ -56,18 +68,23 @@ void Server::Handlers::RegisterAdmin() {
   });
   Post(R"(/admin/models/([^/]+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
+    const std::string request_id = s_.NextRequestId();
+    const json audit{{"request_id", request_id}, {"key_id", "admin"}, {"remote_addr", req.remote_addr},
+                     {"route", "/admin/models/{name}/reload"}, {"model", name},
+                     {"request", req.body.size() <= 4096 ? req.body : "(too long)"}};
+    if (!AuditAdminIntent(audit, res)) return;
     auto answer = [&](int status, const json& body, const std::string& error) {
+      json outcome = audit;
+      outcome["status"] = status;
+      outcome["error"] = error;
+      // The action is done (or refused); a reply that could not be audited says so.
+      if (!s_.guard_->Audit(std::move(outcome)).ok()) return SendError(res, kAuditUnavailable);
       if (status == 200) {
         SendJson(res, body);
       } else {
         SendError(res, {status, status >= 500 || status == 409 ? "server_error" : "invalid_request_error",
                         error, body.value("message", std::string())});
       }
-      (void)s_.guard_->Audit({{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
-                              {"remote_addr", req.remote_addr},
-                              {"route", "/admin/models/{name}/reload"}, {"model", name},
-                              {"request", req.body.size() <= 4096 ? req.body : "(too long)"},
-                              {"status", status}, {"error", error}});
     };
     const auto current = s_.router_.Get(name);
     if (!current) return answer(404, {{"message", "no model '" + name + "'"}}, "model_not_found");
@@ -107,6 +124,10 @@ void Server::Handlers::RegisterAdmin() {
   });
   Post(R"(/admin/models/([^/]+)/baseline)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
+    const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
+                     {"remote_addr", req.remote_addr}, {"route", "/admin/models/{name}/baseline"},
+                     {"model", name}};
+    if (!AuditAdminIntent(audit, res)) return;
     Result<json> taken = s_.drift_ ? s_.drift_->TakeBaseline(name)
                                    : Result<json>(FailedPreconditionError("drift alarms are off (config \"drift\")"));
     api::ApiError error;
@@ -116,9 +137,9 @@ void Server::Handlers::RegisterAdmin() {
                   ? api::ApiError{409, "invalid_request_error", "conflict", taken.status().message()}
                   : api::FromStatus(taken.status());
     }
-    (void)s_.guard_->Audit({{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
-                            {"remote_addr", req.remote_addr}, {"route", "/admin/models/{name}/baseline"},
-                            {"model", name}, {"status", taken.ok() ? 200 : error.http_status}});
+    json outcome = audit;
+    outcome["status"] = taken.ok() ? 200 : error.http_status;
+    if (!s_.guard_->Audit(std::move(outcome)).ok()) return SendError(res, kAuditUnavailable);
     if (!taken.ok()) return SendError(res, error);
     SendJson(res, {{"baseline", *taken}});
   });
@@ -141,12 +162,14 @@ void Server::Handlers::RegisterAdmin() {
       }
       weights.push_back({w["model"].get<std::string>(), w["weight"].get<double>()});
     }
+    const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
+                     {"remote_addr", req.remote_addr}, {"route", "/admin/routes/{name}/weights"},
+                     {"model_route", name}, {"request", body["weights"]}};
+    if (!AuditAdminIntent(audit, res)) return;
     Status s = s_.router_.SetSplitWeights(name, weights);
-    (void)s_.guard_->Audit({{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
-                            {"remote_addr", req.remote_addr},
-                            {"route", "/admin/routes/{name}/weights"}, {"model_route", name},
-                            {"request", body["weights"]},
-                            {"status", s.ok() ? 200 : api::FromStatus(s).http_status}});
+    json outcome = audit;
+    outcome["status"] = s.ok() ? 200 : api::FromStatus(s).http_status;
+    if (!s_.guard_->Audit(std::move(outcome)).ok()) return SendError(res, kAuditUnavailable);
     if (!s.ok()) return SendError(res, api::FromStatus(s));
     spdlog::info("route '{}' weights changed: {}", LogSafe(name), body["weights"].dump());
     const auto route = s_.router_.GetRoute(name);

@@ -50,6 +50,9 @@ class Server::Handlers : public FrontHandler {
 
  private:
   using RouteFn = std::function<void(HttpRequest&, HttpResponse&)>;
+  // server_admin.cpp: the "requested" audit line of an admin action; false (and a 500 in `res`)
+  // when it cannot be written, and the action must not happen.
+  bool AuditAdminIntent(nlohmann::json record, HttpResponse& res);
   struct Route {
     std::string method;
     std::regex pattern;  // the whole path; capture groups go to HttpRequest::matches
