@@ -224,7 +224,9 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"streams": {"max_age_s": 0}})", "streams.max_age_s: must be 1 to 604800"},
       {R"({"server": {"memory_budget_mb": 2000000000}})", "memory_budget_mb: must be <= 2^30"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 0}]}]})",
-       "at least one weight must be > 0"},
+       "the weights must sum to a finite number > 0"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "split": [{"model": "a", "weight": 1e308}, {"model": "a", "weight": 1e308}]}]})",
+       "the weights must sum to a finite number > 0"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a", "robust": "a"}, "weights": {"image": 0, "text": 0}}]})",
        "at least one weight must be > 0"},
   };

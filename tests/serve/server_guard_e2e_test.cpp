@@ -529,6 +529,17 @@ TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
   // Bad weights are refused and change nothing.
   const json bad{{"weights", {{{"model", "vision-v1"}, {"weight", 1}}}}};
   EXPECT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), bad.dump(), "application/json")->status, 400);
+  const json huge{{"weights", {{{"model", "vision-v1"}, {"weight", 1e308}}, {{"model", "vision-v2"}, {"weight", 1e308}}}}};
+  EXPECT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), huge.dump(), "application/json")->status, 400);
+  // The same weights named in another order: the route keeps its order, so nobody moves (the
+  // sticky pick walks the cumulative weights in the route's order).
+  const json half{{"weights", {{{"model", "vision-v1"}, {"weight", 50}}, {{"model", "vision-v2"}, {"weight", 50}}}}};
+  const json flipped{{"weights", {{{"model", "vision-v2"}, {"weight", 50}}, {{"model", "vision-v1"}, {"weight", 50}}}}};
+  ASSERT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), half.dump(), "application/json")->status, 200);
+  const std::string before = json::parse(c->Post("/v1/vlm/invoke", body, "application/json")->body)["version"];
+  ASSERT_EQ(c->Post("/admin/routes/vision/weights", Bearer(o.guard.admin_key), flipped.dump(), "application/json")->status, 200);
+  EXPECT_EQ(json::parse(c->Post("/v1/vlm/invoke", body, "application/json")->body)["version"], before);
+  EXPECT_EQ(server->router().GetRoute("vision")->split[0].model, "vision-v1");
 }
 
 // An admin action whose audit line cannot be written does not happen: 500 audit_unavailable

@@ -180,7 +180,9 @@ Status ParseRoutes(const json& arr, const std::string& base_dir, std::vector<Rou
       }
       double total = 0;
       for (const RouteTarget& t : r.split) total += t.weight;
-      if (total <= 0) return InvalidArgumentError(s.path("split") + ": at least one weight must be > 0");
+      if (!(total > 0) || !std::isfinite(total)) {
+        return InvalidArgumentError(s.path("split") + ": the weights must sum to a finite number > 0");
+      }
     } else {
       Section t(s.at("tiers"), s.path("tiers"));
       VLMD_RETURN_IF_ERROR(t.CheckObject({"light", "balanced", "robust"}));

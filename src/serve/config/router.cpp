@@ -2,6 +2,7 @@
 #include "serve/config/router.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace vlmd::serve {
@@ -76,8 +77,21 @@ Status Router::SetSplitWeights(const std::string& route, const std::vector<Route
     if (have != given) {
       return InvalidArgumentError("weights must name each model of route '" + route + "' once");
     }
-    if (total <= 0) return InvalidArgumentError("at least one weight must be > 0");
-    r.split = weights;
+    if (!(total > 0) || !std::isfinite(total)) {
+      return InvalidArgumentError("the weights must sum to a finite number > 0");
+    }
+    // In the route's own order, whatever order they came in: a sticky pick walks the cumulative
+    // weights in that order, and a reordering alone moved clients between versions.
+    std::vector<bool> used(weights.size(), false);
+    for (RouteTarget& t : r.split) {
+      for (size_t i = 0; i < weights.size(); ++i) {
+        if (!used[i] && weights[i].model == t.model) {
+          t.weight = weights[i].weight;
+          used[i] = true;
+          break;
+        }
+      }
+    }
     return Status::Ok();
   }
   return NotFoundError("no route '" + route + "'");
