@@ -184,6 +184,10 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"max_image_mpixels": 0}})", "server.max_image_mpixels: must be 0.01 to 1000"},
       {R"({"server": {"decode_budget_mb": -5}})", "server.decode_budget_mb: must be >= 0"},
       {R"({"server": {"body_budget_mb": -1}})", "server.body_budget_mb: must be >= 0"},
+      // A second section of one name would replace the first one's guard rails.
+      {R"({"security": {"api_keys_file": "k.json"}, "security": {}})", "key \"security\" is given twice"},
+      {R"({"server": {"port": 1, "port": 2}})", "key \"port\" is given twice"},
+      {R"({"audit": {"fsync": true}})", "audit.path: required"},
       {R"({"server": {"max_redactions": -1}})", "server.max_redactions: must be >= 0"},
       {R"({"server": {"tls_cert": "cert.pem"}})", "server.tls_cert and server.tls_key: give both or neither"},
       {R"({"server": {"keep_alive_s": 0}})", "server.keep_alive_s: must be >= 1"},

@@ -277,7 +277,10 @@ Status ParseSecurity(const Section& s, const std::string& base_dir, GuardOptions
 Status ParseAudit(const Section& s, const std::string& base_dir, GuardOptions* g) {
   VLMD_RETURN_IF_ERROR(
       s.CheckObject({"path", "max_mb", "keep", "fsync", "log_prompts", "refusal_interval_s"}));
+  // Present but without a path would mean no audit log at all.
+  if (!s.has("path")) return InvalidArgumentError(s.path("path") + ": required");
   VLMD_RETURN_IF_ERROR(s.Get("path", &g->audit_path));
+  if (g->audit_path.empty()) return InvalidArgumentError(s.path("path") + ": required");
   g->audit_path = Resolve(base_dir, g->audit_path);
   int64_t max_mb = int64_t(g->audit_max_bytes >> 20);
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_mb", &max_mb));
@@ -317,8 +320,28 @@ Status CheckReferences(const VlmdConfig& c) {
 
 Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir,
                                VlmdConfig defaults) {
-  const json j = json::parse(doc, nullptr, /*allow_exceptions=*/false);
+  // A key given twice in one object is an error: the last one won, so a second "security": {}
+  // silently switched the first one's guard rails off.
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string duplicate;
+  const json j = json::parse(
+      doc,
+      [&](int, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::object_start) {
+          keys.emplace_back();
+        } else if (event == json::parse_event_t::object_end) {
+          if (!keys.empty()) keys.pop_back();
+        } else if (event == json::parse_event_t::key && !keys.empty() && parsed.is_string() &&
+                   !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+          duplicate = parsed.get<std::string>();
+        }
+        return true;
+      },
+      /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgumentError("config: not valid JSON");
+  if (!duplicate.empty()) {
+    return InvalidArgumentError("config: key \"" + duplicate + "\" is given twice in one object");
+  }
   VlmdConfig c = std::move(defaults);
   Section top(j, "config");
   VLMD_RETURN_IF_ERROR(top.CheckObject({"server", "models", "routes", "default_model", "security",
