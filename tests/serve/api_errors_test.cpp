@@ -1,10 +1,12 @@
 // Status -> HTTP mapping (one row per status code) and the JSON error body's shape and escaping.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "serve/api/errors.h"
+#include "serve/http/responses.h"
 
 namespace vlmd::serve::api {
 namespace {
@@ -62,6 +64,19 @@ TEST(ApiErrors, BodyIsOpenAiShapedAndEscaped) {
   // Invalid UTF-8 is replaced (U+FFFD), everything else survives the round trip.
   EXPECT_EQ(j["error"]["message"], "bad \"field\"\n\\ </script> \x01 \xEF\xBF\xBD\xEF\xBF\xBD end");
   EXPECT_EQ(body.find('\n'), std::string::npos);  // compact, one line
+}
+
+
+// Retry-After in whole seconds, 1 to a day, whatever the limiter computed (a rate of 1e-12/s
+// gave a wait past any int).
+TEST(RetryAfterHeader, WholeSecondsFromOneToADay) {
+  using vlmd::serve::RetryAfterHeader;
+  EXPECT_EQ(RetryAfterHeader(0.2), "1");
+  EXPECT_EQ(RetryAfterHeader(1.5), "2");
+  EXPECT_EQ(RetryAfterHeader(1e12), "86400");
+  EXPECT_EQ(RetryAfterHeader(-3), "1");
+  EXPECT_EQ(RetryAfterHeader(std::numeric_limits<double>::quiet_NaN()), "1");
+  EXPECT_EQ(RetryAfterHeader(std::numeric_limits<double>::infinity()), "86400");
 }
 
 }  // namespace

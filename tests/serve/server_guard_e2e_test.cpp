@@ -316,6 +316,10 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
       continue;
     }
     by_status[rec["status"].get<int>()]++;
+    // A key over its rate is named in its line (it was "": the line did not say whose).
+    if (rec["status"] == 429) {
+      EXPECT_EQ(rec["key_id"], "team-slow") << line;
+    }
     EXPECT_TRUE(rec.contains("time"));
     EXPECT_TRUE(rec.contains("request_id"));
     // Generation requests past authentication (those refused before it have no trace yet).

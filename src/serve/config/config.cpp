@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "serve/api/image_inputs.h"
 #include "serve/config/config_section.h"
@@ -86,6 +87,17 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
   so->tls_key_file = Resolve(base_dir, so->tls_key_file);
   if (so->tls_cert_file.empty() != so->tls_key_file.empty()) {
     return InvalidArgumentError(s.path("tls_cert") + " and " + s.path("tls_key") + ": give both or neither");
+  }
+  // The command line's bounds: each handler thread is a thread (100000 of them aborted the start).
+  for (const auto& [key, value, low, high] :
+       {std::tuple{"http_threads", so->http_threads, 1, 4096},
+        std::tuple{"max_redactions", so->max_concurrent_redactions, 0, 4096},
+        std::tuple{"max_connections", so->max_connections, 1, 1 << 20},
+        std::tuple{"max_connections_per_address", so->max_connections_per_address, 0, 1 << 20}}) {
+    if (value < low || value > high) {
+      return InvalidArgumentError(s.path(key) + ": must be " + std::to_string(low) + " to " +
+                                  std::to_string(high));
+    }
   }
   for (const auto& [key, value] : {std::pair{"read_timeout_s", so->read_timeout_s},
                                    std::pair{"body_timeout_s", so->body_timeout_s},

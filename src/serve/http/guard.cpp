@@ -127,7 +127,8 @@ void Guard::Count(const char* policy, const char* decision) {
   metrics_->policy_decisions.With({policy, decision}).Inc();
 }
 
-Result<Client> Guard::Admit(std::string_view authorization, double* retry_after_s) {
+Result<Client> Guard::Admit(std::string_view authorization, double* retry_after_s,
+                            std::string* limited_key_id) {
   if (!keys_ && options_.api_key.empty()) return Client{};
   const auto token = BearerToken(authorization);
   Client client;
@@ -147,6 +148,7 @@ Result<Client> Guard::Admit(std::string_view authorization, double* retry_after_
     Count("rate_limit", d.allowed ? "allow" : "deny");
     if (!d.allowed) {
       if (retry_after_s != nullptr) *retry_after_s = d.retry_after_s;
+      if (limited_key_id != nullptr) *limited_key_id = key->id;
       return ResourceExhaustedError("rate limit of key '" + key->id + "' exceeded");
     }
   }

@@ -43,8 +43,10 @@ class Guard {
 
   // Authenticates `authorization` (the header value, "Bearer <key>", scheme in any case) and
   // applies the key's rate limit. FAILED_PRECONDITION for a missing/wrong key (HTTP 401),
-  // RESOURCE_EXHAUSTED (retry_after_s set) over the rate (429).
-  Result<Client> Admit(std::string_view authorization, double* retry_after_s);
+  // RESOURCE_EXHAUSTED (retry_after_s and, when given, *limited_key_id set: the audit line
+  // names the key that went over) over the rate (429).
+  Result<Client> Admit(std::string_view authorization, double* retry_after_s,
+                       std::string* limited_key_id = nullptr);
   // Whether the header carries a valid client key (or none is needed); no counting, no rate
   // token. The pre-routing check that refuses unknown clients before their body is read.
   bool KnownClient(std::string_view authorization) const;

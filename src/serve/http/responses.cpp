@@ -1,9 +1,17 @@
 // Reply bodies of the generation endpoints (see responses.h).
 #include "serve/http/responses.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 namespace vlmd::serve {
+
+std::string RetryAfterHeader(double seconds) {
+  const double s = std::isnan(seconds) ? 1.0 : std::clamp(std::ceil(seconds), 1.0, 86400.0);
+  return std::to_string(static_cast<int>(s));
+}
 namespace {
 
 using nlohmann::json;

@@ -34,6 +34,10 @@ struct ReplyContext {
 
 // {"id","text","finish_reason","latency_ms","model","model_hash","version","usage","timings",
 //  "cache","stream"?,"budget"?,"logprobs"?,"routing"?,"trust"?}
+// A Retry-After value: whole seconds, at least 1, at most a day (clamped before the conversion:
+// a key's rate of 1e-12/s gave a wait past any int, an undefined conversion).
+std::string RetryAfterHeader(double seconds);
+
 std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                         const engine::tokenizer::Tokenizer& tok);
 // OpenAI chat.completion (non-streaming).

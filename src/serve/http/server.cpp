@@ -176,7 +176,7 @@ bool Server::Handlers::Admit(const HttpRequest& req, HttpResponse& res) {
   auto client = s_.guard_->Admit(auth, &retry_after_s);
   if (client.ok()) return true;
   if (client.status().code() == StatusCode::kResourceExhausted) {
-    res.set_header("Retry-After", std::to_string(std::max(1, int(retry_after_s + 0.999))));
+    res.set_header("Retry-After", RetryAfterHeader(retry_after_s));
     return refuse({429, "rate_limit_error", "rate_limited", client.status().message()});
   }
   return refuse(no_key);

@@ -128,17 +128,21 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   call->in_flight = std::shared_ptr<void>(nullptr, [server = &s_](void*) { server->in_flight_.fetch_sub(1); });
   auto fail = [&](const api::ApiError& e) {
     SendError(res, e);
-    // A failed audit write cannot make this worse: the client gets its error either way.
-    (void)AuditCall(*call, e.http_status, nullptr, e.code);
+    // A failed audit write cannot make this worse: the client gets its error either way. A key
+    // over its rate is sampled like the refusals before authentication: its refusals cost the
+    // server next to nothing and must not flood the trail.
+    (void)AuditCall(*call, e.http_status, nullptr, e.code, e.code == "rate_limited");
     Observe(*call, e.http_status);
     spdlog::info("{} {} -> {} {}: {}", call->reply.id, call->route, e.http_status, e.code,
                  LogSafe(e.message));
   };
   double retry_after_s = 0;
-  auto client = s_.guard_->Admit(req.header("Authorization"), &retry_after_s);
+  std::string limited_key;
+  auto client = s_.guard_->Admit(req.header("Authorization"), &retry_after_s, &limited_key);
   if (!client.ok()) {
     if (client.status().code() == StatusCode::kResourceExhausted) {
-      res.set_header("Retry-After", std::to_string(std::max(1, int(std::ceil(retry_after_s)))));
+      call->client.key_id = limited_key;
+      res.set_header("Retry-After", RetryAfterHeader(retry_after_s));
       return fail({429, "rate_limit_error", "rate_limited", client.status().message()});
     }
     return fail({401, "invalid_request_error", "invalid_api_key",
@@ -369,7 +373,7 @@ std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) 
 }
 
 Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult* r,
-                                   const std::string& error) {
+                                   const std::string& error, bool sampled) {
   call.audited = true;
   if (!s_.guard_->audit_enabled()) return Status::Ok();
   json rec{{"request_id", call.reply.id},
@@ -418,6 +422,7 @@ Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult
     rec["messages"] = msgs;
     if (r != nullptr) rec["output"] = r->text;
   }
+  if (sampled) return s_.guard_->AuditRefusal(std::move(rec), call.remote_addr);
   return s_.guard_->Audit(std::move(rec));
 }
 

@@ -118,7 +118,10 @@ class Server::Handlers : public FrontHandler {
   // The generated tokens' pieces joined (what logprobs would show).
   static std::string TokenPieces(const Call& call, const JobResult& r);
   // One audit line for the call; `r` is null for a request that failed before generating.
-  Status AuditCall(const Call& call, int status, const JobResult* r, const std::string& error);
+  // `sampled`: a refusal written like those before authentication, at most one line per client
+  // address and interval (policy/refusal_sampler.h), so that refusals cannot flood the trail.
+  Status AuditCall(const Call& call, int status, const JobResult* r, const std::string& error,
+                   bool sampled = false);
   // Once per call, at its end: request metrics, and its spans to the exporter.
   void Observe(const Call& call, int status);
   // Reads the traceparent header (or starts a trace) and sets the traceresponse header.
