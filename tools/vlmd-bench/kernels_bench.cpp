@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
+#include "core/temp_file.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/ops/matmul.h"
 #include "engine/tensor/quantize.h"
@@ -274,7 +275,13 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
   if (opts.json_path == "-") {
     std::cout << j.dump(2) << "\n";
   } else if (!opts.json_path.empty()) {
-    std::ofstream(opts.json_path) << j.dump(2) << "\n";
+    const std::string text = j.dump(2) + "\n";
+    const Status written = WriteFileAtomically(
+        opts.json_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    if (!written.ok()) {
+      std::cerr << "vlmd-bench: error: " << written.ToString() << "\n";
+      return 2;
+    }
   }
   return 0;
 }

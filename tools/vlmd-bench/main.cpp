@@ -30,7 +30,9 @@ int main(int argc, char** argv) {
   model->add_option("-t,--threads", mopts.threads, "thread counts to run (default: 1 2)");
   model->add_option("-p,--prompt-tokens", mopts.prompt_tokens, "prefill length")->capture_default_str();
   model->add_option("-n,--gen-tokens", mopts.gen_tokens, "decode length")->capture_default_str();
-  model->add_option("-r,--reps", mopts.reps, "repetitions (median)")->capture_default_str();
+  model->add_option("-r,--reps", mopts.reps, "repetitions (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   model->add_flag("--json", mopts.json, "print JSON");
   model->add_option("--precision", mopts.precision, "exact | fast (float weights as int8 blocks)")
       ->check(CLI::IsMember({"exact", "fast"}))
@@ -41,14 +43,18 @@ int main(int argc, char** argv) {
   seal->add_option("-m,--model", seal_opts.model_path, "text model GGUF")->required();
   seal->add_option("--mmproj", seal_opts.mmproj_path, "vision GGUF");
   seal->add_option("-t,--threads", seal_opts.threads, "thread counts to run (default: 1 2)");
-  seal->add_option("-r,--reps", seal_opts.reps, "repetitions (median)")->capture_default_str();
+  seal->add_option("-r,--reps", seal_opts.reps, "repetitions (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   seal->add_option("--scratch", seal_opts.scratch_dir, "folder for the sealed copies (default: the temp folder)");
   vlmd::bench::RedactBenchOptions ropts;
   CLI::App* redact = app.add_subcommand("redact", "redaction's face detectors (dlib HOG vs OpenCV Haar) and plate cascade");
   redact->add_option("--lfw", ropts.lfw_path, "scikit-image's lfw_subset.npy (recall and false positives)");
   redact->add_option("--scale", ropts.scales, "LFW crops enlarged to 25 x SCALE pixels (default: 2 4)");
   redact->add_option("--image", ropts.images, "photos to time detection on (repeatable)");
-  redact->add_option("-r,--reps", ropts.reps, "repetitions (median)")->capture_default_str();
+  redact->add_option("-r,--reps", ropts.reps, "repetitions (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   CLI::App* serve = app.add_subcommand("serve", "images/s and latency of a running vlmd server");
   serve->add_option("--url", sopts.url, "server base URL, e.g. http://127.0.0.1:8080")->required();
   serve->add_option("-c,--concurrency", sopts.concurrency, "client threads")->capture_default_str();

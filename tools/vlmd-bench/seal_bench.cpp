@@ -34,17 +34,30 @@ double Median(std::vector<double> v) {
 int RunSealBench(const SealBenchOptions& opts) {
   SecretKey key;
   if (RAND_bytes(key.bytes.data(), static_cast<int>(key.bytes.size())) != 1) return 2;
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "vlmd-bench: error: %s\n", message.c_str());
+    return 2;
+  };
+  // The inputs first (the error codes, not exceptions): nothing is created for a missing file.
+  std::error_code ec;
+  std::vector<std::pair<std::string, uint64_t>> inputs;
+  for (const std::string& p : {opts.model_path, opts.mmproj_path}) {
+    if (p.empty()) continue;
+    const uint64_t size = fs::file_size(p, ec);
+    if (ec) return fail("cannot read '" + p + "': " + ec.message());
+    inputs.emplace_back(p, size);
+  }
   const fs::path dir = fs::path(opts.scratch_dir.empty() ? fs::temp_directory_path().string() : opts.scratch_dir) /
                        ("vlmd-seal-bench-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  fs::create_directories(dir, ec);
+  if (ec) return fail("cannot create '" + dir.string() + "': " + ec.message());
   struct File {
     std::string plain, sealed;
     uint64_t bytes = 0;
   };
   std::vector<File> files;
-  for (const std::string& p : {opts.model_path, opts.mmproj_path}) {
-    if (p.empty()) continue;
-    files.push_back({p, (dir / (fs::path(p).filename().string() + ".sealed")).string(), fs::file_size(p)});
+  for (const auto& [p, size] : inputs) {
+    files.push_back({p, (dir / (fs::path(p).filename().string() + ".sealed")).string(), size});
   }
   int rc = 0;
   {

@@ -175,7 +175,9 @@ double Percentile(const std::vector<double>& v, double p) {
 }
 
 std::unique_ptr<httplib::Client> MakeClient(const ServeBenchOptions& opts) {
-  auto cli = std::make_unique<httplib::Client>(opts.url);
+  std::string base = opts.url;  // httplib takes scheme://host:port, without a path
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  auto cli = std::make_unique<httplib::Client>(base);
   cli->set_connection_timeout(10, 0);
   cli->set_read_timeout(opts.timeout_s, 0);
   cli->set_write_timeout(opts.timeout_s, 0);
@@ -357,6 +359,10 @@ int RunServeBench(const ServeBenchOptions& opts) {
                   pct(runs[1].second, 50) / pct(runs[0].second, 50), pct(runs[1].second, 99) / pct(runs[0].second, 99),
                   static_cast<unsigned long long>(load->reopened()), static_cast<unsigned long long>(load->failures()));
     }
+  }
+  // A run in which no request succeeded measured nothing: a failure (the table says why).
+  for (const auto& [label, run] : runs) {
+    if (run.ok_ms.empty()) return 1;
   }
   return 0;
 }

@@ -51,7 +51,11 @@ int main(int argc, char** argv) {
   if (!preset) return Fail("unknown preset '" + preset_name + "' (known: " + presets + ")");
   synth::SynthOptions opts;
   opts.seed = seed;
-  if (outliers < 0 || !(outlier_scale > 0.0f)) return Fail("--outlier-channels must be >= 0 and --outlier-scale > 0");
+  // Scaled weights are written as f16 (at most 65504) or quantized: a larger factor, or inf,
+  // wrote a model that does not load.
+  if (outliers < 0 || !(outlier_scale > 0.0f) || !(outlier_scale <= 1024.0f)) {
+    return Fail("--outlier-channels must be >= 0 and --outlier-scale in (0, 1024]");
+  }
   opts.outlier_channels = outliers;
   opts.outlier_scale = outlier_scale;
   auto tt = ParseDType(text_type);
