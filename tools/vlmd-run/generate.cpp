@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/temp_file.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/model_file.h"
 #include "engine/runtime/vlm_engine.h"
@@ -33,11 +34,10 @@ Result<std::string> ReadTextFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// Atomically: a failed write (a full disk) leaves no truncated file, and an old one as it was.
 Status WriteF32(const std::string& path, const std::vector<float>& v) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  if (!f) return Status(StatusCode::kUnavailable, "cannot write " + path);
-  return Status::Ok();
+  return WriteFileAtomically(
+      path, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)));
 }
 
 Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
