@@ -22,6 +22,7 @@
 #include "serve/api/requests.h"
 #include "serve/obs/trace.h"
 #include "serve/policy/word_filter.h"
+#include "raw_socket.h"
 #include "server_harness.h"
 #include "server_test_servers.h"
 
@@ -346,6 +347,36 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
 // A flood of refusals before authentication writes one line per address and interval and one
 // summary line with the count at shutdown, so that it cannot rotate the real trail away; an
 // authenticated request still gets its own line. Request ids carry the start's random prefix.
+// A request the connection layer refuses (here a body over --max-body-mb, refused from its head)
+// is audited like the refusals at the door; it had no line at all.
+TEST(ServerGuard, RequestsRefusedByTheConnectionLayerAreAudited) {
+  TempDir dir;
+  ServerOptions o;
+  o.max_body_bytes = 1 << 20;
+  o.guard.audit_path = dir.Path("audit.jsonl");
+  {
+    auto server = StartServer(o);
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 40000000\r\n\r\n";
+    const testing::RawReply r = testing::Exchange(server->port(), head);
+    EXPECT_EQ(r.bytes.rfind("HTTP/1.1 413", 0), 0u) << r.bytes;
+  }
+  std::ifstream in(o.guard.audit_path);
+  std::string line;
+  int refused = 0;
+  while (std::getline(in, line)) {
+    const json rec = json::parse(line);
+    if (rec.value("status", 0) == 413) {
+      EXPECT_EQ(rec["route"], "/v1/chat/completions") << line;
+      EXPECT_EQ(rec["error"], "payload_too_large") << line;
+      EXPECT_EQ(rec["remote_addr"], "127.0.0.1") << line;
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, 1);
+}
+
 TEST(ServerGuard, RefusalFloodIsSummarizedNotWrittenLineByLine) {
   TempDir dir;
   const std::string key = "client-key-0123456789abcdef";

@@ -215,6 +215,17 @@ HttpResponse Server::Handlers::FrontRefusal(const HttpRequest* head, int status,
   s_.metrics_->requests.With({head ? RefusedRouteLabel(head->path) : "other", std::to_string(status)}).Inc();
   s_.metrics_->http_refusals.With({std::string(code)}).Inc();
   if (status == 503) res.set_header("Retry-After", "1");
+  // A request to the API refused by the connection layer (too large, too slow, bad framing, no
+  // room) is audited like the refusals at the door (sampled per address): "one line per request,
+  // refused ones included".
+  if (head != nullptr && (head->path.rfind("/v1/", 0) == 0 || head->path.rfind("/admin/", 0) == 0)) {
+    const std::string id = NextId();
+    res.set_header("X-Request-Id", id);
+    (void)s_.guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", head->path},
+                                   {"remote_addr", head->remote_addr}, {"status", status},
+                                   {"error", std::string(code)}},
+                                  head->remote_addr);
+  }
   return res;
 }
 
