@@ -264,11 +264,6 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
     if (red->plates > 0) s_.metrics_->redactions.With({"plates"}).Inc(red->plates);
     s_.metrics_->redact_duration.With().Observe(red->detect_ms / 1000.0);
   }
-  if (call->prepared.stream) {
-    s_.metrics_->stream_context_frames.With().Inc(call->prepared.stream->context_frames);
-    const std::string& reason = call->prepared.stream->no_context_reason;
-    if (!reason.empty()) s_.metrics_->stream_no_context.With({reason}).Inc();
-  }
   call->reply.model = call->reply.route.empty() ? spec.name : call->reply.route;
   call->reply.model_hash = call->model->hash();
   call->reply.version = spec.version;
@@ -300,10 +295,13 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
 }
 
 void Server::Handlers::KeepStreamFrame(const Call& call, const JobResult& r) {
+  if (!call.prepared.stream) return;
+  // Counted for answered requests only (a refused or failed one changes nothing).
+  s_.metrics_->stream_context_frames.With().Inc(call.prepared.stream->context_frames);
+  const std::string& reason = call.prepared.stream->no_context_reason;
+  if (!reason.empty()) s_.metrics_->stream_no_context.With({reason}).Inc();
   // (A prepared stream part means the request named a stream: stream_key is set.)
-  if (!call.prepared.stream || call.prepared.input.images.empty() || r.encoded_images.empty()) {
-    return;
-  }
+  if (call.prepared.input.images.empty() || r.encoded_images.empty()) return;
   const StreamPart& part = *call.prepared.stream;
   s_.streams_->Push(call.stream_key, {call.prepared.input.images.front().key,
                                       r.encoded_images.front(), part.frame_tokens, part.thumbnail,

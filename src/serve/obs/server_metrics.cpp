@@ -13,7 +13,8 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
           "Image decode + preprocess + encode time per image (cache misses)", {}, {0.1, 0.5, 1, 5})),
       embedding_success(r->AddCounter("vlm_embedding_success_total", "Images encoded successfully")),
       embedding_failures(r->AddCounter("vlm_embedding_failures_total",
-                                       "Images that failed to decode, preprocess or encode")),
+                                       "Images whose encoding failed (an image that does not "
+                                       "decode is the request's 4xx, in vlm_requests_total)")),
       embedding_cache_hits(r->AddCounter("vlm_embedding_cache_hits_total",
                                          "Visual-embedding cache lookups that hit")),
       embedding_cache_queries(r->AddCounter("vlm_embedding_cache_queries_total",
@@ -24,7 +25,9 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                        {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
       requests(r->AddCounter("vlm_requests_total", "Requests by route and HTTP status",
                              {"route", "status"})),
-      prompt_tokens(r->AddCounter("vlm_prompt_tokens_total", "Prompt rows prefilled (text + image)")),
+      prompt_tokens(r->AddCounter("vlm_prompt_tokens_total",
+                                  "Prompt rows of started requests (text + image; rows reused from an "
+                                  "earlier request included, see vlm_prefix_reused_tokens_total)")),
       generated_tokens(r->AddCounter("vlm_generated_tokens_total", "Tokens generated")),
       queue_depth(r->AddGauge("vlm_queue_depth", "Jobs waiting for a batch slot (all models)")),
       batch_size(r->AddGauge("vlm_batch_size", "Sequences in each model's last batched decode step, summed over models")),
