@@ -190,12 +190,34 @@ int RunQuantize(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Fail("cannot create " + out_dir + ": " + ec.message());
-  const int rc = QuantizeFile(model, out_dir + "/text.gguf", text, &pool, quiet);
-  if (rc != 0) return rc;
+  // Both files or neither: each is written beside its final name and renamed once both are done
+  // (a missing or bad mmproj left a new text.gguf beside an older folder's mmproj.gguf).
+  const std::string text_out = out_dir + "/text.gguf", vision_out = out_dir + "/mmproj.gguf";
+  const std::string text_new = text_out + ".new", vision_new = vision_out + ".new";
+  auto discard = [&] {
+    std::filesystem::remove(text_new, ec);
+    std::filesystem::remove(vision_new, ec);
+  };
+  int rc = QuantizeFile(model, text_new, text, &pool, quiet);
+  if (rc != 0) {
+    discard();
+    return rc;
+  }
   gguf::QuantizeOptions vision;
   vision.type = *vt;
   vision.overrides = vision_overrides;  // the imatrix records the text model's matrices only
-  return QuantizeFile(mmproj, out_dir + "/mmproj.gguf", vision, &pool, quiet);
+  rc = QuantizeFile(mmproj, vision_new, vision, &pool, quiet);
+  if (rc != 0) {
+    discard();
+    return rc;
+  }
+  std::filesystem::rename(text_new, text_out, ec);
+  if (!ec) std::filesystem::rename(vision_new, vision_out, ec);
+  if (ec) {
+    discard();
+    return Fail("cannot write " + out_dir + ": " + ec.message());
+  }
+  return 0;
 }
 
 }  // namespace vlmd::tools::quantize
