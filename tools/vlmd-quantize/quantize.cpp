@@ -29,9 +29,10 @@ std::string Shape(const std::vector<int64_t>& s) {
   return out;
 }
 
-// Quantizes one file and prints its report; the exit code.
+// Quantizes one file and prints its report (naming `shown`, the file's final name, or `out`);
+// the exit code.
 int QuantizeFile(const std::string& in, const std::string& out, const gguf::QuantizeOptions& opts,
-                 ThreadPool* pool, bool quiet) {
+                 ThreadPool* pool, bool quiet, const std::string& shown = "") {
   auto report = gguf::QuantizeModel(in, out, opts, pool);
   if (!report.ok()) return Fail(in + ": " + report.status().ToString());
   int n_quantized = 0, n_fallback = 0, n_weighted = 0;
@@ -70,7 +71,8 @@ int QuantizeFile(const std::string& in, const std::string& out, const gguf::Quan
                  in.c_str());
   }
   std::printf("%s: %d tensors quantized (%d with a fallback type), %zu kept; %.2f MiB -> %.2f MiB\n",
-              out.c_str(), n_quantized, n_fallback, report->tensors.size() - n_quantized,
+              (shown.empty() ? out : shown).c_str(), n_quantized, n_fallback,
+              report->tensors.size() - n_quantized,
               report->bytes_in / 1048576.0, report->bytes_out / 1048576.0);
   if (opts.imatrix) {
     std::printf("%d of them weighted by the importance matrix (%zu entries)\n", n_weighted,
@@ -198,7 +200,7 @@ int RunQuantize(int argc, char** argv) {
     std::filesystem::remove(text_new, ec);
     std::filesystem::remove(vision_new, ec);
   };
-  int rc = QuantizeFile(model, text_new, text, &pool, quiet);
+  int rc = QuantizeFile(model, text_new, text, &pool, quiet, text_out);
   if (rc != 0) {
     discard();
     return rc;
@@ -206,7 +208,7 @@ int RunQuantize(int argc, char** argv) {
   gguf::QuantizeOptions vision;
   vision.type = *vt;
   vision.overrides = vision_overrides;  // the imatrix records the text model's matrices only
-  rc = QuantizeFile(mmproj, vision_new, vision, &pool, quiet);
+  rc = QuantizeFile(mmproj, vision_new, vision, &pool, quiet, vision_out);
   if (rc != 0) {
     discard();
     return rc;
