@@ -15,6 +15,10 @@ printf '%s\n' "$key" > "$dir/model.key"
 "$bin/vlmd-encrypt" "$fx/tiny-smolvlm/text.gguf" "$dir/text.sealed" --key-file "$dir/model.key" \
   --key-id edge-1 -t 2 >/dev/null || fail "vlmd-encrypt"
 cmp -s "$fx/tiny-smolvlm/text.gguf" "$dir/text.sealed" && fail "the sealed file equals the plain one"
+# A file that is not a GGUF (here the sealed one) is not sealed: it would be refused at every start.
+"$bin/vlmd-encrypt" "$dir/text.sealed" "$dir/twice.sealed" --key-file "$dir/model.key" 2>/dev/null
+test $? -eq 2 || fail "sealing a sealed file should fail with exit 2"
+test -e "$dir/twice.sealed" && fail "sealing a sealed file wrote an output"
 
 inspect=$("$bin/vlmd-encrypt" --inspect "$dir/text.sealed") || fail "--inspect"
 want_sha=$(sha256sum "$fx/tiny-smolvlm/text.gguf" | cut -d' ' -f1)

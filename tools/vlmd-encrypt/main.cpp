@@ -59,6 +59,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vlmd-encrypt: error: the output must not replace the input\n");
     return 2;
   }
+  {  // What vlmd loads from a sealed file is a GGUF: anything else (a file sealed already) would
+     // be sealed and then refused at every start.
+    char magic[4] = {};
+    std::FILE* f = std::fopen(in_path.c_str(), "rb");
+    const bool gguf = f != nullptr && std::fread(magic, 1, 4, f) == 4 && std::string(magic, 4) == "GGUF";
+    if (f != nullptr) std::fclose(f);
+    if (!gguf) {
+      std::fprintf(stderr, "vlmd-encrypt: error: %s is not a GGUF file (sealed already?)\n", in_path.c_str());
+      return 2;
+    }
+  }
   auto key = vlmd::ResolveModelKey(key_source, opts.key_id);
   if (!key.ok()) return Fail(key.status());
   vlmd::ThreadPool pool(threads < 1 ? 1 : threads);
