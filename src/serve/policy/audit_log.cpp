@@ -78,11 +78,18 @@ Status AuditLog::RotateLocked() {
 Status AuditLog::WriteAllLocked(const std::string& line) {
   const char* data = line.data();
   size_t left = line.size();
+  const uint64_t line_start = size_;
   while (left > 0) {
     const ssize_t n = ::write(fd_, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return IoError("write", options_.path, errno);
+      const int err = errno;
+      // Part of the line went out (a full disk): cut it off again, so that the file stays one
+      // JSON object per line for whoever reads it.
+      if (size_ > line_start && ::ftruncate(fd_, static_cast<off_t>(line_start)) == 0) {
+        size_ = line_start;
+      }
+      return IoError("write", options_.path, err);
     }
     // O_APPEND: the remainder of a partial write lands right after it (the mutex keeps our own
     // writers out), so the line stays whole.
