@@ -99,6 +99,21 @@ TEST_F(AllowlistTest, ReloadIfChangedPicksUpRewrite) {
   EXPECT_EQ((*list)->size(), 2u);
 }
 
+// A list replaced by one of the same size whose modification time is set back to the old one
+// (what `cp -p` or `rsync -t` of a prepared file does) is still reloaded: the status-change time
+// moves whatever the tool keeps.
+TEST_F(AllowlistTest, ReloadIfChangedSeesASameSizeRewriteWithItsOldMtime) {
+  WriteFile(path_, a_ + "\n");
+  auto list = ImageAllowlist::Load(path_);
+  ASSERT_TRUE(list.ok());
+  const auto mtime = std::filesystem::last_write_time(path_);
+  WriteFile(path_, b_ + "\n");  // one digest line again: the same size
+  std::filesystem::last_write_time(path_, mtime);
+  ASSERT_TRUE((*list)->ReloadIfChanged(milliseconds(0)).ok());
+  EXPECT_FALSE((*list)->Contains(a_));
+  EXPECT_TRUE((*list)->Contains(b_));
+}
+
 TEST_F(AllowlistTest, ReloadIfChangedRespectsInterval) {
   WriteFile(path_, a_ + "\n");
   auto list = ImageAllowlist::Load(path_);

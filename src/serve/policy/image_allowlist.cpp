@@ -81,7 +81,7 @@ Status ImageAllowlist::ReloadIfChanged(std::chrono::milliseconds min_interval) {
     return NotFoundError("image allowlist " + path_ + ": " + std::strerror(errno) +
                          " (keeping the previous list)");
   }
-  FileStamp now_stamp{st.st_mtim, int64_t(st.st_size)};
+  const FileStamp now_stamp{st.st_mtim, st.st_ctim, int64_t(st.st_size), uint64_t(st.st_ino)};
   if (now_stamp == stamp_) return Status::Ok();
   return ReadLocked();
 }
@@ -92,7 +92,7 @@ Status ImageAllowlist::ReadLocked() {
   if (::stat(path_.c_str(), &st) != 0) {
     return NotFoundError("image allowlist " + path_ + ": " + std::strerror(errno));
   }
-  const FileStamp new_stamp{st.st_mtim, int64_t(st.st_size)};
+  const FileStamp new_stamp{st.st_mtim, st.st_ctim, int64_t(st.st_size), uint64_t(st.st_ino)};
   std::ifstream in(path_);
   if (!in) return NotFoundError("image allowlist " + path_ + ": cannot open for reading");
   std::unordered_set<std::string> fresh;

@@ -47,11 +47,17 @@ class ImageAllowlist {
 
  private:
   // What stat() said about the file when it was last read; a change triggers a reload.
+  // A change shows in the inode (a file renamed into place), the status-change time (which
+  // `cp -p` or `rsync -t` cannot set back, unlike the modification time) or the size: a list
+  // replaced by one of the same size with its old mtime kept was not reloaded.
   struct FileStamp {
-    timespec mtime{};
+    timespec mtime{}, ctime{};
     int64_t size = -1;
+    uint64_t inode = 0;
     bool operator==(const FileStamp& o) const {
-      return mtime.tv_sec == o.mtime.tv_sec && mtime.tv_nsec == o.mtime.tv_nsec && size == o.size;
+      return mtime.tv_sec == o.mtime.tv_sec && mtime.tv_nsec == o.mtime.tv_nsec &&
+             ctime.tv_sec == o.ctime.tv_sec && ctime.tv_nsec == o.ctime.tv_nsec && size == o.size &&
+             inode == o.inode;
     }
   };
 
