@@ -172,13 +172,16 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
 namespace vlmd::serve {
 namespace {
 
-// A local image host for the URL tests: /img.png (the fixture), /moved (302), /big (over the
-// limit), /missing (404).
+// A local image host for the URL tests: /img.png (the fixture), /padded.png (it with 600 KB
+// after its end), /moved (302), /big (over the limit), /missing (404).
 class ImageHost {
  public:
   explicit ImageHost(std::string png) : png_(std::move(png)) {
     http_.Get("/img.png", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(png_, "image/png");
+    });
+    http_.Get("/padded.png", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(png_ + std::string(600u << 10, '\0'), "image/png");
     });
     http_.Get("/moved", [](const httplib::Request&, httplib::Response& res) {
       res.set_redirect("http://example.com/elsewhere.png");
@@ -239,6 +242,13 @@ TEST(ServerImageUrls, AllowlistedHostsAreFetchedOthersRefused) {
   EXPECT_NE(missing->body.find("404"), std::string::npos);
   auto big = post(ChatWithImage(host.Url("/big")));
   EXPECT_EQ(big->status, 413);
+  // The limit is the request's, for its fetched images together: one padded image fits the
+  // 1 MB, two do not (each was checked alone: 8 URLs fetched 8 times the limit).
+  EXPECT_EQ(post(ChatWithImage(host.Url("/padded.png")))->status, 200);
+  json two = ChatWithImage(host.Url("/padded.png"));
+  two["messages"][0]["content"].push_back({{"type", "image_url"}, {"image_url", {{"url", host.Url("/padded.png")}}}});
+  auto both = post(two);
+  EXPECT_EQ(both->status, 413) << both->body;
   std::string other = host.Url("/img.png");
   other.replace(other.find("127.0.0.1"), 9, "localhost");
   auto not_listed = post(ChatWithImage(other));

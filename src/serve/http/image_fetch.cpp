@@ -10,7 +10,8 @@
 namespace vlmd::serve {
 namespace {
 
-Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
+// At most `max_bytes` (what is left of the request's limit).
+Result<std::string> Fetch(const std::string& url, const FetchOptions& options, size_t max_bytes) {
   VLMD_ASSIGN_OR_RETURN(api::internal::HttpUrl u, api::internal::ParseHttpUrl(url));
   const int port = u.port > 0 ? u.port : (u.scheme == "https" ? 443 : 80);
   const std::string host = u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host;
@@ -24,7 +25,7 @@ Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
   // The read timeout bounds each read; this bounds the whole download.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_s);
   auto res = client.Get(api::internal::RequestPath(url), [&](const char* data, size_t n) {
-    if (body.size() + n > options.max_bytes) {
+    if (body.size() + n > max_bytes) {
       too_large = true;
       return false;  // stop receiving
     }
@@ -36,8 +37,9 @@ Result<std::string> Fetch(const std::string& url, const FetchOptions& options) {
     return true;
   });
   if (too_large) {
-    return OutOfRangeError("image URL " + url + ": larger than the limit of " +
-                           std::to_string(options.max_bytes) + " bytes");
+    return OutOfRangeError("image URL " + url + ": over the limit of " +
+                           std::to_string(options.max_bytes) +
+                           " bytes for the request's fetched images together");
   }
   if (too_slow) {
     return InvalidArgumentError("image URL " + url + ": download took longer than " +
@@ -64,10 +66,12 @@ Status FetchImageUrls(api::GenerationRequest* request, const FetchOptions& optio
   const size_t total = request->images.size() + request->image_urls.size();
   std::vector<std::string> merged(total);
   std::vector<bool> filled(total, false);
+  size_t left = options.max_bytes;  // for all of the request's URLs: 8 of them took 8 x the limit
   for (size_t i = 0; i < request->image_urls.size(); ++i) {
     const size_t pos = size_t(request->image_url_positions[i]);
     if (pos >= total || filled[pos]) return InternalError("image URL positions are inconsistent");
-    VLMD_ASSIGN_OR_RETURN(merged[pos], Fetch(request->image_urls[i], options));
+    VLMD_ASSIGN_OR_RETURN(merged[pos], Fetch(request->image_urls[i], options, left));
+    left -= merged[pos].size();
     filled[pos] = true;
   }
   size_t next = 0;

@@ -12,14 +12,15 @@
 namespace vlmd::serve {
 
 struct FetchOptions {
-  size_t max_bytes = 20u << 20;  // per image (the request limit for inline images)
+  size_t max_bytes = 20u << 20;  // the request's fetched images together (its body limit)
   int timeout_s = 10;            // connect, each read, and the whole download
 };
 
 // Downloads request->image_urls and inserts their bytes into request->images at their marker
 // positions (image_url_positions), so that `images` is complete and in marker order; clears the
 // URL lists. INVALID_ARGUMENT naming the URL for an unreachable host, a non-200 status or a
-// redirect or a download slower than timeout_s; OUT_OF_RANGE for a body over max_bytes.
+// redirect or a download slower than timeout_s; OUT_OF_RANGE when the downloads together pass
+// max_bytes.
 // Thread-safe (no shared state).
 Status FetchImageUrls(api::GenerationRequest* request, const FetchOptions& options);
 
