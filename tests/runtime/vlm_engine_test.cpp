@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -62,6 +64,52 @@ TEST_F(VlmEngineTest, StreamedTextEqualsResultAndStopStringCuts) {
   EXPECT_EQ(cut->finish_reason, "stop");
   EXPECT_EQ(cut->text, full->text.substr(0, full->text.find(stop)));
   EXPECT_EQ(streamed2, cut->text);
+}
+
+// Several stop strings: the text ends at the earliest match in it, whatever their order (each
+// cut in list order missed a match overlapping an earlier cut).
+TEST_F(VlmEngineTest, TheEarliestStopStringEndsTheText) {
+  GenerateParams p;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  auto full = engine_->Generate(prompt_, p);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ASSERT_GE(full->text.size(), 8u);
+  const std::string later = full->text.substr(4, 3), earlier = full->text.substr(2, 3);
+  const size_t end = std::min(full->text.find(later), full->text.find(earlier));
+  for (const auto& stops : {std::vector<std::string>{later, earlier}, std::vector<std::string>{earlier, later}}) {
+    p.stop = stops;
+    auto cut = engine_->Generate(prompt_, p);
+    ASSERT_TRUE(cut.ok());
+    EXPECT_EQ(cut->finish_reason, "stop");
+    EXPECT_EQ(cut->text, full->text.substr(0, end)) << stops[0] << " | " << stops[1];
+  }
+}
+
+// Text held back because it could begin a stop string is text when the sequence ends at an
+// end-of-generation token (it was dropped): the logits are forced, token by token.
+TEST_F(VlmEngineTest, TextHeldForAStopStringIsKeptAtEndOfGeneration) {
+  const auto& tok = engine_->tokenizer();
+  auto hello = tok.Tokenize("hello", false, false);
+  ASSERT_TRUE(hello.ok() && !hello->empty());
+  GenerateParams p;
+  p.max_tokens = 10;
+  p.stop = {"hello world, never"};
+  PromptRows rows;
+  rows.tokens = prompt_;
+  auto seq = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+  const int64_t n_vocab = engine_->model().config().n_vocab;
+  auto force = [&](int32_t id) {
+    std::vector<float> logits(static_cast<size_t>(n_vocab), 0.0f);
+    logits[static_cast<size_t>(id)] = 100.0f;
+    (*seq)->Accept(logits);
+  };
+  for (int32_t id : *hello) force(id);
+  EXPECT_EQ((*seq)->text(), "") << "held: it begins the stop string";
+  force(tok.eos());
+  EXPECT_EQ((*seq)->finish_reason(), "stop");
+  EXPECT_EQ((*seq)->text(), "hello");
 }
 
 TEST_F(VlmEngineTest, CallbackCancels) {

@@ -60,14 +60,14 @@ void Sequence::Accept(std::span<const float> logits) {
     return;
   }
   pending_ += utf8_.Push(tok_.TokenToPiece(tok, /*special=*/false));
-  bool stopped = false;
+  // The earliest match of any stop string ends the text (cutting at each in list order missed a
+  // match that overlaps an earlier cut: "abc STOP" with ["STOP", "c S"] gave "abc ").
+  size_t cut = std::string::npos;
   for (const std::string& s : params_.stop) {
-    const size_t at = s.empty() ? std::string::npos : pending_.find(s);
-    if (at != std::string::npos) {
-      pending_.resize(at);
-      stopped = true;
-    }
+    if (!s.empty()) cut = std::min(cut, pending_.find(s));
   }
+  const bool stopped = cut != std::string::npos;
+  if (stopped) pending_.resize(cut);
   const size_t hold = stopped ? 0 : PartialStopSuffix(pending_, params_.stop);
   if (pending_.size() > hold) {
     const std::string_view out(pending_.data(), pending_.size() - hold);
@@ -77,7 +77,7 @@ void Sequence::Accept(std::span<const float> logits) {
   }
   if (stopped) {
     pending_.clear();
-    Finish("stop");
+    Finish("stop", /*keep_held=*/false);  // what follows a stop string is not text
   } else if (static_cast<int32_t>(tokens_.size()) >= params_.max_tokens) {
     Finish("length");
   }
@@ -89,11 +89,12 @@ void Sequence::Fail(Status status) {
   Finish("error");
 }
 
-void Sequence::Finish(std::string_view reason) {
+void Sequence::Finish(std::string_view reason, bool keep_held) {
   if (finished()) return;
   finish_reason_ = std::string(reason);
-  if (finish_reason_ == "length") {
-    // Held-back bytes that never became a stop string belong to the text.
+  if (keep_held && finish_reason_ != "error") {
+    // Held-back bytes that never became a stop string belong to the text, however the sequence
+    // ends (at an end-of-generation token too: they were dropped there).
     const std::string tail = pending_ + utf8_.Flush();
     text_ += tail;
     unread_ += tail;

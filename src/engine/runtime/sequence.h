@@ -43,8 +43,10 @@ class Sequence {
   // Samples the next token from `logits` [n_vocab] and updates the text; the sequence finishes
   // on an end-of-generation token, a stop string, or max_tokens.
   void Accept(std::span<const float> logits);
-  // Ends the sequence now with `reason` (e.g. "cancelled", "deadline"); idempotent.
-  void Finish(std::string_view reason);
+  // Ends the sequence now with `reason` (e.g. "cancelled", "deadline"); idempotent. Text held
+  // back as a possible stop-string start becomes text, unless `keep_held` is false (a stop
+  // string matched: what follows it is not text) or the reason is "error".
+  void Finish(std::string_view reason, bool keep_held = true);
   // Ends the sequence with finish_reason "error" and `status` (e.g. non-finite logits).
   void Fail(Status status);
   const Status& error() const { return error_; }  // OK unless Fail()ed
