@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 60
 # ccache keys on paths relative to the checkout, so clones in other folders (CI) share the cache.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure server run test test-avx2 test-asan test-tsan test-arm64 fuzz bench clean
+.PHONY: all deps configure server run test test-avx2 test-asan test-tsan test-arm64 fuzz clean
 
 all: deps configure
 	cmake --build $(BUILD) -j$(JOBS)

@@ -7,7 +7,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  g++ cmake ninja-build ccache pkg-config make
+  g++ cmake ninja-build ccache pkg-config make git
   # fuzzing (libFuzzer + sanitizers)
   clang libclang-rt-14-dev
   # libraries
@@ -25,6 +25,7 @@ PACKAGES=(
   libopencv-objdetect-dev  # redaction: OpenCV's cascade detector (number plates; faces optionally)
   opencv-data           # redaction: the cascade files (faces, Russian number plates)
   libdlib-dev           # redaction: dlib's HOG frontal-face detector
+  libblas-dev liblapack-dev  # dlib's CMake package links libblas.so / liblapack.so by path
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   curl                  # the README's examples (scripts/smoke_run.sh), shell tests

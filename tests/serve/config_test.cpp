@@ -18,6 +18,16 @@ TEST(Config, TheDocumentedExampleParses) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/admin.key") << "admin-0123456789abcdef\n";
   const std::vector<uint8_t> bytes = vlmd::testing::ReadFileBytes(vlmd::testing::SourcePath("docs/vlmd.example.json"));
+  // The README shows this file whole (its block after "docs/vlmd.example.json"): the same text.
+  const std::vector<uint8_t> readme_bytes = vlmd::testing::ReadFileBytes(vlmd::testing::SourcePath("README.md"));
+  const std::string readme(readme_bytes.begin(), readme_bytes.end());
+  const size_t link = readme.find("(docs/vlmd.example.json)");
+  ASSERT_NE(link, std::string::npos);
+  const size_t open = readme.find("```json\n", link), close = readme.find("```\n", open + 8);
+  ASSERT_NE(open, std::string::npos);
+  ASSERT_NE(close, std::string::npos);
+  EXPECT_EQ(readme.substr(open + 8, close - open - 8), std::string(bytes.begin(), bytes.end()))
+      << "the README's config example differs from docs/vlmd.example.json";
   auto c = ParseConfig(std::string(bytes.begin(), bytes.end()), dir, {});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->server.host, "0.0.0.0");

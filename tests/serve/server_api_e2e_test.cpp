@@ -255,7 +255,9 @@ TEST_F(ServerApiTest, MetricsPassTheLinterAndNameWhatTheIssueAsks) {
         "vlm_prompt_tokens_total", "vlm_generated_tokens_total", "vlm_queue_depth", "vlm_batch_size",
         "vlm_memory_bytes{kind=\"weights\"}", "vlm_memory_bytes{kind=\"kv\"}",
         "vlm_memory_bytes{kind=\"activations\"}", "vlm_memory_bytes{kind=\"image_cache\"}",
-        "vlm_process_peak_rss_bytes"}) {
+        "vlm_process_peak_rss_bytes",
+        // From 0 before any hot swap, so that increase() sees the first (a failed one included).
+        "vlm_model_reloads_total{model=\"tiny-smolvlm\",result=\"failed\"} 0"}) {
     EXPECT_NE(r->body.find(name), std::string::npos) << name;
   }
 }

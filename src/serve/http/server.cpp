@@ -349,6 +349,8 @@ Status Server::AddModel(std::shared_ptr<ModelHost> model) {
     return UnavailableError("model '" + model->spec().name + "': redaction detectors cannot load (see the log)");
   }
   if (drift_) drift_->Track(model->spec().name, model->spec().version, model->hash());
+  // Both results' series from 0, so that increase() sees the first hot swap (and a failed one).
+  for (const char* result : {"ok", "failed"}) metrics_->model_reloads.With({model->spec().name, result});
   router_.Put(std::move(model));
   UpdateMemoryPlanGauge();
   return Status::Ok();

@@ -22,7 +22,7 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
       request_duration(r->AddHistogram("vlm_request_duration_seconds",
                                        "Request latency from arrival to the last byte",
                                        {"route", "status"},
-                                       {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
+                                       {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})),  // --timeout: 300 s
       requests(r->AddCounter("vlm_requests_total", "Requests by route and HTTP status",
                              {"route", "status"})),
       prompt_tokens(r->AddCounter("vlm_prompt_tokens_total",
