@@ -152,6 +152,25 @@ TEST(ApiChat, ImagesInMarkerOrderAcrossMessagesAndBareStringImageUrl) {
   EXPECT_EQ(r->images, (std::vector<std::string>{a, b, c}));
 }
 
+// Consecutive text parts are joined with a newline, as llama.cpp joins them (they ran together);
+// a part next to an image marker is not.
+TEST(ApiChat, ConsecutiveTextPartsAreJoinedWithANewline) {
+  const std::string body =
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"Describe the scene."},)"
+      R"({"type":"text","text":"Answer briefly."},{"type":"image_url","image_url":{"url":")" +
+      DataUri("AA") + R"("}},{"type":"text","text":"Now."}]}]})";
+  auto r = ParseChatCompletion(body, RequestLimits{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->messages[0].text, "Describe the scene.\nAnswer briefly.<__media__>Now.");
+  // So a marker split across two text parts never forms (it was refused; now it is text).
+  auto split = ParseChatCompletion(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"<__med"},{"type":"text","text":"ia__>"}]}]})",
+      RequestLimits{});
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->messages[0].text, "<__med\nia__>");
+  EXPECT_TRUE(split->images.empty());
+}
+
 TEST(ApiChat, ImageUrlsNeedTheAllowlist) {
   const std::string body = R"({"messages":[{"role":"user","content":[{"type":"image_url",)"
                            R"("image_url":{"url":"https://img.example.com/a.png"}}]}]})";
@@ -385,8 +404,6 @@ INSTANTIATE_TEST_SUITE_P(
                  "messages[0].content: must not contain <__media__>"},
         ChatCase{Parts("user", R"({"type":"text","text":"<__media__>"})"),
                  "messages[0].content[0].text: must not contain <__media__>"},
-        ChatCase{Parts("user", R"({"type":"text","text":"<__med"},{"type":"text","text":"ia__>"})"),
-                 "messages[0].content[1].text: must not contain <__media__>"},
         ChatCase{
             Parts("user", R"({"type":"image_url","image_url":{"url":"data:image/png;base64,"}})"),
             "messages[0].content[0].image_url.url: empty image"},
@@ -408,6 +425,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "modalities: an output modality other than text"},
         ChatCase{R"({"messages":[{"role":"user","content":"x"}],"prediction":{"type":"content"}})",
                  "prediction: predicted output"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":2})",
+                 "presence_penalty: a presence penalty other than 0"},
+        ChatCase{R"({"messages":[{"role":"user","content":"x"}],"frequency_penalty":-1})",
+                 "frequency_penalty: a frequency penalty other than 0"},
         ChatCase{R"([{"role":"user","content":"x"}])", "body: not a JSON object"},
         ChatCase{R"({"messages":[{"role":"user","content":"x"}]} trailing)",
                  "body: invalid JSON"}));

@@ -20,9 +20,9 @@ using internal::Quote;
 using internal::ReadString;
 
 // Client text must not contain the marker itself: the engine would count it as an image slot,
-// so a user could shift images between messages or make the request fail late. Adjacent text
-// parts are joined, so a marker split across two parts ("<__med" + "ia__>") counts too: only an
-// occurrence that reaches into the new text can be new (a real marker ends where text starts).
+// so a user could shift images between messages or make the request fail late. Only an
+// occurrence that reaches into the new text can be new (a real marker ends where text starts;
+// adjacent text parts are joined with a newline, which no marker contains).
 Status AppendText(std::string_view text, const std::string& path, std::string* out) {
   const size_t old_size = out->size();
   out->append(text);
@@ -51,9 +51,11 @@ Result<std::string> ParseRole(const Json& msg, const std::string& path) {
 }
 
 // One content part: {"type": "text", "text"} or {"type": "image_url", "image_url": {"url"}}
-// (a bare string image_url is accepted too, as some clients send it).
+// (a bare string image_url is accepted too, as some clients send it). Consecutive text parts are
+// joined with "\n", as llama.cpp joins them (they ran together: "scene.Answer"); *last_was_text
+// says what the previous part was, and is updated.
 Status ParsePart(const Json& part, const std::string& path, bool images_allowed,
-                 ImageCollector* images, std::string* text) {
+                 ImageCollector* images, std::string* text, bool* last_was_text) {
   if (!part.is_object()) return InvalidArgumentError(path + ": not an object");
   const Json* type_v = FindField(part, "type");
   const std::string type_path = FieldPath(path, "type");
@@ -64,6 +66,8 @@ Status ParsePart(const Json& part, const std::string& path, bool images_allowed,
     const Json* t = FindField(part, "text");
     if (t == nullptr) return InvalidArgumentError(text_path + ": missing");
     VLMD_ASSIGN_OR_RETURN(const std::string_view s, ReadString(*t, text_path));
+    if (*last_was_text) text->push_back('\n');
+    *last_was_text = true;
     return AppendText(s, text_path, text);
   }
   if (type != "image_url") {
@@ -86,6 +90,7 @@ Status ParsePart(const Json& part, const std::string& path, bool images_allowed,
   VLMD_ASSIGN_OR_RETURN(const std::string_view url, ReadString(*url_v, url_path));
   VLMD_RETURN_IF_ERROR(images->AddUrl(url, url_path));
   text->append(kMediaMarker);
+  *last_was_text = false;
   return Status::Ok();
 }
 
@@ -107,9 +112,10 @@ Result<ChatMessage> ParseMessage(const Json& msg, const std::string& path, Image
   }
   if (!content->is_array())
     return InvalidArgumentError(content_path + ": not a string or an array");
+  bool last_was_text = false;
   for (size_t i = 0; i < content->size(); ++i) {
     VLMD_RETURN_IF_ERROR(ParsePart((*content)[i], IndexPath(content_path, i), out.role == "user",
-                                   images, &out.text));
+                                   images, &out.text, &last_was_text));
   }
   return out;
 }
@@ -153,6 +159,14 @@ Status RefuseUnimplementedFields(const Json& obj) {
     return refuse("modalities", "an output modality other than text");
   }
   if (present("prediction")) return refuse("prediction", "predicted output");
+  // Penalties vlmd has no sampler step for (its repeat_penalty is llama.cpp's, a different one):
+  // accepted at their no-op value 0 only.
+  for (std::string_view key : {"presence_penalty", "frequency_penalty"}) {
+    if (const Json* v = present(key); v && !(v->is_number() && v->get<double>() == 0.0)) {
+      return refuse(key, "a " + std::string(key.substr(0, key.find('_'))) +
+                             " penalty other than 0 (use repeat_penalty)");
+    }
+  }
   return Status::Ok();
 }
 

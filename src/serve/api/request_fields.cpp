@@ -76,6 +76,9 @@ Status ParseSampling(const Json& obj, std::string_view prefix, const RequestLimi
   // OpenAI renamed max_tokens to max_completion_tokens; the newer name wins when both are sent.
   VLMD_RETURN_IF_ERROR(ReadMaxTokens(obj, prefix, "max_tokens", limits, &s.max_tokens));
   VLMD_RETURN_IF_ERROR(ReadMaxTokens(obj, prefix, "max_completion_tokens", limits, &s.max_tokens));
+  for (std::string_view key : {"max_tokens", "max_completion_tokens"}) {
+    if (const Json* v = FindField(obj, key); v != nullptr && !v->is_null()) s.has_max_tokens = true;
+  }
   VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "temperature", 0.0, false, kMaxTemperature,
                                          "[0, 2]", &s.temperature));
   VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "top_p", 0.0, true, 1.0, "(0, 1]", &s.top_p));

@@ -37,7 +37,8 @@ struct SamplingRequest {
   float min_p = 0.0f;
   float repeat_penalty = 1.0f;
   uint64_t seed = 0;
-  bool has_seed = false;
+  bool has_seed = false;        // absent: every request its own random seed
+  bool has_max_tokens = false;  // absent: max_tokens, or what the context has left if less
   std::vector<std::string> stop;
   bool logprobs = false;
   int32_t top_logprobs = 0;

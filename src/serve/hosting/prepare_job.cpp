@@ -2,6 +2,7 @@
 #include "serve/hosting/prepare_job.h"
 
 #include <algorithm>
+#include <random>
 #include <string>
 
 namespace vlmd::serve {
@@ -25,6 +26,11 @@ std::string WithoutMarkers(std::string text) {
     text.erase(at, api::kMediaMarker.size());
   }
   return text;
+}
+
+// The context rows a request keeps for its reply: max_tokens when given, else at least one.
+int64_t ReplyReserve(const api::GenerationRequest& request) {
+  return request.sampling.has_max_tokens ? std::max<int64_t>(request.sampling.max_tokens, 0) : 1;
 }
 
 }  // namespace
@@ -149,8 +155,8 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       VLMD_ASSIGN_OR_RETURN(int64_t rows, frame_rows(img, 0));
       own += rows;
     }
-    const int64_t limit = std::min<int64_t>(
-        options.token_budget, int64_t{e.options().n_ctx} - std::max(request.sampling.max_tokens, 0));
+    const int64_t limit =
+        std::min<int64_t>(options.token_budget, int64_t{e.options().n_ctx} - ReplyReserve(request));
     while (!in.context.empty() && own + context_tokens > limit) {
       context_tokens -= in.context.front().prompt_tokens;
       in.context.erase(in.context.begin());
@@ -193,8 +199,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   VLMD_ASSIGN_OR_RETURN(int64_t total, e.CountPromptRows(in.prompt, context_layouts, plans));
   // The prompt must also leave max_tokens of the context (the engine refuses it otherwise, and
   // that was found only after every image was encoded): images shrink for that limit too.
-  const int64_t context_left =
-      int64_t{e.options().n_ctx} - std::max<int64_t>(request.sampling.max_tokens, 0);
+  const int64_t context_left = int64_t{e.options().n_ctx} - ReplyReserve(request);
   const int64_t limit = std::min<int64_t>(options.token_budget, context_left);
   int best_first = -1;
   while (total > limit) {
@@ -243,7 +248,12 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   }
   const api::SamplingRequest& s = request.sampling;
   rt::GenerateParams& p = in.params;
-  p.max_tokens = s.max_tokens;
+  // Without max_tokens the reply gets the default or what the context has left, if less
+  // (finish_reason "length" at the context's end, as OpenAI and llama.cpp answer).
+  p.max_tokens = s.has_max_tokens
+                     ? s.max_tokens
+                     : static_cast<int32_t>(std::clamp<int64_t>(
+                           int64_t{e.options().n_ctx} - total, 1, s.max_tokens));
   p.stop = s.stop;
   p.token_stats = true;  // logprobs and trust signals
   p.top_logprobs = request.sampling.top_logprobs;
@@ -252,7 +262,9 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   p.sampling.top_k = s.top_k;
   p.sampling.min_p = s.min_p;
   p.sampling.repeat_penalty = s.repeat_penalty;
-  p.sampling.seed = s.seed;
+  // Without a seed each request samples differently (seed 0 for all made every "random" reply
+  // the same); with one, the same request gives the same reply.
+  p.sampling.seed = s.has_seed ? s.seed : std::random_device{}();
   in.deadline = Clock::now() + options.timeout;
   return job;
 }
