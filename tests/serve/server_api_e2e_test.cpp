@@ -333,6 +333,32 @@ TEST_F(ServerApiTest, ImagesShrinkToLeaveMaxTokensOfTheContextOr422BeforeEncodin
       << "the refused request's image was encoded";
 }
 
+// Sampling without a seed differs between requests (all used seed 0: every "random" reply was
+// the same); with a seed it repeats. Without max_tokens a long prompt gets what the context has
+// left, ending with "length" (it was refused for leaving less than the default 128).
+TEST_F(ServerApiTest, SeedsAndAbsentMaxTokensAsOpenAiAnswers) {
+  Harness h;  // n_ctx 512
+  auto c = h.Client();
+  auto text = [&](const json& req) {
+    auto r = c->Post("/v1/chat/completions", req.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return r ? json::parse(r->body) : json();
+  };
+  const json hot{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 16}, {"temperature", 1.5}};
+  EXPECT_NE(text(hot)["choices"][0]["message"]["content"], text(hot)["choices"][0]["message"]["content"]);
+  json seeded = hot;
+  seeded["seed"] = 7;
+  EXPECT_EQ(text(seeded)["choices"][0]["message"]["content"], text(seeded)["choices"][0]["message"]["content"]);
+  std::string long_prompt;
+  for (int i = 0; i < 470; ++i) long_prompt += " a";
+  const json no_max{{"messages", {{{"role", "user"}, {"content", long_prompt}}}}, {"temperature", 0}};
+  const json r = text(no_max);
+  const int prompt = r["usage"]["prompt_tokens"].get<int>(), completion = r["usage"]["completion_tokens"].get<int>();
+  ASSERT_GT(prompt, 512 - 128) << "the prompt must leave less than the default 128";
+  EXPECT_LE(prompt + completion, 512);
+  EXPECT_GE(completion, 1);
+}
+
 TEST_F(ServerApiTest, DeadlineGives504) {
   HarnessOptions o;
   o.server.prepare.timeout = std::chrono::milliseconds(1);
