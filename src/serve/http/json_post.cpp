@@ -2,6 +2,7 @@
 #include "serve/http/json_post.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -47,10 +48,15 @@ std::string PostJson(const JsonEndpoint& endpoint, const std::string& body, int 
   return Outcome(client.Post(endpoint.path, body, "application/json"));
 }
 
+// The post in flight is cut short by shutting its socket down from the other thread: the one
+// thing that is safe beside a read or write in progress (httplib's stop() from another thread
+// is not: ThreadSanitizer reported its mutex unlocked by the wrong thread). The client keeps
+// its connection open (keep-alive) until it is destroyed, after `socket` is cleared, so a
+// shutdown never reaches a descriptor number that was closed and reused.
 struct CancellablePoster::InFlight {
   std::mutex mu;
   std::condition_variable done_cv;
-  httplib::Client* client = nullptr;  // the post in flight, if any
+  int socket = -1;  // the post in flight's connection, once it is connected
   bool cancelled = false;
 };
 
@@ -60,39 +66,47 @@ CancellablePoster::CancellablePoster(JsonEndpoint endpoint)
 CancellablePoster::~CancellablePoster() = default;
 
 std::string CancellablePoster::Post(const std::string& body, int timeout_s) {
-  httplib::Client client(endpoint_.base);
-  Configure(client, timeout_s);
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->cancelled) return "cancelled";
-    state_->client = &client;
   }
-  // The whole post's bound: a watchdog stops the client at the deadline.
+  httplib::Client client(endpoint_.base);
+  Configure(client, timeout_s);
+  client.set_keep_alive(true);  // the socket outlives the post: closed with the client, below
+  InFlight* state = state_.get();
+  client.set_socket_options([state](socket_t sock) {
+    int on = 1;  // httplib's default option, which this callback replaces
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->socket = sock;
+    if (state->cancelled) ::shutdown(sock, SHUT_RDWR);
+  });
+  // The whole post's bound: a watchdog shuts the connection down at the deadline.
   bool done = false, expired = false;
   std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(state_->mu);
-    if (!state_->done_cv.wait_for(lock, std::chrono::seconds(2 * timeout_s), [&] { return done; })) {
+    std::unique_lock<std::mutex> lock(state->mu);
+    if (!state->done_cv.wait_for(lock, std::chrono::seconds(2 * timeout_s), [&] { return done; })) {
       expired = true;
-      client.stop();
+      if (state->socket >= 0) ::shutdown(state->socket, SHUT_RDWR);
     }
   });
   std::string outcome = Outcome(client.Post(endpoint_.path, body, "application/json"));
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::lock_guard<std::mutex> lock(state->mu);
     done = true;
-    state_->client = nullptr;
+    state->socket = -1;  // before the client (and the socket) goes
   }
-  state_->done_cv.notify_all();
+  state->done_cv.notify_all();
   watchdog.join();
-  std::lock_guard<std::mutex> lock(state_->mu);
+  std::lock_guard<std::mutex> lock(state->mu);
   if (outcome.empty()) return outcome;
-  return state_->cancelled ? "cancelled" : expired ? "timeout" : outcome;
+  return state->cancelled ? "cancelled" : expired ? "timeout" : outcome;
 }
 
 void CancellablePoster::Cancel() {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->cancelled = true;
-  if (state_->client != nullptr) state_->client->stop();
+  if (state_->socket >= 0) ::shutdown(state_->socket, SHUT_RDWR);
 }
 
 }  // namespace vlmd::serve
