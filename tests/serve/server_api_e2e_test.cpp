@@ -359,6 +359,35 @@ TEST_F(ServerApiTest, SeedsAndAbsentMaxTokensAsOpenAiAnswers) {
   EXPECT_GE(completion, 1);
 }
 
+// A prompt without a marker has its image at the start of the user turn, as llama.cpp's mtmd
+// puts it: the same request as with the marker written there (the image went before the whole
+// chat template, outside the turn, and the answer differed from the chat endpoint's).
+TEST_F(ServerApiTest, AnImageWithoutAMarkerOpensTheUserTurn) {
+  auto c = Shared().Client();
+  const std::string image = api::EncodeBase64(FixtureImage("img-128x96.png"));
+  auto ask = [&](const std::string& prompt) {
+    auto r = c->Post("/v1/vlm/invoke",
+                     json{{"prompt", prompt}, {"max_tokens", 6}, {"image_base64", image}}.dump(),
+                     "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return r ? json::parse(r->body) : json();
+  };
+  const json plain = ask("What is shown?"), marked = ask("<__media__>What is shown?");
+  EXPECT_EQ(plain["text"], marked["text"]);
+  EXPECT_EQ(plain["usage"]["prompt_tokens"], marked["usage"]["prompt_tokens"]);
+  // The OpenAI endpoint with the image part first asks the same.
+  const json chat{{"max_tokens", 6},
+                  {"messages",
+                   {{{"role", "user"},
+                     {"content",
+                      {{{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + image}}}},
+                       {{"type", "text"}, {"text", "What is shown?"}}}}}}}};
+  auto r = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], plain["text"]);
+}
+
 TEST_F(ServerApiTest, DeadlineGives504) {
   HarnessOptions o;
   o.server.prepare.timeout = std::chrono::milliseconds(1);

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
                  "command printing that key (run by /bin/sh with VLMD_KEY_ID set)");
   app.add_option("--image", opts.images,
                  "Image file (JPEG, PNG, WebP, BMP, PPM); repeatable, one <__media__> per image "
-                 "in the prompt (without markers images go first)");
+                 "in the prompt (without markers the images open the user's turn; with --raw-prompt they go first)");
   app.add_option("--dump-image-embeddings", opts.dump_image_embeddings_path,
                  "Write the f32 embeddings [n_image_tokens, n_embd] of the first image");
   app.add_option("-p,--prompt", opts.prompt, "Prompt text (the user message)");

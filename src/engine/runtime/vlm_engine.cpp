@@ -311,7 +311,14 @@ Result<PromptRows> VlmEngine::BuildPrompt(std::string_view text,
   std::string prompt(text);
   if (!raw) {
     const auto tmpl = tokenizer::ChatTemplate::Detect(chat_template_source_);
-    const tokenizer::ChatMessage msg{"user", std::string(text)};
+    tokenizer::ChatMessage msg{"user", std::string(text)};
+    // Without markers the images open the user turn, as llama.cpp's mtmd puts them (they went
+    // before the whole template, outside the turn).
+    if (!images.empty() && msg.content.find(kDefaultMediaMarker) == std::string::npos) {
+      std::string markers;
+      for (size_t i = 0; i < images.size(); ++i) markers += kDefaultMediaMarker;
+      msg.content.insert(0, markers);
+    }
     prompt = tmpl.Apply(std::span<const tokenizer::ChatMessage>(&msg, 1), true);
   }
   if (images.empty()) {

@@ -67,11 +67,33 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     return InvalidArgumentError("stream_id: a stream request carries one frame (got " +
                                 std::to_string(request.images.size()) + " images)");
   }
+  // Images of a prompt without markers (the invoke API's "prompt") go at the start of the last
+  // user message, inside the chat turn, as llama.cpp's mtmd places them; they went before the
+  // whole template. A stream request without a frame gets a placeholder there for its earlier
+  // frames' markers, taken out again below.
+  bool placeholder = false;
   if (request.raw_prompt) {
     in.prompt = request.messages.empty() ? std::string() : request.messages.front().text;
   } else {
     std::vector<engine::tokenizer::ChatMessage> msgs;
     for (const api::ChatMessage& m : request.messages) msgs.push_back({m.role, m.text});
+    const bool has_marker = std::any_of(msgs.begin(), msgs.end(), [](const auto& m) {
+      return m.content.find(api::kMediaMarker) != std::string::npos;
+    });
+    const size_t leading = request.images.empty() && stream ? 1 : request.images.size();
+    placeholder = request.images.empty() && stream;
+    if (!has_marker && leading > 0) {
+      auto user = std::find_if(msgs.rbegin(), msgs.rend(), [](const auto& m) { return m.role == "user"; });
+      if (user != msgs.rend()) {
+        std::string markers;
+        for (size_t i = 0; i < leading; ++i) markers += api::kMediaMarker;
+        user->content.insert(0, markers);
+      } else {
+        placeholder = false;  // no user turn: the engine's rule (images before the text)
+      }
+    } else {
+      placeholder = false;
+    }
     in.prompt = e.ApplyChatTemplate(msgs);
   }
   VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> text_ids,
@@ -173,6 +195,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       std::string markers;
       for (size_t i = 0; i < in.context.size(); ++i) markers += api::kMediaMarker;
       in.prompt.insert(at, markers);
+      if (placeholder) in.prompt.erase(at + markers.size(), api::kMediaMarker.size());
     }
   }
   // Token budget, counted on the whole prompt as the engine will build it (text, wrapper tokens,
