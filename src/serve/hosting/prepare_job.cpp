@@ -240,9 +240,11 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                     ", and the images cannot be reduced further");
     }
     if (best < 0) {
+      const std::string reply = request.sampling.has_max_tokens
+                                    ? "with max_tokens " + std::to_string(request.sampling.max_tokens)
+                                    : "with a reply of at least one token";
       return ResourceExhaustedError(
-          "the prompt needs " + std::to_string(total) + " tokens; with max_tokens " +
-          std::to_string(request.sampling.max_tokens) + " the context of " +
+          "the prompt needs " + std::to_string(total) + " tokens; " + reply + " the context of " +
           std::to_string(e.options().n_ctx) + " leaves room for " +
           std::to_string(std::max<int64_t>(context_left, 0)) +
           (decoded.empty() ? std::string() : ", and the images cannot be reduced further"));
