@@ -95,7 +95,13 @@ TEST(ServerRedact, WithFillPhotosDifferingOnlyInTheFaceShareACacheEntry) {
   // HOG frames this face identically in both photos (the Haar cascade's box moves by a pixel
   // with the touched pixels, and then the covered images differ at its edge).
   o.redact.face_detector = redact::FaceDetector::kHog;
-  auto server = StartServer(o);
+  // The second answer recomputes its whole prompt (no K/V prefix reuse): what is compared is the
+  // image cache. (With reuse, a clang build's fast precision computes the last prompt row alone
+  // with different low bits than within the whole prompt: logprobs ~1e-3 apart, the same tokens.
+  // gcc's are equal. Seen in CI's ASan build; left for the engine, see the session 27 note.)
+  ModelSpec spec = FixtureSpec("tiny-smolvlm");
+  spec.scheduler.min_prefix_rows = 1 << 30;
+  auto server = StartServer(o, {spec});
   auto c = ClientOf(*server);
   const engine::image::Image photo = Decoded(AstronautJpeg());
   engine::image::Image touched = photo;
