@@ -69,8 +69,8 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   }
   // Images of a prompt without markers (the invoke API's "prompt") go at the start of the last
   // user message, inside the chat turn, as llama.cpp's mtmd places them; they went before the
-  // whole template. A stream request without a frame gets a placeholder there for its earlier
-  // frames' markers, taken out again below.
+  // whole template. A stream request without a frame gets one marker there standing for its
+  // earlier frames (`placeholder`), replaced by theirs below.
   bool placeholder = false;
   if (request.raw_prompt) {
     in.prompt = request.messages.empty() ? std::string() : request.messages.front().text;
@@ -80,19 +80,14 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     const bool has_marker = std::any_of(msgs.begin(), msgs.end(), [](const auto& m) {
       return m.content.find(api::kMediaMarker) != std::string::npos;
     });
-    const size_t leading = request.images.empty() && stream ? 1 : request.images.size();
-    placeholder = request.images.empty() && stream;
-    if (!has_marker && leading > 0) {
-      auto user = std::find_if(msgs.rbegin(), msgs.rend(), [](const auto& m) { return m.role == "user"; });
-      if (user != msgs.rend()) {
-        std::string markers;
-        for (size_t i = 0; i < leading; ++i) markers += api::kMediaMarker;
-        user->content.insert(0, markers);
-      } else {
-        placeholder = false;  // no user turn: the engine's rule (images before the text)
-      }
-    } else {
-      placeholder = false;
+    const size_t own = request.images.size(), leading = own > 0 ? own : (stream ? 1 : 0);
+    auto user = std::find_if(msgs.rbegin(), msgs.rend(), [](const auto& m) { return m.role == "user"; });
+    // (No user turn: the engine's rule for marker-less rows applies, images before the text.)
+    if (!has_marker && leading > 0 && user != msgs.rend()) {
+      std::string markers;
+      for (size_t i = 0; i < leading; ++i) markers += api::kMediaMarker;
+      user->content.insert(0, markers);
+      placeholder = own == 0;
     }
     in.prompt = e.ApplyChatTemplate(msgs);
   }

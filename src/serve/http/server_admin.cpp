@@ -60,6 +60,13 @@ bool Server::Handlers::AuditAdminIntent(nlohmann::json record, HttpResponse& res
   return false;
 }
 
+bool Server::Handlers::AuditAdminOutcome(nlohmann::json record, int status, HttpResponse& res) {
+  record["status"] = status;
+  if (s_.guard_->Audit(std::move(record)).ok()) return true;
+  SendError(res, kAuditUnavailable);  // the action is done; the reply says it went unaudited
+  return false;
+}
+
 void Server::Handlers::RegisterAdmin() {
   Get("/admin/models", [this](HttpRequest&, HttpResponse& res) {
     json models = json::array();
@@ -75,10 +82,8 @@ void Server::Handlers::RegisterAdmin() {
     if (!AuditAdminIntent(audit, res)) return;
     auto answer = [&](int status, const json& body, const std::string& error) {
       json outcome = audit;
-      outcome["status"] = status;
       outcome["error"] = error;
-      // The action is done (or refused); a reply that could not be audited says so.
-      if (!s_.guard_->Audit(std::move(outcome)).ok()) return SendError(res, kAuditUnavailable);
+      if (!AuditAdminOutcome(std::move(outcome), status, res)) return;
       if (status == 200) {
         SendJson(res, body);
       } else {
@@ -137,9 +142,7 @@ void Server::Handlers::RegisterAdmin() {
                   ? api::ApiError{409, "invalid_request_error", "conflict", taken.status().message()}
                   : api::FromStatus(taken.status());
     }
-    json outcome = audit;
-    outcome["status"] = taken.ok() ? 200 : error.http_status;
-    if (!s_.guard_->Audit(std::move(outcome)).ok()) return SendError(res, kAuditUnavailable);
+    if (!AuditAdminOutcome(audit, taken.ok() ? 200 : error.http_status, res)) return;
     if (!taken.ok()) return SendError(res, error);
     SendJson(res, {{"baseline", *taken}});
   });
@@ -167,9 +170,7 @@ void Server::Handlers::RegisterAdmin() {
                      {"model_route", name}, {"request", body["weights"]}};
     if (!AuditAdminIntent(audit, res)) return;
     Status s = s_.router_.SetSplitWeights(name, weights);
-    json outcome = audit;
-    outcome["status"] = s.ok() ? 200 : api::FromStatus(s).http_status;
-    if (!s_.guard_->Audit(std::move(outcome)).ok()) return SendError(res, kAuditUnavailable);
+    if (!AuditAdminOutcome(audit, s.ok() ? 200 : api::FromStatus(s).http_status, res)) return;
     if (!s.ok()) return SendError(res, api::FromStatus(s));
     spdlog::info("route '{}' weights changed: {}", LogSafe(name), body["weights"].dump());
     const auto route = s_.router_.GetRoute(name);

@@ -53,6 +53,8 @@ class Server::Handlers : public FrontHandler {
   // server_admin.cpp: the "requested" audit line of an admin action; false (and a 500 in `res`)
   // when it cannot be written, and the action must not happen.
   bool AuditAdminIntent(nlohmann::json record, HttpResponse& res);
+  // Its outcome line, `record` with "status"; false (and a 500 in `res`) when it cannot be written.
+  bool AuditAdminOutcome(nlohmann::json record, int status, HttpResponse& res);
   struct Route {
     std::string method;
     std::regex pattern;  // the whole path; capture groups go to HttpRequest::matches
