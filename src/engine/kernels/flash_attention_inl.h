@@ -3,7 +3,7 @@
 // the driver (query blocks of 32 rows, keys in chunks of kChunk), the online softmax and the
 // final normalization.
 // The two products are the caller's:
-//   score(a, q, p0, panels, s): S = Q K^T for 32 query rows (q) x the 16-key panels
+//   score(a, q0, p0, panels, s): S = Q K^T for the 32 query rows from q0 x the 16-key panels
 //     [p0, p0 + panels), into the f32 block s (32 rows of kSStride);
 //   accumulate(a, p, k0, steps, o, o_stride): O rows [0, 32) += P (32 rows of kPStride bf16
 //     probabilities, 32 * steps keys) x V^T's panels for keys [k0, k0 + 32 * steps).
@@ -123,11 +123,10 @@ void FlashAttention(const TileAttentionArgs& a) {
         k_end = std::max(k_end, hi[r]);
       }
     }
-    const uint16_t* q = a.q + q0 * a.ldq;
     for (int64_t k0 = k_begin / kChunk * kChunk; k0 < k_end; k0 += kChunk) {
       const int64_t nk = std::min(kChunk, k_end - k0);
       const int64_t steps = (nk + kTileK - 1) / kTileK;
-      kScore(a, q, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
+      kScore(a, q0, k0 / kTileCols, (nk + kTileCols - 1) / kTileCols, s);
       for (int64_t r = 0; r < 32; ++r) {
         SoftmaxRow<Rows>(s + r * kSStride, std::clamp<int64_t>(lo[r] - k0, 0, nk),
                          std::clamp<int64_t>(hi[r] - k0, 0, nk), steps * kTileK, &m[r], &l[r],

@@ -31,8 +31,9 @@ struct PairFmaProducts {
   }
 
   // S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (kScore).
-  static void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
+  static void Score(const TileAttentionArgs& a, int64_t q0, int64_t first, int64_t panels,
                     float* s) {
+    const uint16_t* q = a.q + q0 * a.ldq;
     alignas(64) float qf[kRows * 512];  // hd_pad <= 512 (ops/attention.cpp kMaxTileHeadDim)
     const int64_t k_panel = a.hd_pad * kTileCols;
     ForRowGroups([&]<int R>(int64_t r0) {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "engine/kernels/attention_i8.h"
 #include "engine/tensor/dtype.h"
 
 namespace vlmd::engine::kernels {
@@ -162,6 +163,12 @@ struct KernelTable {
   TileAttentionFn tile_attention = nullptr;
   TilePackFn tile_pack_rows = nullptr;     // K as the columns of Q K^T
   TilePackFn tile_pack_columns = nullptr;  // V^T as the columns of P V
+  // The same attention with Q K^T on int8 (attention_i8.h) and its operands' quantizers, for
+  // the encoders' self-attention: vpdpbusd on AVX512-VNNI without AMX (where AMX runs the bf16
+  // tiles, 16x the work per instruction, these are nullptr).
+  TileAttentionFn tile_attention_i8 = nullptr;
+  QuantizeQueriesI8Fn quantize_queries_i8 = nullptr;
+  PackKeysI8Fn pack_keys_i8 = nullptr;
 
   RmsNormFn rms_norm = nullptr;
   LayerNormFn layer_norm = nullptr;

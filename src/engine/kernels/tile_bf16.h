@@ -149,6 +149,15 @@ struct TileAttentionArgs {
   float* o_scratch = nullptr;
   const int32_t* kv_first = nullptr;  // [n_q]
   const int32_t* kv_end = nullptr;    // [n_q]
+  // KernelTable::tile_attention_i8 only, instead of q and k_tiles: the scores on int8
+  // (attention_i8.h). q_u8: query rows of hd_pad bytes, ldq bytes apart, readable (and q_scale
+  // set) for whole 32-row blocks like q; k_i8: the key panels of n_kv keys with their k_scale and
+  // k_bias (KeyPanelsI8Keys(n_kv) each).
+  const uint8_t* q_u8 = nullptr;
+  const float* q_scale = nullptr;
+  const int8_t* k_i8 = nullptr;
+  const float* k_scale = nullptr;
+  const int32_t* k_bias = nullptr;
 };
 
 // Scalar reference of the tile matmul: the same bf16 products, f32 accumulation in k order.

@@ -144,7 +144,8 @@ Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool
 // the table has a bf16 attention kernel, the attention runs on it instead, its operands rounded
 // to bf16: on AVX2, on AVX-512 without AMX (vdpbf16ps or FMAs; the products stay int8) and on
 // arm64 (NEON FMAs), and on AMX for blocks that cannot run on tiles (e.g. InternViT's layer
-// scale).
+// scale). Where the table has them (AVX512-VNNI without AMX), its scores run on int8
+// (ops::AttentionArgs::int8_scores).
 Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionContext* ctx) {
   const kernels::KernelTable& kt = *ctx->kernels;
   const bool bf16 = spec.fast && ops::Bf16AttentionRuns(kt, spec.head_dim);
@@ -170,6 +171,7 @@ Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionConte
   a.spans = rows.spans;
   a.kv_scratch = &ctx->attention_scratch;
   a.bf16_tiles = bf16;
+  a.int8_scores = bf16;
   return ops::Attention(kt, ctx->pool, a);
 }
 

@@ -9,7 +9,9 @@
 // horizontal sum per cache row; the GEMMs run at the matmul kernels' rate.
 //
 // In the fast precision (bf16_tiles) on every x86 table from avx2 up and every arm64 table, any
-// number of query rows runs on the fused bf16 flash kernel instead (AttentionTiles below).
+// number of query rows runs on the fused bf16 flash kernel instead (AttentionTiles below); the
+// encoders' unmasked self-attention with its scores on int8 where the table has that kernel
+// (int8_scores).
 #include "engine/ops/attention.h"
 
 #include <algorithm>
@@ -414,9 +416,17 @@ bool UsesTileAttention(const kernels::KernelTable& kt, const Plan& p, int64_t ro
          (!a.causal || p.sorted_kv_pos || rotated_start >= 0);
 }
 
+// The int8 scores (AttentionArgs::int8_scores): unmasked, f32 operands, a table that has them.
+bool UsesInt8Scores(const kernels::KernelTable& kt, const AttentionArgs& a) {
+  return a.int8_scores && !a.causal && a.kv_type == DType::kF32 && a.q != nullptr &&
+         kt.tile_attention_i8 != nullptr && kt.quantize_queries_i8 != nullptr &&
+         kt.pack_keys_i8 != nullptr;
+}
+
 Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Plan& p,
                       int64_t rotated_start) {
   const AttentionArgs& a = *p.a;
+  const bool i8 = UsesInt8Scores(kt, a);
   const int64_t hd = a.head_dim, n_q = a.n_q;
   TileKeys keys;
   int64_t n_kv = a.n_kv;  // the keys packed: causal, those some query sees
@@ -439,7 +449,9 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
                                                : &kernels::TileBf16Matrix::PackColumns;
   // bf16 storage, in elements: K and V rows of one kv head at a time per worker while packing,
   // the packed K and V^T of every kv head, and per worker a query block, its output and the
-  // kernel's f32 accumulator block.
+  // kernel's f32 accumulator block. The int8 scores' operands take less room than the bf16 ones
+  // they replace: K's panels (hd_pad bytes a key, not 2 hd_pad) with a scale and a bias per key
+  // (8 bytes), a query block's rows (hd_pad bytes each) with a scale per row.
   const int workers = pool != nullptr ? pool->size() : 1;
   const size_t rows_elems = static_cast<size_t>(2 * n_kv * hd_pad);
   const size_t k_tiles_elems = kernels::TileBf16Matrix::PanelElements(n_kv, hd_pad);
@@ -463,6 +475,14 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
   auto k_tiles = [&](int64_t g) { return heads + per_head * static_cast<size_t>(g); };
   auto v_tiles = [&](int64_t g) { return k_tiles(g) + whole_lines(k_tiles_elems); };
   auto mine = [&](int worker) { return worker_area + per_worker * static_cast<size_t>(worker); };
+  // The int8 keys of kv head g in its K area: panels, then scales, then biases.
+  auto k_i8 = [&](int64_t g) { return reinterpret_cast<int8_t*>(k_tiles(g)); };
+  auto k_scales = [&](int64_t g) {
+    return reinterpret_cast<float*>(k_i8(g) + kernels::KeyPanelsI8Bytes(n_kv, hd_pad));
+  };
+  auto k_biases = [&](int64_t g) {
+    return reinterpret_cast<int32_t*>(k_scales(g) + kernels::KeyPanelsI8Keys(n_kv));
+  };
 
   // 1. K and V of each kv head to bf16 rows, then to tiles.
   internal::ForTasks(pool, a.n_kv_heads, [&](int64_t g, int worker) {
@@ -476,9 +496,14 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
     uint16_t* k16 = mine(worker);
     uint16_t* v16 = k16 + n_kv * hd_pad;
     const size_t head_offset = static_cast<size_t>(g * a.kv_head_stride) * p.elem_bytes;
+    if (i8) {  // unmasked f32 keys: row j is key j
+      float mean[kMaxTileHeadDim];
+      kt.pack_keys_i8(static_cast<const float*>(a.k) + g * a.kv_head_stride, a.kv_row_stride,
+                      n_kv, hd, hd_pad, k_i8(g), k_scales(g), k_biases(g), mean);
+    }
     for (int64_t j = 0; j < n_kv; ++j) {
       const int64_t row = keys.row(a, keys.lo + j);
-      for (int kv = 0; kv < 2; ++kv) {
+      for (int kv = i8 ? 1 : 0; kv < 2; ++kv) {
         uint16_t* dst = (kv == 0 ? k16 : v16) + j * hd_pad;
         if (row < 0) {  // a position before the ring's oldest (masked for every query)
           std::fill(dst, dst + hd_pad, uint16_t{0});
@@ -494,7 +519,7 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
         std::fill(dst + hd, dst + hd_pad, uint16_t{0});
       }
     }
-    pack_rows(k16, hd_pad, n_kv, hd, hd_pad, k_tiles(g));
+    if (!i8) pack_rows(k16, hd_pad, n_kv, hd, hd_pad, k_tiles(g));
     pack_columns(v16, hd_pad, hd, n_kv, kv_pad, v_tiles(g));
   });
 
@@ -512,7 +537,23 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
                                  .v_tiles = v_tiles(g), .v_k = kv_pad, .n_q = rows,
                                  .n_kv = n_kv, .hd = hd, .hd_pad = hd_pad, .out = o16,
                                  .ldo = hd_pad, .o_scratch = o_block};
-    if (a.q_bf16 != nullptr) {
+    if (i8) {
+      auto* q_u8 = reinterpret_cast<uint8_t*>(q16);
+      auto* q_scales = reinterpret_cast<float*>(q_u8 + kTileQueryBlock * hd_pad);
+      kt.quantize_queries_i8(a.q + i0 * a.q_row_stride + h * hd, a.q_row_stride, rows, hd,
+                             hd_pad, q_scale, q_u8, q_scales);
+      const int64_t padded = (rows + 31) / 32 * 32;  // the kernel reads whole 32-row blocks
+      std::fill(q_u8 + rows * hd_pad, q_u8 + padded * hd_pad, uint8_t{128});
+      std::fill(q_scales + rows, q_scales + padded, 0.0f);
+      t.q = nullptr;
+      t.k_tiles = nullptr;
+      t.q_u8 = q_u8;
+      t.ldq = hd_pad;
+      t.q_scale = q_scales;
+      t.k_i8 = k_i8(g);
+      t.k_scale = k_scales(g);
+      t.k_bias = k_biases(g);
+    } else if (a.q_bf16 != nullptr) {
       const uint16_t* q = a.q_bf16 + i0 * a.q_row_stride + h * hd;
       if (hd == hd_pad) {  // whole tile steps: read in place
         t.q = q;
@@ -544,7 +585,7 @@ Status AttentionTiles(const kernels::KernelTable& kt, ThreadPool* pool, const Pl
       t.kv_first = keys.first.data() + i0;
       t.kv_end = keys.end.data() + i0;
     }
-    kt.tile_attention(t);
+    (i8 ? kt.tile_attention_i8 : kt.tile_attention)(t);
     if (a.out_bf16 != nullptr) return;  // written in place
     for (int64_t i = 0; i < rows; ++i) {
       BF16ToF32Row(o16 + i * hd_pad, a.out + (i0 + i) * a.out_row_stride + h * hd, hd);

@@ -91,6 +91,10 @@ struct AttentionArgs {
   // on how many share the call (TextDecoder sets it for prompt rows, never for decode steps).
   // Off: the f32 paths above.
   bool bf16_tiles = false;
+  // With bf16_tiles, for self-attention without a mask on f32 operands (the vision encoders):
+  // Q K^T on int8 where the table has it (kernels::tile_attention_i8, attention_i8.h: per-row
+  // scales, the keys smoothed by their mean), P V still on bf16. Ignored otherwise.
+  bool int8_scores = false;
 };
 
 // out = softmax(scale * q K^T + mask) V per query row and head, accumulated in f32. A query that

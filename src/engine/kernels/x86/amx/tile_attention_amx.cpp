@@ -25,8 +25,8 @@ using flash::kSStride;
 // S block = Q rows [q0, q0 + 32) x keys of panels [p0, p0 + panels), per panel two 16 x 16
 // accumulators (rows 0-15, 16-31). hd_pad / 32 steps; the Q tiles stay resident when there are
 // two steps (head_dim 64), else they are reloaded per panel.
-void ScoreBlock(const TileAttentionArgs& a, const uint16_t* q, int64_t p0, int64_t panels,
-                float* s) {
+void ScoreBlock(const TileAttentionArgs& a, int64_t q0, int64_t p0, int64_t panels, float* s) {
+  const uint16_t* q = a.q + q0 * a.ldq;
   const size_t q_stride = static_cast<size_t>(a.ldq) * sizeof(uint16_t);
   const size_t s_stride = kSStride * sizeof(float);
   const int64_t steps = a.hd_pad / kTileK;

@@ -164,6 +164,10 @@ void FillAmxKernels(KernelTable* t) {
   // (avx512bf16/bf16_rows_avx512bf16.cpp); AMX adds the tile products.
   t->tile_bf16_matmul = TileBf16MatmulAmx;
   t->tile_attention = amx::TileAttentionAmx;
+  // The bf16 tiles outrun vpdpbusd by far: the encoders' attention stays on them.
+  t->tile_attention_i8 = nullptr;
+  t->quantize_queries_i8 = nullptr;
+  t->pack_keys_i8 = nullptr;
   FillAmxPackedToTiles(t);
 }
 

@@ -72,8 +72,8 @@ void PairFmaTile(const float* a, int64_t lda, const uint16_t* b, int64_t b_panel
 
 // S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
 // kScore). Each group of kRows query rows is widened to f32 once per call.
-void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
-           float* s) {
+void Score(const TileAttentionArgs& a, int64_t q0, int64_t first, int64_t panels, float* s) {
+  const uint16_t* q = a.q + q0 * a.ldq;
   alignas(64) float qf[kRows * 512];  // hd_pad <= 512 (ops/attention.cpp kMaxTileHeadDim)
   const int64_t k_panel = a.hd_pad * kTileCols;
   for (int64_t r0 = 0; r0 < 32; r0 += kRows) {

@@ -1,6 +1,7 @@
 // Flash-style attention of one head with AVX512-BF16 (tile_bf16.h, TileAttentionArgs), for CPUs
 // with AVX512-BF16 but no AMX (Zen 4/5, Cooper Lake): the driver and online softmax of
-// flash_attention_inl.h, the two products on vdpbf16ps. The operands are the tile layouts the
+// flash_attention_inl.h, the two products on vdpbf16ps; and the variant whose scores run on
+// int8 (attention_i8_avx512_inl.h). The operands are the tile layouts the
 // AMX kernel reads: a K panel's row w is 16 keys x the pair (2w, 2w + 1) of head dims, a V^T
 // panel's row w is 16 head dims x the keys (2w, 2w + 1): one 512-bit register, which vdpbf16ps
 // multiplies by one query's (or probability row's) pair broadcast, accumulating 16 f32 sums.
@@ -13,6 +14,7 @@
 
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/flash_rows_avx512_inl.h"
+#include "engine/kernels/x86/attention_i8_avx512_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 
 namespace vlmd::engine::kernels {
@@ -60,8 +62,8 @@ void PairDotTile(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t b_pa
 
 // S = Q K^T for the 32 query rows x the 16-key panels [first, first + panels) (the driver's
 // kScore).
-void Score(const TileAttentionArgs& a, const uint16_t* q, int64_t first, int64_t panels,
-           float* s) {
+void Score(const TileAttentionArgs& a, int64_t q0, int64_t first, int64_t panels, float* s) {
+  const uint16_t* q = a.q + q0 * a.ldq;
   const int64_t k_panel = a.hd_pad * kTileCols;
   for (int64_t p0 = 0; p0 < panels; p0 += 4) {
     for (int64_t r0 = 0; r0 < 32; r0 += kRows) {
@@ -93,8 +95,18 @@ void TileAttentionAvx512Bf16(const TileAttentionArgs& a) {
   flash::FlashAttention<Score, Accumulate, flash::Avx512Rows>(a);
 }
 
+// The scores on int8 (vpdpbusd: four products per lane and instruction, vdpbf16ps two).
+void TileAttentionAvx512Bf16I8(const TileAttentionArgs& a) {
+  flash::FlashAttention<attention_i8::Score, Accumulate, flash::Avx512Rows>(a);
+}
+
 }  // namespace
 
-void FillAvx512Bf16Attention(KernelTable* t) { t->tile_attention = TileAttentionAvx512Bf16; }
+void FillAvx512Bf16Attention(KernelTable* t) {
+  t->tile_attention = TileAttentionAvx512Bf16;
+  t->tile_attention_i8 = TileAttentionAvx512Bf16I8;
+  t->quantize_queries_i8 = attention_i8::QuantizeQueries;
+  t->pack_keys_i8 = attention_i8::PackKeys;
+}
 
 }  // namespace vlmd::engine::kernels
