@@ -322,18 +322,17 @@ bool Scheduler::Publish(Slot* slot) {
 
 void Scheduler::Park(Slot* slot) {
   if (options_.prefix_cache_entries <= 0 || !slot->seq) return;
-  engine::runtime::Sequence& seq = *slot->seq;
-  // The cache holds the prompt rows, then every generated token that was fed back (all but the
-  // last one sampled).
-  const int32_t filled = seq.cache()->n_filled();
+  // The cache holds the prompt rows, then every generated token that was fed back; only the
+  // prompt rows are offered for reuse. The others were computed by decode steps, whose kernels
+  // differ from a prompt's in the low bits (text_decoder.h, ForwardBatch::prompt): a follow-up
+  // that reused them would answer otherwise than the same request on a fresh server. So a
+  // follow-up computes the previous reply again, as prompt rows (prefill runs several times
+  // faster per token than decode).
+  const int32_t filled = slot->seq->cache()->n_filled();
   std::vector<uint64_t> ids = std::move(slot->row_ids);
   // A sequence cancelled while prefilling holds the first `filled` prompt rows: still reusable.
   if (static_cast<int32_t>(ids.size()) > filled) ids.resize(static_cast<size_t>(filled));
-  if (filled == 0) return;
-  for (size_t i = 0; static_cast<int32_t>(ids.size()) < filled && i < seq.tokens().size(); ++i) {
-    ids.push_back(static_cast<uint64_t>(seq.tokens()[i]));
-  }
-  if (static_cast<int32_t>(ids.size()) != filled) return;  // unexpected: do not risk a mismatch
+  if (ids.empty()) return;
   parked_.push_front(Parked{std::move(ids), std::move(slot->seq)});
   while (static_cast<int32_t>(parked_.size()) > options_.prefix_cache_entries) parked_.pop_back();
 }

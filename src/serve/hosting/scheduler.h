@@ -73,7 +73,8 @@ class Scheduler {
     JobResult result;
     Clock::time_point decode_start;
   };
-  // A finished sequence kept for prefix reuse: its cache holds K/V for the rows in row_ids.
+  // A finished sequence kept for prefix reuse: its cache holds K/V for the rows in row_ids (its
+  // prompt rows; Park says why not the generated ones).
   struct Parked {
     std::vector<uint64_t> row_ids;
     std::unique_ptr<engine::runtime::Sequence> seq;
