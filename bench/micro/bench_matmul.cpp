@@ -1,7 +1,8 @@
 // Matmul micro benchmark: ops::MatMul per weight type x ISA x shape x threads, reporting weight
 // bytes/s (decode is bandwidth bound) and GFLOP/s (prefill is compute bound), next to a plain
 // read-bandwidth loop over a buffer of the same size, so ratios come from the same run. Also the
-// bf16 flash attention kernel of each table that has one (one head, one thread).
+// bf16 flash attention kernel of each table that has one, and its int8-score variant (one head,
+// one thread).
 //   vlmd_bench_matmul --benchmark_filter='gemv/q4_0' --benchmark_repetitions=5
 //   vlmd_bench_matmul --benchmark_filter='tile_attention/'
 #include <benchmark/benchmark.h>
@@ -121,7 +122,10 @@ void BM_ReadBandwidth(benchmark::State& state, size_t bytes, int threads) {
 // mask: the vision encoder's (SigLIP-B: n 1024, hd 64), 2 n^2 hd multiply-adds (scores and P V).
 // Causal: a prompt's prefill (SmolLM2: pp512, hd 64), query r seeing keys [0, r], n (n + 1) hd
 // multiply-adds that count.
-void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd, bool causal) {
+// int8: the scores on int8 (tile_attention_i8, attention_i8.h), unmasked; the operands'
+// quantization is outside the timed loop, as the bf16 packing is.
+void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd, bool causal,
+                      bool int8) {
   const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
   const int64_t hd_pad = kernels::TileBf16Matrix::PaddedK(hd);
   const int64_t n_pad = (n + 31) / 32 * 32;  // V^T's keys, Q's readable rows
@@ -160,8 +164,25 @@ void BM_TileAttention(benchmark::State& state, Isa isa, int64_t n, int64_t hd, b
     a.kv_first = first.data();
     a.kv_end = end.data();
   }
+  std::vector<uint8_t> q_u8(static_cast<size_t>(n_pad * hd_pad), 128);
+  std::vector<float> q_scale(static_cast<size_t>(n_pad), 0.0f), mean(static_cast<size_t>(hd_pad));
+  std::vector<int8_t> k_i8(kernels::KeyPanelsI8Bytes(n, hd_pad));
+  std::vector<float> k_scale(static_cast<size_t>(kernels::KeyPanelsI8Keys(n)));
+  std::vector<int32_t> k_bias(k_scale.size());
+  if (int8) {
+    const std::vector<float> qf = RandomFloats(n * hd, 1), kf = RandomFloats(n * hd, 2);
+    kt.quantize_queries_i8(qf.data(), hd, n, hd, hd_pad, 0.18f, q_u8.data(), q_scale.data());
+    kt.pack_keys_i8(kf.data(), hd, n, hd, hd_pad, k_i8.data(), k_scale.data(), k_bias.data(),
+                    mean.data());
+    a.q_u8 = q_u8.data();
+    a.q_scale = q_scale.data();
+    a.k_i8 = k_i8.data();
+    a.k_scale = k_scale.data();
+    a.k_bias = k_bias.data();
+  }
+  const kernels::TileAttentionFn attend = int8 ? kt.tile_attention_i8 : kt.tile_attention;
   for (auto _ : state) {
-    kt.tile_attention(a);
+    attend(a);
     benchmark::DoNotOptimize(out.data());
   }
   const double macs = causal ? double(n) * (n + 1) * hd : 2.0 * n * n * hd;
@@ -179,13 +200,19 @@ void RegisterAll() {
     for (int64_t hd : {64, 128}) {
       const std::string name = "tile_attention/" + std::string(kernels::IsaName(isa)) +
                                "/n1024_hd" + std::to_string(hd) + "/t1";
-      benchmark::RegisterBenchmark(name.c_str(), BM_TileAttention, isa, 1024, hd, false)
+      benchmark::RegisterBenchmark(name.c_str(), BM_TileAttention, isa, 1024, hd, false, false)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      if (kernels::GetKernelTable(isa).tile_attention_i8 == nullptr) continue;
+      const std::string i8 = "tile_attention_i8/" + std::string(kernels::IsaName(isa)) +
+                             "/n1024_hd" + std::to_string(hd) + "/t1";
+      benchmark::RegisterBenchmark(i8.c_str(), BM_TileAttention, isa, 1024, hd, false, true)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
     const std::string causal =
         "tile_attention/" + std::string(kernels::IsaName(isa)) + "/causal_n512_hd64/t1";
-    benchmark::RegisterBenchmark(causal.c_str(), BM_TileAttention, isa, 512, 64, true)
+    benchmark::RegisterBenchmark(causal.c_str(), BM_TileAttention, isa, 512, 64, true, false)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }

@@ -21,6 +21,7 @@ void FillAvx512Attention(KernelTable* t);       // avx512/tile_attention_avx512.
 void FillAvx512VnniQuantMatmul(KernelTable* t);   // avx512vnni/quant_matmul_vnni.cpp
 void FillAvx512VnniKQuantMatmul(KernelTable* t);  // avx512vnni/kquant_matmul_vnni.cpp
 void FillAvx512VnniPackedMatmul(KernelTable* t);  // avx512vnni/packed_matmul_vnni.cpp
+void FillAvx512VnniAttention(KernelTable* t);     // avx512vnni/tile_attention_vnni.cpp
 void FillAvx512Bf16Rows(KernelTable* t);          // avx512bf16/bf16_rows_avx512bf16.cpp
 void FillAvx512Bf16Attention(KernelTable* t);     // avx512bf16/tile_attention_avx512bf16.cpp
 void FillAmxPackedToTiles(KernelTable* t);        // amx/packed_to_tiles_amx.cpp

@@ -1,7 +1,6 @@
 // Flash-style attention of one head with AVX512-BF16 (tile_bf16.h, TileAttentionArgs), for CPUs
 // with AVX512-BF16 but no AMX (Zen 4/5, Cooper Lake): the driver and online softmax of
-// flash_attention_inl.h, the two products on vdpbf16ps; and the variant whose scores run on
-// int8 (attention_i8_avx512_inl.h). The operands are the tile layouts the
+// flash_attention_inl.h, the two products on vdpbf16ps. The operands are the tile layouts the
 // AMX kernel reads: a K panel's row w is 16 keys x the pair (2w, 2w + 1) of head dims, a V^T
 // panel's row w is 16 head dims x the keys (2w, 2w + 1): one 512-bit register, which vdpbf16ps
 // multiplies by one query's (or probability row's) pair broadcast, accumulating 16 f32 sums.
@@ -14,7 +13,6 @@
 
 #include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/flash_rows_avx512_inl.h"
-#include "engine/kernels/x86/attention_i8_avx512_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 
 namespace vlmd::engine::kernels {
@@ -95,18 +93,16 @@ void TileAttentionAvx512Bf16(const TileAttentionArgs& a) {
   flash::FlashAttention<Score, Accumulate, flash::Avx512Rows>(a);
 }
 
-// The scores on int8 (vpdpbusd: four products per lane and instruction, vdpbf16ps two).
-void TileAttentionAvx512Bf16I8(const TileAttentionArgs& a) {
-  flash::FlashAttention<attention_i8::Score, Accumulate, flash::Avx512Rows>(a);
-}
-
 }  // namespace
 
 void FillAvx512Bf16Attention(KernelTable* t) {
   t->tile_attention = TileAttentionAvx512Bf16;
-  t->tile_attention_i8 = TileAttentionAvx512Bf16I8;
-  t->quantize_queries_i8 = attention_i8::QuantizeQueries;
-  t->pack_keys_i8 = attention_i8::PackKeys;
+  // No int8 scores (the avx512vnni table's): on Zen 5 vdpbf16ps ran this kernel's scores
+  // nearly as fast as vpdpbusd (the whole kernel 1-10% faster with them, an InternViT encode
+  // not measurably), not worth their larger rounding (bench/RESULTS.md, session 28).
+  t->tile_attention_i8 = nullptr;
+  t->quantize_queries_i8 = nullptr;
+  t->pack_keys_i8 = nullptr;
 }
 
 }  // namespace vlmd::engine::kernels
