@@ -164,8 +164,9 @@ struct KernelTable {
   TilePackFn tile_pack_rows = nullptr;     // K as the columns of Q K^T
   TilePackFn tile_pack_columns = nullptr;  // V^T as the columns of P V
   // The same attention with Q K^T on int8 (attention_i8.h) and its operands' quantizers, for
-  // the encoders' self-attention: vpdpbusd on the avx512vnni table, whose bf16 attention runs
-  // on FMAs; nullptr on the others (AMX's bf16 tiles and vdpbf16ps are about as fast or faster).
+  // the encoders' self-attention: vpdpbusd on the avx512vnni and avxvnni tables, whose bf16
+  // attention runs on FMAs; nullptr on the others (AMX's bf16 tiles and vdpbf16ps are about as
+  // fast or faster; plain AVX2 has no 8-bit product without 16-bit saturation).
   TileAttentionFn tile_attention_i8 = nullptr;
   QuantizeQueriesI8Fn quantize_queries_i8 = nullptr;
   PackKeysI8Fn pack_keys_i8 = nullptr;

@@ -14,6 +14,7 @@ void FillAvx2PackedMatmul(KernelTable* t);      // avx2/packed_matmul_avx2.cpp
 void FillAvx2Bf16Rows(KernelTable* t);          // avx2/bf16_rows_avx2.cpp
 void FillAvx2Attention(KernelTable* t);         // avx2/tile_attention_avx2.cpp
 void FillAvxVnniPackedMatmul(KernelTable* t);   // avxvnni/packed_matmul_avxvnni.cpp
+void FillAvxVnniAttention(KernelTable* t);      // avxvnni/tile_attention_avxvnni.cpp
 void FillAvx512FloatMatmul(KernelTable* t);     // avx512/float_matmul_avx512.cpp
 void FillAvx512Converters(KernelTable* t);      // avx512/convert_act_avx512.cpp
 void FillAvx512Bf16RowsInteger(KernelTable* t);  // avx512/bf16_rows_avx512.cpp

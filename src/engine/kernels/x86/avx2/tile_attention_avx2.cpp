@@ -1,83 +1,22 @@
 // Flash-style attention of one head (tile_bf16.h, TileAttentionArgs) with AVX2 FMAs, for CPUs
-// without AVX-512 (Zen 2/3, Haswell to Alder Lake; the avxvnni table inherits it): the driver of
-// flash_attention_inl.h with its AVX2 row steps and the same bf16 operands as the AVX-512
-// kernels, so the results differ from theirs only in the order of the f32 sums, in terms below
-// 2^-126 of a row's largest (0 here, denormals there) and, against the avx512bf16 and amx
-// tables, in denormal probabilities (vcvtneps2bf16 reads them as 0). A K panel's row
-// w holds 16 keys x the pair (2w, 2w + 1) of head dims (a V^T panel's row: 16 head dims x a pair
-// of keys) as 32-bit words, read as two halves of 8: a shift and a mask make each half's even
-// and odd values 8 f32 lanes, which two FMAs multiply by one query's (or probability row's)
-// pair, broadcast from an f32 copy of its row. Tiles of kRows rows x one panel (two halves).
+// without AVX-512 (Zen 2/3, Haswell to Alder Lake; the avxvnni table adds int8 scores to it): the
+// driver of flash_attention_inl.h with its AVX2 row steps and the FMA products of
+// flash_pair_fma_avx2_inl.h on the same bf16 operands as the AVX-512 kernels, so the results
+// differ from theirs only in the order of the f32 sums, in terms below 2^-126 of a row's largest
+// (0 here, denormals there) and, against the avx512bf16 and amx tables, in denormal
+// probabilities (vcvtneps2bf16 reads them as 0).
 // Before it, the f32 path ran the encoder's attention as two f32 GEMMs per head with the scores
 // of a whole block of queries in memory (bench/RESULTS.md, session 23).
 
-#include <immintrin.h>
-
-#include "engine/kernels/flash_pair_fma_inl.h"
-#include "engine/kernels/tile_bf16.h"
 #include "engine/kernels/x86/flash_rows_avx2_inl.h"
+#include "engine/kernels/x86/flash_pair_fma_avx2_inl.h"
 #include "engine/kernels/x86/x86_fill.h"
 
 namespace vlmd::engine::kernels {
 namespace {
 
-constexpr int kRows = 6;  // query rows per register tile: 12 accumulators
-
-// The pair-FMA steps of flash_pair_fma_inl.h.
-struct Avx2Fma {
-  // bf16 values to f32: the bits moved into the high half (exact). n a multiple of 8.
-  static void Widen(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < n; i += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + r * lda + i));
-        _mm256_store_ps(out + r * n + i,
-                        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-      }
-    }
-  }
-
-  // C rows [0, R) x the 16 columns of one panel (+)= the sum over `pairs` steps w of A's row
-  // pair w (f32 rows of `lda`, broadcast) times row w of the panel (bf16 pairs at b + 32 w).
-  // C: f32 rows ldc apart, 32-byte aligned. Per step the even values of the panel row (both
-  // halves) meet every row's first broadcast, then the odd ones the second: 2R accumulators, two
-  // panel vectors and a broadcast in registers.
-  template <int R, bool kAccumulate>
-  static void Tile(const float* a, int64_t lda, const uint16_t* b, int64_t pairs, float* c,
-                   int64_t ldc) {
-    __m256 acc[R][2];
-    for (int i = 0; i < R; ++i) {
-      for (int h = 0; h < 2; ++h) {
-        acc[i][h] = kAccumulate ? _mm256_load_ps(c + i * ldc + h * 8) : _mm256_setzero_ps();
-      }
-    }
-    const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-    for (int64_t w = 0; w < pairs; ++w) {
-      const auto* row = reinterpret_cast<const __m256i*>(b + w * 2 * kTileCols);
-      const float* aw = a + 2 * w;
-      __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(row), 16));
-      __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(row + 1), 16));
-      for (int i = 0; i < R; ++i) {
-        const __m256 ae = _mm256_broadcast_ss(aw + i * lda);
-        acc[i][0] = _mm256_fmadd_ps(ae, b0, acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(ae, b1, acc[i][1]);
-      }
-      b0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(row), high));
-      b1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(row + 1), high));
-      for (int i = 0; i < R; ++i) {
-        const __m256 ao = _mm256_broadcast_ss(aw + i * lda + 1);
-        acc[i][0] = _mm256_fmadd_ps(ao, b0, acc[i][0]);
-        acc[i][1] = _mm256_fmadd_ps(ao, b1, acc[i][1]);
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      for (int h = 0; h < 2; ++h) _mm256_store_ps(c + i * ldc + h * 8, acc[i][h]);
-    }
-  }
-};
-
-using Products = flash::PairFmaProducts<Avx2Fma, kRows>;
-
 void TileAttentionAvx2(const TileAttentionArgs& a) {
+  using pair_fma_avx2::Products;
   flash::FlashAttention<Products::Score, Products::Accumulate, flash::Avx2Rows>(a);
 }
 
