@@ -305,6 +305,28 @@ TEST(MultimodalPromptErrors, MarkerCountMustMatchImages) {
   EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented);
 }
 
+// A prompt that opens with an image marker still starts with BOS (LLaVA-1.6's vocabulary adds
+// one), as llama.cpp's mtmd puts it: the same rows as the prompt without the marker, whose image
+// goes first.
+TEST(MultimodalPromptErrors, AnImageOpeningThePromptComesAfterBos) {
+  EngineOptions o;
+  o.mmproj_path = vlmd::testing::FixturePath("tiny-llava16/mmproj.gguf");
+  auto e = VlmEngine::Load(vlmd::testing::FixturePath("tiny-llava16/text.gguf"), o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const auto bytes =
+      vlmd::testing::ReadFileBytes(vlmd::testing::FixturePath("tiny-llava16/images/img-64x48.png"));
+  auto enc = (*e)->EncodeImage(bytes, nullptr);
+  ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+  std::vector<EncodedImage> one = {*enc};
+  auto marked = (*e)->BuildPrompt("<__media__>USER: hi", one, true);
+  auto unmarked = (*e)->BuildPrompt("USER: hi", one, true);
+  ASSERT_TRUE(marked.ok() && unmarked.ok());
+  ASSERT_GE(marked->tokens.size(), 2u);
+  EXPECT_EQ(marked->tokens[0], (*e)->tokenizer().bos());
+  EXPECT_EQ(marked->tokens[1], -1);
+  EXPECT_EQ(marked->tokens, unmarked->tokens);
+}
+
 }  // namespace
 }  // namespace vlmd::engine::runtime
 

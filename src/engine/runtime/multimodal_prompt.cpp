@@ -21,7 +21,7 @@ class RowBuilder {
 
   // `bidirectional`: the rows attend to each other both ways (PromptRows::bidirectional).
   Status Image(const float* rows, int64_t n_rows, bool bidirectional = false) {
-    VLMD_RETURN_IF_ERROR(FlushText());
+    VLMD_RETURN_IF_ERROR(FlushTextBeforeImage());
     if (bidirectional) {
       out_.bidirectional.push_back({static_cast<int64_t>(out_.tokens.size()), n_rows});
     }
@@ -33,7 +33,7 @@ class RowBuilder {
 
   // An M-RoPE image: rows of a grid_w x grid_h merged grid in raster order.
   Status GridImage(const float* rows, int32_t grid_w, int32_t grid_h) {
-    VLMD_RETURN_IF_ERROR(FlushText());  // the text before takes its positions first
+    VLMD_RETURN_IF_ERROR(FlushTextBeforeImage());  // the text before takes its positions first
     const int32_t p0 = next_pos_;
     VLMD_RETURN_IF_ERROR(Image(rows, int64_t{grid_w} * grid_h));
     for (int32_t r = 0; r < grid_h; ++r) {
@@ -66,6 +66,16 @@ class RowBuilder {
     for (size_t i = 0; i < ids.size(); ++i, ++next_pos_) {
       out_.rope_pos.insert(out_.rope_pos.end(), {next_pos_, next_pos_, next_pos_, next_pos_});
     }
+  }
+
+  // The text before an image; an image that opens the prompt still comes after BOS (when the
+  // vocabulary adds one), as llama.cpp's mtmd puts it.
+  Status FlushTextBeforeImage() {
+    if (pending_.empty()) {
+      LeadingBos();
+      return Status::Ok();
+    }
+    return FlushText();
   }
 
   Status FlushText() {
