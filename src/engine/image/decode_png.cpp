@@ -74,7 +74,7 @@ bool DecodeWithLibpng(PngSource* src, const DecodeLimits& limits, PngBuffers* bu
     }
   }
   png_set_expand(png);          // palette -> RGB, gray < 8 bit -> 8 bit, tRNS -> alpha
-  png_set_scale_16(png);        // 16 -> 8 bit, rounded
+  png_set_strip_16(png);        // 16 -> 8 bit: the high byte, as llama.cpp (stb) and PIL keep
   png_set_gray_to_rgb(png);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
