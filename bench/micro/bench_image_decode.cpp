@@ -42,7 +42,11 @@ const testing::Bytes& Photo() {
 void BM_DecodeJpeg(benchmark::State& state) {
   const int need_w = int(state.range(0)), need_h = int(state.range(1));
   DecodeLimits limits;
-  if (need_w > 0) limits.needed_size = [&](int32_t, int32_t) { return ImageSize{need_w, need_h}; };
+  if (need_w > 0) {
+    limits.accept_reduced = [&](ImageSize, ImageSize reduced) {
+      return reduced.width >= need_w && reduced.height >= need_h;
+    };
+  }
   const testing::Bytes& jpeg = Photo();
   int64_t decoded_bytes = 0;
   for (auto _ : state) {

@@ -261,8 +261,8 @@ TEST(ImageJpeg, TwelveBitIsUnimplemented) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << r.status().ToString();
 }
 
-// A caller that needs less than the whole image gets a JPEG decoded at the largest DCT scale that
-// still covers it (libjpeg's sizes: ceil(side / d)); the need is in the shown orientation.
+// A caller that accepts a reduced image gets a JPEG decoded at the largest DCT scale it accepts
+// (libjpeg's sizes: ceil(side / d)); it is asked in the shown orientation.
 TEST(ImageJpeg, DecodesAtTheDctScaleTheCallerNeeds) {
   const int w = 400, h = 300;
   Bytes rgb;
@@ -279,10 +279,10 @@ TEST(ImageJpeg, DecodesAtTheDctScaleTheCallerNeeds) {
                         Case{0, 0, 50, 38}}) {    // nothing needed: the smallest scale
     DecodeLimits limits;
     int asked_w = 0, asked_h = 0;
-    limits.needed_size = [&](int32_t iw, int32_t ih) {
-      asked_w = iw;
-      asked_h = ih;
-      return ImageSize{c.need_w, c.need_h};
+    limits.accept_reduced = [&](ImageSize full, ImageSize reduced) {
+      asked_w = full.width;
+      asked_h = full.height;
+      return reduced.width >= c.need_w && reduced.height >= c.need_h;
     };
     const Image img = MustDecode(jpeg, limits);
     EXPECT_EQ(asked_w, w);
@@ -293,17 +293,17 @@ TEST(ImageJpeg, DecodesAtTheDctScaleTheCallerNeeds) {
   // Rotated 90 degrees by EXIF (orientation 6): shown 300x400, the need is asked that way.
   const Bytes rotated = testing::EncodeJpeg(rgb, w, h, 3, 90, testing::ExifApp1(6, false));
   DecodeLimits limits;
-  limits.needed_size = [&](int32_t iw, int32_t ih) {
-    EXPECT_EQ(iw, h);
-    EXPECT_EQ(ih, w);
-    return ImageSize{70, 90};  // shown sides: 1/4 gives 75x100
+  limits.accept_reduced = [&](ImageSize full, ImageSize reduced) {
+    EXPECT_EQ(full.width, h);
+    EXPECT_EQ(full.height, w);
+    return reduced.width >= 70 && reduced.height >= 90;  // shown sides: 1/4 gives 75x100
   };
   const Image img = MustDecode(rotated, limits);
   EXPECT_EQ(img.width, 75);
   EXPECT_EQ(img.height, 100);
   // Other formats ignore the hint (decoded whole).
   DecodeLimits png_limits;
-  png_limits.needed_size = [](int32_t, int32_t) { return ImageSize{1, 1}; };
+  png_limits.accept_reduced = [](ImageSize, ImageSize) { return true; };
   EXPECT_EQ(MustDecode(testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, rgb), png_limits).width, w);
 }
 

@@ -2,6 +2,7 @@
 // the image cache, metrics, readiness, authentication and the token budget.
 #include <gtest/gtest.h>
 
+#include "image/test_encoders.h"
 #include "prometheus_lint.h"
 #include "serve/api/requests.h"
 #include "server_harness.h"
@@ -300,6 +301,25 @@ TEST_F(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
   auto r2 = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
   ASSERT_TRUE(r2);
   EXPECT_EQ(r2->status, 422) << r2->body;
+}
+
+// A JPEG may decode at a DCT scale (1/2 .. 1/8) only where the model plans the reduced image as
+// the full one: a flat 141x282 JPEG at 1/2 (71x141) was 2x2 tiles + global on tiny-smolvlm
+// instead of 1x2 + global, so the server and the same pixels as PNG disagreed.
+TEST_F(ServerApiTest, AJpegPlansAsItsFullSizeWhateverItsDctScale) {
+  auto c = Shared().Client();
+  const int w = 141, h = 282;
+  namespace enc = engine::image::testing;
+  const enc::Bytes grey(static_cast<size_t>(w * h * 3), 128);
+  auto tokens = [&](const enc::Bytes& file) {
+    const std::string bytes(file.begin(), file.end());
+    json req{{"prompt", "hi"}, {"max_tokens", 1}, {"image_base64", api::EncodeBase64(bytes)}};
+    auto r = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return r ? json::parse(r->body)["usage"]["prompt_tokens"].get<int>() : -1;
+  };
+  EXPECT_EQ(tokens(enc::EncodeJpeg(grey, w, h, 3, 90)),
+            tokens(enc::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, grey)));
 }
 
 // The context must hold the prompt and max_tokens: images shrink for it as for the budget (the

@@ -80,18 +80,17 @@ bool ScanSofDimensions(std::span<const uint8_t> b, uint32_t* width, uint32_t* he
   return false;
 }
 
-// The largest libjpeg DCT scale denominator (8, 4, 2; 1: full size) at which a width x height
-// JPEG still covers what the caller needs. `transposed`: EXIF orientation 5-8, whose shown image
-// swaps the stored sides.
+// The largest libjpeg DCT scale denominator (8, 4, 2; 1: full size) whose result the caller
+// accepts. `transposed`: EXIF orientation 5-8, whose shown image swaps the stored sides.
 unsigned DctDenominator(uint32_t width, uint32_t height, bool transposed,
-                        const std::function<ImageSize(int32_t, int32_t)>& needed_size) {
-  const uint32_t shown_w = transposed ? height : width, shown_h = transposed ? width : height;
-  ImageSize need = needed_size(static_cast<int32_t>(shown_w), static_cast<int32_t>(shown_h));
-  if (transposed) std::swap(need.width, need.height);  // back to stored sides
+                        const std::function<bool(ImageSize, ImageSize)>& accept_reduced) {
+  auto shown = [&](uint32_t w, uint32_t h) {
+    return transposed ? ImageSize{static_cast<int32_t>(h), static_cast<int32_t>(w)}
+                      : ImageSize{static_cast<int32_t>(w), static_cast<int32_t>(h)};
+  };
   for (unsigned d : {8u, 4u, 2u}) {
     // libjpeg's scaled size: ceil(side / d).
-    if ((width + d - 1) / d >= static_cast<uint32_t>(std::max(need.width, 1)) &&
-        (height + d - 1) / d >= static_cast<uint32_t>(std::max(need.height, 1))) {
+    if (accept_reduced(shown(width, height), shown((width + d - 1) / d, (height + d - 1) / d))) {
       return d;
     }
   }
@@ -140,10 +139,10 @@ bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, I
   }
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-  if (limits.needed_size) {
+  if (limits.accept_reduced) {
     cinfo.scale_num = 1;
     cinfo.scale_denom = DctDenominator(cinfo.image_width, cinfo.image_height,
-                                       ExifOrientation(*exif) >= 5, limits.needed_size);
+                                       ExifOrientation(*exif) >= 5, limits.accept_reduced);
   }
   jpeg_start_decompress(&cinfo);
   AllocateRgb(static_cast<int32_t>(cinfo.output_width), static_cast<int32_t>(cinfo.output_height),

@@ -39,10 +39,11 @@ struct DecodeLimits {
   // Bytes of that budget the caller already holds (the earlier images of one request): an image
   // that cannot fit beside them is refused at once instead of waiting for them.
   uint64_t budget_held = 0;
-  // The smallest size the caller will use from an image of the given (shown) size, e.g. the
-  // model's preprocessing target: JPEG then decodes at the largest DCT scale (1/2, 1/4, 1/8)
-  // whose result still covers it, in less time and memory. Empty: full size.
-  std::function<ImageSize(int32_t width, int32_t height)> needed_size{};
+  // Whether the caller can use an image of `full` (shown) size decoded at `reduced`, e.g. the
+  // model's preprocessing then plans the same target size and tiles from it and has pixels
+  // enough: JPEG then decodes at the smallest DCT scale (1/8, 1/4, 1/2) so accepted, in less
+  // time and memory. Empty: full size.
+  std::function<bool(ImageSize full, ImageSize reduced)> accept_reduced{};
   // Internal to DecodeImage: where the dimension check leaves the budget's reservation.
   std::shared_ptr<const void>* reservation = nullptr;
   uint64_t* reserved_bytes = nullptr;

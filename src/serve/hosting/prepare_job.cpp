@@ -33,6 +33,29 @@ int64_t ReplyReserve(const api::GenerationRequest& request) {
   return request.sampling.has_max_tokens ? std::max<int64_t>(request.sampling.max_tokens, 0) : 1;
 }
 
+// Whether a JPEG of `full` size may decode at `reduced` (a DCT scale) for this model: its
+// preprocessing must plan the same image from both, at every token-budget level (target size,
+// tiles, rows: the families' rules round, and the reduced image's slightly different aspect
+// ratio could pick another grid), and the reduced pixels must cover the largest target.
+bool ReducedSizePlansAsFull(const rt::VlmEngine& e, engine::image::ImageSize full,
+                            engine::image::ImageSize reduced) {
+  const int32_t levels = e.MaxShrinkLevel(full.width, full.height);
+  if (e.MaxShrinkLevel(reduced.width, reduced.height) != levels) return false;
+  for (int32_t level = 0; level <= levels; ++level) {
+    const engine::models::ImagePlan a = e.PlanImage(full.width, full.height, level);
+    const engine::models::ImagePlan b = e.PlanImage(reduced.width, reduced.height, level);
+    if (level == 0 && (reduced.width < a.width || reduced.height < a.height)) return false;
+    if (a.width != b.width || a.height != b.height || a.rows != b.rows ||
+        a.work_units != b.work_units || a.layout.width != b.layout.width ||
+        a.layout.height != b.layout.height || a.layout.grid_cols != b.layout.grid_cols ||
+        a.layout.grid_rows != b.layout.grid_rows || a.layout.n_tiles != b.layout.n_tiles ||
+        a.layout.has_global != b.layout.has_global) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<DecodedImage> DecodeTimed(const std::string& bytes,
@@ -102,19 +125,18 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // Decode every image, then choose each one's tiling from its size alone, then preprocess once.
   std::vector<engine::image::Image> decoded;
   std::vector<double> ms(request.images.size(), 0.0);
-  // A JPEG decodes at the smallest DCT scale that still covers the model's preprocessing size of
-  // the image (its plan at level 0): a 4000x3000 photo for a 1288x966 Qwen image decodes at 1/2.
+  // A JPEG decodes at the smallest DCT scale that the model plans as the full image: a 4000x3000
+  // photo for a 1288x966 Qwen image decodes at 1/2.
   engine::image::DecodeLimits limits = options.decode_limits;
-  limits.needed_size = [&e](int32_t w, int32_t h) {
-    const engine::models::ImagePlan plan = e.PlanImage(w, h, 0);
-    return engine::image::ImageSize{plan.width, plan.height};
+  limits.accept_reduced = [&e](engine::image::ImageSize full, engine::image::ImageSize reduced) {
+    return ReducedSizePlansAsFull(e, full, reduced);
   };
   // Redaction looks at full size: a face the detectors cannot find at 1/8 scale would still
   // reach the encoder.
-  if (redactor != nullptr) limits.needed_size = nullptr;
+  if (redactor != nullptr) limits.accept_reduced = nullptr;
   // A first image decoded in full before (routing) is the image this loop would decode when it
   // decodes at full size too: without a DCT scale (not a JPEG) or without a needed size.
-  if (first && !request.images.empty() && limits.needed_size &&
+  if (first && !request.images.empty() && limits.accept_reduced &&
       engine::image::SniffFormat(std::span<const uint8_t>(
           reinterpret_cast<const uint8_t*>(request.images[0].data()), request.images[0].size())) ==
           engine::image::ImageFormat::kJpeg) {
