@@ -1,4 +1,4 @@
-// JPEG decoding at the DCT scale the model needs (DecodeLimits::needed_size) against the full
+// JPEG decoding at the DCT scale the model needs (DecodeLimits::accept_reduced) against the full
 // decode of the same file in the same run: a 4000x3000 photo-like image (smooth gradients with
 // grain, quality 90), the full decode as the baseline, then the 1/2, 1/4 and 1/8 scales that
 // Qwen VL (~1288x966), a 1024-px model and LLaVA-1.5 (336) would take. Counters: decoded MB (the
