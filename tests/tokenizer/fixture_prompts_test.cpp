@@ -81,6 +81,7 @@ TEST(FixtureVocabTest, SmolVlmSpecialIdsAndEog) {
   EXPECT_TRUE(tok.IsEog(49279));  // <end_of_utterance>
   EXPECT_TRUE(tok.IsEog(2));      // <|im_end|>, by its text
   EXPECT_FALSE(tok.IsEog(1));     // <|im_start|>
+  EXPECT_TRUE(tok.IsEog(4));      // <fim_pad>: fill-in-the-middle controls end it, as llama.cpp
   EXPECT_FALSE(tok.vocab().add_bos());
   // parse_special off: control tokens are plain text.
   auto ids = tok.Tokenize("<|im_start|>", false, false);

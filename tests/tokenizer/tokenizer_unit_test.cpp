@@ -92,6 +92,36 @@ TEST(SpecialTokensTest, BosAndEosFollowTheVocabulary) {
   EXPECT_FALSE(tok.IsEog(kFirstExtra));
 }
 
+// llama.cpp's end-of-generation rule: the fill-in-the-middle pad, repo and file-separator tokens
+// (by text, or named by the GGUF) and its list of texts end a reply, as control tokens; a
+// vocabulary with <|return|> and <|call|> keeps <|end|> as a token inside a turn, and one with
+// <|tool_response> keeps </s> as text.
+TEST(SpecialTokensTest, EndOfGenerationFollowsLlamaCpp) {
+  {
+    const Tokenizer tok = Build(MakeBpeVocab({}, {}, {},
+                                             {"<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+                                              "<|end|>", "[EOS]", "<tool>"}));
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_TRUE(tok.IsEog(kFirstExtra + i)) << i;
+      EXPECT_EQ(tok.TokenToPiece(kFirstExtra + i, false), "") << "control: " << i;
+    }
+    EXPECT_FALSE(tok.IsEog(kFirstExtra + 5));
+  }
+  {
+    VocabData d = MakeBpeVocab({}, {}, {"<fill>"});
+    d.fim_pad_id = kFirstExtra;  // named by the GGUF
+    EXPECT_TRUE(Build(d).IsEog(kFirstExtra));
+  }
+  {
+    const Tokenizer tok =
+        Build(MakeBpeVocab({}, {}, {"<|end|>", "<|return|>", "<|call|>", "</s>", "<|tool_response>"}));
+    EXPECT_FALSE(tok.IsEog(kFirstExtra));      // <|end|>
+    EXPECT_TRUE(tok.IsEog(kFirstExtra + 1));   // <|return|>
+    EXPECT_FALSE(tok.IsEog(kFirstExtra + 3));  // </s>
+    EXPECT_EQ(tok.TokenToPiece(kFirstExtra, false), "<|end|>");
+  }
+}
+
 TEST(SpmTest, ScoresDecideAndSpacesAreEscaped) {
   // "▁ab": candidates "▁a" (score -1) and "ab" (score -0.5): "ab" merges first, then "▁"+"ab"
   // is not a token -> [▁, ab]. With "▁ab" in the vocab it merges completely.

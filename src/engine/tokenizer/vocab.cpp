@@ -74,9 +74,18 @@ constexpr std::string_view kEotTexts[] = {
     "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
 };
 constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
 };
+// Fill-in-the-middle controls, found by text when the GGUF does not name them: a model that
+// emits one has left the conversation, so llama.cpp ends generation there too.
+constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+                                             "[PAD]"};
+constexpr std::string_view kFimRepTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                             "<REPO>", "<reponame>"};
+constexpr std::string_view kFimSepTexts[] = {"<|file_sep|>"};
 
 }  // namespace
 
@@ -129,6 +138,9 @@ Result<VocabData> ReadVocabData(const gguf::GgufFile& file) {
       {"tokenizer.ggml.padding_token_id", &data.pad_id},
       {"tokenizer.ggml.eot_token_id", &data.eot_id},
       {"tokenizer.ggml.eom_token_id", &data.eom_id},
+      {"tokenizer.ggml.fim_pad_token_id", &data.fim_pad_id},
+      {"tokenizer.ggml.fim_rep_token_id", &data.fim_rep_id},
+      {"tokenizer.ggml.fim_sep_token_id", &data.fim_sep_id},
   };
   for (const auto& [key, out] : ids) VLMD_RETURN_IF_ERROR(ReadOptional(file, key, get_i64, out));
   VLMD_RETURN_IF_ERROR(ReadOptional(file, "tokenizer.ggml.add_bos_token", get_bool, &data.add_bos));
@@ -294,6 +306,9 @@ Status Vocab::ApplySpecialIds(const VocabData& data) {
       {"bos_token_id", {&data.bos_id, &bos_}}, {"eos_token_id", {&data.eos_id, &eos_}},
       {"unknown_token_id", {&data.unk_id, &unk_}}, {"padding_token_id", {&data.pad_id, &pad_}},
       {"eot_token_id", {&data.eot_id, &eot_}}, {"eom_token_id", {&data.eom_id, &eom_}},
+      {"fim_pad_token_id", {&data.fim_pad_id, &fim_pad_}},
+      {"fim_rep_token_id", {&data.fim_rep_id, &fim_rep_}},
+      {"fim_sep_token_id", {&data.fim_sep_id, &fim_sep_}},
   };
   for (const auto& [key, slot] : ids) {
     const std::optional<int64_t>& value = *slot.first;
@@ -314,27 +329,53 @@ Status Vocab::ApplySpecialIds(const VocabData& data) {
   return Status::Ok();
 }
 
+// llama.cpp's rule (llama-vocab.cpp, load): end-of-turn and end-of-message by text when the GGUF
+// names none, the fill-in-the-middle pad / repo / file-separator tokens likewise, and every token
+// of kEogTexts; all of them control tokens. Then its two exceptions: vocabularies with
+// <|return|> and <|call|> (or <|calls|> and <|flush|>) use <|end|> inside a turn, and one with
+// <|tool_response> uses </s> as text.
 void Vocab::DetectEndOfGeneration() {
   auto contains = [](const auto& list, std::string_view text) {
     return std::find(std::begin(list), std::end(list), text) != std::end(list);
   };
+  auto find_once = [&](TokenId* slot, const auto& texts, Token& t, int32_t id) {
+    if (*slot == kNoToken && contains(texts, t.text)) {
+      *slot = id;
+      t.attributes |= attr::kControl;
+    }
+  };
   for (int32_t id = 0; id < n_tokens(); ++id) {
     Token& t = tokens_[id];
-    if (eot_ == kNoToken && contains(kEotTexts, t.text)) {
-      eot_ = id;
-      t.attributes |= attr::kControl;
-    }
-    if (eom_ == kNoToken && t.text == "<|eom_id|>") {
-      eom_ = id;
-      t.attributes |= attr::kControl;
-    }
+    find_once(&eot_, kEotTexts, t, id);
+    find_once(&eom_, std::array<std::string_view, 1>{"<|eom_id|>"}, t, id);
+    find_once(&fim_pad_, kFimPadTexts, t, id);
+    find_once(&fim_rep_, kFimRepTexts, t, id);
+    find_once(&fim_sep_, kFimSepTexts, t, id);
     if (contains(kEogTexts, t.text)) {
       eog_.insert(id);
       t.attributes |= attr::kControl;
     }
   }
-  for (TokenId id : {eos_, eot_, eom_}) {
+  for (TokenId id : {eos_, eot_, eom_, fim_pad_, fim_rep_, fim_sep_}) {
     if (id != kNoToken) eog_.insert(id);
+  }
+  auto eog_with_text = [&](std::string_view text) -> TokenId {
+    for (TokenId id : eog_) {
+      if (tokens_[id].text == text) return id;
+    }
+    return kNoToken;
+  };
+  const TokenId end = eog_with_text("<|end|>");
+  const bool has_call = eog_with_text("<|call|>") != kNoToken || eog_with_text("<|calls|>") != kNoToken;
+  if (end != kNoToken && has_call &&
+      (eog_with_text("<|return|>") != kNoToken || eog_with_text("<|flush|>") != kNoToken)) {
+    eog_.erase(end);
+    tokens_[end].attributes = attr::kUserDefined;
+  }
+  const TokenId s_close = eog_with_text("</s>");
+  if (s_close != kNoToken && eog_with_text("<|tool_response>") != kNoToken) {
+    eog_.erase(s_close);
+    tokens_[s_close].attributes = attr::kNormal;
   }
 }
 

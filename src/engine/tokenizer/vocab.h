@@ -57,6 +57,7 @@ struct VocabData {
   std::vector<int32_t> token_types;   // tokenizer.ggml.token_type: empty or one per token
   std::optional<std::vector<std::string>> merges;  // tokenizer.ggml.merges ("left right")
   std::optional<int64_t> bos_id, eos_id, unk_id, pad_id, eot_id, eom_id;
+  std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;  // fill-in-the-middle controls
   std::optional<bool> add_bos, add_eos, add_space_prefix;
   std::optional<std::string> chat_template;  // tokenizer.chat_template (not used to tokenize)
 };
@@ -141,6 +142,7 @@ class Vocab {
   TokenId byte_tokens_[256];
   TokenId bos_ = kNoToken, eos_ = kNoToken, eot_ = kNoToken, eom_ = kNoToken;
   TokenId unk_ = kNoToken, pad_ = kNoToken;
+  TokenId fim_pad_ = kNoToken, fim_rep_ = kNoToken, fim_sep_ = kNoToken;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   bool ignore_merges_ = false, clean_spaces_ = true;
   std::unordered_set<TokenId> eog_;
