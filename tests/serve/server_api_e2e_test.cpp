@@ -322,6 +322,31 @@ TEST_F(ServerApiTest, AJpegPlansAsItsFullSizeWhateverItsDctScale) {
             tokens(enc::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, grey)));
 }
 
+// A text that cannot fit the token budget whatever it tokenizes to (more bytes than the budget's
+// worth of the vocabulary's longest tokens) is refused before the tokenizer: 8 MB took seconds
+// and ~50x its size in memory to tokenize before the 422.
+TEST_F(ServerApiTest, AHugeTextIsRefusedBeforeTheTokenizer) {
+  HarnessOptions o;
+  o.server.prepare.token_budget = 60;
+  Harness h(o);
+  auto c = h.Client();
+  const json req{{"prompt", std::string(8 << 20, '7')}, {"max_tokens", 1}};
+  auto r = c->Post("/v1/vlm/invoke", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 422) << r->body;
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("bytes"),
+            std::string::npos)
+      << r->body;
+  // Just under the limit it is tokenized and refused by count, as before.
+  const json small{{"prompt", std::string(2000, '7')}, {"max_tokens", 1}};
+  auto r2 = c->Post("/v1/vlm/invoke", small.dump(), "application/json");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 422) << r2->body;
+  EXPECT_NE(json::parse(r2->body)["error"]["message"].get<std::string>().find("tokens, over"),
+            std::string::npos)
+      << r2->body;
+}
+
 // The context must hold the prompt and max_tokens: images shrink for it as for the budget (the
 // reply says so), and a request that cannot fit is refused before any image is encoded (it was
 // refused by the engine, after the encoder's work).

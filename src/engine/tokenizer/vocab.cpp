@@ -263,6 +263,7 @@ Result<Vocab> Vocab::Build(VocabData data, const VocabDefaults& defaults) {
   }
 
   v.DetectEndOfGeneration();
+  for (const Token& t : v.tokens_) v.max_token_bytes_ = std::max(v.max_token_bytes_, t.text.size());
 
   // llama.cpp's Phi-3 quirk (keyed on general.name): special tokens swallow following spaces.
   std::string lower_name = data.name;

@@ -118,6 +118,10 @@ class Vocab {
   const std::vector<TokenId>& special_tokens() const { return special_tokens_; }
   const std::string& pre() const { return pre_; }
   const std::optional<std::string>& chat_template() const { return chat_template_; }
+  // The longest token text, in bytes: no token covers more bytes of a text (byte-level BPE and
+  // SentencePiece spell a byte with one or more), so a text of b bytes has at least
+  // b / max_token_bytes() tokens.
+  size_t max_token_bytes() const { return max_token_bytes_; }
 
  private:
   struct Token {
@@ -146,6 +150,7 @@ class Vocab {
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
   bool ignore_merges_ = false, clean_spaces_ = true;
   std::unordered_set<TokenId> eog_;
+  size_t max_token_bytes_ = 1;
   std::vector<TokenId> special_tokens_;
   std::string pre_;
   std::optional<std::string> chat_template_;
