@@ -505,6 +505,40 @@ TEST(ServerPrefixReuseTest, AFollowUpReusesTheConversationAndAnswersTheSame) {
   EXPECT_EQ(p1["text"], p2["text"]);
 }
 
+// A trailing assistant message is continued, as llama-server's prefill_assistant does: the
+// prompt is the earlier turns, the assistant's opening and its text (it was closed as a finished
+// turn, then a new assistant turn opened). Two at the end are refused.
+TEST(ServerChatTest, ATrailingAssistantMessageIsContinued) {
+  HarnessOptions qwen;
+  qwen.fixture = "tiny-qwen2vl";  // ChatML
+  Harness h(qwen);
+  auto c = h.Client();
+  json chat{{"max_tokens", 6},
+            {"temperature", 0},
+            {"messages",
+             {{{"role", "user"}, {"content", "Hi"}},
+              {{"role", "assistant"}, {"content", "The answer is"}}}}};
+  auto r = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json a = json::parse(r->body);
+  const json raw{{"prompt", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nThe answer is"},
+                 {"raw_prompt", true},
+                 {"max_tokens", 6},
+                 {"temperature", 0}};
+  auto r2 = c->Post("/v1/vlm/invoke", raw.dump(), "application/json");
+  ASSERT_TRUE(r2);
+  ASSERT_EQ(r2->status, 200) << r2->body;
+  const json b = json::parse(r2->body);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], b["usage"]["prompt_tokens"]);
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["text"]);
+
+  chat["messages"].push_back({{"role", "assistant"}, {"content", "forty"}});
+  auto r3 = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(r3);
+  EXPECT_EQ(r3->status, 400) << r3->body;
+}
+
 TEST_F(ServerApiTest, TopLogprobsListTheBestTokensBestFirst) {
   auto c = Shared().Client();
   const json req{{"messages", {{{"role", "user"}, {"content", "hello"}}}},

@@ -100,6 +100,19 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   } else {
     std::vector<engine::tokenizer::ChatMessage> msgs;
     for (const api::ChatMessage& m : request.messages) msgs.push_back({m.role, m.text});
+    // A trailing assistant message is the start of the reply, to be continued (llama-server's
+    // prefill_assistant, on by default): the messages before it are templated with the
+    // assistant's opening, its text follows as it is; it was closed as a finished turn.
+    std::string continuation;
+    if (!msgs.empty() && msgs.back().role == "assistant") {
+      if (msgs.size() >= 2 && msgs[msgs.size() - 2].role == "assistant") {
+        return InvalidArgumentError(
+            "messages: two or more assistant messages at the end (only the last one can be "
+            "continued)");
+      }
+      continuation = std::move(msgs.back().content);
+      msgs.pop_back();
+    }
     const bool has_marker = std::any_of(msgs.begin(), msgs.end(), [](const auto& m) {
       return m.content.find(api::kMediaMarker) != std::string::npos;
     });
@@ -112,7 +125,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       user->content.insert(0, markers);
       placeholder = own == 0;
     }
-    in.prompt = e.ApplyChatTemplate(msgs);
+    in.prompt = e.ApplyChatTemplate(msgs) + continuation;
   }
   // A text longer than the budget's worth of the vocabulary's longest tokens is over the budget
   // whatever it tokenizes to: refused before the tokenizer, whose pre-split holds tens of times
