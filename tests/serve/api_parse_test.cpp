@@ -169,6 +169,12 @@ TEST(ApiChat, ConsecutiveTextPartsAreJoinedWithANewline) {
   ASSERT_TRUE(split.ok()) << split.status().ToString();
   EXPECT_EQ(split->messages[0].text, "<__med\nia__>");
   EXPECT_TRUE(split->images.empty());
+  // Nothing before: no newline (llama.cpp joins only after text).
+  auto leading = ParseChatCompletion(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":""},{"type":"text","text":"b"}]}]})",
+      RequestLimits{});
+  ASSERT_TRUE(leading.ok()) << leading.status().ToString();
+  EXPECT_EQ(leading->messages[0].text, "b");
 }
 
 TEST(ApiChat, ImageUrlsNeedTheAllowlist) {

@@ -52,8 +52,8 @@ Result<std::string> ParseRole(const Json& msg, const std::string& path) {
 
 // One content part: {"type": "text", "text"} or {"type": "image_url", "image_url": {"url"}}
 // (a bare string image_url is accepted too, as some clients send it). Consecutive text parts are
-// joined with "\n", as llama.cpp joins them (they ran together: "scene.Answer"); *last_was_text
-// says what the previous part was, and is updated.
+// joined with "\n", as llama.cpp joins them (they ran together: "scene.Answer"), but not after
+// nothing (a leading empty part); *last_was_text says what the previous part was, and is updated.
 Status ParsePart(const Json& part, const std::string& path, bool images_allowed,
                  ImageCollector* images, std::string* text, bool* last_was_text) {
   if (!part.is_object()) return InvalidArgumentError(path + ": not an object");
@@ -66,7 +66,7 @@ Status ParsePart(const Json& part, const std::string& path, bool images_allowed,
     const Json* t = FindField(part, "text");
     if (t == nullptr) return InvalidArgumentError(text_path + ": missing");
     VLMD_ASSIGN_OR_RETURN(const std::string_view s, ReadString(*t, text_path));
-    if (*last_was_text) text->push_back('\n');
+    if (*last_was_text && !text->empty()) text->push_back('\n');
     *last_was_text = true;
     return AppendText(s, text_path, text);
   }
