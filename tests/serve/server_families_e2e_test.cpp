@@ -3,7 +3,7 @@
 // prefilled in chunks: Gemma 3's chunks smaller than its bidirectional images), a repeated image
 // is a cache hit and a repeated prompt is reused, streams carry earlier frames, and the OpenAI
 // endpoint takes image_url with each model's template; then each family's token budget: Qwen VL
-// shrinks in 28-pixel units, LLaVA-1.6 and InternVL pick grids of fewer slices then the overview
+// shrinks to its next smaller size, LLaVA-1.6 and InternVL pick grids of fewer slices then the overview
 // alone, Gemma 3's fixed size cannot shrink (422); a hot swap self-checks each family's
 // image path; and routes whose models are of different families (complexity tiers, a weighted
 // split) answer as each model asked by name.
@@ -194,30 +194,57 @@ INSTANTIATE_TEST_SUITE_P(Families, ServerFamilyTest, ::testing::Values(kQwen25vl
                            return s;
                          });
 
-TEST(ServerFamilyBudget, QwenShrinksInTokenUnitsAndSaysSo) {
-  HarnessOptions o = FamilyOptions(kQwen25vl);
-  // 168x112 is a 6 x 4 grid (24 visual tokens, + <|vision_start|> and <|vision_end|>); a budget
-  // of 30 leaves the text and about a dozen of them.
-  o.server.prepare.token_budget = 30;
-  Harness h(o);
-  auto c = h.Client();
+// Each step is the next smaller size Qwen's smart resize gives the image, down to its minimum of
+// 8 tokens: 168x112 (a 6 x 4 grid, 24 visual tokens) goes 140x84 (15), 112x84 (12), 112x56 (8).
+// The prompt's text and <|vision_start|>, <|vision_end|> take 12 tokens. (The steps were a token
+// limit shrunk by squares: 24 went straight to 12 under a budget that fits 15, and on to 6.)
+TEST(ServerFamilyBudget, QwenShrinksToTheNextSmallerSizeAndSaysSo) {
   json req{{"prompt", "hi"}, {"max_tokens", 2},
            {"image_base64", api::EncodeBase64(FixtureImage("img-168x112.png", kQwen25vl.fixture))}};
-  const json a = Post(*c, "/v1/vlm/invoke", req);
-  ASSERT_EQ(a["http"], 200) << a.dump();
-  ASSERT_TRUE(a.contains("budget")) << a.dump();
-  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 30);
-  const auto from = a["budget"]["downsampled_from"], to = a["budget"]["to"];
-  EXPECT_EQ(from, json::array({168, 112}));
-  EXPECT_LT(to[0].get<int>() * to[1].get<int>(), from[0].get<int>() * from[1].get<int>());
-  EXPECT_EQ(to[0].get<int>() % 28, 0);
-  EXPECT_EQ(to[1].get<int>() % 28, 0);
-
+  auto post = [&](int64_t budget) {
+    HarnessOptions o = FamilyOptions(kQwen25vl);
+    o.server.prepare.token_budget = budget;
+    Harness h(o);
+    return Post(*h.Client(), "/v1/vlm/invoke", req);
+  };
+  struct Step {
+    int64_t budget;
+    int w, h;
+  };
+  for (const Step& s : {Step{30, 140, 84}, Step{26, 112, 84}, Step{22, 112, 56}}) {
+    const json a = post(s.budget);
+    ASSERT_EQ(a["http"], 200) << a.dump();
+    ASSERT_TRUE(a.contains("budget")) << a.dump();
+    EXPECT_LE(a["usage"]["prompt_tokens"].get<int64_t>(), s.budget);
+    EXPECT_EQ(a["budget"]["downsampled_from"], json::array({168, 112}));
+    EXPECT_EQ(a["budget"]["to"], json::array({s.w, s.h})) << "budget " << s.budget;
+  }
   // Below the family's minimum (8 tokens) it cannot go: 422.
-  o.server.prepare.token_budget = 12;
-  Harness small(o);
-  const json b = Post(*small.Client(), "/v1/vlm/invoke", req);
+  const json b = post(19);
   EXPECT_EQ(b["http"], 422) << b.dump();
+}
+
+// Two images over the budget: each shrinks (the larger first, step by step), and the reply names
+// every one that did (it named the first only).
+TEST(ServerFamilyBudget, EveryShrunkImageIsNamed) {
+  HarnessOptions o = FamilyOptions(kQwen25vl);
+  o.server.prepare.token_budget = 40;
+  Harness h(o);
+  json req{{"prompt", "A <__media__> B <__media__>"},
+           {"max_tokens", 2},
+           {"images_base64",
+            {api::EncodeBase64(FixtureImage("img-168x112.png", kQwen25vl.fixture)),
+             api::EncodeBase64(FixtureImage("img-140x140.png", kQwen25vl.fixture))}}};
+  const json a = Post(*h.Client(), "/v1/vlm/invoke", req);
+  ASSERT_EQ(a["http"], 200) << a.dump();
+  EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 40);
+  const json images = a["budget"]["images"];
+  ASSERT_EQ(images.size(), 2u) << a.dump();
+  EXPECT_EQ(images[0]["index"], 0);
+  EXPECT_EQ(images[0]["downsampled_from"], json::array({168, 112}));
+  EXPECT_EQ(images[1]["index"], 1);
+  EXPECT_EQ(images[1]["downsampled_from"], json::array({140, 140}));
+  EXPECT_EQ(a["budget"]["to"], images[0]["to"]);  // the first, at the top level as before
 }
 
 TEST(ServerFamilyBudget, Llava16PicksFewerSlicesThenTheOverview) {

@@ -55,17 +55,37 @@ ImageEncoding::~ImageEncoding() = default;
 
 namespace {
 
-// Qwen VL at level L: the token limit that takes L 28-pixel units off the longest side of the
-// level-0 size, the aspect ratio kept (smart resize then rounds within it).
-int32_t QwenLimit(const VisionConfig& c, int32_t width, int32_t height, int32_t level) {
-  if (level <= 0) return 0;
-  int32_t w = 0, h = 0;
-  QwenResizedSize(c, width, height, 0, &w, &h);
+// Qwen VL's shrink levels, as token limits for its smart resize (QwenResizedSize's max_tokens):
+// level L + 1's is the largest limit whose size is smaller than level L's, i.e. the next smaller
+// size the resize gives this image (one 28-pixel unit off one side: the resize floors both), down
+// to the family's minimum of min_tokens merged tokens. limits[L - 1] is level L's. The merged
+// token count grows with the limit, so each level is a binary search. (A limit that took L units
+// off the longest side, squared, skipped sizes and could end below the minimum.)
+std::vector<int32_t> QwenLimits(const VisionConfig& c, int32_t width, int32_t height) {
   const int32_t align = c.patch_size * c.spatial_merge;
-  const double longest = std::max(w, h) / align;
-  const double keep = std::max(0.0, (longest - level) / longest);
-  const int64_t tokens = int64_t{w / align} * (h / align);
-  return static_cast<int32_t>(std::max<int64_t>(c.min_tokens, static_cast<int64_t>(tokens * keep * keep)));
+  auto rows_at = [&](int64_t limit) {
+    int32_t w = 0, h = 0;
+    QwenResizedSize(c, width, height, static_cast<int32_t>(limit), &w, &h);
+    return int64_t{w / align} * (h / align);
+  };
+  std::vector<int32_t> limits;
+  int64_t rows = rows_at(0);
+  while (rows - 1 >= c.min_tokens && rows_at(c.min_tokens) < rows) {
+    int64_t lo = c.min_tokens, hi = rows - 1;  // rows_at(lo) < rows
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (rows_at(mid) < rows) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const int64_t next = rows_at(lo);
+    if (next < c.min_tokens) break;
+    limits.push_back(static_cast<int32_t>(lo));
+    rows = next;
+  }
+  return limits;
 }
 
 // Fitted to a grid, sliced, plus an overview: LLaVA-1.6 and InternVL.
@@ -107,33 +127,49 @@ std::vector<int32_t> AnyresLevels(const VisionConfig& c, int32_t width, int32_t 
 
 }  // namespace
 
-int32_t VisionEncoder::MaxShrinkLevel(int32_t width, int32_t height) const {
-  if (width < 1 || height < 1) return 0;
+std::vector<int32_t> VisionEncoder::LevelLimits(int32_t width, int32_t height) const {
+  if (width < 1 || height < 1) return {};
   const VisionConfig& c = config_;
   if (c.projector == ProjectorType::kIdefics3) {
-    return std::max(0, (c.preproc_image_size - c.image_size) / c.image_size);
-  }
-  if (IsAnyres(c)) return static_cast<int32_t>(AnyresLevels(c, width, height).size());
-  if (IsQwenVl(c.projector)) {
-    int32_t w = 0, h = 0;
-    QwenResizedSize(c, width, height, 0, &w, &h);
-    const int32_t align = c.patch_size * c.spatial_merge;
-    // Down to the family's minimum: the last level whose limit is still above min_tokens.
-    int32_t level = 0;
-    while (level + 1 < std::max(w, h) / align && QwenLimit(c, width, height, level + 1) > c.min_tokens) {
-      ++level;
+    std::vector<int32_t> limits;
+    for (int32_t level = 1; level <= (c.preproc_image_size - c.image_size) / c.image_size; ++level) {
+      limits.push_back(c.preproc_image_size - level * c.image_size);
     }
-    return level;
+    return limits;
   }
-  return 0;
+  if (IsAnyres(c)) return AnyresLevels(c, width, height);
+  if (IsQwenVl(c.projector)) return QwenLimits(c, width, height);
+  return {};
+}
+
+int32_t VisionEncoder::MaxShrinkLevel(int32_t width, int32_t height) const {
+  return static_cast<int32_t>(LevelLimits(width, height).size());
+}
+
+std::vector<ImagePlan> VisionEncoder::PlanLevels(int32_t width, int32_t height) const {
+  const std::vector<int32_t> limits = LevelLimits(width, height);
+  std::vector<ImagePlan> plans;
+  for (int32_t level = 0; level <= static_cast<int32_t>(limits.size()); ++level) {
+    plans.push_back(PlanWithLimit(width, height, level,
+                                  level == 0 ? 0 : limits[static_cast<size_t>(level - 1)]));
+  }
+  return plans;
 }
 
 ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level) const {
+  const std::vector<int32_t> limits = LevelLimits(width, height);
+  level = std::clamp(level, 0, static_cast<int32_t>(limits.size()));
+  return PlanWithLimit(width, height, level,
+                       level == 0 ? 0 : limits[static_cast<size_t>(level - 1)]);
+}
+
+ImagePlan VisionEncoder::PlanWithLimit(int32_t width, int32_t height, int32_t level,
+                                       int32_t limit) const {
   const VisionConfig& c = config_;
   ImagePlan p;
-  p.level = std::clamp(level, 0, MaxShrinkLevel(width, height));
+  p.level = level;
+  p.limit = limit;
   if (IsQwenVl(c.projector)) {
-    p.limit = QwenLimit(c, width, height, p.level);
     QwenResizedSize(c, width, height, p.limit, &p.width, &p.height);
     const int32_t align = c.patch_size * c.spatial_merge;
     p.rows = int64_t{p.width / align} * (p.height / align);
@@ -147,7 +183,6 @@ ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level)
   }
   if (IsAnyres(c)) {
     const int32_t s = c.image_size;
-    p.limit = p.level == 0 ? 0 : AnyresLevels(c, width, height)[static_cast<size_t>(p.level - 1)];
     const std::array<int32_t, 2> refined =
         width > s || height > s ? SelectBestResolution(width, height, c.grid_pinpoints, s, p.limit)
                                 : std::array<int32_t, 2>{0, 0};
@@ -160,7 +195,6 @@ ImagePlan VisionEncoder::PlanImage(int32_t width, int32_t height, int32_t level)
     p.layout.grid_rows = refined[1] / s;
     p.layout.has_global = slices > 0;
   } else if (c.projector == ProjectorType::kIdefics3) {
-    p.limit = p.level == 0 ? 0 : c.preproc_image_size - p.level * c.image_size;
     Idefics3RefinedSize(width, height, c.image_size, p.limit > 0 ? p.limit : c.preproc_image_size,
                         &p.width, &p.height);
     p.work_units = int64_t{p.width / c.image_size} * (p.height / c.image_size) + 1;  // + global

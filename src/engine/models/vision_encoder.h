@@ -86,6 +86,9 @@ class VisionEncoder {
   // level in [0, MaxShrinkLevel] (higher levels are clamped).
   int32_t MaxShrinkLevel(int32_t width, int32_t height) const;
   ImagePlan PlanImage(int32_t width, int32_t height, int32_t level) const;
+  // The plans of every level, [0, MaxShrinkLevel] (the levels' limits computed once: Qwen's are
+  // a search each).
+  std::vector<ImagePlan> PlanLevels(int32_t width, int32_t height) const;
   // Preprocesses `image` as `plan` says (a plan of this image's size). Errors as PreprocessImage.
   Result<PreprocessedImage> Preprocess(RgbView image, const ImagePlan& plan) const;
   // Encodes all of `image` into out [ImageTokens(image), n_embd()] (caller-owned). Same errors
@@ -118,6 +121,9 @@ class VisionEncoder {
 
  private:
   VisionEncoder() = default;
+  // The family parameter of levels 1.. (ImagePlan::limit), as many as the image can shrink.
+  std::vector<int32_t> LevelLimits(int32_t width, int32_t height) const;
+  ImagePlan PlanWithLimit(int32_t width, int32_t height, int32_t level, int32_t limit) const;
   std::shared_ptr<const gguf::GgufFile> file_;
   VisionConfig config_;
   std::unique_ptr<ClipVit> vit_;

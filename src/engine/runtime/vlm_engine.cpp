@@ -183,6 +183,11 @@ int32_t VlmEngine::MaxShrinkLevel(int32_t width, int32_t height) const {
   return vision_ ? vision_->MaxShrinkLevel(width, height) : 0;
 }
 
+std::vector<models::ImagePlan> VlmEngine::PlanLevels(int32_t width, int32_t height) const {
+  if (!vision_) return {};
+  return vision_->PlanLevels(width, height);
+}
+
 models::ImagePlan VlmEngine::PlanImage(int32_t width, int32_t height, int32_t level) const {
   if (!vision_ || width < 1 || height < 1) return {};
   return vision_->PlanImage(width, height, level);

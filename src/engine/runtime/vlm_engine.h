@@ -110,6 +110,8 @@ class VlmEngine {
   // (no vision encoder: an empty plan, 0).
   models::ImagePlan PlanImage(int32_t width, int32_t height, int32_t level) const;
   int32_t MaxShrinkLevel(int32_t width, int32_t height) const;
+  // PlanImage of every level [0, MaxShrinkLevel]; empty without a vision encoder.
+  std::vector<models::ImagePlan> PlanLevels(int32_t width, int32_t height) const;
   // The prompt rows BuildPrompt(raw) gives for `prompt` (markers included) with `images` in
   // marker order: already encoded ones (their layouts) then planned ones, wrapper text tokens
   // included, without encoding anything (token budgets). Errors as BuildPrompt.

@@ -39,12 +39,14 @@ int64_t ReplyReserve(const api::GenerationRequest& request) {
 // ratio could pick another grid), and the reduced pixels must cover the largest target.
 bool ReducedSizePlansAsFull(const rt::VlmEngine& e, engine::image::ImageSize full,
                             engine::image::ImageSize reduced) {
-  const int32_t levels = e.MaxShrinkLevel(full.width, full.height);
-  if (e.MaxShrinkLevel(reduced.width, reduced.height) != levels) return false;
-  for (int32_t level = 0; level <= levels; ++level) {
-    const engine::models::ImagePlan a = e.PlanImage(full.width, full.height, level);
-    const engine::models::ImagePlan b = e.PlanImage(reduced.width, reduced.height, level);
-    if (level == 0 && (reduced.width < a.width || reduced.height < a.height)) return false;
+  const std::vector<engine::models::ImagePlan> full_plans = e.PlanLevels(full.width, full.height);
+  const std::vector<engine::models::ImagePlan> reduced_plans =
+      e.PlanLevels(reduced.width, reduced.height);
+  if (full_plans.empty() || full_plans.size() != reduced_plans.size()) return false;
+  if (reduced.width < full_plans[0].width || reduced.height < full_plans[0].height) return false;
+  for (size_t level = 0; level < full_plans.size(); ++level) {
+    const engine::models::ImagePlan& a = full_plans[level];
+    const engine::models::ImagePlan& b = reduced_plans[level];
     if (a.width != b.width || a.height != b.height || a.rows != b.rows ||
         a.work_units != b.work_units || a.layout.width != b.layout.width ||
         a.layout.height != b.layout.height || a.layout.grid_cols != b.layout.grid_cols ||
@@ -250,14 +252,14 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     context_layouts.push_back(std::move(l));
   }
   std::vector<int32_t> level(decoded.size(), 0), max_level(decoded.size(), 0);
+  std::vector<std::vector<engine::models::ImagePlan>> levels_of(decoded.size());
   for (size_t i = 0; i < decoded.size(); ++i) {
-    max_level[i] = e.MaxShrinkLevel(decoded[i].width, decoded[i].height);
+    levels_of[i] = e.PlanLevels(decoded[i].width, decoded[i].height);
+    max_level[i] = static_cast<int32_t>(levels_of[i].size()) - 1;
   }
   std::vector<engine::models::ImagePlan> plans(decoded.size());
   auto plan_all = [&] {
-    for (size_t i = 0; i < decoded.size(); ++i) {
-      plans[i] = e.PlanImage(decoded[i].width, decoded[i].height, level[i]);
-    }
+    for (size_t i = 0; i < decoded.size(); ++i) plans[i] = levels_of[i][level[i]];
   };
   plan_all();
   VLMD_ASSIGN_OR_RETURN(int64_t total, e.CountPromptRows(in.prompt, context_layouts, plans));
@@ -265,7 +267,6 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // that was found only after every image was encoded): images shrink for that limit too.
   const int64_t context_left = int64_t{e.options().n_ctx} - ReplyReserve(request);
   const int64_t limit = std::min<int64_t>(options.token_budget, context_left);
-  int best_first = -1;
   while (total > limit) {
     int best = -1;
     for (size_t i = 0; i < decoded.size(); ++i) {
@@ -290,7 +291,6 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
           std::to_string(std::max<int64_t>(context_left, 0)) +
           (decoded.empty() ? std::string() : ", and the images cannot be reduced further"));
     }
-    if (best_first < 0) best_first = best;
     ++level[static_cast<size_t>(best)];
     plan_all();
     VLMD_ASSIGN_OR_RETURN(total, e.CountPromptRows(in.prompt, context_layouts, plans));
@@ -301,10 +301,10 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     ms[i] += t.preprocess_ms;
     job.image_decode_ms += ms[i];
     in.image_prepare_ms.push_back(ms[i]);
-    if (static_cast<int>(i) == best_first) {
-      // The size the model would have used, and the one the budget chose.
-      const engine::models::ImagePlan own = e.PlanImage(decoded[i].width, decoded[i].height, 0);
-      job.budget = BudgetAction{{own.width, own.height}, {plans[i].width, plans[i].height}};
+    if (level[i] > 0) {  // the size the model would have used, and the one the budget chose
+      const engine::models::ImagePlan& own = levels_of[i][0];
+      job.budget.push_back(BudgetAction{static_cast<int>(i), {own.width, own.height},
+                                        {plans[i].width, plans[i].height}});
     }
     in.images.push_back(std::move(img));
   }

@@ -24,7 +24,8 @@ struct PrepareOptions {
   Clock::duration timeout = std::chrono::seconds(300);
 };
 
-struct BudgetAction {  // what the budget did to the first image that had to shrink
+struct BudgetAction {  // what the budget did to an image that had to shrink
+  int index = 0;                  // the image's place among the request's images
   std::array<int32_t, 2> from{};  // the size the encoder would have seen (models::ImagePlan)
   std::array<int32_t, 2> to{};    // the size the budget chose
 };
@@ -68,7 +69,7 @@ struct PreparedJob {
   double image_decode_ms = 0;  // decode + preprocess, all images
   int64_t text_tokens = 0;
   int64_t image_tokens = 0;
-  std::optional<BudgetAction> budget;
+  std::vector<BudgetAction> budget;  // every image that shrank, in request order
   std::optional<StreamPart> stream;
   // With a redactor: what it covered in the request's images (regions not kept) and its time.
   std::optional<redact::Redaction> redaction;

@@ -115,8 +115,14 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
     if (!s.no_context_reason.empty()) j["stream"]["no_context_reason"] = s.no_context_reason;
   }
   if (prepared.redaction) j["timings"]["redact_ms"] = prepared.redaction->detect_ms;
-  if (prepared.budget) {
-    j["budget"] = {{"downsampled_from", prepared.budget->from}, {"to", prepared.budget->to}};
+  if (!prepared.budget.empty()) {
+    // The first image that shrank at the top level (as before), every one in "images".
+    const BudgetAction& first = prepared.budget.front();
+    json images = json::array();
+    for (const BudgetAction& b : prepared.budget) {
+      images.push_back({{"index", b.index}, {"downsampled_from", b.from}, {"to", b.to}});
+    }
+    j["budget"] = {{"downsampled_from", first.from}, {"to", first.to}, {"images", images}};
   }
   if (ctx.logprobs) j["logprobs"] = LogprobsJson(r, tok);
   AddGuardFields(ctx, &j);
