@@ -43,16 +43,18 @@ void ExpectSameFloats(const std::vector<float>& got, const std::vector<float>& w
 
 void CheckQuantizersEqualTheReferences(const KernelTable* kt) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  for (int64_t hd : {64, 72, 40}) {
+  for (int64_t hd : {64, 72, 40, 44}) {  // 44: a tail of 4 in 8-lane steps
     SCOPED_TRACE("hd " + std::to_string(hd));
     const int64_t hd_pad = TileBf16Matrix::PaddedK(hd), stride = hd + 5;
-    // Queries: random rows, a row of zeros, rows with an inf and a NaN, a row of one huge value.
+    // Queries: random rows, a row of zeros, rows with an inf and a NaN, a row of one huge value,
+    // a row so small that 127 / max overflows (zeros, not NaN casts).
     constexpr int64_t kRows = 9;
     std::vector<float> q = RandomNormal(static_cast<size_t>(kRows * stride), 31, 2.0f);
     std::fill_n(q.begin() + 3 * stride, hd, 0.0f);
     q[4 * stride + hd - 1] = kInf;
     q[5 * stride + 1] = std::nanf("");
     q[6 * stride + 7] = 3e30f;
+    std::fill_n(q.begin() + 7 * stride, hd, 1e-38f);
     std::vector<uint8_t> got_q(static_cast<size_t>(kRows * hd_pad), 1), want_q(got_q.size(), 2);
     std::vector<float> got_s(kRows, -1.0f), want_s(kRows, -2.0f);
     kt->quantize_queries_i8(q.data(), stride, kRows, hd, hd_pad, 0.18f, got_q.data(),
@@ -63,6 +65,8 @@ void CheckQuantizersEqualTheReferences(const KernelTable* kt) {
     ExpectSameFloats(got_s, want_s, "query scale");
     EXPECT_TRUE(std::isnan(want_s[4]) && std::isnan(want_s[5]));
     EXPECT_EQ(want_s[3], 0.0f);
+    EXPECT_EQ(want_s[7], 0.0f);
+    EXPECT_EQ(want_q[7 * hd_pad], 128);
 
     // Keys: 1, 17 and 40 keys with a common offset in two channels (what the smoothing takes
     // out), and 17 keys of which one holds a NaN.

@@ -244,7 +244,10 @@ TEST(ServerFamilyBudget, EveryShrunkImageIsNamed) {
   EXPECT_EQ(images[0]["downsampled_from"], json::array({168, 112}));
   EXPECT_EQ(images[1]["index"], 1);
   EXPECT_EQ(images[1]["downsampled_from"], json::array({140, 140}));
-  EXPECT_EQ(a["budget"]["to"], images[0]["to"]);  // the first, at the top level as before
+  // At the top level, as before: the first image the budget shrank, the one with the most rows
+  // (140x140: 25 against 24).
+  EXPECT_EQ(a["budget"]["downsampled_from"], images[1]["downsampled_from"]);
+  EXPECT_EQ(a["budget"]["to"], images[1]["to"]);
 }
 
 TEST(ServerFamilyBudget, Llava16PicksFewerSlicesThenTheOverview) {

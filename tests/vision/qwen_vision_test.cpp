@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "engine/models/preprocess_vision.h"
 #include "engine/models/qwen_vit.h"
@@ -133,6 +136,44 @@ TEST(QwenPreprocessTest, SizeRuleOnTheDocumentedExamples) {
 }
 
 // The padded case of FAMILIES.md: 100x70 -> content 112x79 at (0, 2) on a black 112x84 canvas.
+// The token budget's levels: each the next smaller size the smart resize gives the image (no
+// limit between two levels gives a size between theirs), the last at least min_tokens and the
+// next one the resize could give below it under. Sizes include 259x1045, where a search below
+// the row count (not the limit) skipped sizes, a photo, and extreme aspect ratios.
+TEST(QwenPreprocessTest, BudgetLevelsAreEverySmallerSizeDownToTheMinimum) {
+  std::string error;
+  auto le = vlmd::testing::LoadEncoder("tiny-qwen25vl", &error);
+  ASSERT_NE(le->encoder, nullptr) << error;
+  const engine::models::VisionConfig& c = le->encoder->config();
+  const int32_t align = c.patch_size * c.spatial_merge;
+  for (const auto& [w, h] : std::vector<std::pair<int32_t, int32_t>>{
+           {259, 1045}, {168, 112}, {4000, 3000}, {1, 3000}, {3000, 1}, {1045, 259}}) {
+    SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h));
+    auto rows_at = [&](int32_t limit) {
+      int32_t rw = 0, rh = 0;
+      engine::models::QwenResizedSize(c, w, h, limit, &rw, &rh);
+      return int64_t{rw / align} * (rh / align);
+    };
+    const std::vector<engine::models::ImagePlan> plans = le->encoder->PlanLevels(w, h);
+    ASSERT_FALSE(plans.empty());
+    ASSERT_EQ(static_cast<int32_t>(plans.size()) - 1, le->encoder->MaxShrinkLevel(w, h));
+    EXPECT_EQ(plans[0].rows, rows_at(0));
+    std::set<int64_t> sizes;  // every row count a limit in [min, max] gives
+    for (int32_t t = c.min_tokens; t <= c.max_tokens; ++t) sizes.insert(rows_at(t));
+    std::vector<int64_t> want;  // those at or above the minimum, largest first
+    for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+      if (*it >= c.min_tokens && *it <= plans[0].rows) want.push_back(*it);
+    }
+    std::vector<int64_t> got;
+    for (const auto& p : plans) {
+      got.push_back(p.rows);
+      EXPECT_EQ(p.rows, int64_t{p.width / align} * (p.height / align));
+      EXPECT_EQ(le->encoder->PlanImage(w, h, p.level).rows, p.rows);
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
 TEST(QwenPreprocessTest, AspectPreservingResizeIsPaddedBlack) {
   engine::models::VisionConfig c;
   c.projector = engine::models::ProjectorType::kQwen25vl;

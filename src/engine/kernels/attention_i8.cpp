@@ -16,7 +16,8 @@ struct RowScale {
 };
 RowScale ScaleOf(float amax, bool bad) {
   if (bad) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
-  if (amax == 0.0f) return {0.0f, 0.0f};
+  // A row of zeros, or so small that 127 / amax overflows (amax < ~3.7e-37): zeros.
+  if (amax == 0.0f || !std::isfinite(127.0f / amax)) return {0.0f, 0.0f};
   return {amax / 127.0f, 127.0f / amax};
 }
 

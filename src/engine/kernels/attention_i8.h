@@ -5,7 +5,8 @@
 // Quantization, symmetric, one scale per row (per query row and head, per key and kv head):
 //  - a query row x (hd values) times `mul` (the softmax scale in log2 units): with
 //    a = max |x mul|, scale = a / 127 and the bytes round(x mul * (127 / a)) + 128 (unsigned:
-//    vpdpbusd multiplies unsigned by signed bytes); a row of zeros has scale 0.
+//    vpdpbusd multiplies unsigned by signed bytes); a row of zeros, or of values so small that
+//    127 / a overflows, has scale 0 and bytes 128.
 //  - the keys of one call and kv head are first smoothed (SageAttention): the mean key
 //    (per channel, over the call's n keys) is subtracted. That shifts every score of a query by
 //    the same q . mean, which the softmax cancels exactly, and centres channels that carry a

@@ -56,11 +56,13 @@ ImageEncoding::~ImageEncoding() = default;
 namespace {
 
 // Qwen VL's shrink levels, as token limits for its smart resize (QwenResizedSize's max_tokens):
-// level L + 1's is the largest limit whose size is smaller than level L's, i.e. the next smaller
-// size the resize gives this image (one 28-pixel unit off one side: the resize floors both), down
-// to the family's minimum of min_tokens merged tokens. limits[L - 1] is level L's. The merged
-// token count grows with the limit, so each level is a binary search. (A limit that took L units
-// off the longest side, squared, skipped sizes and could end below the minimum.)
+// level L + 1's is the largest limit below level L's whose size is smaller than level L's, i.e.
+// the next smaller size the resize gives this image (one 28-pixel unit off one side: the resize
+// floors both), down to the family's minimum of min_tokens merged tokens. limits[L - 1] is level
+// L's. The merged token count never falls as the limit grows, so each level is a binary search
+// below the last limit (a search below the last row count missed sizes: limits between the two
+// can give smaller sizes too). (A limit that took L units off the longest side, squared, skipped
+// sizes and could end below the minimum.)
 std::vector<int32_t> QwenLimits(const VisionConfig& c, int32_t width, int32_t height) {
   const int32_t align = c.patch_size * c.spatial_merge;
   auto rows_at = [&](int64_t limit) {
@@ -69,9 +71,9 @@ std::vector<int32_t> QwenLimits(const VisionConfig& c, int32_t width, int32_t he
     return int64_t{w / align} * (h / align);
   };
   std::vector<int32_t> limits;
-  int64_t rows = rows_at(0);
-  while (rows - 1 >= c.min_tokens && rows_at(c.min_tokens) < rows) {
-    int64_t lo = c.min_tokens, hi = rows - 1;  // rows_at(lo) < rows
+  int64_t rows = rows_at(0), limit = c.max_tokens;
+  while (limit - 1 >= c.min_tokens && rows_at(c.min_tokens) < rows) {
+    int64_t lo = c.min_tokens, hi = limit - 1;  // rows_at(lo) < rows
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       if (rows_at(mid) < rows) {
@@ -84,6 +86,7 @@ std::vector<int32_t> QwenLimits(const VisionConfig& c, int32_t width, int32_t he
     if (next < c.min_tokens) break;
     limits.push_back(static_cast<int32_t>(lo));
     rows = next;
+    limit = lo;
   }
   return limits;
 }

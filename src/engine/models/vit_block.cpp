@@ -144,8 +144,8 @@ Status Rope(const VitBlockSpec& spec, const kernels::KernelTable& kt, ThreadPool
 // the table has a bf16 attention kernel, the attention runs on it instead, its operands rounded
 // to bf16: on AVX2, on AVX-512 without AMX (vdpbf16ps or FMAs; the products stay int8) and on
 // arm64 (NEON FMAs), and on AMX for blocks that cannot run on tiles (e.g. InternViT's layer
-// scale). Where the table has them (AVX512-VNNI without AMX), its scores run on int8
-// (ops::AttentionArgs::int8_scores).
+// scale). On the avx512vnni and avxvnni tables (whose bf16 attention runs on FMAs) its scores
+// run on int8 (ops::AttentionArgs::int8_scores).
 Status AttendF32(const VitBlockSpec& spec, const VitBlockRows& rows, VisionContext* ctx) {
   const kernels::KernelTable& kt = *ctx->kernels;
   const bool bf16 = spec.fast && ops::Bf16AttentionRuns(kt, spec.head_dim);

@@ -294,6 +294,9 @@ Result<Vocab> Vocab::Build(VocabData data, const VocabDefaults& defaults) {
     set_rstrip("</s>", true);
     for (std::string_view t : {"<unk>", "<s>", "<|endoftext|>"}) set_rstrip(t, false);
   }
+  for (const Token& t : v.tokens_) {
+    v.has_strip_tokens_ |= (t.attributes & (attr::kLstrip | attr::kRstrip)) != 0;
+  }
   return v;
 }
 

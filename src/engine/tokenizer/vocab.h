@@ -118,10 +118,13 @@ class Vocab {
   const std::vector<TokenId>& special_tokens() const { return special_tokens_; }
   const std::string& pre() const { return pre_; }
   const std::optional<std::string>& chat_template() const { return chat_template_; }
-  // The longest token text, in bytes: no token covers more bytes of a text (byte-level BPE and
-  // SentencePiece spell a byte with one or more), so a text of b bytes has at least
-  // b / max_token_bytes() tokens.
+  // The longest token text, in bytes: without strip tokens (below) no token covers more bytes
+  // of a text (byte-level BPE and SentencePiece spell a byte with one or more), so a text of b
+  // bytes then has at least b / max_token_bytes() tokens.
   size_t max_token_bytes() const { return max_token_bytes_; }
+  // Special tokens that swallow the whitespace beside them (llama.cpp's Phi-3 rule): one token
+  // may then cover any number of bytes.
+  bool has_strip_tokens() const { return has_strip_tokens_; }
 
  private:
   struct Token {
@@ -151,6 +154,7 @@ class Vocab {
   bool ignore_merges_ = false, clean_spaces_ = true;
   std::unordered_set<TokenId> eog_;
   size_t max_token_bytes_ = 1;
+  bool has_strip_tokens_ = false;
   std::vector<TokenId> special_tokens_;
   std::string pre_;
   std::optional<std::string> chat_template_;

@@ -132,9 +132,11 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // A text longer than the budget's worth of the vocabulary's longest tokens is over the budget
   // whatever it tokenizes to: refused before the tokenizer, whose pre-split holds tens of times
   // the text's bytes (a 31 MB prompt took 1.6 GB and 5 s to be refused). The factor 2 is a
-  // margin: image markers are cut out before the text is tokenized.
+  // margin: image markers are cut out before the text is tokenized. (Not with tokens that swallow
+  // whitespace, Phi-3's: one of them may cover any length.)
   const size_t longest = e.tokenizer().vocab().max_token_bytes();
-  if (in.prompt.size() > 2 * longest * static_cast<size_t>(std::max<int64_t>(options.token_budget, 1))) {
+  if (!e.tokenizer().vocab().has_strip_tokens() &&
+      in.prompt.size() > 2 * longest * static_cast<size_t>(std::max<int64_t>(options.token_budget, 1))) {
     return ResourceExhaustedError("the text alone is " + std::to_string(in.prompt.size()) +
                                   " bytes, more tokens than the token budget of " +
                                   std::to_string(options.token_budget) + " (no token is over " +
@@ -267,6 +269,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // that was found only after every image was encoded): images shrink for that limit too.
   const int64_t context_left = int64_t{e.options().n_ctx} - ReplyReserve(request);
   const int64_t limit = std::min<int64_t>(options.token_budget, context_left);
+  int first_shrunk = -1;  // the reply's top-level budget entry: the first image made smaller
   while (total > limit) {
     int best = -1;
     for (size_t i = 0; i < decoded.size(); ++i) {
@@ -291,6 +294,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
           std::to_string(std::max<int64_t>(context_left, 0)) +
           (decoded.empty() ? std::string() : ", and the images cannot be reduced further"));
     }
+    if (first_shrunk < 0) first_shrunk = best;
     ++level[static_cast<size_t>(best)];
     plan_all();
     VLMD_ASSIGN_OR_RETURN(total, e.CountPromptRows(in.prompt, context_layouts, plans));
@@ -308,6 +312,10 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     }
     in.images.push_back(std::move(img));
   }
+  // The first image shrunk leads (the reply's top-level budget, as before), the others follow in
+  // request order.
+  std::stable_partition(job.budget.begin(), job.budget.end(),
+                        [&](const BudgetAction& b) { return b.index == first_shrunk; });
   job.image_tokens = total - job.text_tokens;  // the context frames' and wrapper tokens included
   if (job.stream && !decoded.empty()) {
     VLMD_ASSIGN_OR_RETURN(job.stream->frame_tokens, frame_rows(decoded.front(), level.front()));

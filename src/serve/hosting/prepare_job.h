@@ -69,7 +69,9 @@ struct PreparedJob {
   double image_decode_ms = 0;  // decode + preprocess, all images
   int64_t text_tokens = 0;
   int64_t image_tokens = 0;
-  std::vector<BudgetAction> budget;  // every image that shrank, in request order
+  // Every image that shrank: the first one the budget made smaller, then the others in request
+  // order.
+  std::vector<BudgetAction> budget;
   std::optional<StreamPart> stream;
   // With a redactor: what it covered in the request's images (regions not kept) and its time.
   std::optional<redact::Redaction> redaction;

@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -52,7 +53,7 @@ inline void ScaleOf(const RowStats& st, float* scale, float* inv) {
   if (st.bad) {
     *scale = std::numeric_limits<float>::quiet_NaN();
     *inv = 0.0f;
-  } else if (st.amax == 0.0f) {
+  } else if (st.amax == 0.0f || !std::isfinite(127.0f / st.amax)) {  // zeros, or too small
     *scale = *inv = 0.0f;
   } else {
     *scale = st.amax / 127.0f;

@@ -60,7 +60,7 @@ inline void ScaleOf(const RowStats& st, float* scale, float* inv) {
   if (st.bad) {
     *scale = std::numeric_limits<float>::quiet_NaN();
     *inv = 0.0f;
-  } else if (st.amax == 0.0f) {
+  } else if (st.amax == 0.0f || !std::isfinite(127.0f / st.amax)) {  // zeros, or too small
     *scale = *inv = 0.0f;
   } else {
     *scale = st.amax / 127.0f;
