@@ -46,7 +46,8 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
                            .head_dim = c.head_dim, .eps = c.eps,
                            .norm = internvit_6b ? VitNorm::kRmsNorm : VitNorm::kLayerNorm,
                            .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};
-  const VitBlockTensors tensors{.layer_scale = internvl, .qk_norm = internvl};
+  const VitBlockTensors tensors{.layer_scale = internvl, .qk_norm = internvl,
+                                .ffn_swapped = c.ffn_swapped};
   for (int32_t l = 0; l < m->n_layers_used_; ++l) {
     VLMD_ASSIGN_OR_RETURN(VitBlockWeights block,
                           LoadVitBlock(f, l, m->block_, tensors, packing, &m->packed_, &m->released_));

@@ -110,7 +110,8 @@ Result<std::unique_ptr<QwenVit>> QwenVit::Load(const gguf::GgufFile& f, const Vi
                            .head_dim = c.head_dim, .eps = c.eps,
                            .norm = v25 ? VitNorm::kRmsNorm : VitNorm::kLayerNorm,
                            .ffn_act = c.ffn_act, .fast = packing.precision == ops::Precision::kFast};
-  const VitBlockTensors tensors{.fused_qkv = v3, .gated_ffn = v25, .biases_required = true};
+  const VitBlockTensors tensors{.fused_qkv = v3, .gated_ffn = v25, .biases_required = true,
+                                .ffn_swapped = c.ffn_swapped};
   VLMD_ASSIGN_OR_RETURN(m->patch_w0_, GetPatchKernel(f, "v.patch_embd.weight", c.patch_size, d));
   VLMD_ASSIGN_OR_RETURN(m->patch_w1_, GetPatchKernel(f, "v.patch_embd.weight.1", c.patch_size, d));
   if (v3) {

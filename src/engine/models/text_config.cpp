@@ -35,13 +35,14 @@ Status ReadGemma3Keys(const gguf::GgufFile& f, const std::string& p, TextConfig*
     c->n_swa = static_cast<int32_t>(n_swa);
   }
   if (c->n_swa > 0) {
-    if (f.Find(p + "attention.sliding_window_pattern") != nullptr) {
-      auto pattern = f.GetU32(p + "attention.sliding_window_pattern");
-      if (!pattern.ok()) {
-        return UnimplementedError(p + "attention.sliding_window_pattern other than one number");
-      }
-      if (*pattern > 1024) return InvalidArgumentError(p + "attention.sliding_window_pattern is out of range");
-      c->swa_pattern = static_cast<int32_t>(*pattern);
+    // A per-layer array (Gemma 3n / 4 converters write one) is not a number: llama.cpp's gemma3
+    // loader then keeps its default period, and so does vlmd (on Gemma 3 the arrays say the
+    // same).
+    if (const auto* v = f.Find(p + "attention.sliding_window_pattern");
+        v != nullptr && v->type != gguf::ValueType::kArray) {
+      VLMD_ASSIGN_OR_RETURN(uint32_t pattern, f.GetU32(p + "attention.sliding_window_pattern"));
+      if (pattern > 1024) return InvalidArgumentError(p + "attention.sliding_window_pattern is out of range");
+      c->swa_pattern = static_cast<int32_t>(pattern);
     }
     if (f.Find(p + "rope.freq_base_swa") != nullptr) {
       VLMD_ASSIGN_OR_RETURN(c->rope_theta_swa, f.GetF32(p + "rope.freq_base_swa"));

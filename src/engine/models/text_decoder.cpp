@@ -67,6 +67,12 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
                                    .freq_scale = c.rope_freq_scale, .neox = c.rope_neox,
                                    .sections = c.rope_sections,
                                    .interleaved = c.rope_interleaved}};
+  // Llama 3.1-style RoPE scaling: a per-frequency divisor for every layer, which llama.cpp's
+  // llama architecture loads when the file has it (a LLaVA on Llama 3.1 decoded otherwise).
+  if (c.arch == "llama") {
+    VLMD_ASSIGN_OR_RETURN(m->rope_freq_factors_, GetOptionalF32(f, "rope_freqs.weight", {c.n_rot / 2}));
+    if (!m->rope_freq_factors_.empty()) m->rope_sets_[0].freq_factors = m->rope_freq_factors_.data();
+  }
   if (c.n_swa > 0) {  // Gemma 3's local layers: their own base, no frequency scaling
     m->rope_sets_.push_back(ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta_swa,
                                             .freq_scale = 1.0f, .neox = c.rope_neox});

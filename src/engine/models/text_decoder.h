@@ -174,6 +174,7 @@ class TextDecoder {
   F32Weights output_norm_;
   std::vector<Layer> layers_;
   std::vector<ops::RopeParams> rope_sets_;  // one table per set and batch (DecoderLayerSpec::rope)
+  F32Weights rope_freq_factors_;            // llama's optional rope_freqs.weight [n_rot / 2]
   uint64_t weight_bytes_ = 0;
   uint64_t released_bytes_ = 0;  // mapped pages dropped after packing (GgufFile::ReleasePages)
   ops::PackedStore packed_;  // owns what the views' `packed` point at

@@ -116,6 +116,40 @@ Status ReadInternVlKeys(const gguf::GgufFile& f, VisionConfig* c) {
   return CheckGrids(*c, "internvl: clip.vision.preproc_max_tiles");
 }
 
+// What the tensors say where llama.cpp's converters write keys that disagree with them
+// (llama.cpp takes these from the tensors too; the parity fixtures' writer keeps them equal):
+//  - the FFN: older conversions of CLIP-style towers (the legacy LLaVA script, the Gemma 3,
+//    SmolVLM and Qwen2-VL files of early 2025) named fc1 "ffn_down" and fc2 "ffn_up". llama.cpp
+//    (clip.cpp, load_tensors) swaps them back for these projectors when ffn_down reads the
+//    model's width; vlmd does the same (VisionConfig::ffn_swapped);
+//  - the FFN width: the current converter writes Qwen2-VL's merger width (1536 for 2B) as
+//    clip.vision.feed_forward_length, where the blocks' FFN is 5120 wide: the width is fc1's;
+//  - the LLaVA projector's output: the legacy script writes CLIP's own projection_dim (768) where
+//    mm.2 outputs the text model's width (4096): the width is mm.2's (the engine checks it
+//    against the text model).
+void ResolveFromTensors(const gguf::GgufFile& f, VisionConfig* c) {
+  const bool swap_rule = c->projector == ProjectorType::kMlp ||
+                         c->projector == ProjectorType::kQwen2vl ||
+                         c->projector == ProjectorType::kQwen25vl ||
+                         c->projector == ProjectorType::kGemma3 ||
+                         c->projector == ProjectorType::kIdefics3;
+  const gguf::TensorInfo* up = f.FindTensor("v.blk.0.ffn_up.weight");
+  const gguf::TensorInfo* down = f.FindTensor("v.blk.0.ffn_down.weight");
+  if (up != nullptr && down != nullptr && up->n_dims == 2 && down->n_dims == 2) {
+    c->ffn_swapped = swap_rule && down->ne[0] == c->d_model;
+    const gguf::TensorInfo* fc1 = c->ffn_swapped ? down : up;
+    if (fc1->ne[0] == c->d_model && fc1->ne[1] > 0 && fc1->ne[1] <= (1 << 20)) {
+      c->d_ff = static_cast<int32_t>(fc1->ne[1]);
+    }
+  }
+  if (c->projector == ProjectorType::kMlp) {
+    const gguf::TensorInfo* mm2 = f.FindTensor("mm.2.weight");
+    if (mm2 != nullptr && mm2->n_dims == 2 && mm2->ne[1] > 0 && mm2->ne[1] <= (1 << 16)) {
+      c->projection_dim = static_cast<int32_t>(mm2->ne[1]);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::array<int32_t, 2>> InternVlGrids(int32_t side, int32_t min_tiles, int32_t max_tiles) {
@@ -207,6 +241,7 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
       VLMD_ASSIGN_OR_RETURN(c.n_wa_pattern, GetPositive(f, "clip.vision.n_wa_pattern", 1024));
     }
   }
+  ResolveFromTensors(f, &c);
   c.n_layers_run = c.n_layers;
   if (c.projector == ProjectorType::kMlp) {
     VLMD_RETURN_IF_ERROR(ReadLlavaKeys(f, &c));

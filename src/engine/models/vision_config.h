@@ -41,6 +41,8 @@ struct VisionConfig {
   int32_t patch_size = 0;      // pixels
   int32_t d_model = 0;         // clip.vision.embedding_length
   int32_t d_ff = 0;
+  // The file names fc1 "ffn_down" and fc2 "ffn_up" (older conversions; vision_config.cpp).
+  bool ffn_swapped = false;
   int32_t n_layers = 0;        // blocks stored in the file
   int32_t n_heads = 0;
   int32_t head_dim = 0;        // d_model / n_heads

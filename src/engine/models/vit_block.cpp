@@ -392,10 +392,12 @@ Result<VitBlockWeights> LoadVitBlock(const gguf::GgufFile& f, int32_t l, const V
   }
   VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_out.weight", d, d));
   VLMD_ASSIGN_OR_RETURN(L.bo, bias("attn_out.bias", d));
-  VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", d, ff));
-  VLMD_ASSIGN_OR_RETURN(L.b_up, bias("ffn_up.bias", ff));
-  VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", ff, d));
-  VLMD_ASSIGN_OR_RETURN(L.b_down, bias("ffn_down.bias", d));
+  const std::string up = tensors.ffn_swapped ? "ffn_down" : "ffn_up";
+  const std::string down = tensors.ffn_swapped ? "ffn_up" : "ffn_down";
+  VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + up + ".weight", d, ff));
+  VLMD_ASSIGN_OR_RETURN(L.b_up, bias((up + ".bias").c_str(), ff));
+  VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + down + ".weight", ff, d));
+  VLMD_ASSIGN_OR_RETURN(L.b_down, bias((down + ".bias").c_str(), d));
   if (tensors.gated_ffn) {
     VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", d, ff));
     VLMD_ASSIGN_OR_RETURN(L.b_gate, bias("ffn_gate.bias", ff));

@@ -51,6 +51,7 @@ struct VitBlockTensors {
   // attn_q_norm / attn_k_norm when present, each [d_model] (over the whole projection) or
   // [head_dim] (per head) (InternViT-6B).
   bool qk_norm = false;
+  bool ffn_swapped = false;  // fc1 is named ffn_down, fc2 ffn_up (VisionConfig::ffn_swapped)
 };
 
 struct VitBlockWeights {
