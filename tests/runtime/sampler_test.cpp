@@ -125,7 +125,7 @@ TEST(SamplerTest, GreedyIsTheFirstMaximumAndAlwaysAnIndex) {
 
 TEST(SamplerTest, ValidationNamesTheField) {
   SamplingParams p;
-  p.top_p = 0.0f;
+  p.top_p = -0.5f;
   Status s = ValidateSamplingParams(p);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("top_p"), std::string::npos);
@@ -136,6 +136,21 @@ TEST(SamplerTest, ValidationNamesTheField) {
   p.top_k = -1;
   EXPECT_FALSE(ValidateSamplingParams(p).ok());
   EXPECT_TRUE(ValidateSamplingParams(SamplingParams{}).ok());
+}
+
+// top_p 0 keeps the most likely token only: at any temperature the greedy choice.
+TEST(SamplerTest, TopPZeroIsTheMostLikelyToken) {
+  SamplingParams p;
+  p.temperature = 1.5f;
+  p.top_p = 0.0f;
+  ASSERT_TRUE(ValidateSamplingParams(p).ok());
+  std::vector<float> logits(20, 0.0f);
+  logits[7] = 0.5f;  // the most likely, but far from certain
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    p.seed = seed;
+    Sampler s(p);
+    EXPECT_EQ(s.Sample(logits, {}), 7) << seed;
+  }
 }
 
 TEST(SamplerTest, TopLogprobsAreTheBestTokensWithSoftmaxLogprobs) {

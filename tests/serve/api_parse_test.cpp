@@ -294,16 +294,22 @@ INSTANTIATE_TEST_SUITE_P(
                  "temperature: must be in [0, 2]"},
         RuleCase{R"("temperature":"hot")", StatusCode::kInvalidArgument,
                  "temperature: not a number"},
-        RuleCase{R"("top_p":0)", StatusCode::kInvalidArgument, "top_p: must be in (0, 1]"},
-        RuleCase{R"("top_p":1.0001)", StatusCode::kInvalidArgument, "top_p: must be in (0, 1]"},
+        RuleCase{R"("top_p":-0.1)", StatusCode::kInvalidArgument, "top_p: must be in [0, 1]"},
+        RuleCase{R"("top_p":1.0001)", StatusCode::kInvalidArgument, "top_p: must be in [0, 1]"},
         RuleCase{R"("top_k":-1)", StatusCode::kInvalidArgument, "top_k: must be at least 0"},
         RuleCase{R"("top_k":0.5)", StatusCode::kInvalidArgument, "top_k: not an integer"},
         RuleCase{R"("min_p":1.5)", StatusCode::kInvalidArgument, "min_p: must be in [0, 1]"},
         RuleCase{R"("min_p":-0.5)", StatusCode::kInvalidArgument, "min_p: must be in [0, 1]"},
         RuleCase{R"("repeat_penalty":0)", StatusCode::kInvalidArgument,
                  "repeat_penalty: must be in"},
-        RuleCase{R"("seed":-1)", StatusCode::kInvalidArgument,
-                 "seed: must be a non-negative integer"},
+        RuleCase{R"("seed":-1.5)", StatusCode::kInvalidArgument, "seed: not an integer"},
+        RuleCase{R"("repeat_last_n":-2)", StatusCode::kInvalidArgument,
+                 "repeat_last_n: must be at least -1"},
+        RuleCase{R"("n_predict":0)", StatusCode::kInvalidArgument, "n_predict: must be at least 1"},
+        RuleCase{R"("mirostat":2)", StatusCode::kInvalidArgument,
+                 "mirostat: mirostat sampling is not supported"},
+        RuleCase{R"("typical_p":0.5)", StatusCode::kInvalidArgument,
+                 "typical_p: typical sampling is not supported"},
         RuleCase{R"("seed":1.25)", StatusCode::kInvalidArgument, "seed: not an integer"},
         RuleCase{R"("seed":1e30)", StatusCode::kInvalidArgument, "seed: larger than"},
         RuleCase{R"("seed":"42")", StatusCode::kInvalidArgument, "seed: not an integer"},
@@ -327,6 +333,30 @@ INSTANTIATE_TEST_SUITE_P(
         RuleCase{R"("model":7)", StatusCode::kInvalidArgument, "model: not a string"},
         RuleCase{"\"model\":\"" + std::string(257, 'm') + "\"", StatusCode::kInvalidArgument,
                  "model: longer than 256 bytes"}));
+
+// As OpenAI and llama.cpp take them: top_p 0 (the most likely token), any 64-bit seed (-1:
+// llama.cpp's "random", as absent), llama.cpp's n_predict (below max_tokens; -1: the default) and
+// repeat_last_n (-1: the whole context), and its mirostat / typical_p at their "off" values.
+TEST(ApiChat, OpenAiAndLlamaCppValuesAreAccepted) {
+  auto r = ParseChatCompletion(Chat(R"("top_p":0,"seed":-5,"n_predict":3,"repeat_last_n":-1,)"
+                                    R"("mirostat":0,"typical_p":1)"),
+                               RequestLimits{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->sampling.top_p, 0.0f);
+  EXPECT_TRUE(r->sampling.has_seed);
+  EXPECT_EQ(r->sampling.seed, static_cast<uint64_t>(int64_t{-5}));
+  EXPECT_EQ(r->sampling.max_tokens, 3);
+  EXPECT_TRUE(r->sampling.has_max_tokens);
+  EXPECT_EQ(r->sampling.repeat_last_n, 2147483647);
+  auto random = ParseChatCompletion(Chat(R"("seed":-1,"n_predict":-1,"max_tokens":9)"), RequestLimits{});
+  ASSERT_TRUE(random.ok()) << random.status().ToString();
+  EXPECT_FALSE(random->sampling.has_seed);
+  EXPECT_EQ(random->sampling.max_tokens, 9);  // max_tokens wins over n_predict
+  auto defaults = ParseChatCompletion(Chat(R"("n_predict":-1,"repeat_last_n":0)"), RequestLimits{});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_FALSE(defaults->sampling.has_max_tokens);
+  EXPECT_EQ(defaults->sampling.repeat_last_n, 0);
+}
 
 TEST(ApiChat, BoundaryValuesAreAccepted) {
   auto r = ParseChatCompletion(

@@ -456,6 +456,24 @@ TEST(ServerGuard, MalformedStreamOptionsIs400) {
   EXPECT_EQ(r->status, 400);
   req["stream_options"] = 3;
   EXPECT_EQ(c->Post("/v1/chat/completions", req.dump(), "application/json")->status, 400);
+  // Without streaming it is refused too, as OpenAI answers.
+  json plain = ChatRequest("hi", 2, false);
+  plain["stream_options"] = {{"include_usage", true}};
+  EXPECT_EQ(c->Post("/v1/chat/completions", plain.dump(), "application/json")->status, 400);
+}
+
+// A 405 names the methods the path takes (RFC 9110).
+TEST(ServerGuard, MethodNotAllowedNamesTheAllowedMethods) {
+  auto server = StartServer({});
+  auto c = ClientOf(*server);
+  auto r = c->Get("/v1/chat/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  auto m = c->Post("/v1/models", "", "application/json");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 405);
+  EXPECT_EQ(m->get_header_value("Allow"), "GET, HEAD");
 }
 
 TEST(ServerGuard, AStreamingClientThatLeavesStillGetsItsAuditLine) {

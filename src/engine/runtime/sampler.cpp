@@ -19,7 +19,7 @@ Status ValidateSamplingParams(const SamplingParams& p) {
     return InvalidArgumentError("temperature must be a finite number <= 100");
   }
   if (p.top_k < 0) return InvalidArgumentError("top_k must be >= 0");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return InvalidArgumentError("top_p must be in (0, 1]");
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return InvalidArgumentError("top_p must be in [0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return InvalidArgumentError("min_p must be in [0, 1]");
   if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= 10.0f)) {
     return InvalidArgumentError("repeat_penalty must be in (0, 10]");

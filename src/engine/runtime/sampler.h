@@ -15,7 +15,7 @@ namespace vlmd::engine::runtime {
 struct SamplingParams {
   float temperature = 0.0f;     // <= 0: greedy (argmax, ties -> lowest id)
   int32_t top_k = 0;            // 0: off
-  float top_p = 1.0f;           // 1: off
+  float top_p = 1.0f;           // 1: off; 0: the most likely token only
   float min_p = 0.0f;           // 0: off; keeps tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1: off; divides positive logits (multiplies negative ones)
   int32_t repeat_last_n = 64;   // history window the penalty looks at
@@ -23,7 +23,7 @@ struct SamplingParams {
 };
 
 // INVALID_ARGUMENT naming the field when a parameter is out of range (negative top_k, top_p
-// outside (0, 1], NaN temperature, ...).
+// outside [0, 1], NaN temperature, ...).
 Status ValidateSamplingParams(const SamplingParams& p);
 
 struct TokenLogprob {

@@ -74,14 +74,24 @@ Status ParseSampling(const Json& obj, std::string_view prefix, const RequestLimi
   s.max_tokens =
       std::clamp<int32_t>(s.max_tokens, 1, std::max<int32_t>(limits.max_tokens_limit, 1));
   // OpenAI renamed max_tokens to max_completion_tokens; the newer name wins when both are sent.
+  // llama.cpp's n_predict counts too, below both; its -1 ("until the end") is the default here.
+  const Json* n_predict = FindField(obj, "n_predict");
+  const bool n_predict_default =
+      n_predict != nullptr && n_predict->is_number_integer() && n_predict->get<int64_t>() == -1;
+  if (!n_predict_default) {
+    VLMD_RETURN_IF_ERROR(ReadMaxTokens(obj, prefix, "n_predict", limits, &s.max_tokens));
+  }
   VLMD_RETURN_IF_ERROR(ReadMaxTokens(obj, prefix, "max_tokens", limits, &s.max_tokens));
   VLMD_RETURN_IF_ERROR(ReadMaxTokens(obj, prefix, "max_completion_tokens", limits, &s.max_tokens));
-  for (std::string_view key : {"max_tokens", "max_completion_tokens"}) {
-    if (const Json* v = FindField(obj, key); v != nullptr && !v->is_null()) s.has_max_tokens = true;
+  for (std::string_view key : {"n_predict", "max_tokens", "max_completion_tokens"}) {
+    if (const Json* v = FindField(obj, key); v != nullptr && !v->is_null()) {
+      s.has_max_tokens |= !(key == "n_predict" && n_predict_default);
+    }
   }
   VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "temperature", 0.0, false, kMaxTemperature,
                                          "[0, 2]", &s.temperature));
-  VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "top_p", 0.0, true, 1.0, "(0, 1]", &s.top_p));
+  // top_p 0 keeps the most likely token only (OpenAI takes [0, 1]; llama.cpp keeps one token).
+  VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "top_p", 0.0, false, 1.0, "[0, 1]", &s.top_p));
   VLMD_RETURN_IF_ERROR(
       ReadBoundedNumber(obj, prefix, "min_p", 0.0, false, 1.0, "[0, 1]", &s.min_p));
   VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "repeat_penalty", 0.0, true,
@@ -93,9 +103,34 @@ Status ParseSampling(const Json& obj, std::string_view prefix, const RequestLimi
     // Any k at or above the vocabulary size means "off"; clamping keeps that meaning.
     s.top_k = static_cast<int32_t>(std::min<int64_t>(k, std::numeric_limits<int32_t>::max()));
   }
+  if (const Json* v = FindField(obj, "repeat_last_n")) {
+    const std::string path = FieldPath(prefix, "repeat_last_n");
+    VLMD_ASSIGN_OR_RETURN(const int64_t n, ReadInteger(*v, path));
+    if (n < -1) return InvalidArgumentError(path + ": must be at least -1 (the whole context)");
+    // As llama.cpp: 0 turns the penalty off, -1 looks back over the whole context.
+    s.repeat_last_n = n == -1 ? std::numeric_limits<int32_t>::max()
+                              : static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
+  }
   if (const Json* v = FindField(obj, "seed")) {
-    VLMD_ASSIGN_OR_RETURN(s.seed, ReadUnsigned(*v, FieldPath(prefix, "seed")));
-    s.has_seed = true;
+    const std::string path = FieldPath(prefix, "seed");
+    if (v->is_number_integer() && !v->is_number_unsigned()) {
+      // OpenAI's seed is any 64-bit integer; llama.cpp's -1 asks for a random one (as absent).
+      VLMD_ASSIGN_OR_RETURN(const int64_t seed, ReadInteger(*v, path));
+      if (seed != -1) {
+        s.seed = static_cast<uint64_t>(seed);
+        s.has_seed = true;
+      }
+    } else {
+      VLMD_ASSIGN_OR_RETURN(s.seed, ReadUnsigned(*v, path));
+      s.has_seed = true;
+    }
+  }
+  // llama.cpp samplers vlmd does not have: refused by name rather than ignored.
+  if (const Json* v = FindField(obj, "mirostat"); v != nullptr && !v->is_null() && *v != 0) {
+    return InvalidArgumentError(FieldPath(prefix, "mirostat") + ": mirostat sampling is not supported by this server");
+  }
+  if (const Json* v = FindField(obj, "typical_p"); v != nullptr && !v->is_null() && *v != 1 && *v != 1.0) {
+    return InvalidArgumentError(FieldPath(prefix, "typical_p") + ": typical sampling is not supported by this server");
   }
   VLMD_RETURN_IF_ERROR(ReadStop(obj, prefix, limits, &s.stop));
   if (const Json* v = FindField(obj, "logprobs")) {

@@ -36,6 +36,7 @@ struct SamplingRequest {
   int32_t top_k = 0;          // 0 = off
   float min_p = 0.0f;
   float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;  // tokens the penalty looks back over (llama.cpp's default)
   uint64_t seed = 0;
   bool has_seed = false;        // absent: every request its own random seed
   bool has_max_tokens = false;  // absent: max_tokens, or what the context has left if less

@@ -336,6 +336,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   p.sampling.top_k = s.top_k;
   p.sampling.min_p = s.min_p;
   p.sampling.repeat_penalty = s.repeat_penalty;
+  p.sampling.repeat_last_n = s.repeat_last_n;
   // Without a seed each request samples differently (seed 0 for all made every "random" reply
   // the same); with one, the same request gives the same reply.
   p.sampling.seed = s.has_seed ? s.seed : std::random_device{}();

@@ -140,6 +140,16 @@ const Server::Handlers::Route* Server::Handlers::FindRoute(const std::string& me
   return nullptr;
 }
 
+std::string Server::Handlers::AllowedMethods(const std::string& path) const {
+  std::string allow;
+  for (const Route& r : routes_) {
+    if (!std::regex_match(path, r.pattern) || allow.find(r.method) != std::string::npos) continue;
+    allow += (allow.empty() ? "" : ", ") + r.method;
+    if (r.method == "GET") allow += ", HEAD";
+  }
+  return allow;
+}
+
 // Authentication before the body is read, so that clients without a valid key cannot make the
 // server buffer bodies: /admin/* needs the admin key, /v1/* a client key. /v1/models takes its
 // rate token here; the generation endpoints take theirs in Generate, which needs the client's
@@ -191,6 +201,7 @@ bool Server::Handlers::OnHead(HttpRequest& head, HttpResponse& res, size_t* body
     if (status == 405) {
       e.code = "method_not_allowed";
       e.message = "method " + head.method + " not allowed on " + head.path;
+      res.set_header("Allow", AllowedMethods(head.path));  // RFC 9110: a 405 names them
     }
     SendError(res, e);
     s_.metrics_->requests.With({RefusedRouteLabel(head.path), std::to_string(status)}).Inc();

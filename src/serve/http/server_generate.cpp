@@ -204,6 +204,10 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
         return fail({400, "invalid_request_error", "invalid_request",
                      "stream_options: expected {\"include_usage\": true|false}"});
       }
+      if (!body.value("stream", false)) {  // as OpenAI answers
+        return fail({400, "invalid_request_error", "invalid_request",
+                     "stream_options: only allowed when \"stream\" is true"});
+      }
       call->include_usage = so.value("include_usage", false);
     }
   }

@@ -68,6 +68,9 @@ class Server::Handlers : public FrontHandler {
   // The route for a request; null with *status 404 (no such path) or 405 (not this method).
   const Route* FindRoute(const std::string& method, const std::string& path,
                          std::vector<std::string>* matches, int* status) const;
+  // The methods of the routes whose pattern matches `path` ("POST", "GET, HEAD"), for a 405's
+  // Allow header.
+  std::string AllowedMethods(const std::string& path) const;
   // Authentication and rate limits before the body is read: false and `res` set when refused.
   bool Admit(const HttpRequest& head, HttpResponse& res);
 
