@@ -199,6 +199,7 @@ TEST_F(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
   const std::string content = full["choices"][0]["message"]["content"];
 
   req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
   std::string body;
   auto r = c->Post("/v1/chat/completions", req.dump(), "application/json");
   ASSERT_TRUE(r);
@@ -219,6 +220,12 @@ TEST_F(ServerApiTest, ChatStreamingConcatenatesToTheNonStreamingAnswer) {
     }
     const json chunk = json::parse(payload);
     EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    ASSERT_TRUE(chunk.contains("usage")) << payload;  // null but in the last (OpenAI's form)
+    if (chunk["choices"].empty()) {
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 10) << payload;
+      continue;
+    }
+    EXPECT_TRUE(chunk["usage"].is_null()) << payload;
     const json& d = chunk["choices"][0]["delta"];
     if (d.contains("content")) streamed += d["content"].get<std::string>();
     if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];

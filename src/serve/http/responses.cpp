@@ -155,7 +155,9 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
               {"delta", delta},
               {"logprobs", nullptr},
               {"finish_reason", nullptr}};
-  return Dump(ChatObject(ctx, "chat.completion.chunk", json::array({choice})));
+  json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
+  if (ctx.include_usage) j["usage"] = nullptr;
+  return Dump(j);
 }
 
 std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
@@ -165,6 +167,7 @@ std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
               {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)},
               {"finish_reason", std::string(OpenAiFinishReason(r.finish_reason))}};
   json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
+  if (ctx.include_usage) j["usage"] = nullptr;
   AddGuardFields(ctx, &j);
   return Dump(j);
 }

@@ -23,6 +23,8 @@ struct ReplyContext {
   int64_t created = 0;     // unix seconds
   double latency_ms = 0;
   bool logprobs = false;
+  // stream_options.include_usage: every chunk carries "usage": null but the last (OpenAI's form).
+  bool include_usage = false;
   // Guard-rail outcomes (issue 6), added to every reply object when set.
   std::string version;               // the serving model's version
   std::string route;                 // the route the request named ("" : a model directly)

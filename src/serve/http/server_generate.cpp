@@ -209,6 +209,7 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
                      "stream_options: only allowed when \"stream\" is true"});
       }
       call->include_usage = so.value("include_usage", false);
+      call->reply.include_usage = call->include_usage;
     }
   }
   // Redaction: the route's setting, else the model's, else the server's.
