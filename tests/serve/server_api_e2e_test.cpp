@@ -383,6 +383,12 @@ TEST_F(ServerApiTest, ImagesShrinkToLeaveMaxTokensOfTheContextOr422BeforeEncodin
   EXPECT_NE(refused->body.find("the context of 512"), std::string::npos) << refused->body;
   EXPECT_EQ(testing::MetricValue(c->Get("/metrics")->body, "vlm_embedding_success_total"), encoded)
       << "the refused request's image was encoded";
+  // The chat endpoint answers the same as OpenAI does: 400 context_length_exceeded.
+  const json chat{{"max_tokens", 510}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  auto openai = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(openai);
+  EXPECT_EQ(openai->status, 400) << openai->body;
+  EXPECT_EQ(json::parse(openai->body)["error"]["code"], "context_length_exceeded") << openai->body;
 }
 
 // Sampling without a seed differs between requests (all used seed 0: every "random" reply was

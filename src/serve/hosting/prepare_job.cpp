@@ -60,6 +60,11 @@ bool ReducedSizePlansAsFull(const rt::VlmEngine& e, engine::image::ImageSize ful
 
 }  // namespace
 
+bool IsContextOverflow(const Status& status) {
+  return status.code() == StatusCode::kResourceExhausted &&
+         status.message().find(kContextOverflowText) != std::string::npos;
+}
+
 Result<DecodedImage> DecodeTimed(const std::string& bytes,
                                  const engine::image::DecodeLimits& limits) {
   const auto t0 = Clock::now();
@@ -289,7 +294,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                     ? "with max_tokens " + std::to_string(request.sampling.max_tokens)
                                     : "with a reply of at least one token";
       return ResourceExhaustedError(
-          "the prompt needs " + std::to_string(total) + " tokens; " + reply + " the context of " +
+          "the prompt needs " + std::to_string(total) + " tokens; " + reply + std::string(kContextOverflowText) +
           std::to_string(e.options().n_ctx) + " leaves room for " +
           std::to_string(std::max<int64_t>(context_left, 0)) +
           (decoded.empty() ? std::string() : ", and the images cannot be reduced further"));

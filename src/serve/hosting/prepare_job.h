@@ -87,6 +87,12 @@ struct PreparedJob {
 // before the new frame shrinks. INVALID_ARGUMENT for a stream request with more than
 // one image. With `redactor`, faces and plates are covered in each decoded image before
 // anything else sees it. `first` (optional): the first image already decoded in full.
+// Whether PrepareJob refused the request because its prompt leaves the model's context no room
+// for the reply (RESOURCE_EXHAUSTED, as the token budget's refusal; the chat endpoint answers it
+// as OpenAI does: 400 context_length_exceeded). Its message holds kContextOverflowText.
+inline constexpr std::string_view kContextOverflowText = " the context of ";
+bool IsContextOverflow(const Status& status);
+
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream = {},
                                const redact::Redactor* redactor = nullptr,

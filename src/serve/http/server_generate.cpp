@@ -261,7 +261,15 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   call->routed_image.reset();
   call->prepare_t1 = Clock::now();
   redaction_slot.reset();
-  if (!prepared.ok()) return fail(api::FromStatus(prepared.status()));
+  if (!prepared.ok()) {
+    // OpenAI's answer to a prompt that leaves no room for the reply (its SDKs raise their
+    // BadRequestError, which context-length handling catches); the invoke API keeps its 422.
+    if (kind == Kind::kChat && IsContextOverflow(prepared.status())) {
+      return fail({400, "invalid_request_error", "context_length_exceeded",
+                   prepared.status().message()});
+    }
+    return fail(api::FromStatus(prepared.status()));
+  }
   call->prepared = std::move(*prepared);
   if (const auto& red = call->prepared.redaction) {
     call->reply.redaction = std::array<int, 2>{red->faces, red->plates};
