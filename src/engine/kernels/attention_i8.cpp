@@ -3,23 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace vlmd::engine::kernels {
 namespace {
-
-// The scale of a row whose largest magnitude is `amax` (any value non-finite: `bad`), and the
-// factor its values are multiplied by before rounding (0 for a row of zeros or a bad row, whose
-// bytes are then all 0).
-struct RowScale {
-  float scale, inv;
-};
-RowScale ScaleOf(float amax, bool bad) {
-  if (bad) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
-  // A row of zeros, or so small that 127 / amax overflows (amax < ~3.7e-37): zeros.
-  if (amax == 0.0f || !std::isfinite(127.0f / amax)) return {0.0f, 0.0f};
-  return {amax / 127.0f, 127.0f / amax};
-}
 
 int32_t RoundToInt(float x) { return static_cast<int32_t>(std::nearbyint(x)); }
 
@@ -36,11 +22,11 @@ void QuantizeQueriesI8Ref(const float* q, int64_t q_stride, int64_t rows, int64_
       bad |= !std::isfinite(v);
       amax = std::max(amax, std::fabs(v));
     }
-    const RowScale s = ScaleOf(amax, bad);
-    scales[r] = s.scale;
+    float inv;
+    RowScaleI8(amax, bad, &scales[r], &inv);
     uint8_t* out = dst + r * hd_pad;
     for (int64_t d = 0; d < hd_pad; ++d) {
-      const int32_t v = d < hd && !bad ? RoundToInt(x[d] * mul * s.inv) : 0;
+      const int32_t v = d < hd && !bad ? RoundToInt(x[d] * mul * inv) : 0;
       out[d] = static_cast<uint8_t>(v + 128);
     }
   }
@@ -70,12 +56,12 @@ void PackKeysI8Ref(const float* k, int64_t k_stride, int64_t n, int64_t hd, int6
       bad |= !std::isfinite(v);
       amax = std::max(amax, std::fabs(v));
     }
-    const RowScale s = ScaleOf(amax, bad);
-    scales[j] = s.scale;
+    float inv;
+    RowScaleI8(amax, bad, &scales[j], &inv);
     int32_t sum = 0;
     int8_t* panel = panels + (j / 16) * 16 * hd_pad;
     for (int64_t d = 0; d < hd; ++d) {
-      const int32_t v = bad ? 0 : RoundToInt((x[d] - mean[d]) * s.inv);
+      const int32_t v = bad ? 0 : RoundToInt((x[d] - mean[d]) * inv);
       panel[(d / 4) * 64 + (j % 16) * 4 + d % 4] = static_cast<int8_t>(v);
       sum += v;
     }

@@ -25,12 +25,30 @@
 // key, the padding keys' 0.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace vlmd::engine::kernels {
 
 inline int64_t KeyPanelsI8Keys(int64_t n) { return (n + 15) / 16 * 16; }
+
+// A row's scale and the factor its values are multiplied by before rounding, from its largest
+// magnitude `amax` (`bad`: a value is non-finite): NaN and 0 for a bad row, 0 and 0 for a row of
+// zeros or of values so small that 127 / amax overflows (their bytes are then all 0), else
+// amax / 127 and 127 / amax. Shared by the reference and the SIMD quantizers.
+inline void RowScaleI8(float amax, bool bad, float* scale, float* inv) {
+  if (bad) {
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    *inv = 0.0f;
+  } else if (amax == 0.0f || !std::isfinite(127.0f / amax)) {
+    *scale = *inv = 0.0f;
+  } else {
+    *scale = amax / 127.0f;
+    *inv = 127.0f / amax;
+  }
+}
 inline size_t KeyPanelsI8Bytes(int64_t n, int64_t hd_pad) {
   return static_cast<size_t>(KeyPanelsI8Keys(n)) * static_cast<size_t>(hd_pad);
 }

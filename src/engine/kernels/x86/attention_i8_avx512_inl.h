@@ -48,18 +48,6 @@ RowStats Stats(int64_t hd, Load load) {
   return {_mm512_reduce_max_ps(amax), bad != 0};
 }
 
-// scale and the factor before rounding, as attention_i8.cpp's ScaleOf.
-inline void ScaleOf(const RowStats& st, float* scale, float* inv) {
-  if (st.bad) {
-    *scale = std::numeric_limits<float>::quiet_NaN();
-    *inv = 0.0f;
-  } else if (st.amax == 0.0f || !std::isfinite(127.0f / st.amax)) {  // zeros, or too small
-    *scale = *inv = 0.0f;
-  } else {
-    *scale = st.amax / 127.0f;
-    *inv = 127.0f / st.amax;
-  }
-}
 
 void QuantizeQueries(const float* q, int64_t q_stride, int64_t rows, int64_t hd, int64_t hd_pad,
                      float mul, uint8_t* dst, float* scales) {
@@ -72,7 +60,7 @@ void QuantizeQueries(const float* q, int64_t q_stride, int64_t rows, int64_t hd,
     };
     const RowStats st = Stats(hd, load);
     float inv;
-    ScaleOf(st, &scales[r], &inv);
+    RowScaleI8(st.amax, st.bad, &scales[r], &inv);
     uint8_t* out = dst + r * hd_pad;
     const __m512 vinv = _mm512_set1_ps(inv);
     for (int64_t d = 0; d < hd_pad; d += 16) {
@@ -113,7 +101,7 @@ void PackKeys(const float* k, int64_t k_stride, int64_t n, int64_t hd, int64_t h
     };
     const RowStats st = Stats(hd, load);
     float inv;
-    ScaleOf(st, &scales[j], &inv);
+    RowScaleI8(st.amax, st.bad, &scales[j], &inv);
     bias[j] = 0;
     if (st.bad) continue;
     const __m512 vinv = _mm512_set1_ps(inv);
