@@ -33,6 +33,9 @@
 namespace vlmd::engine::kernels {
 
 inline int64_t KeyPanelsI8Keys(int64_t n) { return (n + 15) / 16 * 16; }
+inline size_t KeyPanelsI8Bytes(int64_t n, int64_t hd_pad) {
+  return static_cast<size_t>(KeyPanelsI8Keys(n)) * static_cast<size_t>(hd_pad);
+}
 
 // A row's scale and the factor its values are multiplied by before rounding, from its largest
 // magnitude `amax` (`bad`: a value is non-finite): NaN and 0 for a bad row, 0 and 0 for a row of
@@ -48,9 +51,6 @@ inline void RowScaleI8(float amax, bool bad, float* scale, float* inv) {
     *scale = amax / 127.0f;
     *inv = 127.0f / amax;
   }
-}
-inline size_t KeyPanelsI8Bytes(int64_t n, int64_t hd_pad) {
-  return static_cast<size_t>(KeyPanelsI8Keys(n)) * static_cast<size_t>(hd_pad);
 }
 
 // rows query rows (row r at q + r * q_stride, hd values) to dst (row r at dst + r * hd_pad bytes,

@@ -48,7 +48,6 @@ RowStats Stats(int64_t hd, Load load) {
   return {_mm512_reduce_max_ps(amax), bad != 0};
 }
 
-
 void QuantizeQueries(const float* q, int64_t q_stride, int64_t rows, int64_t hd, int64_t hd_pad,
                      float mul, uint8_t* dst, float* scales) {
   const __m512 vmul = _mm512_set1_ps(mul);

@@ -55,7 +55,6 @@ RowStats Stats(int64_t hd, Load load) {
   return {HorizontalMax(amax), bad != 0};
 }
 
-
 // The 8 int32 lanes of v (each in [-127, 127] + offset, fitting a byte) as 8 bytes.
 inline void StoreBytes(__m256i v, uint8_t* dst, int64_t n) {
   alignas(32) int32_t lanes[8];
