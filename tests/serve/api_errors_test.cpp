@@ -58,7 +58,8 @@ TEST(ApiErrors, BodyIsOpenAiShapedAndEscaped) {
   const auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << body;
   ASSERT_TRUE(j.contains("error"));
-  EXPECT_EQ(j["error"].size(), 3u);
+  EXPECT_EQ(j["error"].size(), 4u);
+  EXPECT_TRUE(j["error"]["param"].is_null());
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["code"], "invalid_request");
   // Invalid UTF-8 is replaced (U+FFFD), everything else survives the round trip.
@@ -66,6 +67,19 @@ TEST(ApiErrors, BodyIsOpenAiShapedAndEscaped) {
   EXPECT_EQ(body.find('\n'), std::string::npos);  // compact, one line
 }
 
+// OpenAI's `param`: the request field a 400 names at the start of its message, else null.
+TEST(ApiErrors, ParamNamesTheFieldAtFault) {
+  EXPECT_EQ(ErrorParam(FromStatus(InvalidArgumentError("messages[2].content[0].image_url.url: bad"))),
+            "messages[2].content[0].image_url.url");
+  EXPECT_EQ(ErrorParam(FromStatus(InvalidArgumentError("top_p: must be in [0, 1]"))), "top_p");
+  for (const char* msg : {"the prompt needs 9 tokens", "Attention: bad sizes", "x[]: y",
+                          "messages[a]: b", "top_p must be", "a.: b", ": b"}) {
+    EXPECT_EQ(ErrorParam(FromStatus(InvalidArgumentError(msg))), "") << msg;
+  }
+  EXPECT_EQ(ErrorParam(FromStatus(ResourceExhaustedError("max_tokens: too many"))), "");  // 422
+  const auto j = nlohmann::json::parse(ErrorBody(FromStatus(InvalidArgumentError("seed: bad"))));
+  EXPECT_EQ(j["error"]["param"], "seed");
+}
 
 // Retry-After in whole seconds, 1 to a day, whatever the limiter computed (a rate of 1e-12/s
 // gave a wait past any int).

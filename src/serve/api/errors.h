@@ -1,5 +1,5 @@
 // The single mapping from engine/serve Status to HTTP (HOUSE rule 4), and the JSON error body
-// every endpoint returns: {"error": {"message", "type", "code"}} (OpenAI's shape).
+// every endpoint returns: {"error": {"message", "type", "param", "code"}} (OpenAI's shape).
 #pragma once
 
 #include <string>
@@ -23,7 +23,12 @@ struct ApiError {
 // `code` overrides the default machine code derived from the status code when non-empty.
 ApiError FromStatus(const Status& status, std::string_view code = {});
 
-// {"error": {"message": ..., "type": ..., "code": ...}} as compact JSON text.
+// OpenAI's `param`: the request field a 400 is about, when its message starts with the field's
+// path and ": " (as the request parsers write them: "messages[0].content: missing"); else empty
+// (JSON null).
+std::string ErrorParam(const ApiError& error);
+
+// {"error": {"message": ..., "type": ..., "param": ..., "code": ...}} as compact JSON text.
 std::string ErrorBody(const ApiError& error);
 
 }  // namespace vlmd::serve::api
