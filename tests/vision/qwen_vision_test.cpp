@@ -146,8 +146,9 @@ TEST(QwenPreprocessTest, BudgetLevelsAreEverySmallerSizeDownToTheMinimum) {
   ASSERT_NE(le->encoder, nullptr) << error;
   const engine::models::VisionConfig& c = le->encoder->config();
   const int32_t align = c.patch_size * c.spatial_merge;
-  for (const auto& [w, h] : std::vector<std::pair<int32_t, int32_t>>{
+  for (const auto& size : std::vector<std::pair<int32_t, int32_t>>{
            {259, 1045}, {168, 112}, {4000, 3000}, {1, 3000}, {3000, 1}, {1045, 259}}) {
+    const int32_t w = size.first, h = size.second;  // (clang 15 cannot capture bindings)
     SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h));
     auto rows_at = [&](int32_t limit) {
       int32_t rw = 0, rh = 0;
