@@ -56,8 +56,9 @@ void CheckRequest(const vlmd::Result<GenerationRequest>& r, const RequestLimits&
   }
   const SamplingRequest& s = req.sampling;
   if (s.max_tokens < 1 || s.max_tokens > l.max_tokens_limit) __builtin_trap();
-  if (!(s.temperature >= 0 && s.temperature <= 2) || !(s.top_p > 0 && s.top_p <= 1))
+  if (!(s.temperature >= 0 && s.temperature <= 2) || !(s.top_p >= 0 && s.top_p <= 1))
     __builtin_trap();
+  if (s.repeat_last_n < 0) __builtin_trap();
   if (s.top_k < 0 || s.top_logprobs < 0 || s.top_logprobs > 20) __builtin_trap();
   if (s.stop.size() > static_cast<size_t>(l.max_stop_strings)) __builtin_trap();
   for (const std::string& stop : s.stop) {
