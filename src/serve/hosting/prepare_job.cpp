@@ -312,15 +312,12 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     in.image_prepare_ms.push_back(ms[i]);
     if (level[i] > 0) {  // the size the model would have used, and the one the budget chose
       const engine::models::ImagePlan& own = levels_of[i][0];
+      if (static_cast<int>(i) == first_shrunk) job.budget_first = job.budget.size();
       job.budget.push_back(BudgetAction{static_cast<int>(i), {own.width, own.height},
                                         {plans[i].width, plans[i].height}});
     }
     in.images.push_back(std::move(img));
   }
-  // The first image shrunk leads (the reply's top-level budget, as before), the others follow in
-  // request order.
-  std::stable_partition(job.budget.begin(), job.budget.end(),
-                        [&](const BudgetAction& b) { return b.index == first_shrunk; });
   job.image_tokens = total - job.text_tokens;  // the context frames' and wrapper tokens included
   if (job.stream && !decoded.empty()) {
     VLMD_ASSIGN_OR_RETURN(job.stream->frame_tokens, frame_rows(decoded.front(), level.front()));

@@ -69,9 +69,10 @@ struct PreparedJob {
   double image_decode_ms = 0;  // decode + preprocess, all images
   int64_t text_tokens = 0;
   int64_t image_tokens = 0;
-  // Every image that shrank: the first one the budget made smaller, then the others in request
-  // order.
+  // Every image that shrank, in request order; budget_first: the one the budget made smaller
+  // first (the reply's top-level entry), an index into `budget`.
   std::vector<BudgetAction> budget;
+  size_t budget_first = 0;
   std::optional<StreamPart> stream;
   // With a redactor: what it covered in the request's images (regions not kept) and its time.
   std::optional<redact::Redaction> redaction;

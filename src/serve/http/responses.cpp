@@ -118,14 +118,10 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
   if (!prepared.budget.empty()) {
     // The first image the budget made smaller at the top level (as before), every one that
     // shrank in "images", in request order.
-    const BudgetAction& first = prepared.budget.front();
-    std::vector<const BudgetAction*> in_order;
-    for (const BudgetAction& b : prepared.budget) in_order.push_back(&b);
-    std::sort(in_order.begin(), in_order.end(),
-              [](const BudgetAction* a, const BudgetAction* b) { return a->index < b->index; });
+    const BudgetAction& first = prepared.budget[prepared.budget_first];
     json images = json::array();
-    for (const BudgetAction* b : in_order) {
-      images.push_back({{"index", b->index}, {"downsampled_from", b->from}, {"to", b->to}});
+    for (const BudgetAction& b : prepared.budget) {
+      images.push_back({{"index", b.index}, {"downsampled_from", b.from}, {"to", b.to}});
     }
     j["budget"] = {{"downsampled_from", first.from}, {"to", first.to}, {"images", images}};
   }
