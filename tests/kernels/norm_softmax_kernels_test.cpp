@@ -2,9 +2,12 @@
 // with tolerances from first-order rounding-error bounds, and the ref table against
 // double-precision formulas.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -297,6 +300,79 @@ TEST(OpKernelsRef, NormsAndSoftmaxMatchDoubleFormulas) {
       EXPECT_NEAR(ln[i], l, 2 * kU * std::fabs(l) + kU * std::fabs(b[i]) + kTiny)
           << "layer_norm n=" << n << " i=" << i;
       EXPECT_NEAR(sm[i], p, 2 * kU * p + kTiny) << "softmax n=" << n << " i=" << i;
+    }
+  }
+}
+
+// n floats that end where an inaccessible page begins: a kernel that loads or stores a whole
+// vector over a row's tail (Highway's NEON masked load / blended store did) faults here instead
+// of reading past the buffer or writing the next row back behind another thread's back.
+class RowBeforeGuardPage {
+ public:
+  explicit RowBeforeGuardPage(const std::vector<float>& values) {
+    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* m = mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(m, MAP_FAILED);
+    base_ = static_cast<char*>(m);
+    EXPECT_EQ(mprotect(base_ + page_, page_, PROT_NONE), 0);
+    data_ = reinterpret_cast<float*>(base_ + page_) - values.size();
+    std::memcpy(data_, values.data(), values.size() * sizeof(float));
+  }
+  ~RowBeforeGuardPage() { munmap(base_, 2 * page_); }
+  RowBeforeGuardPage(const RowBeforeGuardPage&) = delete;
+  RowBeforeGuardPage& operator=(const RowBeforeGuardPage&) = delete;
+  float* data() { return data_; }
+  std::vector<float> values(size_t n) const { return std::vector<float>(data_, data_ + n); }
+
+ private:
+  size_t page_ = 0;
+  char* base_ = nullptr;
+  float* data_ = nullptr;
+};
+
+TEST(OpKernels, RowTailsStayInsideTheirBuffers) {
+  for (const Isa isa : AvailableIsas()) {
+    const KernelTable& kt = GetKernelTable(isa);
+    for (int64_t n : {1, 3, 5, 7, 13, 17, 31}) {
+      const auto x = RandomNormal(n, 61 + n, 2.0f);
+      const auto w = RandomNormal(n, 62 + n);
+      const auto b = RandomNormal(n, 63 + n);
+      const size_t un = static_cast<size_t>(n);
+      RowBeforeGuardPage gx(x), gw(w), gb(b), gy(std::vector<float>(un, 0.0f));
+      std::vector<float> want(un);
+
+      kt.rms_norm(x.data(), w.data(), want.data(), n, 1e-6f);
+      kt.rms_norm(gx.data(), gw.data(), gy.data(), n, 1e-6f);
+      EXPECT_EQ(gy.values(un), want) << Vars("rms_norm", isa, n);
+      kt.layer_norm(x.data(), w.data(), b.data(), want.data(), n, 1e-5f);
+      kt.layer_norm(gx.data(), gw.data(), gb.data(), gy.data(), n, 1e-5f);
+      EXPECT_EQ(gy.values(un), want) << Vars("layer_norm", isa, n);
+      for (auto fn : {kt.gelu_tanh, kt.gelu_erf, kt.gelu_quick, kt.silu, kt.round_f16}) {
+        fn(x.data(), want.data(), n);
+        fn(gx.data(), gy.data(), n);
+        EXPECT_EQ(gy.values(un), want) << Vars("unary", isa, n);
+      }
+      kt.swiglu(x.data(), w.data(), want.data(), n);
+      kt.swiglu(gx.data(), gw.data(), gy.data(), n);
+      EXPECT_EQ(gy.values(un), want) << Vars("swiglu", isa, n);
+      const float sum_want = kt.exp_sub_sum(x.data(), 1.0f, want.data(), n);
+      const float sum_got = kt.exp_sub_sum(gx.data(), 1.0f, gy.data(), n);
+      EXPECT_EQ(sum_got, sum_want) << Vars("exp_sub_sum", isa, n);
+      EXPECT_EQ(gy.values(un), want) << Vars("exp_sub_sum", isa, n);
+      want = x;
+      kt.softmax(want.data(), n);
+      kt.softmax(gx.data(), n);
+      EXPECT_EQ(gx.values(un), want) << Vars("softmax", isa, n);
+      // One query against one cache row, both of n floats ending at a guard page.
+      float dot_want = 0, dot_got = 0;
+      kt.dot_rows_f32(w.data(), 1, b.data(), un * sizeof(float), 1, n, &dot_want, 1);
+      kt.dot_rows_f32(gw.data(), 1, gb.data(), un * sizeof(float), 1, n, &dot_got, 1);
+      EXPECT_EQ(dot_got, dot_want) << Vars("dot_rows_f32", isa, n);
+      const float p = 0.5f;
+      want = w;
+      kt.axpy_rows_f32(&p, 1, 1, b.data(), un * sizeof(float), 1, n, want.data());
+      kt.axpy_rows_f32(&p, 1, 1, gb.data(), un * sizeof(float), 1, n, gw.data());
+      EXPECT_EQ(gw.values(un), want) << Vars("axpy_rows_f32", isa, n);
     }
   }
 }

@@ -40,11 +40,29 @@ HWY_INLINE VF ExpClamped(DF d, VF arg) {
   return hn::IfThenElse(hn::IsNaN(arg), arg, e);
 }
 
+// The first `remaining` (< lanes) floats at p; lanes past them read as 0 and are never written.
+// x86 has masked loads and stores that leave the other lanes' memory alone. Highway's NEON
+// MaskedLoad / BlendedStore load (and store back) the whole vector: that reads past the end of a
+// buffer, and the store rewrites the floats after p with the values it read, racing with the
+// thread that owns them (rows split over threads: a flaky ops test caught it under qemu). On
+// NEON the tail goes through a stack buffer instead.
 HWY_INLINE VF LoadTail(DF d, const float* p, int64_t remaining) {
+#if HWY_TARGET == HWY_NEON
+  alignas(64) float buf[hn::MaxLanes(DF())] = {};
+  std::memcpy(buf, p, static_cast<size_t>(remaining) * sizeof(float));
+  return hn::Load(d, buf);
+#else
   return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(remaining)), d, p);
+#endif
 }
 HWY_INLINE void StoreTail(VF v, DF d, float* p, int64_t remaining) {
+#if HWY_TARGET == HWY_NEON
+  alignas(64) float buf[hn::MaxLanes(DF())];
+  hn::Store(v, d, buf);
+  std::memcpy(p, buf, static_cast<size_t>(remaining) * sizeof(float));
+#else
   hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(remaining)), d, p);
+#endif
 }
 
 // y[i] = f(x[i]); masked tail lanes see 0, which every f here maps to a finite value.
@@ -173,7 +191,7 @@ float MaxOf(const float* x, int64_t n) {
   for (; i + lanes <= n; i += lanes) m = hn::Max(m, hn::LoadU(d, x + i));
   if (i < n) {
     const auto mask = hn::FirstN(d, static_cast<size_t>(n - i));
-    m = hn::Max(m, hn::IfThenElse(mask, hn::MaskedLoad(mask, d, x + i), neg_inf));
+    m = hn::Max(m, hn::IfThenElse(mask, LoadTail(d, x + i, n - i), neg_inf));
   }
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
@@ -191,9 +209,9 @@ float ExpSubSum(const float* x, float max, float* y, int64_t n) {
   }
   if (i < n) {
     const auto mask = hn::FirstN(d, static_cast<size_t>(n - i));
-    const VF e = hn::IfThenElseZero(
-        mask, ExpClamped(d, hn::Sub(hn::MaskedLoad(mask, d, x + i), vmax)));
-    hn::BlendedStore(e, mask, d, y + i);
+    const VF e =
+        hn::IfThenElseZero(mask, ExpClamped(d, hn::Sub(LoadTail(d, x + i, n - i), vmax)));
+    StoreTail(e, d, y + i, n - i);
     sum = hn::Add(sum, e);
   }
   return hn::GetLane(hn::SumOfLanes(d, sum));
