@@ -5,6 +5,7 @@
 // one thread).
 //   vlmd_bench_matmul --benchmark_filter='gemv/q4_0' --benchmark_repetitions=5
 //   vlmd_bench_matmul --benchmark_filter='tile_attention/'
+//   vlmd_bench_matmul --benchmark_filter='gemm_tiles/amx/.*/t2'
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -94,6 +95,57 @@ void BM_Matmul(benchmark::State& state, DType type, Isa isa, int64_t m, int64_t 
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * iters / 1e9,
                                                  benchmark::Counter::kIsRate);
+}
+
+// ops::TileMatMul as the vision encoders call it (fast precision on AMX): m bf16 activation
+// rows times an n x k F16 weight packed as bf16 tiles, with a bias; `out` says what the block
+// does with the product: bf16 rows (q/k/v, the FFN's up projection with GELU) or added into the
+// f32 residual stream (the output and down projections).
+enum class TileOut { kBf16, kBf16Gelu, kAddF32 };
+void BM_TileGemm(benchmark::State& state, Isa isa, int64_t m, int64_t n, int64_t k, TileOut out,
+                 int threads) {
+  const kernels::KernelTable& kt = kernels::GetKernelTable(isa);
+  const std::vector<uint8_t>& w = Weights(DType::kF16, n, k);
+  ops::WeightView wv{DType::kF16, n, k, w.data(), 0};
+  ops::PackedStore store;
+  ops::WeightPacking packing{&kt, ops::Precision::kFast};
+  packing.bf16_tiles = true;
+  const Status packed = ops::PackWeight(packing, &wv, &store);
+  if (!packed.ok() || wv.tiles == nullptr) {
+    state.SkipWithError(packed.ok() ? "no tile unit on this ISA" : packed.ToString().c_str());
+    return;
+  }
+  const int64_t lda = kernels::TileRowStride(kernels::TileBf16Matrix::PaddedK(k));
+  const int64_t ldo16 = kernels::TileRowStride(n);
+  const int64_t rows = (m + 15) / 16 * 16;
+  std::vector<uint16_t> a(static_cast<size_t>(rows * lda), 0);
+  const std::vector<float> af = RandomFloats(m * k, 7);
+  for (int64_t r = 0; r < m; ++r) kt.to_bf16(af.data() + r * k, a.data() + r * lda, k);
+  const std::vector<float> bias = RandomFloats(n, 8);
+  std::vector<float> out32(static_cast<size_t>(m * n));
+  std::vector<uint16_t> out16(static_cast<size_t>(rows * ldo16));
+  kernels::TileBf16Args args{.a = a.data(), .lda = lda, .bias = bias.data()};
+  if (out == TileOut::kAddF32) {
+    args.out = out32.data();
+    args.ldo = n;
+    args.accumulate = true;
+  } else {
+    args.out_bf16 = out16.data();
+    args.ldo_bf16 = ldo16;
+    if (out == TileOut::kBf16Gelu) args.act = kt.gelu_tanh_fast;
+  }
+  ThreadPool* pool = Pool(threads);
+  for (auto _ : state) {
+    const Status s = ops::TileMatMul(kt, pool, *wv.tiles, args, m);
+    if (!s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out32.data());
+    benchmark::DoNotOptimize(out16.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 // Reads `bytes` with `threads` threads (each a disjoint slice), summing 64-bit words: the
@@ -261,6 +313,27 @@ void RegisterAll() {
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }
+      }
+      // The encoders' products on the tile unit: Qwen3-VL-2B's ViT at 448x448 (784 patches,
+      // d 1024, ffn 4096) and SigLIP-B at 512 (1024 patches, d 768, ffn 3072).
+      struct TileShape {
+        int64_t m, n, k;
+        TileOut out;
+        const char* what;
+      };
+      const TileShape tile_shapes[] = {
+          {784, 1024, 1024, TileOut::kBf16, "qkv"},   {784, 1024, 1024, TileOut::kAddF32, "o"},
+          {784, 4096, 1024, TileOut::kBf16Gelu, "up"}, {784, 1024, 4096, TileOut::kAddF32, "down"},
+          {784, 4096, 1024, TileOut::kBf16, "upnoact"},
+          {1024, 768, 768, TileOut::kBf16, "qkv"},    {1024, 3072, 768, TileOut::kBf16Gelu, "up"},
+          {1024, 768, 3072, TileOut::kAddF32, "down"}};
+      for (const TileShape& s : tile_shapes) {
+        const std::string name = "gemm_tiles/" + isa_name + "/" + s.what + "_m" +
+                                 std::to_string(s.m) + "_n" + std::to_string(s.n) + "_k" +
+                                 std::to_string(s.k) + "/t" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_TileGemm, isa, s.m, s.n, s.k, s.out, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
       }
       for (DType t : gemm_types) {
         for (int64_t m : gemm_rows) {

@@ -48,8 +48,9 @@ void F16ToBf16(const uint16_t* x, uint16_t* y, int64_t n) {
 // x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3), in the overflow-free form with
 // z = 2^(-|a| log2 e): x / (1 + z) for a < 0, x z / (1 + z) otherwise; 1 / (1 + z), in [1/2, 1],
 // is the 14-bit reciprocal estimate. The relative bound holds down to x ~ -8.7; below, where
-// the true value is under 2^-126 |x|, the result may be a denormal or 0 (the bf16 rounding may
-// make them 0 anyway). x = -inf gives NaN (the encoder's final check reports it).
+// the true value is under 2^-126 |x|, the result is -0 (z is 0 there: never a denormal, which
+// would cost a microcode assist per value; see Exp2NonPositive). x = -inf gives NaN (the
+// encoder's final check reports it).
 void GeluTanhFast(const float* x, float* y, int64_t n) {
   const __m512 k = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f);  // in log2 units
   const __m512 k3 = _mm512_set1_ps(-2.0f * 0.7978845608f * 1.44269504f * 0.044715f);
@@ -60,8 +61,7 @@ void GeluTanhFast(const float* x, float* y, int64_t n) {
                                        : static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 v = _mm512_maskz_loadu_ps(mask, x + i);
     const __m512 a = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), k3, k));
-    // 2^-|a|, which is 0 for |a| >= 200 (x below about -12), so that the result is then -0 for
-    // any x.
+    // 2^-|a|, which is 0 for |a| > 126 (x below about -10), so that the result is then -0.
     const __m512 z = Exp2NonPositive(_mm512_or_ps(a, sign), -200.0f);
     const __m512 r = _mm512_rcp14_ps(_mm512_add_ps(one, z));
     const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ),

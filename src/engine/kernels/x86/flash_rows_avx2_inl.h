@@ -19,8 +19,8 @@ namespace {  // internal linkage: see flash_attention_inl.h
 
 // 2^t for t <= 8 (the softmax terms 2^(s - m)): 2^f for f = t - floor(t) in [0, 1) from the
 // polynomial of the AVX-512 Exp2NonPositive, times 2^floor(t) written as exponent bits. t is
-// clamped at -127, whose exponent field 0 makes the result exactly 0 (the AVX-512 version
-// clamps at -150 and may return denormals: both are below 2^-126 of the row's largest term);
+// clamped at -127, whose exponent field 0 makes the result exactly 0 (as the AVX-512 version
+// gives 0 below -126: never a denormal);
 // a NaN passes through (vmaxps returns its second operand when either is NaN), and +inf gives
 // NaN (f = inf - inf), as the softmax documents.
 inline __m256 Exp2Avx2(__m256 t) {
