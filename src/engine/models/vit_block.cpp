@@ -297,7 +297,9 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
     }
     GrowScratch(ctx->xn, n * d);
     VLMD_RETURN_IF_ERROR(Norm(spec, kt, pool, x, w, b, ctx->xn.data(), n));
-    for (int64_t r = 0; r < n; ++r) kt.to_bf16(ctx->xn.data() + r * d, xn16 + r * ld, d);
+    ops::internal::ForRanges(pool, n, d, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) kt.to_bf16(ctx->xn.data() + r * d, xn16 + r * ld, d);
+    });
     return Status::Ok();
   };
   const float q_scale = TileQueryScale(hd);
@@ -319,12 +321,14 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
       VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->q.data(), rows));
       VLMD_RETURN_IF_ERROR(Rope(spec, kt, pool, ctx->k.data(), rows));
     }
-    for (int64_t r = 0; r < n; ++r) {
-      float* qr = ctx->q.data() + r * d;
-      for (int64_t i = 0; i < d; ++i) qr[i] *= q_scale;
-      kt.to_bf16(qr, q16 + r * ld, d);
-      kt.to_bf16(ctx->k.data() + r * d, k16 + r * ld, d);
-    }
+    ops::internal::ForRanges(pool, n, 2 * d, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* qr = ctx->q.data() + r * d;
+        for (int64_t i = 0; i < d; ++i) qr[i] *= q_scale;
+        kt.to_bf16(qr, q16 + r * ld, d);
+        kt.to_bf16(ctx->k.data() + r * d, k16 + r * ld, d);
+      }
+    });
   }
   VLMD_RETURN_IF_ERROR(product(L.wv, to_bf16(xn16, ld, v16, ld, OrNull(L.bv))));
   VLMD_RETURN_IF_ERROR(AttendTiles(spec, rows, q16, k16, v16, ld, attn16, ctx));
@@ -337,7 +341,9 @@ Status RunBlockTiles(const VitBlockSpec& spec, const VitBlockWeights& L, const V
     VLMD_RETURN_IF_ERROR(product(L.w_up, to_f32(xn16, ld, up, ff, OrNull(L.b_up))));
     VLMD_RETURN_IF_ERROR(product(L.w_gate, to_f32(xn16, ld, gate, ff, OrNull(L.b_gate))));
     VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, gate, up, up, n * ff));
-    for (int64_t r = 0; r < n; ++r) kt.to_bf16(up + r * ff, ff16 + r * ld_ff, ff);
+    ops::internal::ForRanges(pool, n, ff, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) kt.to_bf16(up + r * ff, ff16 + r * ld_ff, ff);
+    });
   } else {
     kernels::TileBf16Args up_args = to_bf16(xn16, ld, ff16, ld_ff, OrNull(L.b_up));
     up_args.act = FastActivation(kt, spec.ffn_act);
