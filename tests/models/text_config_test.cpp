@@ -125,5 +125,43 @@ TEST(TextConfigTest, ZeroHeadSizeAndInfiniteEpsilonAreRefused) {
       << eps.status().ToString();
 }
 
+// A tensor the decoder does not read means a variant it does not run (here an output-projection
+// bias, which llama.cpp's llama architecture applies when a file has it): refused at load naming
+// the tensor, as llama.cpp refuses a file with tensors it did not create. The same file without
+// it loads.
+TEST(TextConfigTest, TensorsTheDecoderDoesNotReadAreRefused) {
+  auto src = GgufFile::Open(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"));
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  for (bool extra : {false, true}) {
+    GgufWriter w;
+    for (const auto& kv : (*src)->metadata()) {
+      if (kv.key != "general.alignment") w.SetValue(kv.key, kv.value);
+    }
+    for (const gguf::TensorInfo& t : (*src)->tensors()) {
+      std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+      ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, std::span<const uint8_t>(t.data, t.nbytes)).ok());
+    }
+    const gguf::TensorInfo* norm = (*src)->FindTensor("output_norm.weight");
+    ASSERT_NE(norm, nullptr);
+    if (extra) {  // d_model f32 values, the shape of the bias
+      const std::vector<int64_t> ne = {norm->ne[0]};
+      ASSERT_TRUE(w.AddTensor("blk.0.attn_output.bias", norm->type, ne,
+                              std::span<const uint8_t>(norm->data, norm->nbytes))
+                      .ok());
+    }
+    auto file = GgufFile::FromBytes(w.WriteBytes());
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto m = TextDecoder::Load(std::shared_ptr<const GgufFile>(std::move(*file)));
+    if (!extra) {
+      EXPECT_TRUE(m.ok()) << m.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(m.status().ToString().find("blk.0.attn_output.bias"), std::string::npos)
+        << m.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace vlmd::engine::models

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <memory>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -226,6 +228,9 @@ struct GgufFile::Impl {
   std::vector<TensorInfo> tensors;
   std::unordered_map<std::string_view, size_t> key_index;
   std::unordered_map<std::string_view, size_t> tensor_index;
+  // looked_up[i]: FindTensor has returned tensor i (relaxed atomics: lookups may come from
+  // several threads; only "ever" matters).
+  std::unique_ptr<std::atomic<bool>[]> looked_up;
 
   ~Impl() {
     if (mapping != nullptr) munmap(mapping, size);
@@ -449,6 +454,7 @@ Status GgufFile::Impl::Parse(const OpenOptions& opts) {
                          " starts past end of file (size " + std::to_string(size) + ")");
   }
   for (TensorInfo& t : tensors) VLMD_RETURN_IF_ERROR(CheckTensorData(t));
+  looked_up = std::make_unique<std::atomic<bool>[]>(tensors.size());
   return Status::Ok();
 }
 
@@ -536,7 +542,17 @@ const MetadataValue* GgufFile::Find(std::string_view key) const {
 
 const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
   auto it = impl_->tensor_index.find(name);
-  return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
+  if (it == impl_->tensor_index.end()) return nullptr;
+  impl_->looked_up[it->second].store(true, std::memory_order_relaxed);
+  return &impl_->tensors[it->second];
+}
+
+std::vector<std::string_view> GgufFile::TensorsNeverLookedUp() const {
+  std::vector<std::string_view> names;
+  for (size_t i = 0; i < impl_->tensors.size(); ++i) {
+    if (!impl_->looked_up[i].load(std::memory_order_relaxed)) names.push_back(impl_->tensors[i].name);
+  }
+  return names;
 }
 
 uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {

@@ -125,6 +125,11 @@ class GgufFile {
 
   const std::vector<TensorInfo>& tensors() const;
   const TensorInfo* FindTensor(std::string_view name) const;  // nullptr if absent
+  // The tensors FindTensor has never returned, in file order: after a model's load, the ones it
+  // does not use. llama.cpp refuses such a file ("wrong number of tensors"): a tensor nobody reads
+  // is usually part of a variant the loader does not know (a bias, a norm), which would run
+  // without it and give wrong answers, so the loaders refuse it too (RefuseUnusedTensors).
+  std::vector<std::string_view> TensorsNeverLookedUp() const;
 
   // Drops the resident pages wholly inside [data, data + size) of the mapping (madvise
   // MADV_DONTNEED): for tensors the engine has copied into its own layout and will not read

@@ -140,6 +140,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     if (!tied) m->released_bytes_ += ReleasePackedRows(f, m->output_);  // tied: still the lookup table
   }
   m->weight_bytes_ = bytes;
+  VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "text model"));
   return m;
 }
 

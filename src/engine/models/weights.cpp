@@ -1,6 +1,9 @@
 // Tensor lookup with shape checks (see weights.h).
 #include "engine/models/weights.h"
 
+#include <algorithm>
+#include <string>
+
 #include "engine/tensor/quantize.h"
 
 namespace vlmd::engine::models {
@@ -89,6 +92,20 @@ Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string&
                                           std::initializer_list<int64_t> shape) {
   if (file.FindTensor(name) == nullptr) return F32Weights{};
   return GetF32(file, name, shape);
+}
+
+Status RefuseUnusedTensors(const gguf::GgufFile& file, std::string_view what) {
+  const std::vector<std::string_view> unused = file.TensorsNeverLookedUp();
+  if (unused.empty()) return Status::Ok();
+  std::string names;
+  constexpr size_t kShown = 8;
+  for (size_t i = 0; i < std::min(unused.size(), kShown); ++i) {
+    names += (i > 0 ? ", " : "") + std::string(unused[i]);
+  }
+  if (unused.size() > kShown) names += ", ... (" + std::to_string(unused.size()) + " in all)";
+  return UnimplementedError(std::string(what) + ": the file has tensors vlmd does not use, so it " +
+                            "is a variant vlmd does not run (it would run without them and give " +
+                            "wrong answers): " + names);
 }
 
 Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out) {

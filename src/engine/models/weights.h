@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/large_alloc.h"
@@ -51,6 +52,12 @@ Result<ops::WeightView> GetPatchKernel(const gguf::GgufFile& file, const std::st
 uint64_t ReleasePackedRows(const gguf::GgufFile& file, const ops::WeightView& w);
 // The same for rows that a fused packed matrix replaced (the parts of PackFusedWeights).
 uint64_t ReleaseRows(const gguf::GgufFile& file, const ops::WeightView& w);
+
+// UNIMPLEMENTED when `file` holds tensors that its model's loader never looked up (after the
+// whole load): a variant vlmd does not run (an extra bias, norm or projection it would silently
+// skip). The error names them (`what`: "text model", "vision model"), as llama.cpp refuses such
+// a file.
+Status RefuseUnusedTensors(const gguf::GgufFile& file, std::string_view what);
 
 // Dequantizes row `row` of a weight matrix into out[0 .. w.k) (embedding lookups).
 Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out);
