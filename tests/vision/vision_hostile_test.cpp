@@ -14,11 +14,13 @@ using engine::gguf::GgufFile;
 using engine::gguf::GgufWriter;
 
 // Rebuilds tiny-llava's mmproj: every key (with `key_override` applied) and every tensor except
-// `drop`; `reshape` gets shape {64, 64} -> {32, 128} (same bytes, wrong shape).
+// `drop`; `reshape` gets shape {64, 64} -> {32, 128} (same bytes, wrong shape); `extra`, when
+// set, is a copy of v.blk.0.ln1.weight under that name.
 Result<std::unique_ptr<engine::models::VisionEncoder>> LoadModified(
     const std::string& drop, const std::string& reshape,
     void (*key_override)(GgufWriter&) = nullptr,
-    const std::string& fixture = "tiny-llava", const std::string& drop_key = "") {
+    const std::string& fixture = "tiny-llava", const std::string& drop_key = "",
+    const std::string& extra = "") {
   auto src = GgufFile::Open(FixturePath(fixture + "/mmproj.gguf"));
   if (!src.ok()) return src.status();
   GgufWriter w;
@@ -33,6 +35,10 @@ Result<std::unique_ptr<engine::models::VisionEncoder>> LoadModified(
     if (t.name == reshape) ne = {ne[0] / 2, ne[1] * 2};
     Status s = w.AddTensor(t.name, t.type, ne, std::span<const uint8_t>(t.data, t.nbytes));
     if (!s.ok()) return s;
+    if (!extra.empty() && t.name == "v.blk.0.ln1.weight") {
+      s = w.AddTensor(extra, t.type, ne, std::span<const uint8_t>(t.data, t.nbytes));
+      if (!s.ok()) return s;
+    }
   }
   auto file = GgufFile::FromBytes(w.WriteBytes());
   if (!file.ok()) return file.status();
@@ -43,6 +49,23 @@ Result<std::unique_ptr<engine::models::VisionEncoder>> LoadModified(
 TEST(VisionHostileTest, UnmodifiedCopyLoads) {
   auto enc = LoadModified("", "");
   ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+}
+
+// A tensor the encoder never reads (a norm of a variant it does not run) is refused naming it,
+// for a CLIP tower and for the Qwen ViT; the blocks LLaVA skips past its feature layer (the
+// fixture has one) and LLaVA-1.6's unused v.image_newline are not such tensors.
+TEST(VisionHostileTest, TensorsTheEncoderDoesNotReadAreRefused) {
+  for (const char* fixture : {"tiny-llava", "tiny-qwen3vl"}) {
+    auto enc = LoadModified("", "", nullptr, fixture, "", "v.blk.0.ln3.weight");
+    ASSERT_FALSE(enc.ok()) << fixture;
+    EXPECT_EQ(enc.status().code(), StatusCode::kUnimplemented) << enc.status().ToString();
+    EXPECT_NE(enc.status().ToString().find("v.blk.0.ln3.weight"), std::string::npos)
+        << enc.status().ToString();
+  }
+  for (const char* fixture : {"tiny-llava", "tiny-llava16", "tiny-qwen3vl"}) {
+    auto enc = LoadModified("", "", nullptr, fixture);
+    EXPECT_TRUE(enc.ok()) << fixture << ": " << enc.status().ToString();
+  }
 }
 
 TEST(VisionHostileTest, MissingTensorIsNotFoundNamingIt) {

@@ -53,6 +53,9 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
                           LoadVitBlock(f, l, m->block_, tensors, packing, &m->packed_, &m->released_));
     m->layers_.push_back(std::move(block));
   }
+  for (int32_t l = m->n_layers_used_; l < c.n_layers; ++l) {
+    SkipTensors(f, "v.blk." + std::to_string(l) + ".");  // never run (feature layer)
+  }
   return m;
 }
 

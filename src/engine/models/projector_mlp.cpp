@@ -22,6 +22,9 @@ Result<std::unique_ptr<MlpProjector>> MlpProjector::Load(const gguf::GgufFile& f
   VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->w0_, &p->packed_));
   VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &p->w2_, &p->packed_));
   p->released_ += ReleasePackedRows(f, p->w0_) + ReleasePackedRows(f, p->w2_);
+  // LLaVA-1.6 files carry it; llama.cpp's mtmd loads it and never uses it (no unpadding, no
+  // newline rows: FAMILIES.md), so neither does vlmd.
+  SkipTensors(f, "v.image_newline");
   return p;
 }
 

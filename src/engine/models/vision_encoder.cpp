@@ -21,6 +21,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
   vision_packing.bf16_tiles = true;
   if (IsQwenVl(e->config_.projector)) {
     VLMD_ASSIGN_OR_RETURN(e->qwen_, QwenVit::Load(f, e->config_, vision_packing));
+    VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "vision model"));
     return e;
   }
   VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_, vision_packing));
@@ -48,6 +49,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
     default:
       return InternalError("vision projector without an encoder");
   }
+  VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "vision model"));
   return e;
 }
 

@@ -108,6 +108,12 @@ Status RefuseUnusedTensors(const gguf::GgufFile& file, std::string_view what) {
                             "wrong answers): " + names);
 }
 
+void SkipTensors(const gguf::GgufFile& file, std::string_view prefix) {
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (std::string_view(t.name).starts_with(prefix)) file.FindTensor(t.name);
+  }
+}
+
 Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out) {
   if (row < 0 || row >= w.n) {
     return OutOfRangeError("row " + std::to_string(row) + " outside [0, " + std::to_string(w.n) + ")");

@@ -58,6 +58,9 @@ uint64_t ReleaseRows(const gguf::GgufFile& file, const ops::WeightView& w);
 // skip). The error names them (`what`: "text model", "vision model"), as llama.cpp refuses such
 // a file.
 Status RefuseUnusedTensors(const gguf::GgufFile& file, std::string_view what);
+// Marks the tensors whose names start with `prefix` as read: for the ones a loader skips on
+// purpose, as llama.cpp does (LLaVA's blocks past the feature layer, `v.image_newline`).
+void SkipTensors(const gguf::GgufFile& file, std::string_view prefix);
 
 // Dequantizes row `row` of a weight matrix into out[0 .. w.k) (embedding lookups).
 Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out);
