@@ -11,6 +11,7 @@
 #define HWY_TARGET_INCLUDE "engine/kernels/hwy/elementwise.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,10 +47,14 @@ HWY_INLINE VF ExpClamped(DF d, VF arg) {
 // buffer, and the store rewrites the floats after p with the values it read, racing with the
 // thread that owns them (rows split over threads: a flaky ops test caught it under qemu). On
 // NEON the tail goes through a stack buffer instead.
+// `remaining` may exceed the lanes (callers' loops step by whole vectors): FirstN's clamp.
+HWY_INLINE size_t TailLanes(DF d, int64_t remaining) {
+  return std::min(static_cast<size_t>(remaining), hn::Lanes(d));
+}
 HWY_INLINE VF LoadTail(DF d, const float* p, int64_t remaining) {
 #if HWY_TARGET == HWY_NEON
   alignas(64) float buf[hn::MaxLanes(DF())] = {};
-  std::memcpy(buf, p, static_cast<size_t>(remaining) * sizeof(float));
+  std::memcpy(buf, p, TailLanes(d, remaining) * sizeof(float));
   return hn::Load(d, buf);
 #else
   return hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(remaining)), d, p);
@@ -59,7 +64,7 @@ HWY_INLINE void StoreTail(VF v, DF d, float* p, int64_t remaining) {
 #if HWY_TARGET == HWY_NEON
   alignas(64) float buf[hn::MaxLanes(DF())];
   hn::Store(v, d, buf);
-  std::memcpy(p, buf, static_cast<size_t>(remaining) * sizeof(float));
+  std::memcpy(p, buf, TailLanes(d, remaining) * sizeof(float));
 #else
   hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(remaining)), d, p);
 #endif
