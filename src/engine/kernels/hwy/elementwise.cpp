@@ -41,13 +41,14 @@ HWY_INLINE VF ExpClamped(DF d, VF arg) {
   return hn::IfThenElse(hn::IsNaN(arg), arg, e);
 }
 
-// The first `remaining` (< lanes) floats at p; lanes past them read as 0 and are never written.
+// The first min(remaining, lanes) floats at p (callers pass what is left of the row); lanes past
+// them read as 0 and are never written.
 // x86 has masked loads and stores that leave the other lanes' memory alone. Highway's NEON
 // MaskedLoad / BlendedStore load (and store back) the whole vector: that reads past the end of a
 // buffer, and the store rewrites the floats after p with the values it read, racing with the
 // thread that owns them (rows split over threads: a flaky ops test caught it under qemu). On
 // NEON the tail goes through a stack buffer instead.
-// `remaining` may exceed the lanes (callers' loops step by whole vectors): FirstN's clamp.
+// FirstN's clamp of `remaining` to the lanes.
 HWY_INLINE size_t TailLanes(DF d, int64_t remaining) {
   return std::min(static_cast<size_t>(remaining), hn::Lanes(d));
 }
