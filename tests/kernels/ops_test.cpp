@@ -341,6 +341,29 @@ TEST(Ops, MultiSectionRopeTableUsesEachPairsPosition) {
   }
 }
 
+// rope.scaling.attn_factor (ggml rope's mscale): every cos and sin of the table times the
+// factor, so the rotated values scale and the rest of the head does not; <= 0 is refused.
+TEST(Ops, RopeAttnFactorScalesTheRotatedValuesOnly) {
+  ops::RopeParams rp;
+  rp.n_rot = 8;
+  rp.neox = true;
+  const std::vector<int32_t> pos = {0, 3, 17};
+  std::vector<float> plain(3 * 8), scaled(3 * 8);
+  ASSERT_TRUE(ops::BuildRopeTable(rp, pos.data(), 3, plain.data()).ok());
+  rp.attn_factor = 1.5f;
+  ASSERT_TRUE(ops::BuildRopeTable(rp, pos.data(), 3, scaled.data()).ok());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(scaled[i], plain[i] * 1.5f) << i;
+  // A head of 12 with 8 rotated: at position 0 (cos 1, sin 0) the rotated 8 are x * 1.5.
+  const KernelTable& kt = GetKernelTable(Isa::kRef);
+  std::vector<float> x(12);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) + 1.0f;
+  const std::vector<float> before = x;
+  ASSERT_TRUE(ops::RopeWithTable(kt, nullptr, x.data(), 1, 1, 12, 0, scaled.data(), 8, true).ok());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], i < 8 ? before[i] * 1.5f : before[i]) << i;
+  rp.attn_factor = 0.0f;
+  EXPECT_FALSE(ops::BuildRopeTable(rp, pos.data(), 3, scaled.data()).ok());
+}
+
 TEST(Numerics, CheckFiniteNamesTheTensorAndIndex) {
   std::vector<float> x = RandomNormal(5000, 10);
   x[17] = std::numeric_limits<float>::denorm_min();

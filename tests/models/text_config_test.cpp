@@ -107,6 +107,77 @@ TEST(TextConfigTest, HostileQwenVlKeysAreNamed) {
 }
 
 
+// RoPE scaling keys as llama.cpp reads them: a factor without a type is linear scaling (the
+// default type), the older rope.scale_linear key too, "none" ignores the factor, a factor of 0
+// means none; attn_factor is kept; other types and bad values are refused naming the key.
+TEST(TextConfigTest, RopeScalingKeysAsLlamaCppReadsThem) {
+  auto untyped = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetF32("llama.rope.scaling.factor", 4.0f);
+  });
+  ASSERT_TRUE(untyped.ok()) << untyped.status().ToString();
+  EXPECT_FLOAT_EQ(untyped->rope_freq_scale, 0.25f);
+  EXPECT_FLOAT_EQ(untyped->rope_attn_factor, 1.0f);
+  auto old_key = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetF32("llama.rope.scale_linear", 2.0f);
+  });
+  ASSERT_TRUE(old_key.ok()) << old_key.status().ToString();
+  EXPECT_FLOAT_EQ(old_key->rope_freq_scale, 0.5f);
+  auto none = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetString("llama.rope.scaling.type", "none");
+    w.SetF32("llama.rope.scaling.factor", 4.0f);
+  });
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FLOAT_EQ(none->rope_freq_scale, 1.0f);
+  auto zero = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetString("llama.rope.scaling.type", "linear");
+    w.SetF32("llama.rope.scaling.factor", 0.0f);
+  });
+  ASSERT_TRUE(zero.ok()) << zero.status().ToString();
+  EXPECT_FLOAT_EQ(zero->rope_freq_scale, 1.0f);
+  auto mscale = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetF32("llama.rope.scaling.attn_factor", 1.25f);
+  });
+  ASSERT_TRUE(mscale.ok()) << mscale.status().ToString();
+  EXPECT_FLOAT_EQ(mscale->rope_attn_factor, 1.25f);
+  {  // ... and the decoder's RoPE set runs with both
+    auto src = GgufFile::Open(vlmd::testing::FixturePath("tiny-smolvlm/text.gguf"));
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    GgufWriter w;
+    for (const auto& kv : (*src)->metadata()) {
+      if (kv.key != "general.alignment") w.SetValue(kv.key, kv.value);
+    }
+    w.SetF32("llama.rope.scaling.factor", 4.0f);
+    w.SetF32("llama.rope.scaling.attn_factor", 1.25f);
+    for (const gguf::TensorInfo& t : (*src)->tensors()) {
+      std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+      ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, std::span<const uint8_t>(t.data, t.nbytes)).ok());
+    }
+    auto file = GgufFile::FromBytes(w.WriteBytes());
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto m = TextDecoder::Load(std::shared_ptr<const GgufFile>(std::move(*file)));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_FLOAT_EQ((*m)->rope_sets()[0].freq_scale, 0.25f);
+    EXPECT_FLOAT_EQ((*m)->rope_sets()[0].attn_factor, 1.25f);
+  }
+
+  auto yarn = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetString("llama.rope.scaling.type", "yarn");
+  });
+  ASSERT_FALSE(yarn.ok());
+  EXPECT_EQ(yarn.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(yarn.status().ToString().find("yarn"), std::string::npos);
+  auto negative = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetF32("llama.rope.scaling.factor", -2.0f);
+  });
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().ToString().find("rope.scaling.factor"), std::string::npos);
+  auto bad_mscale = ConfigOf("tiny-smolvlm", "", [](GgufWriter& w) {
+    w.SetF32("llama.rope.scaling.attn_factor", 0.0f);
+  });
+  ASSERT_FALSE(bad_mscale.ok());
+  EXPECT_NE(bad_mscale.status().ToString().find("attn_factor"), std::string::npos);
+}
+
 // Hyperparameters that would load and then run wrong: more heads than embedding values without
 // a key_length (a head size of 0), and an infinite epsilon (every logit 0).
 TEST(TextConfigTest, ZeroHeadSizeAndInfiniteEpsilonAreRefused) {

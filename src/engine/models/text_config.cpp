@@ -113,14 +113,31 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   VLMD_ASSIGN_OR_RETURN(c.n_rot, GetOptionalPositive(f, p + "rope.dimension_count", c.head_dim,
                                                      c.head_dim));
   if (c.n_rot % 2 != 0) return InvalidArgumentError("rope.dimension_count must be even");
+  // RoPE scaling as llama.cpp reads it (llama_model::load_hparams, src/llama-model.cpp @3f545be):
+  // the type defaults to "linear", its factor (or the older key rope.scale_linear) is optional,
+  // "none" never scales; rope.scaling.attn_factor multiplies every rotated value (the cos and
+  // sin of ggml's rope, its mscale) whatever the type.
+  std::string scaling = "linear";
   if (f.Find(p + "rope.scaling.type") != nullptr) {
     VLMD_ASSIGN_OR_RETURN(std::string_view type, f.GetString(p + "rope.scaling.type"));
-    if (type == "linear") {
-      VLMD_ASSIGN_OR_RETURN(float factor, f.GetF32(p + "rope.scaling.factor"));
-      if (!(factor > 0.0f)) return InvalidArgumentError("rope.scaling.factor must be > 0");
-      c.rope_freq_scale = 1.0f / factor;
-    } else if (type != "none") {
-      return UnimplementedError("rope scaling '" + std::string(type) + "' is not supported");
+    scaling = std::string(type);
+  }
+  if (scaling != "linear" && scaling != "none") {
+    return UnimplementedError("rope scaling '" + scaling + "' is not supported");
+  }
+  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
+    if (f.Find(p + key) == nullptr) continue;
+    VLMD_ASSIGN_OR_RETURN(float factor, f.GetF32(p + key));
+    if (!(factor >= 0.0f) || !std::isfinite(factor)) {
+      return InvalidArgumentError(p + key + " must be >= 0 (0: no scaling)");
+    }
+    if (scaling == "linear" && factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
+    break;  // llama.cpp reads the older key only without the newer one
+  }
+  if (f.Find(p + "rope.scaling.attn_factor") != nullptr) {
+    VLMD_ASSIGN_OR_RETURN(c.rope_attn_factor, f.GetF32(p + "rope.scaling.attn_factor"));
+    if (!(c.rope_attn_factor > 0.0f) || !std::isfinite(c.rope_attn_factor)) {
+      return InvalidArgumentError(p + "rope.scaling.attn_factor must be > 0");
     }
   }
   c.rope_neox = family->rope_neox;

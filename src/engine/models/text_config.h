@@ -24,6 +24,7 @@ struct TextConfig {
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor for linear scaling
+  float rope_attn_factor = 1.0f; // rope.scaling.attn_factor: scales the rotated values
   int32_t n_rot = 0;        // rope.dimension_count, default head_dim
   bool rope_neox = false;   // qwen*: pairs (i, i + n_rot/2); llama: adjacent pairs
   // Multi-section RoPE (ops::RopeParams::sections): qwen2vl blocks (M-RoPE), qwen3vl interleaved

@@ -65,6 +65,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
   uint64_t bytes = m->output_.row_bytes * static_cast<uint64_t>(m->output_.n);
   m->rope_sets_ = {ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta,
                                    .freq_scale = c.rope_freq_scale, .neox = c.rope_neox,
+                                   .attn_factor = c.rope_attn_factor,
                                    .sections = c.rope_sections,
                                    .interleaved = c.rope_interleaved}};
   // Llama 3.1-style RoPE scaling: a per-frequency divisor for every layer, which llama.cpp's
@@ -75,7 +76,8 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
   }
   if (c.n_swa > 0) {  // Gemma 3's local layers: their own base, no frequency scaling
     m->rope_sets_.push_back(ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta_swa,
-                                            .freq_scale = 1.0f, .neox = c.rope_neox});
+                                            .freq_scale = 1.0f, .neox = c.rope_neox,
+                                            .attn_factor = c.rope_attn_factor});
   }
   m->layers_.resize(c.n_layers);
   for (int32_t l = 0; l < c.n_layers; ++l) {

@@ -45,8 +45,9 @@ Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_
                                 " must be even and >= 2");
   }
   if (!(params.freq_base > 0.0f) || !std::isfinite(params.freq_base) ||
-      !std::isfinite(params.freq_scale)) {
-    return InvalidArgumentError("Rope: bad freq_base / freq_scale");
+      !std::isfinite(params.freq_scale) || !(params.attn_factor > 0.0f) ||
+      !std::isfinite(params.attn_factor)) {
+    return InvalidArgumentError("Rope: bad freq_base / freq_scale / attn_factor");
   }
   if (n_tokens < 0) return InvalidArgumentError("Rope: n_tokens < 0");
   if (positions_per_token != 1 && !(positions_per_token == 4 && params.multi_section())) {
@@ -85,8 +86,8 @@ Status BuildRopeTable(const RopeParams& params, const int32_t* positions, int64_
     for (int64_t i = 0; i < half; ++i) {
       const double theta = static_cast<double>(pos[section[static_cast<size_t>(i)]]) *
                            inv_freq[static_cast<size_t>(i)];
-      row[i] = static_cast<float>(std::cos(theta));
-      row[half + i] = static_cast<float>(std::sin(theta));
+      row[i] = static_cast<float>(std::cos(theta)) * params.attn_factor;
+      row[half + i] = static_cast<float>(std::sin(theta)) * params.attn_factor;
     }
   }
   return Status::Ok();

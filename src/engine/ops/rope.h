@@ -16,6 +16,9 @@ struct RopeParams {
   float freq_base = 10000.0f;   // theta base (GGUF rope.freq_base)
   float freq_scale = 1.0f;      // linear position scaling (1 / GGUF rope.scaling.factor)
   bool neox = false;            // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+  // Multiplies the table's cos and sin, so every rotated value (not the n_rot.. head_dim rest):
+  // ggml rope's mscale, GGUF rope.scaling.attn_factor.
+  float attn_factor = 1.0f;
   // [n_rot/2] per-pair divisors of the angle (LLaMA-3 "rope_freqs" tensor), or nullptr.
   const float* freq_factors = nullptr;
   // Multi-section RoPE (Qwen2-VL "M-RoPE", Qwen3-VL interleaved "IMRoPE"): every token has four
