@@ -66,6 +66,49 @@ TEST_F(VlmEngineTest, StreamedTextEqualsResultAndStopStringCuts) {
   EXPECT_EQ(streamed2, cut->text);
 }
 
+// The tokens the text holds (what logprobs list): all of them without a stop string; with one,
+// those that began before the cut: a token that starts the stop string, and those after it, are
+// left out, one that holds text before the stop string stays.
+TEST_F(VlmEngineTest, TextTokensLeaveOutTheStopStringsTokens) {
+  GenerateParams p;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  p.token_stats = true;
+  auto full = engine_->Generate(prompt_, p, nullptr);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_EQ(full->text_tokens, full->tokens.size());
+  std::vector<std::string> pieces;
+  std::vector<size_t> starts;
+  std::string joined;
+  for (int32_t t : full->tokens) {
+    starts.push_back(joined.size());
+    pieces.emplace_back(engine_->tokenizer().TokenToPiece(t, false));
+    joined += pieces.back();
+  }
+  ASSERT_EQ(joined, full->text);
+  // A stop string that begins exactly where token j begins (its piece and the next one's first
+  // byte), and one that begins inside token j (its piece without the first byte, and more).
+  bool tested_start = false, tested_inside = false;
+  for (size_t j = 1; j + 1 < pieces.size(); ++j) {
+    if (pieces[j].size() < 2 || pieces[j + 1].empty()) continue;
+    const std::string at_start = pieces[j] + pieces[j + 1].substr(0, 1);
+    const std::string inside = pieces[j].substr(1) + pieces[j + 1].substr(0, 1);
+    for (const std::string& stop : {at_start, inside}) {
+      const size_t first = joined.find(stop);
+      const bool starts_token = stop == at_start;
+      if (first != starts[j] + (starts_token ? 0 : 1)) continue;
+      p.stop = {stop};
+      auto cut = engine_->Generate(prompt_, p, nullptr);
+      ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+      ASSERT_EQ(cut->text, joined.substr(0, first)) << stop;
+      EXPECT_EQ(cut->text_tokens, starts_token ? j : j + 1) << "stop '" << stop << "'";
+      EXPECT_GT(cut->tokens.size(), cut->text_tokens);
+      (starts_token ? tested_start : tested_inside) = true;
+    }
+  }
+  EXPECT_TRUE(tested_start && tested_inside) << "no token fit the cases: " << joined;
+}
+
 // Several stop strings: the text ends at the earliest match in it, whatever their order (each
 // cut in list order missed a match overlapping an earlier cut).
 TEST_F(VlmEngineTest, TheEarliestStopStringEndsTheText) {

@@ -600,5 +600,43 @@ TEST_F(ServerApiTest, TopLogprobsListTheBestTokensBestFirst) {
   EXPECT_EQ(c->Post("/v1/chat/completions", bad.dump(), "application/json")->status, 400);
 }
 
+// A stop string's tokens are not in logprobs (as llama-server trims them): the listed tokens
+// are those the reply's text holds.
+TEST_F(ServerApiTest, LogprobsLeaveOutTheStopStringsTokens) {
+  auto c = Shared().Client();
+  json req{{"messages", {{{"role", "user"}, {"content", "hello"}}}},
+           {"max_tokens", 8},
+           {"logprobs", true}};
+  auto r = c->Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json full = json::parse(r->body)["choices"][0];
+  const json& content = full["logprobs"]["content"];
+  const std::string text = full["message"]["content"];
+  // The first token j >= 1 whose piece first appears in the text where that token begins.
+  std::string before;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string piece = content[j]["token"];
+    if (j >= 1 && !piece.empty() && text.find(piece) == before.size() &&
+        before.size() + piece.size() <= text.size()) {
+      req["stop"] = json::array({piece});
+      auto cut = c->Post("/v1/chat/completions", req.dump(), "application/json");
+      ASSERT_TRUE(cut);
+      ASSERT_EQ(cut->status, 200) << cut->body;
+      const json choice = json::parse(cut->body)["choices"][0];
+      EXPECT_EQ(choice["message"]["content"], before) << cut->body;
+      EXPECT_EQ(choice["finish_reason"], "stop");
+      const json& listed = choice["logprobs"]["content"];
+      ASSERT_EQ(listed.size(), j) << cut->body;
+      std::string spelled;
+      for (const json& t : listed) spelled += t["token"].get<std::string>();
+      EXPECT_EQ(spelled, before);
+      return;
+    }
+    before += piece;
+  }
+  GTEST_SKIP() << "no token of the reply first appears where it begins: " << r->body;
+}
+
 }  // namespace
 }  // namespace vlmd::serve

@@ -59,6 +59,7 @@ void Sequence::Accept(std::span<const float> logits) {
     Finish("stop");
     return;
   }
+  token_starts_.push_back(text_.size() + pending_.size());
   pending_ += utf8_.Push(tok_.TokenToPiece(tok, /*special=*/false));
   // The earliest match of any stop string ends the text (cutting at each in list order missed a
   // match that overlaps an earlier cut: "abc STOP" with ["STOP", "c S"] gave "abc ").
@@ -67,7 +68,13 @@ void Sequence::Accept(std::span<const float> logits) {
     if (!s.empty()) cut = std::min(cut, pending_.find(s));
   }
   const bool stopped = cut != std::string::npos;
-  if (stopped) pending_.resize(cut);
+  if (stopped) {
+    // The tokens that begin at or after the cut spelled only the stop string (and what followed).
+    const size_t cut_at = text_.size() + cut;
+    text_tokens_ = static_cast<size_t>(
+        std::lower_bound(token_starts_.begin(), token_starts_.end(), cut_at) - token_starts_.begin());
+    pending_.resize(cut);
+  }
   const size_t hold = stopped ? 0 : PartialStopSuffix(pending_, params_.stop);
   if (pending_.size() > hold) {
     const std::string_view out(pending_.data(), pending_.size() - hold);

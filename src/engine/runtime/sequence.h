@@ -5,6 +5,7 @@
 // Not thread-safe: one owner (the scheduler thread, or the Generate caller) at a time.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -67,6 +68,10 @@ class Sequence {
   std::string TakeNewText();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }  // generated ids (incl. final EOS)
+  // How many of tokens() the text holds at least in part: all of them, unless a stop string cut
+  // the text; then those that began before the cut (the rest spelled the stop string). What
+  // logprobs list, as llama-server leaves the stop word's tokens out.
+  size_t text_tokens() const { return std::min(text_tokens_, tokens_.size()); }
   const std::string& text() const { return text_; }               // all text released so far
   const std::vector<TokenStats>& token_stats() const { return token_stats_; }
   models::KvCache* cache() { return cache_.get(); }
@@ -80,6 +85,8 @@ class Sequence {
   std::vector<int32_t> history_;  // prompt text ids + generated ids (repetition penalty)
   std::vector<int32_t> tokens_;
   std::vector<TokenStats> token_stats_;
+  std::vector<size_t> token_starts_;  // offset of each token's first byte in text_ + pending_
+  size_t text_tokens_ = SIZE_MAX;     // set when a stop string cuts the text
   tokenizer::Utf8StreamDecoder utf8_;
   std::string pending_;   // decoded, not yet released (may be the start of a stop string)
   std::string text_;      // released text

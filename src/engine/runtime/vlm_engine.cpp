@@ -517,6 +517,7 @@ Result<GenerateResult> VlmEngine::Generate(const PromptRows& rows, const Generat
   r.text = seq->text();
   r.finish_reason = seq->finish_reason();
   r.token_stats = seq->token_stats();
+  r.text_tokens = seq->text_tokens();
   return r;
 }
 

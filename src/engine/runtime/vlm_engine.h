@@ -47,6 +47,7 @@ struct GenerateResult {
   std::string text;                   // detokenized, cut at a stop string
   std::string finish_reason;          // "stop" (EOS / stop string) or "length"
   std::vector<TokenStats> token_stats;  // one per generated token when params.token_stats
+  size_t text_tokens = 0;             // tokens the text holds (Sequence::text_tokens)
   int32_t prompt_tokens = 0;
   double prefill_ms = 0.0;
   double decode_ms = 0.0;

@@ -37,6 +37,9 @@ struct JobResult {
   std::string text;
   std::string finish_reason;  // "stop" | "length" | "cancelled" | "deadline"
   std::vector<engine::runtime::TokenStats> token_stats;
+  // The first text_tokens of `tokens` are those the text holds (Sequence::text_tokens): what
+  // logprobs list. The others spelled a stop string.
+  size_t text_tokens = 0;
   int64_t prompt_tokens = 0;  // all prompt rows, image rows included
   int64_t image_tokens = 0;
   int64_t reused_prompt_tokens = 0;  // prompt rows whose K/V came from a previous request

@@ -302,6 +302,7 @@ bool Scheduler::Publish(Slot* slot) {
   r.text = seq.text();
   r.finish_reason = seq.finish_reason();
   r.token_stats = seq.token_stats();
+  r.text_tokens = seq.text_tokens();
   r.decode_start = slot->decode_start;
   r.decode_end = Clock::now();
   r.decode_ms = MsBetween(r.decode_start, r.decode_end);

@@ -340,8 +340,8 @@ JobResult Server::Handlers::Finalize(Call& call, std::string* tail) {
     }
     r.text = call.sent_text;
     if (call.filter->blocked()) r.finish_reason = "content_filter";
-    // Token logprobs spell the generated tokens, including what the filter removed and what a
-    // stop string cut off: leave them out when their pieces hold a filtered word.
+    // Token logprobs spell the generated tokens, including what the filter removed: leave them
+    // out when their pieces hold a filtered word.
     if (call.reply.logprobs &&
         (call.filter->matches() > 0 || s_.guard_->ContainsFilteredWord(TokenPieces(call, r)))) {
       call.reply.logprobs = false;
@@ -372,10 +372,12 @@ void Server::Handlers::RecordDrift(const Call& call, const JobResult& r) {
 std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) {
   std::string pieces;
   const auto& tok = call.model->engine().tokenizer();
-  for (int32_t t : r.tokens) pieces += tok.TokenToPiece(t, false);
+  const size_t shown = std::min(r.text_tokens, r.tokens.size());
+  for (size_t i = 0; i < shown; ++i) pieces += tok.TokenToPiece(r.tokens[i], false);
   // Each alternative on its own (after a separator no word spans): one that is a filtered word
   // would show it as well.
-  for (const auto& stats : r.token_stats) {
+  for (size_t i = 0; i < shown && i < r.token_stats.size(); ++i) {
+    const auto& stats = r.token_stats[i];
     for (const auto& alt : stats.top) {
       pieces.append("\n").append(tok.TokenToPiece(alt.token, false));
     }
