@@ -126,15 +126,19 @@ TEST(ApiChat, MaxCompletionTokensWinsOverMaxTokens) {
   EXPECT_EQ(r->sampling.max_tokens, 9);
 }
 
-TEST(ApiChat, DeveloperRoleIsSystemAndNullAssistantContentIsEmpty) {
+// Null content is empty content in every role (llama.cpp's common_chat_msgs_parse_oaicompat);
+// a missing one only in an assistant turn (a user turn without it is a 400, below).
+TEST(ApiChat, DeveloperRoleIsSystemAndNullContentIsEmpty) {
   auto r = ParseChatCompletion(
       R"({"messages":[{"role":"developer","content":"rules"},{"role":"user","content":"q"},)"
-      R"({"role":"assistant","content":null}]})",
+      R"({"role":"assistant","content":null},{"role":"user","content":null}]})",
       RequestLimits{});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->messages[0].role, "system");
   EXPECT_EQ(r->messages[2].role, "assistant");
   EXPECT_EQ(r->messages[2].text, "");
+  EXPECT_EQ(r->messages[3].role, "user");
+  EXPECT_EQ(r->messages[3].text, "");
 }
 
 TEST(ApiChat, ImagesInMarkerOrderAcrossMessagesAndBareStringImageUrl) {

@@ -101,8 +101,9 @@ Result<ChatMessage> ParseMessage(const Json& msg, const std::string& path, Image
   const std::string content_path = FieldPath(path, "content");
   const Json* content = FindField(msg, "content");
   if (content == nullptr) {
-    // An assistant turn that only carried tool calls has null content; treat it as empty.
-    if (out.role == "assistant") return out;
+    // `"content": null` is empty content in any role, as llama.cpp reads it (an assistant turn
+    // that only carried tool calls has it); without the key only an assistant turn is empty.
+    if (out.role == "assistant" || msg.contains("content")) return out;
     return InvalidArgumentError(content_path + ": missing");
   }
   if (content->is_string()) {
