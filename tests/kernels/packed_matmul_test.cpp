@@ -310,15 +310,18 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   ThreadPool pool2(2);
   ops::MatmulScratch scratch;
   uint32_t seed = 11;
-  // One row over 7 panels: GEMV tiles of 4 panels and a narrower last one.
+  // One row over 7 panels: GEMV tiles of 4 panels and a narrower last one; over 9 and 19
+  // panels: the 4-bit GEMV's two-group tiles (8 panels) first, then the rest (19: split over two
+  // threads, a partial last panel).
   // n = 29, 45, 71: a last panel whose second 8-column half is partial (the AVX2 tiles' masked
   // stores).
-  const std::vector<Case> cases = {Case{1, 1, 32},  Case{1, 17, 96},  Case{1, 100, 64},
+  const std::vector<Case> cases = {Case{1, 1, 32},   Case{1, 17, 96},  Case{1, 100, 64},
                                    Case{2, 50, 256}, Case{3, 16, 64},  Case{4, 71, 128},
                                    Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160},
-                                   Case{1, 45, 64},  Case{2, 29, 96},  Case{7, 45, 64}};
+                                   Case{1, 45, 64},  Case{2, 29, 96},  Case{7, 45, 64},
+                                   Case{1, 141, 64}, Case{1, 300, 96}};
   const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{1, 100, 256}, Case{3, 50, 512},
-                                     Case{70, 33, 256}};
+                                     Case{70, 33, 256}, Case{1, 141, 256}, Case{1, 300, 512}};
   // Float rows whose k is not a multiple of 32: the last block zero-padded on both sides (a k
   // below one block; GEMV and GEMM tiles; Qwen2.5-VL's 3420 = 106 blocks + 28).
   std::vector<Case> float_cases = cases;
