@@ -19,38 +19,41 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::Load(
   // float weights go to the AMX tile unit where there is one.
   ops::WeightPacking vision_packing = packing;
   vision_packing.bf16_tiles = true;
-  if (IsQwenVl(e->config_.projector)) {
-    VLMD_ASSIGN_OR_RETURN(e->qwen_, QwenVit::Load(f, e->config_, vision_packing));
-    VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "vision model"));
-    return e;
+  VLMD_RETURN_IF_ERROR(e->LoadTower(f, vision_packing));
+  VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "vision model"));
+  return e;
+}
+
+Status VisionEncoder::LoadTower(const gguf::GgufFile& f, const ops::WeightPacking& packing) {
+  if (IsQwenVl(config_.projector)) {
+    VLMD_ASSIGN_OR_RETURN(qwen_, QwenVit::Load(f, config_, packing));
+    return Status::Ok();
   }
-  VLMD_ASSIGN_OR_RETURN(e->vit_, ClipVit::Load(f, e->config_, vision_packing));
-  switch (e->config_.projector) {
+  VLMD_ASSIGN_OR_RETURN(vit_, ClipVit::Load(f, config_, packing));
+  switch (config_.projector) {
     case ProjectorType::kMlp: {
-      VLMD_ASSIGN_OR_RETURN(e->mlp_, MlpProjector::Load(f, e->config_, vision_packing));
-      e->tokens_per_tile_ = e->mlp_->tokens_per_tile(*e->vit_);
-      break;
+      VLMD_ASSIGN_OR_RETURN(mlp_, MlpProjector::Load(f, config_, packing));
+      tokens_per_tile_ = mlp_->tokens_per_tile(*vit_);
+      return Status::Ok();
     }
     case ProjectorType::kIdefics3: {
-      VLMD_ASSIGN_OR_RETURN(e->idefics3_, Idefics3Projector::Load(f, e->config_, vision_packing));
-      e->tokens_per_tile_ = e->idefics3_->tokens_per_tile(*e->vit_);
-      break;
+      VLMD_ASSIGN_OR_RETURN(idefics3_, Idefics3Projector::Load(f, config_, packing));
+      tokens_per_tile_ = idefics3_->tokens_per_tile(*vit_);
+      return Status::Ok();
     }
     case ProjectorType::kGemma3: {
-      VLMD_ASSIGN_OR_RETURN(e->gemma3_, Gemma3Projector::Load(f, e->config_, vision_packing));
-      e->tokens_per_tile_ = e->gemma3_->tokens_per_tile(*e->vit_);
-      break;
+      VLMD_ASSIGN_OR_RETURN(gemma3_, Gemma3Projector::Load(f, config_, packing));
+      tokens_per_tile_ = gemma3_->tokens_per_tile(*vit_);
+      return Status::Ok();
     }
     case ProjectorType::kInternvl: {
-      VLMD_ASSIGN_OR_RETURN(e->internvl_, InternVlProjector::Load(f, e->config_, vision_packing));
-      e->tokens_per_tile_ = e->internvl_->tokens_per_tile(*e->vit_);
-      break;
+      VLMD_ASSIGN_OR_RETURN(internvl_, InternVlProjector::Load(f, config_, packing));
+      tokens_per_tile_ = internvl_->tokens_per_tile(*vit_);
+      return Status::Ok();
     }
     default:
       return InternalError("vision projector without an encoder");
   }
-  VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "vision model"));
-  return e;
 }
 
 ImageEncoding::~ImageEncoding() = default;

@@ -121,6 +121,9 @@ class VisionEncoder {
 
  private:
   VisionEncoder() = default;
+  // The ViT and projector of config_'s family (Load's part between the config and the check that
+  // every tensor of the file was read).
+  Status LoadTower(const gguf::GgufFile& f, const ops::WeightPacking& packing);
   // The family parameter of levels 1.. (ImagePlan::limit), as many as the image can shrink.
   std::vector<int32_t> LevelLimits(int32_t width, int32_t height) const;
   ImagePlan PlanWithLimit(int32_t width, int32_t height, int32_t level, int32_t limit) const;
