@@ -25,6 +25,9 @@ Result<std::unique_ptr<ClipVit>> ClipVit::Load(const gguf::GgufFile& f, const Vi
   m->config_ = c;
   const int64_t d = c.d_model, ff = c.d_ff;
   VLMD_ASSIGN_OR_RETURN(m->patch_w_, GetPatchKernel(f, "v.patch_embd.weight", c.patch_size, d));
+  // Packed like the blocks' weights (in the fast precision: the tile unit, or int8 without one).
+  VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &m->patch_w_, &m->packed_));
+  m->released_ += ReleasePackedRows(f, m->patch_w_);
   VLMD_ASSIGN_OR_RETURN(m->patch_b_, GetOptionalF32(f, "v.patch_embd.bias", {d}));
   VLMD_ASSIGN_OR_RETURN(m->class_embd_, GetOptionalF32(f, "v.class_embd", {d}));
   m->n_positions_ = c.n_patches() + (m->class_embd_.empty() ? 0 : 1);
