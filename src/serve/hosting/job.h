@@ -3,6 +3,7 @@
 // Task state only; the scheduler keeps its slot state (sequence, KV cache) separately.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -40,6 +41,10 @@ struct JobResult {
   // The first text_tokens of `tokens` are those the text holds (Sequence::text_tokens): what
   // logprobs list. The others spelled a stop string.
   size_t text_tokens = 0;
+  // The tokens logprobs list: the first text_tokens that have their stats.
+  size_t logprob_tokens() const {
+    return std::min({text_tokens, tokens.size(), token_stats.size()});
+  }
   int64_t prompt_tokens = 0;  // all prompt rows, image rows included
   int64_t image_tokens = 0;
   int64_t reused_prompt_tokens = 0;  // prompt rows whose K/V came from a previous request

@@ -29,7 +29,7 @@ json TokenLogprobJson(const engine::tokenizer::Tokenizer& tok, int32_t id, float
 // string: JobResult::text_tokens), with its top_logprobs alternatives when the request asked.
 json LogprobsJson(const JobResult& r, const engine::tokenizer::Tokenizer& tok) {
   json content = json::array();
-  for (size_t i = 0; i < r.text_tokens && i < r.tokens.size() && i < r.token_stats.size(); ++i) {
+  for (size_t i = 0; i < r.logprob_tokens(); ++i) {
     json entry = TokenLogprobJson(tok, r.tokens[i], r.token_stats[i].logprob);
     json top = json::array();
     for (const auto& t : r.token_stats[i].top) top.push_back(TokenLogprobJson(tok, t.token, t.logprob));

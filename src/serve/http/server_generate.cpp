@@ -372,11 +372,11 @@ void Server::Handlers::RecordDrift(const Call& call, const JobResult& r) {
 std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) {
   std::string pieces;
   const auto& tok = call.model->engine().tokenizer();
-  const size_t shown = std::min(r.text_tokens, r.tokens.size());
+  const size_t shown = r.logprob_tokens();
   for (size_t i = 0; i < shown; ++i) pieces += tok.TokenToPiece(r.tokens[i], false);
   // Each alternative on its own (after a separator no word spans): one that is a filtered word
   // would show it as well.
-  for (size_t i = 0; i < shown && i < r.token_stats.size(); ++i) {
+  for (size_t i = 0; i < shown; ++i) {
     const auto& stats = r.token_stats[i];
     for (const auto& alt : stats.top) {
       pieces.append("\n").append(tok.TokenToPiece(alt.token, false));

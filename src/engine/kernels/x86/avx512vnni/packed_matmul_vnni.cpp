@@ -179,9 +179,11 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   // Decode on an Intel AMX machine, 2 threads, alternated runs: 0.79-0.89 -> 0.85-0.98 of the
   // bandwidth bound on five q4_0 models (bench/RESULTS.md, session 30). p0 is a multiple of the
   // group (ForRanges' alignment in ops::MatMul), and so is every tile's first panel.
-  if (kFmt != 0 && m1 - m0 == 1) {
-    for (; p0 + 2 * kPanelGroup <= p1; p0 += 2 * kPanelGroup) {
-      Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0);
+  if constexpr (kFmt != 0) {
+    if (m1 - m0 == 1) {
+      for (; p0 + 2 * kPanelGroup <= p1; p0 += 2 * kPanelGroup) {
+        Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0);
+      }
     }
   }
   const int nv_max = PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
