@@ -30,6 +30,11 @@ inline void ConfigureTiles() {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
+  // GCC 12 does not model _tile_loadconfig as reading the 64 bytes it loads: compiled on its
+  // own (a function that only configures), it kept the palette byte and dropped the stores of
+  // colsb/rows, and the first tile load then raised SIGILL. The empty asm that reads cfg keeps
+  // them whatever the inlining context.
+  asm volatile("" : : "m"(cfg));
   _tile_loadconfig(&cfg);
 }
 
