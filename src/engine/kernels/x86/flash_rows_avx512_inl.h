@@ -111,7 +111,7 @@ struct Avx512Rows {
   // exceeds limit. Group g (scores [16g, 16g + 16)) adds to the sum of its parity, whichever loop
   // takes it, so the sum does not depend on where [lo, hi) starts. Where the row's groups are whole
   // (from lo on, when lo is a multiple of 16) they go in unmasked pairs, rounded to bf16 by one
-  // instruction per pair where the unit has AVX512-BF16: 1024 x 1024 AMX attention 10-11% faster
+  // instruction per pair where the unit has AVX512-BF16: 1024 x 1024 AMX attention 9-11% faster
   // than one masked group at a time (bench/RESULTS.md, session 31).
   template <bool kCheck>
   static bool Exp(const float* s, int64_t lo, int64_t hi, int64_t nk_pad, float m, float limit,
