@@ -6,6 +6,10 @@ namespace {
 
 constexpr TextArchitecture kTextArchitectures[] = {
     {.name = "llama"},
+    // InternLM2 (InternVL2-2B and -8B, InternVL2.5 on InternLM2.5): llama's block as llama.cpp
+    // builds it (src/models/internlm2.cpp: RMSNorm, adjacent-pair RoPE, SiLU-gated FFN, no
+    // biases, no rope_freqs) under its own key prefix, with a head of its own.
+    {.name = "internlm2", .untied_head = true},
     {.name = "qwen2", .rope_neox = true, .qkv_bias = true},
     {.name = "qwen2vl", .rope_neox = true, .qkv_bias = true, .mrope = true},
     {.name = "qwen3vl", .rope_neox = true, .qk_norm = true, .mrope = true, .rope_interleaved = true,

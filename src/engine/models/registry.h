@@ -24,6 +24,7 @@ struct TextArchitecture {
   // (post_attention_norm, post_ffw_norm), GELU-gated FFN, sliding-window layers with their own
   // RoPE base, queries scaled before attention, optional final logit soft-capping.
   bool gemma3 = false;
+  bool untied_head = false;  // output.weight required (no head tied to token_embd)
 };
 
 // What distinguishes the vision families.

@@ -143,6 +143,7 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   c.rope_neox = family->rope_neox;
   c.qkv_bias = family->qkv_bias;
   c.qk_norm = family->qk_norm;
+  c.untied_head = family->untied_head;
   if (family->mrope) {
     // M-RoPE (FAMILIES.md): four sections of rotary pairs, required, summing to at most n_rot/2.
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> sections,

@@ -33,6 +33,7 @@ struct TextConfig {
   bool rope_interleaved = false;
   bool qkv_bias = false;    // qwen2 / qwen2vl have q/k/v biases (optional tensors)
   bool qk_norm = false;     // qwen3vl: per-head RMSNorm of q and k before RoPE
+  bool untied_head = false; // internlm2: output.weight required (registry.h)
   // qwen3vl deepstack: an image row carries 1 + n_deepstack slices of d_model; slice l + 1 is
   // added to the residual stream after layer l (text rows: zeros).
   int32_t n_deepstack = 0;

@@ -57,6 +57,9 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
   VLMD_ASSIGN_OR_RETURN(m->token_embd_, GetMatrix(f, "token_embd.weight", c.d_model, c.n_vocab));
   VLMD_ASSIGN_OR_RETURN(m->output_norm_, GetF32(f, "output_norm.weight", {c.d_model}));
   const bool tied = f.FindTensor("output.weight") == nullptr;
+  if (tied && c.untied_head) {  // llama.cpp requires it too: no tied head for this family
+    return InvalidArgumentError("output.weight missing: a " + c.arch + " model has a head of its own");
+  }
   if (!tied) {
     VLMD_ASSIGN_OR_RETURN(m->output_, GetMatrix(f, "output.weight", c.d_model, c.n_vocab));
   } else {
