@@ -1,10 +1,22 @@
-// Text architectures that are another's block under a name of their own: an InternLM2 decoder
-// (InternVL2-2B and -8B) is llama's block as llama.cpp builds it, so a llama fixture rewritten as
-// internlm2 (its keys under the internlm2 prefix, the same tensors) generates exactly what the
-// llama file does; without output.weight it is refused, as llama.cpp refuses it (no tied head).
+// Text architectures and tensor layouts that are another's computation under other names, tested
+// by rewriting a fixture into them and generating:
+// - InternLM2 (InternVL2-2B/8B) is llama's block as llama.cpp builds it: a llama fixture renamed
+//   internlm2 generates exactly what the llama file does; without output.weight it is refused,
+//   as llama.cpp refuses it (no tied head).
+// - A fused attn_qkv (rows [q | k | v], and its bias) loads as the three tensors, for every
+//   architecture, as llama.cpp's create_tensor_qkv takes either.
+// - Phi-3 (InternVL2-4B) is llama's block with NEOX RoPE, q/k/v fused and ffn_up holding
+//   [gate | up]: a llama fixture with its q and k rows reordered so that NEOX's rotation pairs are
+//   llama's (i, i + n/2 <- 2i, 2i + 1 in each head), fused, renamed phi3, greedily generates the
+//   llama file's ids with logprobs within float rounding (the q.k products add the head's values
+//   in another order). Its LongRoPE factors are the short ones up to
+//   rope.scaling.original_context_length positions per sequence and the long ones past it.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -20,10 +32,84 @@ namespace {
 using gguf::GgufFile;
 using gguf::GgufWriter;
 
-// `fixture`'s text.gguf with its architecture renamed to `arch` (general.architecture and every
-// "llama." key), `drop` left out of the tensors, in a file of its own; "" when it could not be
-// written (the test reports it).
-std::string WriteRenamed(const std::string& fixture, const std::string& arch, const std::string& drop) {
+struct Tensor {
+  std::string name;
+  DType type;
+  std::vector<int64_t> ne;
+  std::vector<uint8_t> data;
+};
+using Tensors = std::vector<Tensor>;
+
+Tensors TensorsOf(const GgufFile& f) {
+  Tensors out;
+  for (const auto& t : f.tensors()) {
+    out.push_back({std::string(t.name), t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                   std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+  }
+  return out;
+}
+
+Tensor* Find(Tensors& ts, const std::string& name) {
+  for (Tensor& t : ts) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+// Replaces `parts` (same type and row length) by one tensor `name` holding their rows in order.
+void Fuse(Tensors& ts, const std::vector<std::string>& parts, const std::string& name) {
+  Tensor fused{name, DType::kF32, {}, {}};
+  int64_t rows = 0;
+  for (const std::string& part : parts) {
+    const Tensor* t = Find(ts, part);
+    ASSERT_NE(t, nullptr) << part;
+    ASSERT_EQ(t->ne.size(), 2u) << part;
+    if (fused.ne.empty()) {
+      fused.type = t->type;
+      fused.ne = {t->ne[0], 0};
+    }
+    ASSERT_EQ(t->type, fused.type) << part;
+    ASSERT_EQ(t->ne[0], fused.ne[0]) << part;
+    rows += t->ne[1];
+    fused.data.insert(fused.data.end(), t->data.begin(), t->data.end());
+  }
+  fused.ne[1] = rows;
+  std::erase_if(ts, [&](const Tensor& t) {
+    return std::find(parts.begin(), parts.end(), t.name) != parts.end();
+  });
+  ts.push_back(std::move(fused));
+}
+
+// An f32 [k, heads * hd] projection's rows reordered in each head so that NEOX RoPE (pairs
+// (i, i + n_rot / 2)) rotates what llama's RoPE (pairs (2i, 2i + 1)) rotated, at the same
+// frequency: new row i = old row 2i, new row n_rot / 2 + i = old row 2i + 1.
+void ReorderForNeox(Tensor* t, int64_t hd, int64_t n_rot) {
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, DType::kF32);
+  const size_t row = static_cast<size_t>(t->ne[0]) * sizeof(float);
+  const std::vector<uint8_t> old = t->data;
+  for (int64_t head = 0; head < t->ne[1] / hd; ++head) {
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      for (const auto& [to, from] : {std::pair{i, 2 * i}, std::pair{n_rot / 2 + i, 2 * i + 1}}) {
+        std::memcpy(t->data.data() + (head * hd + to) * row, old.data() + (head * hd + from) * row, row);
+      }
+    }
+  }
+}
+
+void AddF32(Tensors& ts, const std::string& name, const std::vector<float>& v) {
+  Tensor t{name, DType::kF32, {static_cast<int64_t>(v.size())}, {}};
+  t.data.resize(v.size() * sizeof(float));
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  ts.push_back(std::move(t));
+}
+
+// `fixture`'s text.gguf as architecture `arch` (general.architecture and every "llama." key
+// renamed), `edit` applied to its tensors, `extra` to its metadata, in a file of its own; ""
+// when it could not be written (the test reports it).
+std::string WriteVariant(const std::string& fixture, const std::string& arch,
+                         const std::function<void(Tensors&)>& edit,
+                         const std::function<void(GgufWriter&)>& extra = nullptr) {
   auto src = GgufFile::Open(vlmd::testing::FixturePath(fixture + "/text.gguf"));
   if (!src.ok()) return "";
   GgufWriter w;
@@ -37,33 +123,43 @@ std::string WriteRenamed(const std::string& fixture, const std::string& arch, co
       w.SetValue(kv.key, kv.value);
     }
   }
-  for (const auto& t : (*src)->tensors()) {
-    if (t.name == drop) continue;
-    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
-    if (!w.AddTensor(t.name, t.type, ne, std::span<const uint8_t>(t.data, t.nbytes)).ok()) return "";
+  if (extra) extra(w);
+  Tensors ts = TensorsOf(**src);
+  if (edit) edit(ts);
+  for (const Tensor& t : ts) {
+    if (!w.AddTensor(t.name, t.type, t.ne, std::span<const uint8_t>(t.data)).ok()) return "";
   }
+  static int serial = 0;
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("vlmd-" + arch + "-" + std::to_string(getpid()) + ".gguf"))
+                            ("vlmd-" + arch + "-" + std::to_string(getpid()) + "-" +
+                             std::to_string(serial++) + ".gguf"))
                                .string();
   return w.WriteFile(path).ok() ? path : "";
 }
 
-Result<std::unique_ptr<VlmEngine>> LoadText(const std::string& path) {
+Result<std::unique_ptr<VlmEngine>> LoadText(const std::string& path, int32_t n_ctx = 256) {
   EngineOptions o;
   o.threads = 2;
-  o.n_ctx = 256;
+  o.n_ctx = n_ctx;
   return VlmEngine::Load(path, o);
 }
 
-// Greedy ids and their logprobs for one prompt.
-std::pair<std::vector<int32_t>, std::vector<float>> Generated(VlmEngine& e) {
-  auto ids = e.tokenizer().Tokenize("Once upon a time there was a little", true, true);
+// Loads `path` (then removes it) and returns its greedy ids and their logprobs for one prompt;
+// empty when it did not load (reported).
+std::pair<std::vector<int32_t>, std::vector<float>> Generated(const std::string& path,
+                                                              int32_t n_ctx = 256,
+                                                              bool remove = true) {
+  auto e = LoadText(path, n_ctx);
+  if (remove) std::filesystem::remove(path);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return {};
+  auto ids = (*e)->tokenizer().Tokenize("Once upon a time there was a little", true, true);
   EXPECT_TRUE(ids.ok());
   if (!ids.ok()) return {};
   GenerateParams p;
   p.max_tokens = 6;
   p.token_stats = true;
-  auto r = e.Generate(*ids, p);
+  auto r = (*e)->Generate(*ids, p);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return {};
   std::vector<float> logprobs;
@@ -71,26 +167,119 @@ std::pair<std::vector<int32_t>, std::vector<float>> Generated(VlmEngine& e) {
   return {r->tokens, logprobs};
 }
 
+std::pair<std::vector<int32_t>, std::vector<float>> LlamaFixture() {
+  return Generated(vlmd::testing::FixturePath("tiny-llava/text.gguf"), 256, false);
+}
+
 TEST(TextArchitectures, InternLm2RunsAsTheLlamaBlock) {
-  auto llama = LoadText(vlmd::testing::FixturePath("tiny-llava/text.gguf"));
-  ASSERT_TRUE(llama.ok()) << llama.status().ToString();
-  const std::string path = WriteRenamed("tiny-llava", "internlm2", "");
-  ASSERT_FALSE(path.empty());
-  auto internlm2 = LoadText(path);
-  std::filesystem::remove(path);
-  ASSERT_TRUE(internlm2.ok()) << internlm2.status().ToString();
-  const auto expected = Generated(**llama);
+  const auto expected = LlamaFixture();
   ASSERT_FALSE(expected.first.empty());
-  EXPECT_EQ(Generated(**internlm2), expected);
+  const std::string path = WriteVariant("tiny-llava", "internlm2", nullptr);
+  ASSERT_FALSE(path.empty());
+  EXPECT_EQ(Generated(path), expected);
 }
 
 TEST(TextArchitectures, InternLm2WithoutItsHeadIsRefused) {
-  const std::string path = WriteRenamed("tiny-llava", "internlm2", "output.weight");
+  const std::string path = WriteVariant("tiny-llava", "internlm2", [](Tensors& ts) {
+    std::erase_if(ts, [](const Tensor& t) { return t.name == "output.weight"; });
+  });
   ASSERT_FALSE(path.empty());
   auto e = LoadText(path);
   std::filesystem::remove(path);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().ToString().find("output.weight"), std::string::npos) << e.status().ToString();
+}
+
+TEST(TextArchitectures, FusedQkvLoadsAsTheThreeTensors) {
+  // llama without biases; qwen2 (InternVL's decoder) with q/k/v biases, fused as attn_qkv.bias.
+  for (const char* fixture : {"tiny-llava", "tiny-internvl"}) {
+    SCOPED_TRACE(fixture);
+    auto src = GgufFile::Open(vlmd::testing::FixturePath(std::string(fixture) + "/text.gguf"));
+    ASSERT_TRUE(src.ok());
+    auto arch = (*src)->GetString("general.architecture");
+    ASSERT_TRUE(arch.ok());
+    const auto expected = Generated(vlmd::testing::FixturePath(std::string(fixture) + "/text.gguf"), 256, false);
+    ASSERT_FALSE(expected.first.empty());
+    bool had_bias = false;
+    const std::string path = WriteVariant(fixture, std::string(*arch), [&](Tensors& ts) {
+      for (int l = 0; Find(ts, "blk." + std::to_string(l) + ".attn_q.weight") != nullptr; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        Fuse(ts, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv.weight");
+        if (Find(ts, p + "attn_q.bias") != nullptr) {
+          had_bias = true;
+          for (Tensor* b : {Find(ts, p + "attn_q.bias"), Find(ts, p + "attn_k.bias"), Find(ts, p + "attn_v.bias")}) {
+            ASSERT_NE(b, nullptr);
+            b->ne = {1, b->ne[0]};  // a column of rows, so that Fuse stacks them
+          }
+          Fuse(ts, {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}, p + "attn_qkv.bias");
+          Find(ts, p + "attn_qkv.bias")->ne = {Find(ts, p + "attn_qkv.bias")->ne[1]};
+        }
+      }
+    });
+    ASSERT_FALSE(path.empty());
+    EXPECT_EQ(had_bias, std::string(fixture) == "tiny-internvl");
+    EXPECT_EQ(Generated(path), expected);
+  }
+}
+
+// The llama fixture as phi3; rope_factors of `short_factor` and `long_factor` (none when 0)
+// with an original context of 128 positions; rope.scaling.type `scaling` when set.
+std::string Phi3Variant(float short_factor, float long_factor, const std::string& scaling = "") {
+  return WriteVariant(
+      "tiny-llava", "phi3",
+      [&](Tensors& ts) {
+        constexpr int64_t kHeadDim = 16, kRot = 16;  // tiny-llava: 64 wide, 4 heads, all rotated
+        for (int l = 0; Find(ts, "blk." + std::to_string(l) + ".attn_q.weight") != nullptr; ++l) {
+          const std::string p = "blk." + std::to_string(l) + ".";
+          ReorderForNeox(Find(ts, p + "attn_q.weight"), kHeadDim, kRot);
+          ReorderForNeox(Find(ts, p + "attn_k.weight"), kHeadDim, kRot);
+          Fuse(ts, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv.weight");
+          Fuse(ts, {p + "ffn_gate.weight", p + "ffn_up.weight"}, p + "ffn_up.weight");
+        }
+        if (short_factor > 0) AddF32(ts, "rope_factors_short.weight", std::vector<float>(kRot / 2, short_factor));
+        if (long_factor > 0) AddF32(ts, "rope_factors_long.weight", std::vector<float>(kRot / 2, long_factor));
+      },
+      [&](GgufWriter& w) {
+        w.SetU32("phi3.rope.scaling.original_context_length", 128);
+        if (!scaling.empty()) w.SetString("phi3.rope.scaling.type", scaling);
+      });
+}
+
+TEST(TextArchitectures, Phi3RunsAsTheLlamaBlockWithNeoxRopeAndFusedTensors) {
+  const auto expected = LlamaFixture();
+  ASSERT_FALSE(expected.first.empty());
+  const std::string path = Phi3Variant(0, 0);
+  ASSERT_FALSE(path.empty());
+  const auto got = Generated(path);
+  EXPECT_EQ(got.first, expected.first);
+  ASSERT_EQ(got.second.size(), expected.second.size());
+  // A change of the order of sums alone moves this fixture's logprobs by up to 1.7e-4 (V's rows
+  // and attn_output's inputs reordered alike, measured): the tolerance is that, not a bug's.
+  for (size_t i = 0; i < got.second.size(); ++i) {
+    EXPECT_NEAR(got.second[i], expected.second[i], 1e-3f) << "token " << i;
+  }
+}
+
+TEST(TextArchitectures, Phi3TakesItsLongRopeFactorsPastTheOriginalContext) {
+  const auto plain = Generated(Phi3Variant(0, 0));
+  ASSERT_FALSE(plain.second.empty());
+  // Up to 128 positions per sequence the short factors (ones: no change), past them the long
+  // ones (fours: other logprobs).
+  EXPECT_EQ(Generated(Phi3Variant(1, 4), 128), plain);
+  const auto long_ctx = Generated(Phi3Variant(1, 4), 256);
+  ASSERT_EQ(long_ctx.second.size(), plain.second.size());
+  EXPECT_NE(long_ctx.second, plain.second);
+  // A file that names its scaling LongRoPE (llama.cpp's "longrope") loads as one that does not;
+  // another architecture's stays refused.
+  EXPECT_EQ(Generated(Phi3Variant(1, 4, "longrope"), 128), plain);
+  const std::string llama = WriteVariant("tiny-llava", "llama", nullptr, [](GgufWriter& w) {
+    w.SetString("llama.rope.scaling.type", "longrope");
+  });
+  ASSERT_FALSE(llama.empty());
+  auto refused = LoadText(llama);
+  std::filesystem::remove(llama);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented) << refused.status().ToString();
 }
 
 }  // namespace

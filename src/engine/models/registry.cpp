@@ -8,9 +8,12 @@ constexpr TextArchitecture kTextArchitectures[] = {
     {.name = "llama"},
     // InternLM2 (InternVL2-2B and -8B, InternVL2.5 on InternLM2.5): llama's block as llama.cpp
     // builds it (src/models/internlm2.cpp: RMSNorm, adjacent-pair RoPE, SiLU-gated FFN, no
-    // biases, no rope_freqs) under its own key prefix, with a head of its own.
+    // rope_freqs) under its own key prefix, with a head of its own.
     {.name = "internlm2", .untied_head = true},
     {.name = "qwen2", .rope_neox = true, .qkv_bias = true},
+    // Phi-3 (InternVL2-4B on Phi-3-mini-128k): llama.cpp's phi3 (src/models/phi3.cpp; its
+    // sliding window is disabled there, so here too).
+    {.name = "phi3", .rope_neox = true, .phi3 = true},
     {.name = "qwen2vl", .rope_neox = true, .qkv_bias = true, .mrope = true},
     {.name = "qwen3vl", .rope_neox = true, .qk_norm = true, .mrope = true, .rope_interleaved = true,
      .deepstack = true},

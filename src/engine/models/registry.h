@@ -25,6 +25,10 @@ struct TextArchitecture {
   // RoPE base, queries scaled before attention, optional final logit soft-capping.
   bool gemma3 = false;
   bool untied_head = false;  // output.weight required (no head tied to token_embd)
+  // Phi-3: ffn_up holds [gate | up] (2 x feed_forward_length rows, no ffn_gate), and the RoPE
+  // frequencies are divided by rope_factors_long or rope_factors_short (LongRoPE), long when a
+  // sequence's context exceeds rope.scaling.original_context_length, as llama.cpp picks them.
+  bool phi3 = false;
 };
 
 // What distinguishes the vision families.

@@ -122,7 +122,10 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
     VLMD_ASSIGN_OR_RETURN(std::string_view type, f.GetString(p + "rope.scaling.type"));
     scaling = std::string(type);
   }
-  if (scaling != "linear" && scaling != "none") {
+  // LongRoPE is phi3's frequency factors (text_decoder.cpp), which llama.cpp applies whatever
+  // the file calls its type; a phi3 file that names it loads.
+  const bool long_rope = family->phi3 && (scaling == "longrope" || scaling == "su");
+  if (scaling != "linear" && scaling != "none" && !long_rope) {
     return UnimplementedError("rope scaling '" + scaling + "' is not supported");
   }
   for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
@@ -131,7 +134,7 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
     if (!(factor >= 0.0f) || !std::isfinite(factor)) {
       return InvalidArgumentError(p + key + " must be >= 0 (0: no scaling)");
     }
-    if (scaling == "linear" && factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
+    if (scaling != "none" && factor > 0.0f) c.rope_freq_scale = 1.0f / factor;
     break;  // llama.cpp reads the older key only without the newer one
   }
   if (f.Find(p + "rope.scaling.attn_factor") != nullptr) {
@@ -144,6 +147,9 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   c.qkv_bias = family->qkv_bias;
   c.qk_norm = family->qk_norm;
   c.untied_head = family->untied_head;
+  c.phi3 = family->phi3;
+  VLMD_ASSIGN_OR_RETURN(c.n_ctx_orig, GetOptionalPositive(f, p + "rope.scaling.original_context_length",
+                                                          c.n_ctx_train, 1 << 24));
   if (family->mrope) {
     // M-RoPE (FAMILIES.md): four sections of rotary pairs, required, summing to at most n_rot/2.
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> sections,

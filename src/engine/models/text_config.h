@@ -34,6 +34,10 @@ struct TextConfig {
   bool qkv_bias = false;    // qwen2 / qwen2vl have q/k/v biases (optional tensors)
   bool qk_norm = false;     // qwen3vl: per-head RMSNorm of q and k before RoPE
   bool untied_head = false; // internlm2: output.weight required (registry.h)
+  bool phi3 = false;        // fused gate/up, LongRoPE factors (registry.h)
+  // rope.scaling.original_context_length (default n_ctx_train): phi3 takes its long RoPE
+  // factors for sequences of more positions than this.
+  int32_t n_ctx_orig = 0;
   // qwen3vl deepstack: an image row carries 1 + n_deepstack slices of d_model; slice l + 1 is
   // added to the residual stream after layer l (text rows: zeros).
   int32_t n_deepstack = 0;

@@ -46,8 +46,39 @@ void SplitQkv(const float* qkv, int64_t n, int64_t qd, int64_t kvd, float* q, fl
 
 }  // namespace
 
+// q, k and v of layer prefix `p` (and their optional biases) from one fused attn_qkv (rows
+// [q | k | v]) or three tensors, whichever the file has, as llama.cpp's create_tensor_qkv takes
+// them for every architecture vlmd runs.
+Status TextDecoder::LoadQkv(const gguf::GgufFile& f, const TextConfig& c, const std::string& p,
+                            Layer* L) {
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  if (f.FindTensor(p + "attn_qkv.weight") == nullptr) {
+    L->names_qkv = {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"};
+    VLMD_ASSIGN_OR_RETURN(L->wq, GetMatrix(f, p + "attn_q.weight", c.d_model, qd));
+    VLMD_ASSIGN_OR_RETURN(L->wk, GetMatrix(f, p + "attn_k.weight", c.d_model, kvd));
+    VLMD_ASSIGN_OR_RETURN(L->wv, GetMatrix(f, p + "attn_v.weight", c.d_model, kvd));
+    VLMD_ASSIGN_OR_RETURN(L->bq, GetOptionalF32(f, p + "attn_q.bias", {qd}));
+    VLMD_ASSIGN_OR_RETURN(L->bk, GetOptionalF32(f, p + "attn_k.bias", {kvd}));
+    VLMD_ASSIGN_OR_RETURN(L->bv, GetOptionalF32(f, p + "attn_v.bias", {kvd}));
+    return Status::Ok();
+  }
+  L->names_qkv = {p + "attn_qkv.weight"};
+  VLMD_ASSIGN_OR_RETURN(const ops::WeightView qkv,
+                        GetMatrix(f, p + "attn_qkv.weight", c.d_model, qd + 2 * kvd));
+  L->wq = RowsOf(qkv, 0, qd);
+  L->wk = RowsOf(qkv, qd, kvd);
+  L->wv = RowsOf(qkv, qd + kvd, kvd);
+  VLMD_ASSIGN_OR_RETURN(const F32Weights b, GetOptionalF32(f, p + "attn_qkv.bias", {qd + 2 * kvd}));
+  if (!b.empty()) {
+    L->bq.assign(b.begin(), b.begin() + qd);
+    L->bk.assign(b.begin() + qd, b.begin() + qd + kvd);
+    L->bv.assign(b.begin() + qd + kvd, b.end());
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const gguf::GgufFile> file,
-                                                     const ops::WeightPacking& packing) {
+                                                     const ops::WeightPacking& packing, int32_t n_ctx) {
   std::unique_ptr<TextDecoder> m(new TextDecoder());
   m->file_ = std::move(file);
   m->bf16_attention_ = packing.precision == ops::Precision::kFast;
@@ -77,6 +108,17 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     VLMD_ASSIGN_OR_RETURN(m->rope_freq_factors_, GetOptionalF32(f, "rope_freqs.weight", {c.n_rot / 2}));
     if (!m->rope_freq_factors_.empty()) m->rope_sets_[0].freq_factors = m->rope_freq_factors_.data();
   }
+  if (c.phi3) {
+    // LongRoPE (llama_model::get_rope_factors): the long factors for sequences past the
+    // original context, the short ones otherwise; either may be absent (Phi-3-mini-4k has none).
+    const int64_t n_ctx_seq = n_ctx > 0 ? n_ctx : c.n_ctx_train;
+    VLMD_ASSIGN_OR_RETURN(F32Weights long_factors,
+                          GetOptionalF32(f, "rope_factors_long.weight", {c.n_rot / 2}));
+    VLMD_ASSIGN_OR_RETURN(F32Weights short_factors,
+                          GetOptionalF32(f, "rope_factors_short.weight", {c.n_rot / 2}));
+    m->rope_freq_factors_ = n_ctx_seq > c.n_ctx_orig ? std::move(long_factors) : std::move(short_factors);
+    if (!m->rope_freq_factors_.empty()) m->rope_sets_[0].freq_factors = m->rope_freq_factors_.data();
+  }
   if (c.n_swa > 0) {  // Gemma 3's local layers: their own base, no frequency scaling
     m->rope_sets_.push_back(ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta_swa,
                                             .freq_scale = 1.0f, .neox = c.rope_neox,
@@ -91,20 +133,22 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     const std::string p = "blk." + std::to_string(l) + ".";
     VLMD_ASSIGN_OR_RETURN(L.attn_norm, GetF32(f, p + "attn_norm.weight", {c.d_model}));
     VLMD_ASSIGN_OR_RETURN(L.ffn_norm, GetF32(f, p + "ffn_norm.weight", {c.d_model}));
-    L.names_qkv = {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"};
     L.names_o = {p + "attn_output.weight"};
-    L.names_gate_up = {p + "ffn_gate.weight", p + "ffn_up.weight"};
     L.names_down = {p + "ffn_down.weight"};
-    VLMD_ASSIGN_OR_RETURN(L.wq, GetMatrix(f, p + "attn_q.weight", c.d_model, c.q_dim()));
-    VLMD_ASSIGN_OR_RETURN(L.wk, GetMatrix(f, p + "attn_k.weight", c.d_model, c.kv_dim()));
-    VLMD_ASSIGN_OR_RETURN(L.wv, GetMatrix(f, p + "attn_v.weight", c.d_model, c.kv_dim()));
+    VLMD_RETURN_IF_ERROR(LoadQkv(f, c, p, &L));
     VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_output.weight", c.q_dim(), c.d_model));
-    VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", c.d_model, c.d_ff));
-    VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", c.d_model, c.d_ff));
+    if (c.phi3) {  // ffn_up = [gate | up] (llama.cpp's LLM_FFN_SWIGLU: SiLU of the first half)
+      L.names_gate_up = {p + "ffn_up.weight"};
+      VLMD_ASSIGN_OR_RETURN(const ops::WeightView gate_up,
+                            GetMatrix(f, p + "ffn_up.weight", c.d_model, 2 * int64_t{c.d_ff}));
+      L.w_gate = RowsOf(gate_up, 0, c.d_ff);
+      L.w_up = RowsOf(gate_up, c.d_ff, c.d_ff);
+    } else {
+      L.names_gate_up = {p + "ffn_gate.weight", p + "ffn_up.weight"};
+      VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", c.d_model, c.d_ff));
+      VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", c.d_model, c.d_ff));
+    }
     VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", c.d_ff, c.d_model));
-    VLMD_ASSIGN_OR_RETURN(L.bq, GetOptionalF32(f, p + "attn_q.bias", {c.q_dim()}));
-    VLMD_ASSIGN_OR_RETURN(L.bk, GetOptionalF32(f, p + "attn_k.bias", {c.kv_dim()}));
-    VLMD_ASSIGN_OR_RETURN(L.bv, GetOptionalF32(f, p + "attn_v.bias", {c.kv_dim()}));
     if (L.spec.qk_norm) {
       VLMD_ASSIGN_OR_RETURN(L.q_norm, GetF32(f, p + "attn_q_norm.weight", {c.head_dim}));
       VLMD_ASSIGN_OR_RETURN(L.k_norm, GetF32(f, p + "attn_k_norm.weight", {c.head_dim}));

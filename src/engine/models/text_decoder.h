@@ -102,9 +102,12 @@ struct ForwardContext {
 class TextDecoder {
  public:
   // Validates the config and every tensor's presence and shape. Keeps `file` alive. `packing`
-  // repacks the matrices for the packed int8 matmul where it applies (ops::PackWeight).
+  // repacks the matrices for the packed int8 matmul where it applies (ops::PackWeight). n_ctx:
+  // the positions per sequence the caller will use (0: the training context); phi3 picks its
+  // RoPE factors by it.
   static Result<std::unique_ptr<TextDecoder>> Load(std::shared_ptr<const gguf::GgufFile> file,
-                                                  const ops::WeightPacking& packing = {});
+                                                  const ops::WeightPacking& packing = {},
+                                                  int32_t n_ctx = 0);
 
   const TextConfig& config() const { return config_; }
   // A cache for one sequence of up to n_ctx positions. max_batch_rows > 0: no forward call
@@ -154,7 +157,7 @@ class TextDecoder {
     // one matmul each, so decode pays one activation quantization and one thread hand-off
     // instead of three / two. When set, the parts above keep only their GGUF rows.
     ops::WeightView wqkv, w_gate_up;
-    F32Weights bq, bk, bv;                   // qwen2 / qwen2vl only
+    F32Weights bq, bk, bv;                   // optional (qwen2 / qwen2vl have them)
     F32Weights q_norm, k_norm;               // [head_dim] when spec.qk_norm
     F32Weights post_attn_norm, post_ffn_norm;          // [d_model], Gemma 3
     // GGUF names by shared input, for MatmulInputObserver: {q, k, v}, {o}, {gate, up}, {down}.
@@ -162,6 +165,7 @@ class TextDecoder {
   };
 
   TextDecoder() = default;
+  static Status LoadQkv(const gguf::GgufFile& f, const TextConfig& c, const std::string& p, Layer* L);
   // Attention of layer `layer`; mask_pos [n_tokens]: each row's causal-mask position (its slot,
   // or its bidirectional span's last slot).
   Status Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,
@@ -174,7 +178,8 @@ class TextDecoder {
   F32Weights output_norm_;
   std::vector<Layer> layers_;
   std::vector<ops::RopeParams> rope_sets_;  // one table per set and batch (DecoderLayerSpec::rope)
-  F32Weights rope_freq_factors_;            // llama's optional rope_freqs.weight [n_rot / 2]
+  // llama's optional rope_freqs.weight, or phi3's long or short factors [n_rot / 2]
+  F32Weights rope_freq_factors_;
   uint64_t weight_bytes_ = 0;
   uint64_t released_bytes_ = 0;  // mapped pages dropped after packing (GgufFile::ReleasePages)
   ops::PackedStore packed_;  // owns what the views' `packed` point at

@@ -66,7 +66,7 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   // The loaders pack the matrices on the engine's threads.
   const ops::WeightPacking packing{.kt = e->ctx_.kernels, .precision = opts.precision,
                                    .pool = e->pool_.get()};
-  VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, packing));
+  VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, packing, opts.n_ctx));
   if (shared->Find("tokenizer.chat_template") != nullptr) {
     auto src = shared->GetString("tokenizer.chat_template");
     if (src.ok()) e->chat_template_source_ = std::string(*src);
