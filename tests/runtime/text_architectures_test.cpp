@@ -5,6 +5,9 @@
 //   as llama.cpp refuses it (no tied head).
 // - A fused attn_qkv (rows [q | k | v], and its bias) loads as the three tensors, for every
 //   architecture, as llama.cpp's create_tensor_qkv takes either.
+// - Qwen3 (InternVL3.5) is Qwen3-VL's decoder without M-RoPE and deepstack: a Qwen3-VL fixture
+//   renamed qwen3 generates for text what the Qwen3-VL file does once its rope sections give every
+//   rotary pair the text position (an image-less prompt never reads the deepstack slices).
 // - Phi-3 (InternVL2-4B) is llama's block with NEOX RoPE, q/k/v fused and ffn_up holding
 //   [gate | up]: a llama fixture with its q and k rows reordered so that NEOX's rotation pairs are
 //   llama's (i, i + n/2 <- 2i, 2i + 1 in each head), fused, renamed phi3, greedily generates the
@@ -104,23 +107,29 @@ void AddF32(Tensors& ts, const std::string& name, const std::vector<float>& v) {
   ts.push_back(std::move(t));
 }
 
-// `fixture`'s text.gguf as architecture `arch` (general.architecture and every "llama." key
-// renamed), `edit` applied to its tensors, `extra` to its metadata, in a file of its own; ""
-// when it could not be written (the test reports it).
+// `fixture`'s text.gguf as architecture `arch` (general.architecture and the keys under its own
+// architecture's prefix renamed; `drop`: keys, after the renaming, left out), `edit` applied to
+// its tensors, `extra` to its metadata, in a file of its own; "" when it could not be written
+// (the test reports it).
 std::string WriteVariant(const std::string& fixture, const std::string& arch,
                          const std::function<void(Tensors&)>& edit,
-                         const std::function<void(GgufWriter&)>& extra = nullptr) {
+                         const std::function<void(GgufWriter&)>& extra = nullptr,
+                         const std::vector<std::string>& drop = {}) {
   auto src = GgufFile::Open(vlmd::testing::FixturePath(fixture + "/text.gguf"));
   if (!src.ok()) return "";
+  auto from = (*src)->GetString("general.architecture");
+  if (!from.ok()) return "";
+  const std::string prefix = std::string(*from) + ".";
   GgufWriter w;
   for (const auto& kv : (*src)->metadata()) {
     if (kv.key == "general.alignment") continue;
-    if (kv.key == "general.architecture") {
-      w.SetString(kv.key, arch);
-    } else if (kv.key.rfind("llama.", 0) == 0) {
-      w.SetValue(arch + std::string(kv.key.substr(5)), kv.value);
+    std::string key(kv.key);
+    if (key.rfind(prefix, 0) == 0) key = arch + "." + key.substr(prefix.size());
+    if (std::find(drop.begin(), drop.end(), key) != drop.end()) continue;
+    if (key == "general.architecture") {
+      w.SetString(key, arch);
     } else {
-      w.SetValue(kv.key, kv.value);
+      w.SetValue(key, kv.value);
     }
   }
   if (extra) extra(w);
@@ -220,6 +229,23 @@ TEST(TextArchitectures, FusedQkvLoadsAsTheThreeTensors) {
     EXPECT_EQ(had_bias, std::string(fixture) == "tiny-internvl");
     EXPECT_EQ(Generated(path), expected);
   }
+}
+
+TEST(TextArchitectures, Qwen3RunsAsQwen3VlOnText) {
+  // IMRoPE's sections [3, 3, 2, 0] put all 8 rotary pairs of the 16-wide heads in sections 0-2,
+  // which a text row's positions fill with its position (the fixture's [4, 2, 2, 0] leaves
+  // pair 7 to section 3).
+  const std::string qwen3vl = WriteVariant("tiny-qwen3vl", "qwen3vl", nullptr, [](GgufWriter& w) {
+    const int32_t s[] = {3, 3, 2, 0};
+    w.SetI32Array("qwen3vl.rope.dimension_sections", s);
+  });
+  ASSERT_FALSE(qwen3vl.empty());
+  const auto expected = Generated(qwen3vl);
+  ASSERT_FALSE(expected.first.empty());
+  const std::string qwen3 = WriteVariant("tiny-qwen3vl", "qwen3", nullptr, nullptr,
+                                         {"qwen3.rope.dimension_sections", "qwen3.n_deepstack_layers"});
+  ASSERT_FALSE(qwen3.empty());
+  EXPECT_EQ(Generated(qwen3), expected);
 }
 
 // The llama fixture as phi3; rope_factors of `short_factor` and `long_factor` (none when 0)

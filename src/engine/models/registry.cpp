@@ -15,6 +15,8 @@ constexpr TextArchitecture kTextArchitectures[] = {
     // sliding window is disabled there, so here too).
     {.name = "phi3", .rope_neox = true, .phi3 = true},
     {.name = "qwen2vl", .rope_neox = true, .qkv_bias = true, .mrope = true},
+    // Qwen3 (InternVL3.5): Qwen3-VL's decoder without M-RoPE and deepstack (llama.cpp's qwen3).
+    {.name = "qwen3", .rope_neox = true, .qk_norm = true},
     {.name = "qwen3vl", .rope_neox = true, .qk_norm = true, .mrope = true, .rope_interleaved = true,
      .deepstack = true},
     {.name = "gemma3", .rope_neox = true, .qk_norm = true, .gemma3 = true},
