@@ -249,7 +249,7 @@ TEST(TextArchitectures, Qwen3RunsAsQwen3VlOnText) {
 }
 
 // The llama fixture as phi3; rope_factors of `short_factor` and `long_factor` (none when 0)
-// with an original context of 128 positions; rope.scaling.type `scaling` when set.
+// with an original context of 256 positions; rope.scaling.type `scaling` when set.
 std::string Phi3Variant(float short_factor, float long_factor, const std::string& scaling = "") {
   return WriteVariant(
       "tiny-llava", "phi3",
@@ -266,7 +266,7 @@ std::string Phi3Variant(float short_factor, float long_factor, const std::string
         if (long_factor > 0) AddF32(ts, "rope_factors_long.weight", std::vector<float>(kRot / 2, long_factor));
       },
       [&](GgufWriter& w) {
-        w.SetU32("phi3.rope.scaling.original_context_length", 128);
+        w.SetU32("phi3.rope.scaling.original_context_length", 256);
         if (!scaling.empty()) w.SetString("phi3.rope.scaling.type", scaling);
       });
 }
@@ -279,6 +279,15 @@ TEST(TextArchitectures, Phi3RunsAsTheLlamaBlockWithNeoxRopeAndFusedTensors) {
   const auto got = Generated(path);
   EXPECT_EQ(got.first, expected.first);
   ASSERT_EQ(got.second.size(), expected.second.size());
+  // phi3 scales q by 1 / sqrt(head_dim) before its f16 rounding, as llama.cpp does (the scale
+  // is exact in f16 for this fixture's head of 16, so the logprobs cannot show it).
+  {
+    const std::string scaled = Phi3Variant(0, 0);
+    auto e = LoadText(scaled);
+    std::filesystem::remove(scaled);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    EXPECT_EQ((*e)->model().config().attn_scale, 0.25f);
+  }
   // A change of the order of sums alone moves this fixture's logprobs by up to 1.7e-4 (V's rows
   // and attn_output's inputs reordered alike, measured): the tolerance is that, not a bug's.
   for (size_t i = 0; i < got.second.size(); ++i) {
@@ -289,15 +298,17 @@ TEST(TextArchitectures, Phi3RunsAsTheLlamaBlockWithNeoxRopeAndFusedTensors) {
 TEST(TextArchitectures, Phi3TakesItsLongRopeFactorsPastTheOriginalContext) {
   const auto plain = Generated(Phi3Variant(0, 0));
   ASSERT_FALSE(plain.second.empty());
-  // Up to 128 positions per sequence the short factors (ones: no change), past them the long
-  // ones (fours: other logprobs).
-  EXPECT_EQ(Generated(Phi3Variant(1, 4), 128), plain);
-  const auto long_ctx = Generated(Phi3Variant(1, 4), 256);
+  // Up to 256 positions per sequence the short factors (ones: no change), past them the long
+  // ones (fours: other logprobs); like llama.cpp, the context counts padded to 256 (200 -> 256:
+  // short, 257 -> 512: long).
+  EXPECT_EQ(Generated(Phi3Variant(1, 4), 200), plain);
+  EXPECT_EQ(Generated(Phi3Variant(1, 4), 256), plain);
+  const auto long_ctx = Generated(Phi3Variant(1, 4), 257);
   ASSERT_EQ(long_ctx.second.size(), plain.second.size());
   EXPECT_NE(long_ctx.second, plain.second);
   // A file that names its scaling LongRoPE (llama.cpp's "longrope") loads as one that does not;
   // another architecture's stays refused.
-  EXPECT_EQ(Generated(Phi3Variant(1, 4, "longrope"), 128), plain);
+  EXPECT_EQ(Generated(Phi3Variant(1, 4, "longrope"), 256), plain);
   const std::string llama = WriteVariant("tiny-llava", "llama", nullptr, [](GgufWriter& w) {
     w.SetString("llama.rope.scaling.type", "longrope");
   });

@@ -124,7 +124,7 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   }
   // LongRoPE is phi3's frequency factors (text_decoder.cpp), which llama.cpp applies whatever
   // the file calls its type; a phi3 file that names it loads.
-  const bool long_rope = family->phi3 && (scaling == "longrope" || scaling == "su");
+  const bool long_rope = family->phi3 && scaling == "longrope";
   if (scaling != "linear" && scaling != "none" && !long_rope) {
     return UnimplementedError("rope scaling '" + scaling + "' is not supported");
   }
@@ -148,6 +148,9 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   c.qk_norm = family->qk_norm;
   c.untied_head = family->untied_head;
   c.phi3 = family->phi3;
+  // phi3 scales its queries by 1 / sqrt(head_dim) in f32 before the attention (llama.cpp's
+  // src/models/phi3.cpp), so the f16 rounding of q comes after the scale, as for Gemma 3.
+  if (c.phi3) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   VLMD_ASSIGN_OR_RETURN(c.n_ctx_orig, GetOptionalPositive(f, p + "rope.scaling.original_context_length",
                                                           c.n_ctx_train, 1 << 24));
   if (family->mrope) {

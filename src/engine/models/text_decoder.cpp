@@ -111,7 +111,9 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
   if (c.phi3) {
     // LongRoPE (llama_model::get_rope_factors): the long factors for sequences past the
     // original context, the short ones otherwise; either may be absent (Phi-3-mini-4k has none).
-    const int64_t n_ctx_seq = n_ctx > 0 ? n_ctx : c.n_ctx_train;
+    // llama.cpp compares the context padded to a multiple of 256 (llama_context's n_ctx), so
+    // the same --ctx-size picks the same factors here.
+    const int64_t n_ctx_seq = (int64_t{n_ctx > 0 ? n_ctx : c.n_ctx_train} + 255) / 256 * 256;
     VLMD_ASSIGN_OR_RETURN(F32Weights long_factors,
                           GetOptionalF32(f, "rope_factors_long.weight", {c.n_rot / 2}));
     VLMD_ASSIGN_OR_RETURN(F32Weights short_factors,
