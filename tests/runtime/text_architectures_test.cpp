@@ -13,9 +13,11 @@
 //   llama's (i, i + n/2 <- 2i, 2i + 1 in each head), fused, renamed phi3, greedily generates the
 //   llama file's ids with logprobs within float rounding (the q.k products add the head's values
 //   in another order). Its LongRoPE factors are the short ones up to
-//   rope.scaling.original_context_length positions per sequence and the long ones past it.
+//   rope.scaling.original_context_length positions per sequence (counted padded to 256, as
+//   llama.cpp counts them) and the long ones past it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
