@@ -18,7 +18,7 @@ endif()
 find_package(CLI11 REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # HTTP clients (image URLs, OTLP, tests)
 # Boost.Asio + Boost.Beast (header-only): the server's event-driven connection layer and its
-# strict HTTP/1.1 parser (serve/http/http_front.cpp).
+# strict HTTP/1.1 parser (serve/http/http_front.cpp, http_connection.cpp).
 find_package(Boost 1.81 REQUIRED)
 # cpp-httplib listens with a backlog of 5: a burst of more simultaneous connections overflows the
 # accept queue, and the dropped handshakes wait for the client's SYN retry (1 s, then 3 s, ...).

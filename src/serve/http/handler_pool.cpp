@@ -1,5 +1,7 @@
 #include "serve/http/handler_pool.h"
 
+#include <utility>
+
 namespace vlmd::serve {
 
 HandlerPool::HandlerPool(int threads, size_t max_queued) : max_queued_(max_queued) {

@@ -94,7 +94,7 @@ class HttpFront {
   // finish (their replies are written), then closes everything. Idempotent.
   void Stop();
 
-  struct Impl;  // opaque: the acceptor, I/O thread, handler pool and connections (http_front.cpp)
+  struct Impl;  // opaque: the acceptor, I/O thread, handler pool and connections (http_front_impl.h)
 
  private:
   std::unique_ptr<Impl> impl_;
