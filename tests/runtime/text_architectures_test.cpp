@@ -61,24 +61,24 @@ Tensor* Find(Tensors& ts, const std::string& name) {
   return nullptr;
 }
 
-// Replaces `parts` (same type and row length) by one tensor `name` holding their rows in order.
+// Replaces `parts` (same type and shape but the last dimension) by one tensor `name` holding
+// them in order along it: a matrix's rows, a vector's values.
 void Fuse(Tensors& ts, const std::vector<std::string>& parts, const std::string& name) {
   Tensor fused{name, DType::kF32, {}, {}};
-  int64_t rows = 0;
   for (const std::string& part : parts) {
     const Tensor* t = Find(ts, part);
     ASSERT_NE(t, nullptr) << part;
-    ASSERT_EQ(t->ne.size(), 2u) << part;
     if (fused.ne.empty()) {
       fused.type = t->type;
-      fused.ne = {t->ne[0], 0};
+      fused.ne = t->ne;
+      fused.ne.back() = 0;
     }
     ASSERT_EQ(t->type, fused.type) << part;
-    ASSERT_EQ(t->ne[0], fused.ne[0]) << part;
-    rows += t->ne[1];
+    ASSERT_EQ(t->ne.size(), fused.ne.size()) << part;
+    ASSERT_TRUE(std::equal(t->ne.begin(), t->ne.end() - 1, fused.ne.begin())) << part;
+    fused.ne.back() += t->ne.back();
     fused.data.insert(fused.data.end(), t->data.begin(), t->data.end());
   }
-  fused.ne[1] = rows;
   std::erase_if(ts, [&](const Tensor& t) {
     return std::find(parts.begin(), parts.end(), t.name) != parts.end();
   });
@@ -218,12 +218,7 @@ TEST(TextArchitectures, FusedQkvLoadsAsTheThreeTensors) {
         Fuse(ts, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, p + "attn_qkv.weight");
         if (Find(ts, p + "attn_q.bias") != nullptr) {
           had_bias = true;
-          for (Tensor* b : {Find(ts, p + "attn_q.bias"), Find(ts, p + "attn_k.bias"), Find(ts, p + "attn_v.bias")}) {
-            ASSERT_NE(b, nullptr);
-            b->ne = {1, b->ne[0]};  // a column of rows, so that Fuse stacks them
-          }
           Fuse(ts, {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}, p + "attn_qkv.bias");
-          Find(ts, p + "attn_qkv.bias")->ne = {Find(ts, p + "attn_qkv.bias")->ne[1]};
         }
       }
     });

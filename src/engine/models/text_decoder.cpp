@@ -106,9 +106,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
   // llama architecture loads when the file has it (a LLaVA on Llama 3.1 decoded otherwise).
   if (c.arch == "llama") {
     VLMD_ASSIGN_OR_RETURN(m->rope_freq_factors_, GetOptionalF32(f, "rope_freqs.weight", {c.n_rot / 2}));
-    if (!m->rope_freq_factors_.empty()) m->rope_sets_[0].freq_factors = m->rope_freq_factors_.data();
-  }
-  if (c.phi3) {
+  } else if (c.phi3) {
     // LongRoPE (llama_model::get_rope_factors): the long factors for sequences past the
     // original context, the short ones otherwise; either may be absent (Phi-3-mini-4k has none).
     // llama.cpp compares the context padded to a multiple of 256 (llama_context's n_ctx), so
@@ -119,8 +117,8 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     VLMD_ASSIGN_OR_RETURN(F32Weights short_factors,
                           GetOptionalF32(f, "rope_factors_short.weight", {c.n_rot / 2}));
     m->rope_freq_factors_ = n_ctx_seq > c.n_ctx_orig ? std::move(long_factors) : std::move(short_factors);
-    if (!m->rope_freq_factors_.empty()) m->rope_sets_[0].freq_factors = m->rope_freq_factors_.data();
   }
+  if (!m->rope_freq_factors_.empty()) m->rope_sets_[0].freq_factors = m->rope_freq_factors_.data();
   if (c.n_swa > 0) {  // Gemma 3's local layers: their own base, no frequency scaling
     m->rope_sets_.push_back(ops::RopeParams{.n_rot = c.n_rot, .freq_base = c.rope_theta_swa,
                                             .freq_scale = 1.0f, .neox = c.rope_neox,

@@ -124,8 +124,7 @@ Status DequantizeMatrixRow(const ops::WeightView& w, int64_t row, float* out) {
 
 ops::WeightView RowsOf(const ops::WeightView& w, int64_t r0, int64_t n) {
   ops::WeightView part = w;
-  const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : RowBytes(w.dtype, w.k).value_or(0);
-  part.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * row_bytes;
+  part.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * w.row_bytes;
   part.n = n;
   return part;
 }

@@ -40,8 +40,9 @@ Status GetF32Into(const gguf::GgufFile& file, const std::string& name,
 Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
                                           std::initializer_list<int64_t> shape);
 
-// Rows [r0, r0 + n) of `w` as a matrix of their own (the parts of a fused tensor: attn_qkv's
-// q, k and v, phi3's ffn_up's gate and up). The caller keeps r0 + n <= w.n.
+// Rows [r0, r0 + n) of `w`, a view from GetMatrix (whose row_bytes is set), as a matrix of their
+// own (the parts of a fused tensor: attn_qkv's q, k and v, phi3's ffn_up's gate and up). The
+// caller keeps r0 + n <= w.n.
 ops::WeightView RowsOf(const ops::WeightView& w, int64_t r0, int64_t n);
 
 // A patch-embedding convolution kernel `name` of ggml shape [p, p, 3, d] viewed as d rows of
