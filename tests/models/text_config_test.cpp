@@ -41,13 +41,11 @@ TEST(TextConfigTest, QwenVlConfigsAsTheFixturesSay) {
   EXPECT_TRUE(c2->multi_rope());
   EXPECT_FALSE(c2->rope_interleaved);
   EXPECT_EQ(c2->rope_sections, (std::array<int32_t, 4>{4, 6, 6, 0}));
-  EXPECT_TRUE(c2->qkv_bias);
   EXPECT_EQ(c2->n_embd_inp(), c2->d_model);
   auto c3 = ConfigOf("tiny-qwen3vl", "");
   ASSERT_TRUE(c3.ok()) << c3.status().ToString();
   EXPECT_TRUE(c3->rope_interleaved);
   EXPECT_TRUE(c3->qk_norm);
-  EXPECT_FALSE(c3->qkv_bias);
   EXPECT_EQ(c3->n_deepstack, 2);
   EXPECT_EQ(c3->n_embd_inp(), 3 * c3->d_model);
 }

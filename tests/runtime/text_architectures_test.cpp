@@ -8,6 +8,9 @@
 // - Qwen3 (InternVL3.5) is Qwen3-VL's decoder without M-RoPE and deepstack: a Qwen3-VL fixture
 //   renamed qwen3 generates for text what the Qwen3-VL file does once its rope sections give every
 //   rotary pair the text position (an image-less prompt never reads the deepstack slices).
+// - Qwen3 MoE and Qwen3-VL MoE (InternVL3.5-30B-A3B, Qwen3-VL-30B-A3B) with every expert the
+//   fixture's dense FFN compute that FFN whatever the router chooses: they generate what the dense
+//   architectures do (bit for bit with one expert per row, see the test for two).
 // - Phi-3 (InternVL2-4B) is llama's block with NEOX RoPE, q/k/v fused and ffn_up holding
 //   [gate | up]: a llama fixture with its q and k rows reordered so that NEOX's rotation pairs are
 //   llama's (i, i + n/2 <- 2i, 2i + 1 in each head), fused, renamed phi3, greedily generates the
@@ -22,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -148,19 +152,21 @@ std::string WriteVariant(const std::string& fixture, const std::string& arch,
   return w.WriteFile(path).ok() ? path : "";
 }
 
-Result<std::unique_ptr<VlmEngine>> LoadText(const std::string& path, int32_t n_ctx = 256) {
+Result<std::unique_ptr<VlmEngine>> LoadText(const std::string& path, int32_t n_ctx = 256,
+                                            ops::Precision precision = ops::Precision::kExact) {
   EngineOptions o;
   o.threads = 2;
   o.n_ctx = n_ctx;
+  o.precision = precision;
   return VlmEngine::Load(path, o);
 }
 
 // Loads `path` (then removes it) and returns its greedy ids and their logprobs for one prompt;
 // empty when it did not load (reported).
-std::pair<std::vector<int32_t>, std::vector<float>> Generated(const std::string& path,
-                                                              int32_t n_ctx = 256,
-                                                              bool remove = true) {
-  auto e = LoadText(path, n_ctx);
+std::pair<std::vector<int32_t>, std::vector<float>> Generated(
+    const std::string& path, int32_t n_ctx = 256, bool remove = true,
+    ops::Precision precision = ops::Precision::kExact) {
+  auto e = LoadText(path, n_ctx, precision);
   if (remove) std::filesystem::remove(path);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) return {};
@@ -314,6 +320,102 @@ TEST(TextArchitectures, Phi3TakesItsLongRopeFactorsPastTheOriginalContext) {
   std::filesystem::remove(llama);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented) << refused.status().ToString();
+}
+
+// The fixture's dense FFN of each layer as `n_expert` equal experts (ffn_{gate,up,down}_exps
+// stacking copies) behind a random f32 router (ffn_gate_inp), 2 of them used per row: whichever
+// two a row chooses, their renormalized weights sum to 1, so the layer computes the dense FFN
+// (to float rounding) and the router's choice is exercised on every row.
+void DenseToEqualExperts(Tensors& ts, int64_t n_expert) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int l = 0; Find(ts, "blk." + std::to_string(l) + ".ffn_gate.weight") != nullptr; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    int64_t d = 0;
+    for (const char* part : {"gate", "up", "down"}) {
+      Tensor* t = Find(ts, p + "ffn_" + part + ".weight");
+      ASSERT_NE(t, nullptr);
+      ASSERT_EQ(t->ne.size(), 2u);
+      if (std::string(part) == "gate") d = t->ne[0];
+      Tensor stacked{p + "ffn_" + part + "_exps.weight", t->type, {t->ne[0], t->ne[1], n_expert}, {}};
+      for (int64_t e = 0; e < n_expert; ++e) stacked.data.insert(stacked.data.end(), t->data.begin(), t->data.end());
+      std::erase_if(ts, [&](const Tensor& x) { return x.name == p + "ffn_" + part + ".weight"; });
+      ts.push_back(std::move(stacked));
+    }
+    std::vector<float> router(static_cast<size_t>(d * n_expert));
+    for (float& v : router) v = g(rng);
+    Tensor r{p + "ffn_gate_inp.weight", DType::kF32, {d, n_expert}, {}};
+    r.data.resize(router.size() * sizeof(float));
+    std::memcpy(r.data.data(), router.data(), r.data.size());
+    ts.push_back(std::move(r));
+  }
+}
+
+std::string MoeVariant(const std::string& arch, int64_t n_expert, int64_t n_used,
+                       const std::vector<std::string>& drop = {}) {
+  return WriteVariant("tiny-qwen3vl", arch, [&](Tensors& ts) { DenseToEqualExperts(ts, n_expert); },
+                      [&](GgufWriter& w) {
+                        w.SetU32(arch + ".expert_count", static_cast<uint32_t>(n_expert));
+                        w.SetU32(arch + ".expert_used_count", static_cast<uint32_t>(n_used));
+                        w.SetU32(arch + ".expert_feed_forward_length", 256);
+                      },
+                      drop);
+}
+
+// In the fast precision a row's products do not depend on the rows beside it (prompt rows on the
+// tile route at any count, decode rows on the int8 kernel per row), so one of equal experts per
+// row is the dense FFN bit for bit, whichever expert a row chose and however many rows share it.
+// Two experts per row add w0 y + w1 y with w0 + w1 = 1 to rounding; this random fixture
+// amplifies such last-bit differences to ~1e-3 in the logprobs (as it does the exact precision's
+// f16 products of another row count, which is why the dense file is compared in the fast one).
+TEST(TextArchitectures, Qwen3VlMoeWithEqualExpertsRunsAsQwen3Vl) {
+  constexpr auto kFast = ops::Precision::kFast;
+  const auto expected =
+      Generated(vlmd::testing::FixturePath("tiny-qwen3vl/text.gguf"), 256, false, kFast);
+  ASSERT_FALSE(expected.first.empty());
+  const std::string one = MoeVariant("qwen3vlmoe", 4, 1);
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(Generated(one, 256, true, kFast), expected);
+  const std::string two = MoeVariant("qwen3vlmoe", 4, 2);
+  ASSERT_FALSE(two.empty());
+  const auto got = Generated(two, 256, true, kFast);
+  EXPECT_EQ(got.first, expected.first);
+  ASSERT_EQ(got.second.size(), expected.second.size());
+  for (size_t i = 0; i < got.second.size(); ++i) EXPECT_NEAR(got.second[i], expected.second[i], 1e-2f) << i;
+}
+
+TEST(TextArchitectures, Qwen3MoeWithEqualExpertsRunsAsQwen3) {
+  constexpr auto kFast = ops::Precision::kFast;
+  const std::vector<std::string> drop = {"qwen3.rope.dimension_sections", "qwen3.n_deepstack_layers"};
+  const std::string dense = WriteVariant("tiny-qwen3vl", "qwen3", nullptr, nullptr, drop);
+  ASSERT_FALSE(dense.empty());
+  const auto expected = Generated(dense, 256, true, kFast);
+  ASSERT_FALSE(expected.first.empty());
+  const std::string path = MoeVariant("qwen3moe", 8, 1,
+                                      {"qwen3moe.rope.dimension_sections", "qwen3moe.n_deepstack_layers"});
+  ASSERT_FALSE(path.empty());
+  EXPECT_EQ(Generated(path, 256, true, kFast), expected);
+}
+
+TEST(TextArchitectures, MoeFilesWithBadExpertCountsAreRefused) {
+  for (const auto& [n_expert, n_used] : {std::pair<int64_t, int64_t>{4, 5}, {4, 0}}) {
+    const std::string path = MoeVariant("qwen3vlmoe", n_expert, n_used);
+    ASSERT_FALSE(path.empty());
+    auto e = LoadText(path);
+    std::filesystem::remove(path);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.status().ToString().find("expert_used_count"), std::string::npos) << e.status().ToString();
+  }
+  // The dense FFN's tensors instead of the experts': the missing one is named.
+  const std::string dense = WriteVariant("tiny-qwen3vl", "qwen3vlmoe", nullptr, [](GgufWriter& w) {
+    w.SetU32("qwen3vlmoe.expert_count", 4);
+    w.SetU32("qwen3vlmoe.expert_used_count", 2);
+  });
+  ASSERT_FALSE(dense.empty());
+  auto e = LoadText(dense);
+  std::filesystem::remove(dense);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().ToString().find("ffn_gate_inp"), std::string::npos) << e.status().ToString();
 }
 
 }  // namespace

@@ -10,15 +10,20 @@ constexpr TextArchitecture kTextArchitectures[] = {
     // builds it (src/models/internlm2.cpp: RMSNorm, adjacent-pair RoPE, SiLU-gated FFN, no
     // rope_freqs) under its own key prefix, with a head of its own.
     {.name = "internlm2", .untied_head = true},
-    {.name = "qwen2", .rope_neox = true, .qkv_bias = true},
+    {.name = "qwen2", .rope_neox = true},
     // Phi-3 (InternVL2-4B on Phi-3-mini-128k): llama.cpp's phi3 (src/models/phi3.cpp; its
     // sliding window is disabled there, so here too).
     {.name = "phi3", .rope_neox = true, .phi3 = true},
-    {.name = "qwen2vl", .rope_neox = true, .qkv_bias = true, .mrope = true},
+    {.name = "qwen2vl", .rope_neox = true, .mrope = true},
     // Qwen3 (InternVL3.5): Qwen3-VL's decoder without M-RoPE and deepstack (llama.cpp's qwen3).
     {.name = "qwen3", .rope_neox = true, .qk_norm = true},
     {.name = "qwen3vl", .rope_neox = true, .qk_norm = true, .mrope = true, .rope_interleaved = true,
      .deepstack = true},
+    // Qwen3 MoE (InternVL3.5-30B-A3B) and Qwen3-VL MoE (Qwen3-VL-30B-A3B, -235B-A22B): the two
+    // above with the mixture-of-experts FFN (llama.cpp's qwen3moe, qwen3vlmoe).
+    {.name = "qwen3moe", .rope_neox = true, .qk_norm = true, .moe = true},
+    {.name = "qwen3vlmoe", .rope_neox = true, .qk_norm = true, .mrope = true,
+     .rope_interleaved = true, .deepstack = true, .moe = true},
     {.name = "gemma3", .rope_neox = true, .qk_norm = true, .gemma3 = true},
 };
 

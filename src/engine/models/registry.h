@@ -11,11 +11,12 @@
 
 namespace vlmd::engine::models {
 
-// What distinguishes the text decoders (all run by TextDecoder's one decoder stack).
+// What distinguishes the text decoders (all run by TextDecoder's one decoder stack). Optional
+// q/k/v biases are not a trait: every decoder loads them when the file has them, as llama.cpp's
+// create_tensor_qkv does.
 struct TextArchitecture {
   std::string_view name;     // general.architecture, also the key prefix
   bool rope_neox = false;    // rotary pairs (i, i + n_rot/2) instead of (2i, 2i+1)
-  bool qkv_bias = false;     // q/k/v biases (loaded when present)
   bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (attn_{q,k}_norm)
   bool mrope = false;        // M-RoPE: <arch>.rope.dimension_sections required
   bool rope_interleaved = false;  // IMRoPE (Qwen3-VL)
@@ -29,6 +30,9 @@ struct TextArchitecture {
   // frequencies are divided by rope_factors_long or rope_factors_short (LongRoPE), long when a
   // sequence's context exceeds rope.scaling.original_context_length, as llama.cpp picks them.
   bool phi3 = false;
+  // Qwen3's mixture of experts: ffn_gate_inp routes each row to expert_used_count of
+  // expert_count SiLU-gated experts (ffn_{gate,up,down}_exps) instead of one dense FFN.
+  bool moe = false;
 };
 
 // What distinguishes the vision families.

@@ -144,7 +144,6 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
     }
   }
   c.rope_neox = family->rope_neox;
-  c.qkv_bias = family->qkv_bias;
   c.qk_norm = family->qk_norm;
   c.untied_head = family->untied_head;
   c.phi3 = family->phi3;
@@ -181,6 +180,19 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
                                   " exceeds block_count " + std::to_string(c.n_layers));
     }
     c.n_deepstack = static_cast<int32_t>(n_ds);
+  }
+  if (family->moe) {
+    // Qwen3's MoE (llama.cpp's qwen3moe / qwen3vlmoe load_arch_hparams): expert_count (at most
+    // LLAMA_MAX_EXPERTS) and expert_used_count required; the expert width defaults to
+    // feed_forward_length / expert_used_count.
+    VLMD_ASSIGN_OR_RETURN(c.n_expert, GetPositive(f, p + "expert_count", 1024));
+    VLMD_ASSIGN_OR_RETURN(c.n_expert_used, GetPositive(f, p + "expert_used_count", c.n_expert));
+    VLMD_ASSIGN_OR_RETURN(c.d_ff_exp, GetOptionalPositive(f, p + "expert_feed_forward_length",
+                                                          c.d_ff / c.n_expert_used, 1 << 20));
+    if (c.d_ff_exp < 1) {
+      return InvalidArgumentError(p + "expert_feed_forward_length is missing and feed_forward_length / "
+                                  "expert_used_count is 0");
+    }
   }
   if (family->gemma3) VLMD_RETURN_IF_ERROR(ReadGemma3Keys(f, p, &c));
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");

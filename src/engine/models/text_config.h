@@ -31,10 +31,14 @@ struct TextConfig {
   // (IMRoPE); all zero for one-position models.
   std::array<int32_t, 4> rope_sections{};
   bool rope_interleaved = false;
-  bool qkv_bias = false;    // qwen2 / qwen2vl have q/k/v biases (optional tensors)
   bool qk_norm = false;     // qwen3vl: per-head RMSNorm of q and k before RoPE
   bool untied_head = false; // internlm2: output.weight required (registry.h)
   bool phi3 = false;        // fused gate/up, LongRoPE factors (registry.h)
+  // Mixture of experts (qwen3moe, qwen3vlmoe; 0 experts: a dense FFN of d_ff): each layer's FFN
+  // is n_expert_used of n_expert SiLU-gated experts of width d_ff_exp (moe_ffn.h).
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  int32_t d_ff_exp = 0;
   // rope.scaling.original_context_length (default n_ctx_train): phi3 takes its long RoPE
   // factors for sequences of more positions than this.
   int32_t n_ctx_orig = 0;

@@ -77,6 +77,46 @@ Status TextDecoder::LoadQkv(const gguf::GgufFile& f, const TextConfig& c, const 
   return Status::Ok();
 }
 
+// The mixture-of-experts FFN of layer prefix `p` (moe_ffn.h): the router kept in its GGUF rows,
+// each expert's gate and up packed as one fusion and its down projection packed where `packing`
+// packs (then their GGUF pages released). Adds the experts' bytes to *expert_bytes.
+Status TextDecoder::LoadExperts(const gguf::GgufFile& f, const TextConfig& c, const std::string& p,
+                                const ops::WeightPacking& packing, Layer* L, ops::PackedStore* store,
+                                uint64_t* expert_bytes, uint64_t* released_bytes) {
+  const int64_t d = c.d_model, ff = c.d_ff_exp, n_expert = c.n_expert;
+  MoeWeights& moe = L->moe;
+  moe.n_used = c.n_expert_used;
+  moe.d_ff = ff;
+  L->names_gate_up = {p + "ffn_gate_inp.weight"};  // the experts' inputs are not observed
+  VLMD_ASSIGN_OR_RETURN(moe.router, GetMatrix(f, p + "ffn_gate_inp.weight", d, n_expert));
+  VLMD_ASSIGN_OR_RETURN(const ops::WeightView gate, GetExpertMatrices(f, p + "ffn_gate_exps.weight", d, ff, n_expert));
+  VLMD_ASSIGN_OR_RETURN(const ops::WeightView up, GetExpertMatrices(f, p + "ffn_up_exps.weight", d, ff, n_expert));
+  VLMD_ASSIGN_OR_RETURN(const ops::WeightView down, GetExpertMatrices(f, p + "ffn_down_exps.weight", ff, d, n_expert));
+  for (int64_t e = 0; e < n_expert; ++e) {
+    moe.gate.push_back(RowsOf(gate, e * ff, ff));
+    moe.up.push_back(RowsOf(up, e * ff, ff));
+    moe.down.push_back(RowsOf(down, e * d, d));
+    const ops::WeightView* parts[] = {&moe.gate.back(), &moe.up.back()};
+    VLMD_ASSIGN_OR_RETURN(ops::WeightView fused, ops::PackFusedWeights(packing, parts, store));
+    if (fused.packed) {
+      *expert_bytes += fused.packed->bytes();
+      for (const ops::WeightView* w : parts) *released_bytes += ReleaseRows(f, *w);
+    } else {
+      for (ops::WeightView* w : {&moe.gate.back(), &moe.up.back()}) {
+        VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, w, store));
+        *expert_bytes += w->packed ? w->packed->bytes() : w->row_bytes * static_cast<uint64_t>(w->n);
+        *released_bytes += ReleasePackedRows(f, *w);
+      }
+    }
+    moe.gate_up.push_back(fused);
+    VLMD_RETURN_IF_ERROR(ops::PackWeight(packing, &moe.down.back(), store));
+    const ops::WeightView& dw = moe.down.back();
+    *expert_bytes += dw.packed ? dw.packed->bytes() : dw.row_bytes * static_cast<uint64_t>(dw.n);
+    *released_bytes += ReleasePackedRows(f, dw);
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const gguf::GgufFile> file,
                                                      const ops::WeightPacking& packing, int32_t n_ctx) {
   std::unique_ptr<TextDecoder> m(new TextDecoder());
@@ -125,6 +165,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
                                             .attn_factor = c.rope_attn_factor});
   }
   m->layers_.resize(c.n_layers);
+  uint64_t expert_bytes = 0;  // all experts' matrices; a token reads n_expert_used of n_expert
   for (int32_t l = 0; l < c.n_layers; ++l) {
     Layer& L = m->layers_[l];
     const bool swa = c.is_swa_layer(l);
@@ -137,7 +178,10 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     L.names_down = {p + "ffn_down.weight"};
     VLMD_RETURN_IF_ERROR(LoadQkv(f, c, p, &L));
     VLMD_ASSIGN_OR_RETURN(L.wo, GetMatrix(f, p + "attn_output.weight", c.q_dim(), c.d_model));
-    if (c.phi3) {  // ffn_up = [gate | up] (llama.cpp's LLM_FFN_SWIGLU: SiLU of the first half)
+    if (c.n_expert > 0) {
+      VLMD_RETURN_IF_ERROR(LoadExperts(f, c, p, packing, &L, &m->packed_, &expert_bytes,
+                                       &m->released_bytes_));
+    } else if (c.phi3) {  // ffn_up = [gate | up] (llama.cpp's LLM_FFN_SWIGLU: SiLU of the first half)
       L.names_gate_up = {p + "ffn_up.weight"};
       VLMD_ASSIGN_OR_RETURN(const ops::WeightView gate_up,
                             GetMatrix(f, p + "ffn_up.weight", c.d_model, 2 * int64_t{c.d_ff}));
@@ -148,7 +192,9 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
       VLMD_ASSIGN_OR_RETURN(L.w_gate, GetMatrix(f, p + "ffn_gate.weight", c.d_model, c.d_ff));
       VLMD_ASSIGN_OR_RETURN(L.w_up, GetMatrix(f, p + "ffn_up.weight", c.d_model, c.d_ff));
     }
-    VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", c.d_ff, c.d_model));
+    if (c.n_expert == 0) {
+      VLMD_ASSIGN_OR_RETURN(L.w_down, GetMatrix(f, p + "ffn_down.weight", c.d_ff, c.d_model));
+    }
     if (L.spec.qk_norm) {
       VLMD_ASSIGN_OR_RETURN(L.q_norm, GetF32(f, p + "attn_q_norm.weight", {c.head_dim}));
       VLMD_ASSIGN_OR_RETURN(L.k_norm, GetF32(f, p + "attn_k_norm.weight", {c.head_dim}));
@@ -160,8 +206,11 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     const ops::WeightView* qkv[] = {&L.wq, &L.wk, &L.wv};
     const ops::WeightView* gate_up[] = {&L.w_gate, &L.w_up};
     VLMD_ASSIGN_OR_RETURN(L.wqkv, ops::PackFusedWeights(packing, qkv, &m->packed_));
-    VLMD_ASSIGN_OR_RETURN(L.w_gate_up, ops::PackFusedWeights(packing, gate_up, &m->packed_));
-    std::vector<ops::WeightView*> singles = {&L.wo, &L.w_down};
+    std::vector<ops::WeightView*> singles = {&L.wo};
+    if (c.n_expert == 0) {
+      VLMD_ASSIGN_OR_RETURN(L.w_gate_up, ops::PackFusedWeights(packing, gate_up, &m->packed_));
+      singles.push_back(&L.w_down);
+    }
     // A matrix that now runs from its packed copy never reads its GGUF rows again: drop their
     // pages, so that resident memory holds each weight once.
     if (L.wqkv.packed) {
@@ -173,7 +222,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     if (L.w_gate_up.packed) {
       bytes += L.w_gate_up.packed->bytes();
       for (const ops::WeightView* w : gate_up) m->released_bytes_ += ReleaseRows(f, *w);
-    } else {
+    } else if (c.n_expert == 0) {
       singles.insert(singles.end(), {&L.w_gate, &L.w_up});
     }
     for (ops::WeightView* w : singles) {
@@ -188,6 +237,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     bytes += m->output_.packed->bytes() - m->output_.row_bytes * static_cast<uint64_t>(m->output_.n);
     if (!tied) m->released_bytes_ += ReleasePackedRows(f, m->output_);  // tied: still the lookup table
   }
+  if (c.n_expert > 0) bytes += expert_bytes / static_cast<uint64_t>(c.n_expert) * c.n_expert_used;
   m->weight_bytes_ = bytes;
   VLMD_RETURN_IF_ERROR(RefuseUnusedTensors(f, "text model"));
   return m;
@@ -416,13 +466,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
   // The layers' products over packed matrices: prompt rows on the tile unit at any row count,
   // other rows never (ForwardBatch::prompt). The head below keeps the int8 kernel: it runs on
   // the few logit rows only.
-  const auto route = [&](const ops::WeightView& w) {
-    ops::WeightView v = w;
-    if (v.packed_tile_route != ops::PackedTileRoute::kNever) {
-      v.packed_tile_route = b.prompt ? ops::PackedTileRoute::kAlways : ops::PackedTileRoute::kNever;
-    }
-    return v;
-  };
+  const auto route = [&](const ops::WeightView& w) { return RouteForRows(w, b.prompt); };
   auto matmul = [&](const ops::WeightView& w, const float* in, float* out) {
     return ops::MatMul(kt, pool, route(w), in, n, w.k, out, w.n, &ctx->matmul_scratch);
   };
@@ -482,25 +526,31 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     }
     VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, x, L.ffn_norm.data(), xn, n, d, c.rms_eps));
     observe(L.names_gate_up, xn, d);
-    if (L.w_gate_up.packed && kt.packed_matmul) {
-      VLMD_RETURN_IF_ERROR(matmul(L.w_gate_up, xn, ctx->up.data()));  // [n, 2 d_ff]
-      VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data())
-                                    : ops::SwiGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data()));
+    if (c.n_expert > 0) {  // x += MoE(xn), into attn (free until the next layer's attention)
+      VLMD_RETURN_IF_ERROR(MoeFeedForward(kt, pool, L.moe, xn, n, d, b.prompt, &ctx->moe,
+                                          &ctx->matmul_scratch, ctx->attn.data()));
+      AddInPlace(x, ctx->attn.data(), n * d);
     } else {
-      VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, ctx->gate.data()));  // [n, d_ff]
-      VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->up.data()));      // [n, d_ff]
-      VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
-                                                 ctx->gate.data(), n * ff)
-                                    : ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
-                                                  ctx->gate.data(), n * ff));
-    }
-    observe(L.names_down, ctx->gate.data(), ff);
-    if (c.gemma3) {  // x += RmsNorm(h Wdown^T)
-      VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));
-      VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, xn, L.post_ffn_norm.data(), xn, n, d, c.rms_eps));
-      AddInPlace(x, xn, n * d);
-    } else {
-      VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
+      if (L.w_gate_up.packed && kt.packed_matmul) {
+        VLMD_RETURN_IF_ERROR(matmul(L.w_gate_up, xn, ctx->up.data()));  // [n, 2 d_ff]
+        VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data())
+                                      : ops::SwiGluRows(kt, pool, ctx->up.data(), n, ff, ctx->gate.data()));
+      } else {
+        VLMD_RETURN_IF_ERROR(matmul(L.w_gate, xn, ctx->gate.data()));  // [n, d_ff]
+        VLMD_RETURN_IF_ERROR(matmul(L.w_up, xn, ctx->up.data()));      // [n, d_ff]
+        VLMD_RETURN_IF_ERROR(c.gemma3 ? ops::GeGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
+                                                   ctx->gate.data(), n * ff)
+                                      : ops::SwiGlu(kt, pool, ctx->gate.data(), ctx->up.data(),
+                                                    ctx->gate.data(), n * ff));
+      }
+      observe(L.names_down, ctx->gate.data(), ff);
+      if (c.gemma3) {  // x += RmsNorm(h Wdown^T)
+        VLMD_RETURN_IF_ERROR(matmul(L.w_down, ctx->gate.data(), xn));
+        VLMD_RETURN_IF_ERROR(ops::RmsNorm(kt, pool, xn, L.post_ffn_norm.data(), xn, n, d, c.rms_eps));
+        AddInPlace(x, xn, n * d);
+      } else {
+        VLMD_RETURN_IF_ERROR(matmul_add_to_x(L.w_down, ctx->gate.data()));  // x += h Wdown^T
+      }
     }
     if (L.spec.deepstack_slice > 0 && b.embeddings != nullptr) {
       // Deepstack: image rows add their slice (text rows' slices are zero).

@@ -19,6 +19,7 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/models/kv_cache.h"
+#include "engine/models/moe_ffn.h"
 #include "engine/models/text_config.h"
 #include "engine/models/weights.h"
 #include "engine/ops/attention.h"
@@ -97,6 +98,7 @@ struct ForwardContext {
   std::vector<int32_t> kv_pos;
   std::vector<int32_t> mask_pos;  // [n_tokens] causal-mask position of each row (bidirectional)
   std::vector<int32_t> ring_pos;  // a sliding-window ring's positions, per row
+  MoeScratch moe;  // mixture-of-experts layers' routing and gathered rows
 };
 
 class TextDecoder {
@@ -160,12 +162,16 @@ class TextDecoder {
     F32Weights bq, bk, bv;                   // optional (qwen2 / qwen2vl have them)
     F32Weights q_norm, k_norm;               // [head_dim] when spec.qk_norm
     F32Weights post_attn_norm, post_ffn_norm;          // [d_model], Gemma 3
+    MoeWeights moe;  // TextConfig::n_expert > 0: the FFN (w_gate, w_up, w_down unused)
     // GGUF names by shared input, for MatmulInputObserver: {q, k, v}, {o}, {gate, up}, {down}.
     std::vector<std::string> names_qkv, names_o, names_gate_up, names_down;
   };
 
   TextDecoder() = default;
   static Status LoadQkv(const gguf::GgufFile& f, const TextConfig& c, const std::string& p, Layer* L);
+  static Status LoadExperts(const gguf::GgufFile& f, const TextConfig& c, const std::string& p,
+                            const ops::WeightPacking& packing, Layer* L, ops::PackedStore* store,
+                            uint64_t* expert_bytes, uint64_t* released_bytes);
   // Attention of layer `layer`; mask_pos [n_tokens]: each row's causal-mask position (its slot,
   // or its bidirectional span's last slot).
   Status Attend(const ForwardBatch& b, std::span<KvCache* const> caches, int32_t layer,

@@ -51,6 +51,19 @@ Result<ops::WeightView> GetMatrix(const gguf::GgufFile& file, const std::string&
                          .row_bytes = static_cast<size_t>(*RowBytes(t->type, k)), .name = t->name};
 }
 
+Result<ops::WeightView> GetExpertMatrices(const gguf::GgufFile& file, const std::string& name,
+                                          int64_t k, int64_t n, int64_t n_expert) {
+  const gguf::TensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model tensor '" + name + "' is missing");
+  VLMD_RETURN_IF_ERROR(CheckShape(*t, {k, n, n_expert}));
+  if (!GetDTypeTraits(t->type).compute_supported || !FindDequantizeRowFn(t->type)) {
+    return UnimplementedError("tensor '" + name + "' has type " +
+                              std::string(DTypeName(t->type)) + ", which vlmd cannot compute with");
+  }
+  return ops::WeightView{.dtype = t->type, .n = n * n_expert, .k = k, .data = t->data,
+                         .row_bytes = static_cast<size_t>(*RowBytes(t->type, k)), .name = t->name};
+}
+
 namespace {
 
 // The tensor `name` of exactly `shape`, checked, dequantized into out (resized).

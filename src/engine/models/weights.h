@@ -40,6 +40,11 @@ Status GetF32Into(const gguf::GgufFile& file, const std::string& name,
 Result<F32Weights> GetOptionalF32(const gguf::GgufFile& file, const std::string& name,
                                           std::initializer_list<int64_t> shape);
 
+// The experts' matrices `name` with ggml shape [k, n, n_expert] (ffn_*_exps) as one view of
+// n * n_expert rows: expert e is RowsOf(view, e * n, n). Same errors as GetMatrix.
+Result<ops::WeightView> GetExpertMatrices(const gguf::GgufFile& file, const std::string& name,
+                                          int64_t k, int64_t n, int64_t n_expert);
+
 // Rows [r0, r0 + n) of `w`, a view from GetMatrix (whose row_bytes is set), as a matrix of their
 // own (the parts of a fused tensor: attn_qkv's q, k and v, phi3's ffn_up's gate and up). The
 // caller keeps r0 + n <= w.n.

@@ -1,0 +1,51 @@
+// A mixture-of-experts feed-forward layer as llama.cpp's build_moe_ffn runs Qwen3's MoE decoders
+// (qwen3moe, qwen3vlmoe; src/llama-graph.cpp @3f545be): router logits from ffn_gate_inp, softmax
+// over all experts, the n_used most probable chosen, their probabilities renormalized to sum 1
+// (the sum clamped below at 2^-14), each chosen expert a SiLU-gated FFN, and the weighted
+// outputs added in the order of the choice (most probable first). No shared expert.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/kernels/kernel_table.h"
+#include "engine/ops/matmul.h"
+
+namespace vlmd::engine::models {
+
+// The decoder's rule for a product over packed weights (ForwardBatch::prompt): prompt rows on
+// the tile unit at any row count, so that a row's numbers do not depend on the rows beside it;
+// other rows (decode steps) never.
+ops::WeightView RouteForRows(const ops::WeightView& w, bool prompt_rows);
+
+struct MoeWeights {
+  // [n_expert, d] (ffn_gate_inp), kept in its GGUF rows: the choice of experts is discrete, so
+  // the logits are computed as the file gives them (never re-quantized by the fast precision).
+  ops::WeightView router;
+  // Per expert e: rows e * d_ff .. of ffn_{gate,up}_exps ([d_ff, d]) and of ffn_down_exps
+  // ([d, d_ff]); gate_up[e] the packed fusion [gate | up] (packed == nullptr when not fused).
+  std::vector<ops::WeightView> gate, up, down, gate_up;
+  int32_t n_used = 0;
+  int64_t d_ff = 0;  // expert_feed_forward_length
+};
+
+// Buffers of one caller, grown to the largest batch seen.
+struct MoeScratch {
+  std::vector<float> logits;    // [n, n_expert], then the probabilities
+  std::vector<int32_t> chosen;  // [n, n_used] expert ids, most probable first
+  std::vector<float> weight;    // [n, n_used] their renormalized probabilities
+  std::vector<int32_t> first;   // [n_expert + 1] start of each expert's entries in `entry`
+  std::vector<int32_t> entry;   // [n * n_used] row * n_used + rank, grouped by expert
+  std::vector<float> in, hidden, gate_up, y;  // gathered rows, expert FFN, outputs [n * n_used, d]
+};
+
+// out[r] = sum over row r's chosen experts j (most probable first) of weight[r, j] * E_j(xn[r]),
+// E(x) = down(silu(gate x) * up x), for r < n; xn and out [n, d] must not overlap.
+// INVALID_ARGUMENT when a row's logits are not finite (its choice would be arbitrary).
+Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
+                      const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,
+                      ops::MatmulScratch* mm, float* out);
+
+}  // namespace vlmd::engine::models
