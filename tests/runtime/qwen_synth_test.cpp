@@ -1,6 +1,7 @@
-// The synthetic Qwen VL presets (vlmd-synth) load and run end to end through the engine, and an
-// image encoded in work units (one ViT block per call, as the scheduler runs it) is bit for bit
-// the image encoded at once; positions continue after an image in decode.
+// The synthetic Qwen VL presets (vlmd-synth; Qwen3-VL with its MoE decoder too) load and run end
+// to end through the engine, and an image encoded in work units (one ViT block per call, as the
+// scheduler runs it) is bit for bit the image encoded at once; positions continue after an image
+// in decode.
 #include <gtest/gtest.h>
 
 #include "engine/gguf/gguf_reader.h"
@@ -83,7 +84,8 @@ TEST_P(QwenSynthTest, GeneratesAndEncodesInWorkUnitsAsAtOnce) {
   EXPECT_EQ(r->tokens.size(), 6u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, QwenSynthTest, ::testing::Values("tiny-qwen25vl", "tiny-qwen3vl"),
+INSTANTIATE_TEST_SUITE_P(Presets, QwenSynthTest, ::testing::Values("tiny-qwen25vl", "tiny-qwen3vl",
+                                                                   "tiny-qwen3vlmoe"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

@@ -2,6 +2,7 @@
 // benchmarks, tests and the demo model. The files load in vlmd and in llama.cpp.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -45,10 +46,22 @@ int main(int argc, char** argv) {
                  "scale this many input channels of every decoder matrix up (norm weights and "
                  "ffn_up rows), as trained LLMs' activations have them")->capture_default_str();
   app.add_option("--outlier-scale", outlier_scale, "their factor")->capture_default_str();
+  int32_t text_layers = 0;
+  app.add_option("--text-layers", text_layers,
+                 "write this many decoder layers instead of the preset's (same shape per layer: "
+                 "a benchmark file of a model too large to write whole); 0: the preset's");
   CLI11_PARSE(app, argc, argv);
 
   auto preset = synth::FindPreset(preset_name);
   if (!preset) return Fail("unknown preset '" + preset_name + "' (known: " + presets + ")");
+  if (text_layers < 0 || text_layers > 1024) return Fail("--text-layers must be in [0, 1024]");
+  if (text_layers > 0) {
+    preset->text.n_layers = text_layers;
+    // Deepstack adds slices after the first n layers: fewer of them than layers (llama.cpp's
+    // Qwen3-VL graphs add a slice after the last layer's output rows were already selected,
+    // which fails when the last layer is a deepstack layer).
+    preset->text.n_deepstack = std::min(preset->text.n_deepstack, text_layers - 1);
+  }
   synth::SynthOptions opts;
   opts.seed = seed;
   // Scaled weights are written as f16 (at most 65504) or quantized: a larger factor, or inf,

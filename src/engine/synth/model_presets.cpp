@@ -85,6 +85,16 @@ std::vector<ModelPreset> MakePresets() {
                 .deepstack_layers = {1, 2}};
   p.push_back(tq3);
 
+  // The same with Qwen3-VL MoE's decoder: 4 experts of width 64, 2 used per token.
+  ModelPreset tq3moe = tq3;
+  tq3moe.name = "tiny-qwen3vlmoe";
+  tq3moe.description = "test-sized Qwen3-VL MoE-like model (4 experts, 2 per token)";
+  tq3moe.text.arch = "qwen3vlmoe";
+  tq3moe.text.n_expert = 4;
+  tq3moe.text.n_expert_used = 2;
+  tq3moe.text.d_ff_exp = 64;
+  p.push_back(tq3moe);
+
   // Qwen2.5-VL-3B: Qwen2.5-3B text (36 x 2048, 16 heads / 2 KV heads, ffn 11008, vocab 151936,
   // tied, M-RoPE [16, 24, 24, 0]) + ViT 32 x 1280 (16 heads, SwiGLU 3420, patch 14, full
   // attention in blocks 7, 15, 23, 31: n_wa_pattern 8).
@@ -113,6 +123,24 @@ std::vector<ModelPreset> MakePresets() {
                .n_layers = 24, .d_model = 1024, .n_heads = 16, .d_ff = 4096, .ln_eps = 1e-6f,
                .deepstack_layers = {5, 11, 17}};
   p.push_back(q3);
+
+  // Qwen3-VL-30B-A3B: Qwen3-30B-A3B text (48 x 2048, 32 heads / 4 KV heads, head 128, 128
+  // experts of width 768 with 8 used per token, untied head, interleaved M-RoPE [24, 20, 20, 0],
+  // 3 deepstack slices) + the ViT of Qwen3-VL-8B (27 x 1152, 16 heads, GELU 4304, patch 16,
+  // deepstack from blocks 8, 16, 24). ~31B weights: `vlmd-synth --text-layers` writes fewer
+  // decoder layers of the same shape for a benchmark.
+  ModelPreset q3moe;
+  q3moe.name = "qwen3vl-30b-a3b";
+  q3moe.description = "Qwen3-VL-30B-A3B shape: Qwen3-30B-A3B MoE text + 27-block ViT with deepstack";
+  q3moe.text = {.n_layers = 48, .d_model = 2048, .n_heads = 32, .n_kv_heads = 4, .d_ff = 6144,
+                .n_ctx = 8192, .rope_theta = 5000000.0f, .rms_eps = 1e-6f, .tied_output = false,
+                .n_vocab_base = 151643, .arch = "qwen3vlmoe", .rope_sections = {24, 20, 20, 0},
+                .n_deepstack = 3, .head_dim = 128, .n_expert = 128, .n_expert_used = 8,
+                .d_ff_exp = 768};
+  q3moe.vision = {.projector = ProjectorKind::kQwen3vl, .image_size = 768, .patch_size = 16,
+                  .n_layers = 27, .d_model = 1152, .n_heads = 16, .d_ff = 4304, .ln_eps = 1e-6f,
+                  .deepstack_layers = {8, 16, 24}};
+  p.push_back(q3moe);
 
   // Vision towers for encoder benchmarks (a small llama text model of the projector's width).
   // LLaVA-1.6-Mistral-7B: CLIP ViT-L/14 at 336 (24 blocks of 1024, 16 heads, ffn 4096, quick

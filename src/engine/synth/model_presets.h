@@ -24,7 +24,7 @@ struct TextShape {
   int32_t n_vocab_base = 4096; // BPE vocabulary before the family's added tokens
   // general.architecture: "llama", "qwen2" (q/k/v biases), "qwen2vl" (q/k/v biases, M-RoPE),
   // "qwen3vl" (q/k norms, interleaved M-RoPE, deepstack; the VL ones need rope_sections, summing
-  // to head_dim / 2) or "gemma3".
+  // to head_dim / 2), "qwen3vlmoe" (qwen3vl with mixture-of-experts FFNs) or "gemma3".
   std::string arch = "llama";
   std::array<int32_t, 4> rope_sections{};
   int32_t n_deepstack = 0;     // qwen3vl: image rows carry this many extra slices
@@ -35,6 +35,10 @@ struct TextShape {
   int32_t swa_pattern = 6;
   float rope_theta_swa = 10000.0f;
   float rope_scale = 1.0f;
+  // qwen3vlmoe: each layer's FFN is n_expert_used of n_expert experts of width d_ff_exp.
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  int32_t d_ff_exp = 0;
 };
 
 enum class ProjectorKind {

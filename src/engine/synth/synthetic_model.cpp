@@ -242,7 +242,13 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   const TextShape& t = preset.text;
   const bool vlm = preset.vision.projector == ProjectorKind::kIdefics3;
   // qwen2 (Qwen2 / Qwen2.5 text, as InternVL ships it): the qwen2vl tensors without M-RoPE.
-  const bool qwen = t.arch == "qwen2" || t.arch == "qwen2vl" || t.arch == "qwen3vl";
+  const bool qwen3vl = t.arch == "qwen3vl" || t.arch == "qwen3vlmoe";
+  const bool qwen = t.arch == "qwen2" || t.arch == "qwen2vl" || qwen3vl;
+  if ((t.arch == "qwen3vlmoe") != (t.n_expert > 0) || t.n_expert_used > t.n_expert) {
+    return InvalidArgumentError("text architecture '" + t.arch + "' with " +
+                                std::to_string(t.n_expert) + " experts (" +
+                                std::to_string(t.n_expert_used) + " used)");
+  }
   const bool gemma3 = t.arch == "gemma3";
   if (!qwen && !gemma3 && t.arch != "llama") {
     return InvalidArgumentError("cannot write text architecture '" + t.arch + "'");
@@ -270,10 +276,15 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   w.SetF32(a + "rope.freq_base", t.rope_theta);
   w.SetU32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
   w.SetU32(a + "vocab_size", static_cast<uint32_t>(n_vocab));
-  if (t.arch == "qwen2vl" || t.arch == "qwen3vl") {
+  if (t.arch == "qwen2vl" || qwen3vl) {
     w.SetI32Array(a + "rope.dimension_sections", t.rope_sections);
   }
-  if (t.arch == "qwen3vl") w.SetU32(a + "n_deepstack_layers", static_cast<uint32_t>(t.n_deepstack));
+  if (qwen3vl) w.SetU32(a + "n_deepstack_layers", static_cast<uint32_t>(t.n_deepstack));
+  if (t.n_expert > 0) {
+    w.SetU32(a + "expert_count", static_cast<uint32_t>(t.n_expert));
+    w.SetU32(a + "expert_used_count", static_cast<uint32_t>(t.n_expert_used));
+    w.SetU32(a + "expert_feed_forward_length", static_cast<uint32_t>(t.d_ff_exp));
+  }
   if (t.head_dim > 0) {
     w.SetU32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.SetU32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
@@ -318,7 +329,7 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k.bias", {kv_dim}, DType::kF32, Init::kBias));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_v.bias", {kv_dim}, DType::kF32, Init::kBias));
     }
-    if (t.arch == "qwen3vl" || gemma3) {
+    if (qwen3vl || gemma3) {
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_q_norm.weight", {head_dim}, DType::kF32, Init::kNorm));
       VLMD_RETURN_IF_ERROR(sink.Add(b + "attn_k_norm.weight", {head_dim}, DType::kF32, Init::kNorm));
     }
@@ -329,6 +340,20 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
     }
     VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_norm.weight", {t.d_model}, DType::kF32, Init::kNorm,
                                   norm_outliers));
+    if (t.n_expert > 0) {  // the router stays f32, as llama.cpp's quantizer leaves it
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_gate_inp.weight", {t.d_model, t.n_expert}, DType::kF32,
+                                    Init::kMatrix));
+      bool fell_back = false;
+      const DType exp_in = TypeForRowLength(opts.text_type, t.d_model, &fell_back);
+      const DType exp_out = TypeForRowLength(opts.text_type, t.d_ff_exp, &fell_back);
+      for (const char* m : {"ffn_gate_exps", "ffn_up_exps"}) {
+        VLMD_RETURN_IF_ERROR(sink.Add(b + m + ".weight", {t.d_model, t.d_ff_exp, t.n_expert}, exp_in,
+                                      Init::kMatrix));
+      }
+      VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_down_exps.weight", {t.d_ff_exp, t.d_model, t.n_expert},
+                                    exp_out, Init::kMatrix));
+      continue;
+    }
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_gate.weight", t.d_model, t.d_ff, opts.text_type));
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_up.weight", t.d_model, t.d_ff, opts.text_type,
                                         ff_outliers));
