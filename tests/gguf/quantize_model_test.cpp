@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -260,6 +261,68 @@ TEST(QuantizeModelTest, KeepsNormsAndEmbeddingsExact) {
   EXPECT_FALSE(IsQuantizableWeight("v.position_embd.weight", 2));
   EXPECT_FALSE(IsQuantizableWeight("v.patch_embd.weight", 4));
   EXPECT_FALSE(IsQuantizableWeight("v.blk.0.attn_q.bias", 1));
+  EXPECT_TRUE(IsQuantizableWeight("blk.0.ffn_up_exps.weight", 3));
+  EXPECT_FALSE(IsQuantizableWeight("blk.0.ffn_gate_inp.weight", 2));
+}
+
+// A mixture of experts' stacked matrices [k, n, n_expert] are quantized row by row across the
+// experts, each expert's rows weighed by its own part of a per-expert imatrix entry (llama.cpp's
+// layout: n_mat = n_expert); the router stays F32.
+TEST(QuantizeModelTest, ExpertStacksAreQuantizedPerExpertAndTheRouterKept) {
+  constexpr int64_t k = 64, n = 8, experts = 3;
+  std::vector<float> w(static_cast<size_t>(k * n * experts)), router(static_cast<size_t>(k * experts));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 5));
+  for (size_t i = 0; i < router.size(); ++i) router[i] = std::cos(0.11f * static_cast<float>(i));
+  GgufWriter gw;
+  gw.SetString("general.architecture", "qwen3moe");
+  const int64_t ne_w[] = {k, n, experts}, ne_r[] = {k, experts};
+  const auto bytes = [](const std::vector<float>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+  };
+  ASSERT_TRUE(gw.AddTensor("blk.0.ffn_up_exps.weight", DType::kF32, ne_w, bytes(w)).ok());
+  ASSERT_TRUE(gw.AddTensor("blk.0.ffn_gate_inp.weight", DType::kF32, ne_r, bytes(router)).ok());
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string in = dir + "/vlmd-qm-moe-in-" + std::to_string(::getpid()) + ".gguf";
+  const std::string out = dir + "/vlmd-qm-moe-out-" + std::to_string(::getpid()) + ".gguf";
+  ASSERT_TRUE(gw.WriteFile(in).ok());
+  ImportanceMatrix m;
+  ImatrixEntry e;
+  e.n_cols = k;
+  e.counts = {2, 2, 2};
+  for (int64_t x = 0; x < experts; ++x) {
+    for (int64_t i = 0; i < k; ++i) e.sum_sq.push_back((i + x) % 5 == 0 ? 300.0f : 2.0f);
+  }
+  m.entries["blk.0.ffn_up_exps.weight"] = e;
+  ThreadPool pool(2);
+  auto report = QuantizeModel(in, out, {.type = DType::kQ4_0, .imatrix = &m}, &pool);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  auto q = GgufFile::Open(out);
+  ASSERT_TRUE(q.ok());
+  const TensorInfo* r = (*q)->FindTensor("blk.0.ffn_gate_inp.weight");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->type, DType::kF32);
+  const TensorInfo* t = (*q)->FindTensor("blk.0.ffn_up_exps.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, DType::kQ4_0);
+  ASSERT_EQ(t->n_dims, 3);
+  EXPECT_EQ(t->ne[2], experts);
+  const std::vector<float> imp = m.Importance("blk.0.ffn_up_exps.weight");
+  ASSERT_EQ(imp.size(), static_cast<size_t>(k * experts));
+  const uint64_t rb = *RowBytes(DType::kQ4_0, k);
+  std::vector<uint8_t> want(rb), other(rb);
+  int differs = 0;
+  for (int64_t row = 0; row < n * experts; ++row) {
+    const float* src = w.data() + row * k;
+    const int64_t x = row / n;
+    ASSERT_TRUE(QuantizeRowWeighted(DType::kQ4_0, src, want.data(), k, imp.data() + x * k).ok());
+    ASSERT_EQ(std::memcmp(t->data + row * rb, want.data(), rb), 0) << "row " << row;
+    // Another expert's importance gives other bytes for some rows: the slice matters.
+    ASSERT_TRUE(QuantizeRowWeighted(DType::kQ4_0, src, other.data(), k, imp.data() + ((x + 1) % experts) * k).ok());
+    differs += std::memcmp(other.data(), want.data(), rb) != 0;
+  }
+  EXPECT_GT(differs, 0);
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
 }
 
 }  // namespace

@@ -32,8 +32,11 @@ struct TensorScales {
 
 // Quantizes rows [r0, r1) of `src` (type `from`) into `dst` (type `to`), accumulating the error
 // against the (scaled) source rows.
-Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, TensorScales scales,
-                    uint8_t* dst, int64_t r0, int64_t r1, RowErrorSums* sums) {
+// Rows [r0, r1) of t quantized to `to` into dst. importance: nullptr, k values for every row, or
+// with rows_per_importance > 0 one set of k values per that many rows (the experts of a 3-D
+// tensor, as llama.cpp's imatrix keeps them).
+Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, int64_t rows_per_importance,
+                    TensorScales scales, uint8_t* dst, int64_t r0, int64_t r1, RowErrorSums* sums) {
   const int64_t k = t.ne[0];
   const uint64_t src_row = *RowBytes(t.type, k);
   const uint64_t dst_row = *RowBytes(to, k);
@@ -48,7 +51,10 @@ Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, Tens
       for (int64_t i = 0; i < k; ++i) row[i] *= inv;
     }
     uint8_t* out = dst + r * dst_row;
-    VLMD_RETURN_IF_ERROR(QuantizeRowWeighted(to, row.data(), out, k, importance)
+    const float* imp = importance != nullptr && rows_per_importance > 0
+                           ? importance + (r / rows_per_importance) * k
+                           : importance;
+    VLMD_RETURN_IF_ERROR(QuantizeRowWeighted(to, row.data(), out, k, imp)
                              .WithContext("row " + std::to_string(r)));
     VLMD_RETURN_IF_ERROR(DequantizeRow(to, out, back.data(), k));
     for (int64_t i = 0; i < k; ++i) {
@@ -95,9 +101,11 @@ Result<TensorTypeOverride> ParseTensorTypeOverride(std::string_view text) {
 }
 
 bool IsQuantizableWeight(const std::string& name, int n_dims) {
-  if (n_dims != 2 || !EndsWith(name, ".weight")) return false;
-  // Embeddings that are added, not multiplied, stay exact (llama.cpp keeps them F32 too).
-  for (std::string_view keep : {"position_embd", "patch_embd", "class_embd"}) {
+  // Matrices, and the experts' matrices of a mixture of experts stacked in 3-D ([k, n, n_expert]).
+  if ((n_dims != 2 && n_dims != 3) || !EndsWith(name, ".weight")) return false;
+  // Embeddings that are added, not multiplied, stay exact (llama.cpp keeps them F32 too), and so
+  // does a MoE router (ffn_gate_inp): its logits choose the experts (llama.cpp never quantizes it).
+  for (std::string_view keep : {"position_embd", "patch_embd", "class_embd", "ffn_gate_inp"}) {
     if (name.find(keep) != std::string::npos) return false;
   }
   return true;
@@ -191,18 +199,24 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     tr.quantized = true;
     std::vector<float> importance;
     if (imatrix != nullptr) importance = imatrix->Importance(tr.name);
-    if (!importance.empty() && static_cast<int64_t>(importance.size()) != t.ne[0]) {
+    // One importance per column, or per column of each expert of a 3-D tensor.
+    const int64_t n_mats = t.n_dims == 3 ? t.ne[2] : 1;
+    const auto n_imp = static_cast<int64_t>(importance.size());
+    if (!importance.empty() && n_imp != t.ne[0] && n_imp != t.ne[0] * n_mats) {
       return InvalidArgumentError("imatrix entry for '" + tr.name + "' has " +
                                   std::to_string(importance.size()) + " values for " +
-                                  std::to_string(t.ne[0]) + " columns (another model's imatrix?)");
+                                  std::to_string(t.ne[0]) + " columns" +
+                                  (n_mats > 1 ? " of " + std::to_string(n_mats) + " experts" : "") +
+                                  " (another model's imatrix?)");
     }
+    const int64_t rows_per_importance = n_imp > t.ne[0] ? t.ne[1] : 0;
     tr.weighted = !importance.empty() && QuantizeUsesImportance(tr.to);
     if (tr.weighted && scales.columns) {  // the scaled columns' inputs are x / s
       const std::vector<float>& s = *scales.columns;  // its size is n_cols (checked above)
-      for (size_t i = 0; i < importance.size(); ++i) importance[i] /= s[i] * s[i];
+      for (size_t i = 0; i < importance.size(); ++i) importance[i] /= s[i % s.size()] * s[i % s.size()];
     }
     const float* imp = tr.weighted ? importance.data() : nullptr;
-    const int64_t n_rows = t.ne[1];
+    const int64_t n_rows = t.ne[1] * n_mats;
     auto& out = buffers.emplace_back(*RowBytes(tr.to, t.ne[0]) * static_cast<uint64_t>(n_rows));
     const int n_threads = pool ? pool->size() : 1;
     std::vector<RowErrorSums> sums(static_cast<size_t>(n_threads));
@@ -210,7 +224,8 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     auto work = [&](int64_t part, int) {
       int64_t r0, r1;
       SplitRange(n_rows, n_threads, part, 1, &r0, &r1);
-      status[part] = QuantizeRows(t, tr.to, imp, scales, out.data(), r0, r1, &sums[part]);
+      status[part] = QuantizeRows(t, tr.to, imp, rows_per_importance, scales, out.data(), r0, r1,
+                                  &sums[part]);
     };
     if (pool) {
       pool->ParallelFor(n_threads, work);

@@ -59,14 +59,15 @@ struct QuantizeOptions {
 // regex or a type that cannot be written.
 Result<TensorTypeOverride> ParseTensorTypeOverride(std::string_view text);
 
-// Reads `in_path`, writes `out_path` with 2-D weights in their types. `pool` may be null (one
+// Reads `in_path`, writes `out_path` with 2-D weights and 3-D expert weights in their types. `pool` may be null (one
 // thread). NOT_FOUND / DATA_LOSS for a bad input, INVALID_ARGUMENT when a type cannot be
 // written, a source tensor type cannot be dequantized or an imatrix entry does not fit its
 // matrix, UNAVAILABLE on write errors.
 Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std::string& out_path,
                                           const QuantizeOptions& opts, ThreadPool* pool);
 
-// Whether a tensor of this name and shape is a weight matrix that quantization applies to.
+// Whether a tensor of this name and shape is a weight matrix (or a stack of experts' matrices)
+// that quantization applies to; never a MoE router (ffn_gate_inp) or an added embedding.
 bool IsQuantizableWeight(const std::string& name, int n_dims);
 
 }  // namespace vlmd::engine::gguf
