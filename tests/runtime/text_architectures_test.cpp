@@ -376,6 +376,10 @@ TEST(TextArchitectures, Qwen3VlMoeWithEqualExpertsRunsAsQwen3Vl) {
   const std::string one = MoeVariant("qwen3vlmoe", 4, 1);
   ASSERT_FALSE(one.empty());
   EXPECT_EQ(Generated(one, 256, true, kFast), expected);
+  // feed_forward_length is optional for a MoE (only expert_feed_forward_length is used).
+  const std::string no_dense_width = MoeVariant("qwen3vlmoe", 4, 1, {"qwen3vlmoe.feed_forward_length"});
+  ASSERT_FALSE(no_dense_width.empty());
+  EXPECT_EQ(Generated(no_dense_width, 256, true, kFast), expected);
   const std::string two = MoeVariant("qwen3vlmoe", 4, 2);
   ASSERT_FALSE(two.empty());
   const auto got = Generated(two, 256, true, kFast);
@@ -406,6 +410,20 @@ TEST(TextArchitectures, MoeFilesWithBadExpertCountsAreRefused) {
     ASSERT_FALSE(e.ok());
     EXPECT_NE(e.status().ToString().find("expert_used_count"), std::string::npos) << e.status().ToString();
   }
+  // Neither width: refused naming the expert width.
+  const std::string no_width = WriteVariant(
+      "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },
+      [](GgufWriter& w) {
+        w.SetU32("qwen3vlmoe.expert_count", 4);
+        w.SetU32("qwen3vlmoe.expert_used_count", 2);
+      },
+      {"qwen3vlmoe.feed_forward_length"});
+  ASSERT_FALSE(no_width.empty());
+  auto refused = LoadText(no_width);
+  std::filesystem::remove(no_width);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().ToString().find("expert_feed_forward_length"), std::string::npos)
+      << refused.status().ToString();
   // The dense FFN's tensors instead of the experts': the missing one is named.
   const std::string dense = WriteVariant("tiny-qwen3vl", "qwen3vlmoe", nullptr, [](GgufWriter& w) {
     w.SetU32("qwen3vlmoe.expert_count", 4);

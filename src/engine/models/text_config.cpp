@@ -80,7 +80,10 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
   VLMD_ASSIGN_OR_RETURN(c.n_heads, GetPositive(f, p + "attention.head_count", 1024));
   VLMD_ASSIGN_OR_RETURN(c.n_kv_heads,
                         GetOptionalPositive(f, p + "attention.head_count_kv", c.n_heads, 1024));
-  VLMD_ASSIGN_OR_RETURN(c.d_ff, GetPositive(f, p + "feed_forward_length", 1 << 20));
+  // A mixture of experts needs no dense width (llama.cpp reads it as optional for every
+  // architecture; its MoE graphs use it only as the default expert width).
+  VLMD_ASSIGN_OR_RETURN(c.d_ff, family->moe ? GetOptionalPositive(f, p + "feed_forward_length", 0, 1 << 20)
+                                            : GetPositive(f, p + "feed_forward_length", 1 << 20));
   VLMD_ASSIGN_OR_RETURN(c.n_ctx_train,
                         GetOptionalPositive(f, p + "context_length", 4096, 1 << 24));
   if (c.n_heads % c.n_kv_heads != 0) {
@@ -191,7 +194,7 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
                                                           c.d_ff / c.n_expert_used, 1 << 20));
     if (c.d_ff_exp < 1) {
       return InvalidArgumentError(p + "expert_feed_forward_length is missing and feed_forward_length / "
-                                  "expert_used_count is 0");
+                                  "expert_used_count is 0 (or feed_forward_length is missing too)");
     }
   }
   if (family->gemma3) VLMD_RETURN_IF_ERROR(ReadGemma3Keys(f, p, &c));
