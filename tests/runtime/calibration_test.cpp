@@ -18,6 +18,7 @@
 #include "engine/runtime/imatrix_collector.h"
 #include "engine/runtime/logit_comparison.h"
 #include "engine/runtime/vlm_engine.h"
+#include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
 #include "engine/tensor/quantize.h"
 #include "test_util.h"
@@ -102,6 +103,61 @@ TEST(ImatrixCollectorTest, SumsTheSquaresOfEachMatrixInputPerColumn) {
   EXPECT_TRUE(strict.matrix().entries.empty());
   EXPECT_EQ(strict.skipped(), strict.observations());
   EXPECT_EQ(strict.observations(), 4 * c.n_layers);
+}
+
+// A mixture of experts' stacked matrices get one entry of n_expert matrices each (llama-imatrix's
+// MUL_MAT_ID layout): every prompt row is counted once for each of the n_used experts it chose,
+// gate and up share their sums, down sees the gated hidden rows of the expert width; the router
+// is observed as a plain matrix. Such an entry then weighs each expert's rows in the quantizer.
+TEST(ImatrixCollectorTest, ExpertsAreRecordedPerExpert) {
+  auto preset = synth::FindPreset("tiny-qwen3vlmoe");
+  ASSERT_TRUE(preset.has_value());
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("vlmd-calib-moe-" + std::to_string(::getpid()) + ".gguf")).string();
+  ASSERT_TRUE(synth::WriteSyntheticText(*preset, synth::SynthOptions{}, path).ok());
+  auto engine = LoadEngine(path);
+  ASSERT_NE(engine, nullptr);
+  auto ids = engine->tokenizer().Tokenize(kPrompt, true, true);
+  ASSERT_TRUE(ids.ok());
+  const int64_t rows = static_cast<int64_t>(ids->size());
+  ASSERT_GE(rows, 16);
+  ImatrixCollector collector(16);
+  engine->set_matmul_observer(&collector);
+  ASSERT_TRUE(engine->PromptLogits(*ids).ok());
+  engine->set_matmul_observer(nullptr);
+  const auto& c = engine->model().config();
+  const auto& entries = collector.matrix().entries;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    ASSERT_EQ(entries.count(b + "ffn_gate_inp.weight"), 1u) << b;
+    EXPECT_EQ(entries.at(b + "ffn_gate_inp.weight").counts, std::vector<float>{static_cast<float>(rows)});
+    for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+      const auto it = entries.find(b + m + ".weight");
+      ASSERT_NE(it, entries.end()) << b << m;
+      const gguf::ImatrixEntry& e = it->second;
+      ASSERT_EQ(e.counts.size(), static_cast<size_t>(c.n_expert)) << b << m;
+      EXPECT_EQ(e.n_cols, std::string(m) == "ffn_down_exps" ? c.d_ff_exp : c.d_model);
+      EXPECT_EQ(e.sum_sq.size(), static_cast<size_t>(e.n_cols * c.n_expert));
+      float total = 0.0f;
+      int used = 0;
+      for (float n : e.counts) {
+        total += n;
+        used += n > 0.0f;
+      }
+      EXPECT_EQ(total, static_cast<float>(rows * c.n_expert_used)) << b << m;
+      EXPECT_GT(used, 1) << b << m << ": the rows chose more than one expert";
+    }
+    EXPECT_EQ(entries.at(b + "ffn_gate_exps.weight").sum_sq, entries.at(b + "ffn_up_exps.weight").sum_sq);
+  }
+  // The per-expert entry weighs the stacked matrix in the quantizer (one importance per expert).
+  const std::string out = path + ".q4_0.gguf";
+  auto report = gguf::QuantizeModel(path, out, {.type = DType::kQ4_0, .imatrix = &collector.matrix()}, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  int weighted_experts = 0;
+  for (const auto& t : report->tensors) weighted_experts += t.weighted && t.name.find("_exps") != std::string::npos;
+  EXPECT_EQ(weighted_experts, 3 * c.n_layers);
+  std::filesystem::remove(path);
+  std::filesystem::remove(out);
 }
 
 TEST(LogitComparisonTest, KlTopOneAndNmse) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/ops/activation.h"
+#include "engine/ops/parallel.h"
 
 namespace vlmd::engine::models {
 namespace {
@@ -36,6 +37,40 @@ bool SoftmaxRow(float* x, int64_t n) {
   return true;
 }
 
+// Expert e on its m entries (row * k + rank, rows of xn [.., d]): the gathered rows through
+// gate and up (one fused product when packed), SiLU-gated, then down, each output row to
+// y[entry].
+Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w, int32_t e,
+                 const int32_t* entries, int64_t m, const float* xn, int64_t n, int64_t d,
+                 bool prompt_rows, MoeExpertBuffers* b, float* y, MatmulInputObserver* observer) {
+  const int64_t k = w.n_used, ff = w.d_ff;
+  Grow(b->in, m * std::max(d, ff));
+  Grow(b->gate_up, m * 2 * ff);
+  Grow(b->hidden, m * ff);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(xn + (entries[i] / k) * d, d, b->in.data() + i * d);
+  const auto n_expert = static_cast<int32_t>(w.router.n);
+  if (observer) observer->ObserveExperts(w.names_gate_up, e, n_expert, b->in.data(), m, d, n);
+  const auto ue = static_cast<size_t>(e);
+  if (w.gate_up[ue].packed != nullptr && kt.packed_matmul != nullptr) {
+    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate_up[ue], prompt_rows), b->in.data(), m,
+                                     d, b->gate_up.data(), 2 * ff, &b->mm));
+    VLMD_RETURN_IF_ERROR(ops::SwiGluRows(kt, pool, b->gate_up.data(), m, ff, b->hidden.data()));
+  } else {
+    float* up = b->gate_up.data();
+    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate[ue], prompt_rows), b->in.data(), m, d,
+                                     b->hidden.data(), ff, &b->mm));
+    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.up[ue], prompt_rows), b->in.data(), m, d,
+                                     up, ff, &b->mm));
+    VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, b->hidden.data(), up, b->hidden.data(), m * ff));
+  }
+  if (observer) observer->ObserveExperts(w.names_down, e, n_expert, b->hidden.data(), m, ff, n);
+  // The down projection into the gathered-rows buffer (free now), then to each entry's place.
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.down[ue], prompt_rows), b->hidden.data(), m,
+                                   ff, b->in.data(), d, &b->mm));
+  for (int64_t i = 0; i < m; ++i) std::copy_n(b->in.data() + i * d, d, y + static_cast<int64_t>(entries[i]) * d);
+  return Status::Ok();
+}
+
 }  // namespace
 
 ops::WeightView RouteForRows(const ops::WeightView& w, bool prompt_rows) {
@@ -48,8 +83,8 @@ ops::WeightView RouteForRows(const ops::WeightView& w, bool prompt_rows) {
 
 Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
                       const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,
-                      ops::MatmulScratch* mm, float* out) {
-  const int64_t n_expert = w.router.n, k = w.n_used, ff = w.d_ff;
+                      ops::MatmulScratch* mm, float* out, MatmulInputObserver* observer) {
+  const int64_t n_expert = w.router.n, k = w.n_used;
   if (n < 1) return Status::Ok();
   // Router: logits, probabilities, the k most probable (ties to the lower id), renormalized.
   Grow(s->logits, n * n_expert);
@@ -88,42 +123,29 @@ Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const Mo
     }
   }
   // Each chosen expert on its rows; outputs to y[row * k + rank].
-  int64_t max_rows = 0;
-  for (int64_t e = 0; e < n_expert; ++e) {
-    max_rows = std::max<int64_t>(max_rows, s->first[static_cast<size_t>(e + 1)] - s->first[static_cast<size_t>(e)]);
-  }
-  Grow(s->in, max_rows * d);
-  Grow(s->hidden, max_rows * ff);
-  Grow(s->gate_up, max_rows * 2 * ff);
   Grow(s->y, n * k * d);
-  for (int64_t e = 0; e < n_expert; ++e) {
-    const int32_t e0 = s->first[static_cast<size_t>(e)], e1 = s->first[static_cast<size_t>(e + 1)];
-    const int64_t m = e1 - e0;
-    if (m == 0) continue;
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t row = s->entry[static_cast<size_t>(e0 + i)] / k;
-      std::copy_n(xn + row * d, d, s->in.data() + i * d);
-    }
-    const auto ue = static_cast<size_t>(e);
-    if (w.gate_up[ue].packed != nullptr && kt.packed_matmul != nullptr) {
-      VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate_up[ue], prompt_rows), s->in.data(),
-                                       m, d, s->gate_up.data(), 2 * ff, mm));
-      VLMD_RETURN_IF_ERROR(ops::SwiGluRows(kt, pool, s->gate_up.data(), m, ff, s->hidden.data()));
-    } else {
-      float* up = s->gate_up.data();
-      VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate[ue], prompt_rows), s->in.data(),
-                                       m, d, s->hidden.data(), ff, mm));
-      VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.up[ue], prompt_rows), s->in.data(),
-                                       m, d, up, ff, mm));
-      VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, s->hidden.data(), up, s->hidden.data(), m * ff));
-    }
-    // The down projection into the gathered-rows buffer (its input is in `hidden`), then each
-    // row's output to its (row, rank) place.
-    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.down[ue], prompt_rows), s->hidden.data(),
-                                     m, ff, s->in.data(), d, mm));
-    for (int64_t i = 0; i < m; ++i) {
-      std::copy_n(s->in.data() + i * d, d, s->y.data() + static_cast<int64_t>(s->entry[static_cast<size_t>(e0 + i)]) * d);
-    }
+  s->active.clear();
+  for (int32_t e = 0; e < n_expert; ++e) {
+    if (s->first[static_cast<size_t>(e + 1)] > s->first[static_cast<size_t>(e)]) s->active.push_back(e);
+  }
+  const int workers = pool != nullptr ? pool->size() : 1;
+  if (static_cast<int>(s->workers.size()) < workers) s->workers.resize(static_cast<size_t>(workers));
+  const auto run = [&](int32_t e, ThreadPool* p, MoeExpertBuffers* buf) {
+    const int32_t e0 = s->first[static_cast<size_t>(e)];
+    return RunExpert(kt, p, w, e, s->entry.data() + e0, s->first[static_cast<size_t>(e + 1)] - e0, xn, n,
+                     d, prompt_rows, buf, s->y.data(), observer);
+  };
+  if (!prompt_rows && workers > 1 && observer == nullptr) {  // an observer is not thread-safe
+    // Decode rows (a few per expert): the experts side by side, each whole on one thread, so a
+    // layer waits for the pool once instead of three times per expert. Each output column is
+    // still one thread's sum in the same order: the same bits as the products split by columns.
+    VLMD_RETURN_IF_ERROR(ops::internal::ForJobs(pool, static_cast<int64_t>(s->active.size()),
+                                                [&](int64_t job, int worker) {
+                                                  return run(s->active[static_cast<size_t>(job)], nullptr,
+                                                             &s->workers[static_cast<size_t>(worker)]);
+                                                }));
+  } else {
+    for (int32_t e : s->active) VLMD_RETURN_IF_ERROR(run(e, pool, &s->workers[0]));
   }
   // out[r] = w_0 y_0 + w_1 y_1 + ... in rank order (llama.cpp's ggml_mul, then the adds).
   for (int64_t r = 0; r < n; ++r) {

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/models/matmul_observer.h"
 #include "engine/ops/matmul.h"
 
 namespace vlmd::engine::models {
@@ -29,6 +31,14 @@ struct MoeWeights {
   std::vector<ops::WeightView> gate, up, down, gate_up;
   int32_t n_used = 0;
   int64_t d_ff = 0;  // expert_feed_forward_length
+  // GGUF names for MatmulInputObserver::ObserveExperts: {gate_exps, up_exps}, {down_exps}.
+  std::vector<std::string> names_gate_up, names_down;
+};
+
+// One thread's buffers for running an expert: its gathered rows, [gate | up], the gated hidden.
+struct MoeExpertBuffers {
+  std::vector<float> in, gate_up, hidden;
+  ops::MatmulScratch mm;
 };
 
 // Buffers of one caller, grown to the largest batch seen.
@@ -38,14 +48,17 @@ struct MoeScratch {
   std::vector<float> weight;    // [n, n_used] their renormalized probabilities
   std::vector<int32_t> first;   // [n_expert + 1] start of each expert's entries in `entry`
   std::vector<int32_t> entry;   // [n * n_used] row * n_used + rank, grouped by expert
-  std::vector<float> in, hidden, gate_up, y;  // gathered rows, expert FFN, outputs [n * n_used, d]
+  std::vector<int32_t> active;  // experts with entries
+  std::vector<float> y;         // [n * n_used, d] each entry's expert output
+  std::vector<MoeExpertBuffers> workers;  // one per pool thread
 };
 
 // out[r] = sum over row r's chosen experts j (most probable first) of weight[r, j] * E_j(xn[r]),
 // E(x) = down(silu(gate x) * up x), for r < n; xn and out [n, d] must not overlap.
 // INVALID_ARGUMENT when a row's logits are not finite (its choice would be arbitrary).
+// `observer` (may be null) sees each expert's input rows and gated hidden rows.
 Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
                       const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,
-                      ops::MatmulScratch* mm, float* out);
+                      ops::MatmulScratch* mm, float* out, MatmulInputObserver* observer = nullptr);
 
 }  // namespace vlmd::engine::models

@@ -87,7 +87,9 @@ Status TextDecoder::LoadExperts(const gguf::GgufFile& f, const TextConfig& c, co
   MoeWeights& moe = L->moe;
   moe.n_used = c.n_expert_used;
   moe.d_ff = ff;
-  L->names_gate_up = {p + "ffn_gate_inp.weight"};  // the experts' inputs are not observed
+  L->names_gate_up = {p + "ffn_gate_inp.weight"};  // the router's input; experts: ObserveExperts
+  moe.names_gate_up = {p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight"};
+  moe.names_down = {p + "ffn_down_exps.weight"};
   VLMD_ASSIGN_OR_RETURN(moe.router, GetMatrix(f, p + "ffn_gate_inp.weight", d, n_expert));
   VLMD_ASSIGN_OR_RETURN(const ops::WeightView gate, GetExpertMatrices(f, p + "ffn_gate_exps.weight", d, ff, n_expert));
   VLMD_ASSIGN_OR_RETURN(const ops::WeightView up, GetExpertMatrices(f, p + "ffn_up_exps.weight", d, ff, n_expert));
@@ -426,8 +428,9 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
   Grow(ctx->k, n * kvd);
   Grow(ctx->v, n * kvd);
   Grow(ctx->attn, n * std::max(qd, d));
-  Grow(ctx->gate, n * ff);
-  Grow(ctx->up, n * 2 * ff);  // the fused [gate | up] output when w_gate_up is packed
+  const int64_t dense_ff = c.n_expert > 0 ? 0 : ff;  // a MoE's experts have buffers of their own
+  Grow(ctx->gate, n * dense_ff);
+  Grow(ctx->up, n * 2 * dense_ff);  // the fused [gate | up] output when w_gate_up is packed
   Grow(ctx->qkv, n * (qd + 2 * kvd));
   Grow(ctx->rope_table, static_cast<int64_t>(rope_sets_.size()) * n * c.n_rot);
   int32_t max_ctx = 0;
@@ -528,7 +531,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
     observe(L.names_gate_up, xn, d);
     if (c.n_expert > 0) {  // x += MoE(xn), into attn (free until the next layer's attention)
       VLMD_RETURN_IF_ERROR(MoeFeedForward(kt, pool, L.moe, xn, n, d, b.prompt, &ctx->moe,
-                                          &ctx->matmul_scratch, ctx->attn.data()));
+                                          &ctx->matmul_scratch, ctx->attn.data(), ctx->observer));
       AddInPlace(x, ctx->attn.data(), n * d);
     } else {
       if (L.w_gate_up.packed && kt.packed_matmul) {

@@ -19,6 +19,7 @@
 #include "engine/gguf/gguf_reader.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/models/kv_cache.h"
+#include "engine/models/matmul_observer.h"
 #include "engine/models/moe_ffn.h"
 #include "engine/models/text_config.h"
 #include "engine/models/weights.h"
@@ -72,17 +73,6 @@ struct DecoderLayerSpec {
   bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (qwen3vl)
   int32_t deepstack_slice = 0;  // > 0: image rows add this slice of their embedding row after
                                 // the layer (qwen3vl deepstack; text rows' slices are zero)
-};
-
-// Sees the input rows of the decoder layers' matrix products before they run (calibration:
-// vlmd-quantize calibrate sums x^2 per input column, as llama-imatrix does). `weights` are the
-// GGUF names of the matrices these rows multiply: q, k and v share one input, as do gate and up.
-// The output head is not observed (llama-imatrix leaves it out by default too).
-class MatmulInputObserver {
- public:
-  virtual ~MatmulInputObserver() = default;
-  virtual void Observe(std::span<const std::string> weights, const float* x, int64_t rows,
-                       int64_t cols) = 0;
 };
 
 // Scratch buffers and execution resources of one caller (the scheduler thread). Buffers grow to
