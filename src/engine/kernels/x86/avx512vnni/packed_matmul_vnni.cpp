@@ -71,11 +71,20 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       for (int v = 0; v < NV; ++v) acc[i][v] = bias;
     }
     if constexpr (MR <= 2) {  // GEMV: memory-bound
+      // A group's blocks are one contiguous stream and the groups follow each other, so near
+      // the end of a tile the second group's prefetches run on into the next tile's first
+      // group. The first group's would re-read the second's start: with two groups per tile
+      // they skip two groups instead, to the next tile's second stream (short streams: an
+      // expert's down projection has k = 768, 24 blocks).
+      const bool crossing = kQ4 && NV == 2 * kPanelGroup && b + ahead >= nb;
+      const size_t skip_q = crossing ? 2 * static_cast<size_t>(nb) * qstride : 0;
+      const size_t skip_s = crossing ? 2 * static_cast<size_t>(nb) * sstride * sizeof(uint16_t) : 0;
       const size_t scale_ahead = ahead * sstride * sizeof(uint16_t);
       for (int v = 0; v < NV; ++v) {
-        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c);
-        PrefetchAhead(ws[v], scale_ahead);
-        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
+        const size_t sq = v < NV / 2 ? skip_q : 0, ss = v < NV / 2 ? skip_s : 0;
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c + sq);
+        PrefetchAhead(ws[v], scale_ahead + ss);
+        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead + ss);
       }
     }
     if constexpr (kSplitNibbles) {
