@@ -183,6 +183,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::Load(std::shared_ptr<const ggu
     if (c.n_expert > 0) {
       VLMD_RETURN_IF_ERROR(LoadExperts(f, c, p, packing, &L, &m->packed_, &expert_bytes,
                                        &m->released_bytes_));
+      bytes += L.moe.router.row_bytes * static_cast<uint64_t>(L.moe.router.n);  // read every token
     } else if (c.phi3) {  // ffn_up = [gate | up] (llama.cpp's LLM_FFN_SWIGLU: SiLU of the first half)
       L.names_gate_up = {p + "ffn_up.weight"};
       VLMD_ASSIGN_OR_RETURN(const ops::WeightView gate_up,
