@@ -5,11 +5,19 @@
 // endpoint takes image_url with each model's template; then each family's token budget: Qwen VL
 // shrinks to its next smaller size, LLaVA-1.6 and InternVL pick grids of fewer slices then the overview
 // alone, Gemma 3's fixed size cannot shrink (422); a hot swap self-checks each family's
-// image path; and routes whose models are of different families (complexity tiers, a weighted
-// split) answer as each model asked by name.
+// image path; routes whose models are of different families (complexity tiers, a weighted
+// split) answer as each model asked by name; and a synthetic Qwen3-VL MoE (no fixture exists)
+// answers concurrent requests as its engine does alone.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
 #include "engine/runtime/vlm_engine.h"
+#include "engine/synth/model_presets.h"
+#include "engine/synth/synthetic_model.h"
 #include "fixture_json.h"
 #include "serve/api/requests.h"
 #include "server_harness.h"
@@ -156,6 +164,70 @@ TEST_P(ServerFamilyTest, HotSwapSelfChecksTheImagePath) {
 // images differ, so the answer is the one a fresh server gives. Qwen3-VL's image rows are wider
 // than the decoder's (deepstack features): the row identities once took the first image for all
 // of the rows and reused the earlier request's second image.
+// Qwen3-VL MoE has no fixture: a synthetic tiny one (4 experts, 2 per token). Two requests at
+// once share decode steps (their rows routed to the experts together, the experts run side by
+// side on the pool), and each answers what the engine generates for it alone.
+TEST(ServerFamilyMoe, ConcurrentRequestsAnswerAsTheEngineAlone) {
+  const auto preset = engine::synth::FindPreset("tiny-qwen3vlmoe");
+  ASSERT_TRUE(preset.has_value());
+  const std::string dir = ::testing::TempDir() + "/vlmd-moe-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(engine::synth::WriteSyntheticText(*preset, {}, dir + "/text.gguf").ok());
+  ASSERT_TRUE(engine::synth::WriteSyntheticMmproj(*preset, {}, dir + "/mmproj.gguf").ok());
+  const std::string image = FixtureImage("img-168x112.png", "tiny-qwen3vl");
+  const std::string prompts[2] = {
+      "<|im_start|>user\n<__media__>Describe this image.<|im_end|>\n<|im_start|>assistant\n",
+      "<|im_start|>user\n<__media__>What colors do you see?<|im_end|>\n<|im_start|>assistant\n"};
+  std::string direct[2];
+  {
+    engine::runtime::EngineOptions eo;
+    eo.threads = 2;
+    eo.n_ctx = 512;
+    eo.mmproj_path = dir + "/mmproj.gguf";
+    auto engine = engine::runtime::VlmEngine::Load(dir + "/text.gguf", eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine::runtime::ImageTimings t;
+    auto encoded = (*engine)->EncodeImage(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(image.data()), image.size()), &t);
+    ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+    for (int i = 0; i < 2; ++i) {
+      auto rows = (*engine)->BuildPrompt(prompts[i], std::span<const engine::runtime::EncodedImage>(&*encoded, 1), true);
+      ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+      engine::runtime::GenerateParams p;
+      p.max_tokens = 12;
+      auto r = (*engine)->Generate(*rows, p);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      direct[i] = r->text;
+    }
+  }
+  HarnessOptions o;
+  o.load_model = false;
+  Harness h(o);
+  ModelSpec spec = testing::FixtureSpec("moe");
+  spec.text_path = dir + "/text.gguf";
+  spec.mmproj_path = dir + "/mmproj.gguf";
+  AddFixtureModel(h.server(), spec);
+  h.server().SetReady(true);
+  json answers[2];
+  std::thread second([&] {
+    auto c = h.Client();
+    answers[1] = Post(*c, "/v1/vlm/invoke", json{{"prompt", prompts[1]}, {"raw_prompt", true}, {"max_tokens", 12},
+                                                 {"image_base64", api::EncodeBase64(image)}});
+  });
+  {
+    auto c = h.Client();
+    answers[0] = Post(*c, "/v1/vlm/invoke", json{{"prompt", prompts[0]}, {"raw_prompt", true}, {"max_tokens", 12},
+                                                 {"image_base64", api::EncodeBase64(image)}});
+  }
+  second.join();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(answers[i]["http"], 200) << answers[i].dump();
+    EXPECT_EQ(answers[i]["text"], direct[i]) << i;
+  }
+  EXPECT_NE(direct[0], direct[1]);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ServerFamilyReuseTest, ReusedPrefixEndsAtTheFirstDifferentImage) {
   for (const Family& f : {kQwen3vl, kQwen25vl, kGemma3}) {
     SCOPED_TRACE(f.fixture);
