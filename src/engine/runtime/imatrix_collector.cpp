@@ -3,6 +3,20 @@
 #include <vector>
 
 namespace vlmd::engine::runtime {
+namespace {
+
+// Sum of x^2 per column of rows x [rows, cols], in double per call, added to the float entry
+// once (many rows of large activations would otherwise lose the small ones to float rounding).
+std::vector<double> ColumnSquares(const float* x, int64_t rows, int64_t cols) {
+  std::vector<double> sums(static_cast<size_t>(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    for (int64_t c = 0; c < cols; ++c) sums[static_cast<size_t>(c)] += double{row[c]} * row[c];
+  }
+  return sums;
+}
+
+}  // namespace
 
 void ImatrixCollector::Observe(std::span<const std::string> weights, const float* x, int64_t rows,
                                int64_t cols) {
@@ -12,13 +26,7 @@ void ImatrixCollector::Observe(std::span<const std::string> weights, const float
     ++skipped_;
     return;
   }
-  // Sums in double per call, added to the float entry once (many rows of large activations
-  // would otherwise lose the small ones to float rounding).
-  std::vector<double> sums(static_cast<size_t>(cols), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * cols;
-    for (int64_t c = 0; c < cols; ++c) sums[static_cast<size_t>(c)] += double{row[c]} * row[c];
-  }
+  const std::vector<double> sums = ColumnSquares(x, rows, cols);
   for (const std::string& name : weights) {
     gguf::ImatrixEntry& e = matrix_.entries[name];
     if (e.n_cols == 0) {
@@ -37,11 +45,7 @@ void ImatrixCollector::ObserveExperts(std::span<const std::string> weights, int3
                                       int32_t n_expert, const float* x, int64_t rows, int64_t cols,
                                       int64_t batch_rows) {
   if (weights.empty() || batch_rows < min_rows_ || expert < 0 || expert >= n_expert) return;
-  std::vector<double> sums(static_cast<size_t>(cols), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * cols;
-    for (int64_t c = 0; c < cols; ++c) sums[static_cast<size_t>(c)] += double{row[c]} * row[c];
-  }
+  const std::vector<double> sums = ColumnSquares(x, rows, cols);
   for (const std::string& name : weights) {
     gguf::ImatrixEntry& e = matrix_.entries[name];
     if (e.n_cols == 0) {
