@@ -321,6 +321,13 @@ TEST(QuantizeModelTest, ExpertStacksAreQuantizedPerExpertAndTheRouterKept) {
     differs += std::memcmp(other.data(), want.data(), rb) != 0;
   }
   EXPECT_GT(differs, 0);
+  // An entry of one matrix's columns for the stacked experts is refused, as llama-quantize
+  // refuses it (another model's imatrix).
+  m.entries["blk.0.ffn_up_exps.weight"].sum_sq.resize(static_cast<size_t>(k));
+  m.entries["blk.0.ffn_up_exps.weight"].counts = {2};
+  auto dense = QuantizeModel(in, out, {.type = DType::kQ4_0, .imatrix = &m}, &pool);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.status().message().find("3 experts"), std::string::npos) << dense.status().ToString();
   std::filesystem::remove(in);
   std::filesystem::remove(out);
 }

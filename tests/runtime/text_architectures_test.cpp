@@ -376,6 +376,17 @@ TEST(TextArchitectures, Qwen3VlMoeWithEqualExpertsRunsAsQwen3Vl) {
   const std::string one = MoeVariant("qwen3vlmoe", 4, 1);
   ASSERT_FALSE(one.empty());
   EXPECT_EQ(Generated(one, 256, true, kFast), expected);
+  // An expert width of 0 falls back to feed_forward_length / expert_used_count (256 / 1 here),
+  // as llama.cpp reads it.
+  const std::string zero_width = WriteVariant(
+      "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },
+      [](GgufWriter& w) {
+        w.SetU32("qwen3vlmoe.expert_count", 4);
+        w.SetU32("qwen3vlmoe.expert_used_count", 1);
+        w.SetU32("qwen3vlmoe.expert_feed_forward_length", 0);
+      });
+  ASSERT_FALSE(zero_width.empty());
+  EXPECT_EQ(Generated(zero_width, 256, true, kFast), expected);
   // feed_forward_length is optional for a MoE (only expert_feed_forward_length is used).
   const std::string no_dense_width = MoeVariant("qwen3vlmoe", 4, 1, {"qwen3vlmoe.feed_forward_length"});
   ASSERT_FALSE(no_dense_width.empty());
@@ -410,6 +421,20 @@ TEST(TextArchitectures, MoeFilesWithBadExpertCountsAreRefused) {
     ASSERT_FALSE(e.ok());
     EXPECT_NE(e.status().ToString().find("expert_used_count"), std::string::npos) << e.status().ToString();
   }
+  // Expert groups (a group-limited choice vlmd does not implement) are refused by name.
+  const std::string grouped = WriteVariant(
+      "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },
+      [](GgufWriter& w) {
+        w.SetU32("qwen3vlmoe.expert_count", 4);
+        w.SetU32("qwen3vlmoe.expert_used_count", 2);
+        w.SetU32("qwen3vlmoe.expert_group_count", 2);
+      });
+  ASSERT_FALSE(grouped.empty());
+  auto group_refused = LoadText(grouped);
+  std::filesystem::remove(grouped);
+  ASSERT_FALSE(group_refused.ok());
+  EXPECT_NE(group_refused.status().ToString().find("expert_group_count"), std::string::npos)
+      << group_refused.status().ToString();
   // Neither width: refused naming the expert width.
   const std::string no_width = WriteVariant(
       "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },

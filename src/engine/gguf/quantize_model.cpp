@@ -199,17 +199,18 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     tr.quantized = true;
     std::vector<float> importance;
     if (imatrix != nullptr) importance = imatrix->Importance(tr.name);
-    // One importance per column, or per column of each expert of a 3-D tensor.
+    // One importance per column, of each expert for a 3-D tensor (llama-quantize refuses any
+    // other size there too).
     const int64_t n_mats = t.n_dims == 3 ? t.ne[2] : 1;
     const auto n_imp = static_cast<int64_t>(importance.size());
-    if (!importance.empty() && n_imp != t.ne[0] && n_imp != t.ne[0] * n_mats) {
+    if (!importance.empty() && n_imp != t.ne[0] * n_mats) {
       return InvalidArgumentError("imatrix entry for '" + tr.name + "' has " +
                                   std::to_string(importance.size()) + " values for " +
                                   std::to_string(t.ne[0]) + " columns" +
                                   (n_mats > 1 ? " of " + std::to_string(n_mats) + " experts" : "") +
                                   " (another model's imatrix?)");
     }
-    const int64_t rows_per_importance = n_imp > t.ne[0] ? t.ne[1] : 0;
+    const int64_t rows_per_importance = n_mats > 1 ? t.ne[1] : 0;
     tr.weighted = !importance.empty() && QuantizeUsesImportance(tr.to);
     if (tr.weighted && scales.columns) {  // the scaled columns' inputs are x / s
       const std::vector<float>& s = *scales.columns;  // its size is n_cols (checked above)

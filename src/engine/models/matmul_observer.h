@@ -15,13 +15,12 @@ class MatmulInputObserver {
   virtual ~MatmulInputObserver() = default;
   virtual void Observe(std::span<const std::string> weights, const float* x, int64_t rows,
                        int64_t cols) = 0;
-  // A mixture of experts: the rows of a forward call of `batch_rows` rows that expert `expert`
-  // (of n_expert) runs on, for its stacked matrices `weights` (ffn_{gate,up}_exps, or
-  // ffn_down_exps with the gated hidden rows), as llama-imatrix records a MUL_MAT_ID per expert.
-  // The default ignores them.
+  // A mixture of experts: the rows that expert `expert` (of n_expert) runs on, for its stacked
+  // matrices `weights` (ffn_{gate,up}_exps, or ffn_down_exps with the gated hidden rows), as
+  // llama-imatrix records a MUL_MAT_ID per expert. The default ignores them.
   virtual void ObserveExperts(std::span<const std::string> /*weights*/, int32_t /*expert*/,
                               int32_t /*n_expert*/, const float* /*x*/, int64_t /*rows*/,
-                              int64_t /*cols*/, int64_t /*batch_rows*/) {}
+                              int64_t /*cols*/) {}
 };
 
 }  // namespace vlmd::engine::models

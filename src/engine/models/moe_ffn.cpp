@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -19,8 +20,9 @@ void Grow(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
 
-// Softmax of one row in place as ggml's soft_max computes it (exp of x - max, the sum in double,
-// one multiply by its f32 inverse); false when a logit is not finite.
+// Softmax of one row in place in ggml's soft_max steps (exp of x - max, the sum in double, one
+// multiply by its f32 inverse; ggml's vector exp and per-vector partial sums can round the last
+// bit differently); false when a logit is not finite.
 bool SoftmaxRow(float* x, int64_t n) {
   float mx = x[0];
   for (int64_t i = 0; i < n; ++i) {
@@ -41,7 +43,7 @@ bool SoftmaxRow(float* x, int64_t n) {
 // gate and up (one fused product when packed), SiLU-gated, then down, each output row to
 // y[entry].
 Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w, int32_t e,
-                 const int32_t* entries, int64_t m, const float* xn, int64_t n, int64_t d,
+                 const int32_t* entries, int64_t m, const float* xn, int64_t d,
                  bool prompt_rows, MoeExpertBuffers* b, float* y, MatmulInputObserver* observer) {
   const int64_t k = w.n_used, ff = w.d_ff;
   Grow(b->in, m * std::max(d, ff));
@@ -49,7 +51,7 @@ Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeig
   Grow(b->hidden, m * ff);
   for (int64_t i = 0; i < m; ++i) std::copy_n(xn + (entries[i] / k) * d, d, b->in.data() + i * d);
   const auto n_expert = static_cast<int32_t>(w.router.n);
-  if (observer) observer->ObserveExperts(w.names_gate_up, e, n_expert, b->in.data(), m, d, n);
+  if (observer) observer->ObserveExperts(w.names_gate_up, e, n_expert, b->in.data(), m, d);
   const auto ue = static_cast<size_t>(e);
   if (w.gate_up[ue].packed != nullptr && kt.packed_matmul != nullptr) {
     VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate_up[ue], prompt_rows), b->in.data(), m,
@@ -63,7 +65,7 @@ Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeig
                                      up, ff, &b->mm));
     VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, b->hidden.data(), up, b->hidden.data(), m * ff));
   }
-  if (observer) observer->ObserveExperts(w.names_down, e, n_expert, b->hidden.data(), m, ff, n);
+  if (observer) observer->ObserveExperts(w.names_down, e, n_expert, b->hidden.data(), m, ff);
   // The down projection into the gathered-rows buffer (free now), then to each entry's place.
   VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.down[ue], prompt_rows), b->hidden.data(), m,
                                    ff, b->in.data(), d, &b->mm));
@@ -94,11 +96,17 @@ Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const Mo
   std::vector<int32_t> ids(static_cast<size_t>(n_expert));
   for (int64_t r = 0; r < n; ++r) {
     float* p = s->logits.data() + r * n_expert;
-    if (!SoftmaxRow(p, n_expert)) {
-      return InvalidArgumentError("expert router logits of row " + std::to_string(r) +
-                                  " are not finite");
-    }
     std::iota(ids.begin(), ids.end(), 0);
+    if (!SoftmaxRow(p, n_expert)) {
+      // No choice to make: the first experts with NaN weights, so that the row's output (and
+      // its logits) are NaN and the caller fails that row's sequence alone (a batched decode
+      // step checks each logit row), as the dense FFN propagates a non-finite row.
+      for (int64_t j = 0; j < k; ++j) {
+        s->chosen[static_cast<size_t>(r * k + j)] = static_cast<int32_t>(j);
+        s->weight[static_cast<size_t>(r * k + j)] = std::numeric_limits<float>::quiet_NaN();
+      }
+      continue;
+    }
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
                       [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     double sum = 0.0;  // ggml_sum_rows accumulates in double, then rounds to f32
@@ -132,8 +140,8 @@ Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const Mo
   if (static_cast<int>(s->workers.size()) < workers) s->workers.resize(static_cast<size_t>(workers));
   const auto run = [&](int32_t e, ThreadPool* p, MoeExpertBuffers* buf) {
     const int32_t e0 = s->first[static_cast<size_t>(e)];
-    return RunExpert(kt, p, w, e, s->entry.data() + e0, s->first[static_cast<size_t>(e + 1)] - e0, xn, n,
-                     d, prompt_rows, buf, s->y.data(), observer);
+    return RunExpert(kt, p, w, e, s->entry.data() + e0, s->first[static_cast<size_t>(e + 1)] - e0, xn, d,
+                     prompt_rows, buf, s->y.data(), observer);
   };
   if (!prompt_rows && workers > 1 && observer == nullptr) {  // an observer is not thread-safe
     // Decode rows (a few per expert): the experts side by side, each whole on one thread, so a

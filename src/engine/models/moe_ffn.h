@@ -55,8 +55,8 @@ struct MoeScratch {
 
 // out[r] = sum over row r's chosen experts j (most probable first) of weight[r, j] * E_j(xn[r]),
 // E(x) = down(silu(gate x) * up x), for r < n; xn and out [n, d] must not overlap.
-// INVALID_ARGUMENT when a row's logits are not finite (its choice would be arbitrary).
-// `observer` (may be null) sees each expert's input rows and gated hidden rows.
+// A row whose router logits are not finite gets a NaN output row. `observer` (may be null) sees
+// each expert's input rows and gated hidden rows.
 Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
                       const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,
                       ops::MatmulScratch* mm, float* out, MatmulInputObserver* observer = nullptr);

@@ -190,8 +190,22 @@ Result<TextConfig> ReadTextConfig(const gguf::GgufFile& f) {
     // feed_forward_length / expert_used_count.
     VLMD_ASSIGN_OR_RETURN(c.n_expert, GetPositive(f, p + "expert_count", 1024));
     VLMD_ASSIGN_OR_RETURN(c.n_expert_used, GetPositive(f, p + "expert_used_count", c.n_expert));
-    VLMD_ASSIGN_OR_RETURN(c.d_ff_exp, GetOptionalPositive(f, p + "expert_feed_forward_length",
-                                                          c.d_ff / c.n_expert_used, 1 << 20));
+    // An explicit 0 falls back as an absent key does (llama.cpp: n_ff_exp ? n_ff_exp : ...).
+    c.d_ff_exp = c.d_ff / c.n_expert_used;
+    if (f.Find(p + "expert_feed_forward_length") != nullptr) {
+      VLMD_ASSIGN_OR_RETURN(uint32_t w, f.GetU32(p + "expert_feed_forward_length"));
+      if (w > (1u << 20)) return InvalidArgumentError(p + "expert_feed_forward_length is out of range");
+      if (w > 0) c.d_ff_exp = static_cast<int32_t>(w);
+    }
+    // Expert groups (DeepSeek-V3's group-limited choice), which llama.cpp applies to any MoE
+    // whose file sets more than one: not implemented, so refused rather than chosen otherwise.
+    if (f.Find(p + "expert_group_count") != nullptr) {
+      VLMD_ASSIGN_OR_RETURN(uint32_t groups, f.GetU32(p + "expert_group_count"));
+      if (groups > 1) {
+        return UnimplementedError(p + "expert_group_count " + std::to_string(groups) +
+                                  ": group-limited expert choice is not supported");
+      }
+    }
     if (c.d_ff_exp < 1) {
       return InvalidArgumentError(p + "expert_feed_forward_length is missing and feed_forward_length / "
                                   "expert_used_count is 0 (or feed_forward_length is missing too)");

@@ -42,9 +42,9 @@ void ImatrixCollector::Observe(std::span<const std::string> weights, const float
 }
 
 void ImatrixCollector::ObserveExperts(std::span<const std::string> weights, int32_t expert,
-                                      int32_t n_expert, const float* x, int64_t rows, int64_t cols,
-                                      int64_t batch_rows) {
-  if (weights.empty() || batch_rows < min_rows_ || expert < 0 || expert >= n_expert) return;
+                                      int32_t n_expert, const float* x, int64_t rows,
+                                      int64_t cols) {
+  if (weights.empty() || expert < 0 || expert >= n_expert) return;
   const std::vector<double> sums = ColumnSquares(x, rows, cols);
   for (const std::string& name : weights) {
     gguf::ImatrixEntry& e = matrix_.entries[name];

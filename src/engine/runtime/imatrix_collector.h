@@ -21,10 +21,10 @@ class ImatrixCollector final : public models::MatmulInputObserver {
   void Observe(std::span<const std::string> weights, const float* x, int64_t rows,
                int64_t cols) override;
   // Per expert, as llama-imatrix records a MUL_MAT_ID: entries of n_expert matrices, each
-  // expert's sums and count of its own rows; skipped (not counted in observations()) when the
-  // forward call has fewer than min_rows rows.
+  // expert's sums and count of its own rows, whatever the call's size (llama-imatrix applies
+  // its small-batch skip to plain products only); not counted in observations().
   void ObserveExperts(std::span<const std::string> weights, int32_t expert, int32_t n_expert,
-                      const float* x, int64_t rows, int64_t cols, int64_t batch_rows) override;
+                      const float* x, int64_t rows, int64_t cols) override;
 
   // Observe calls (one per shared input per layer and forward call), and those skipped for
   // having fewer than min_rows rows.
