@@ -323,9 +323,9 @@ TEST(TextArchitectures, Phi3TakesItsLongRopeFactorsPastTheOriginalContext) {
 }
 
 // The fixture's dense FFN of each layer as `n_expert` equal experts (ffn_{gate,up,down}_exps
-// stacking copies) behind a random f32 router (ffn_gate_inp), 2 of them used per row: whichever
-// two a row chooses, their renormalized weights sum to 1, so the layer computes the dense FFN
-// (to float rounding) and the router's choice is exercised on every row.
+// stacking copies) behind a random f32 router (ffn_gate_inp): whichever experts a row chooses,
+// their renormalized weights sum to 1, so the layer computes the dense FFN (bit for bit with one
+// used per row) and the router's choice is exercised on every row.
 void DenseToEqualExperts(Tensors& ts, int64_t n_expert) {
   std::mt19937 rng(7);
   std::normal_distribution<float> g(0.0f, 1.0f);

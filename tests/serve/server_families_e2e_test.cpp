@@ -160,13 +160,9 @@ TEST_P(ServerFamilyTest, HotSwapSelfChecksTheImagePath) {
   EXPECT_EQ(a["http"], 200) << a.dump();
 }
 
-// Two images, the first shared with an earlier request: the reused prefix stops where the
-// images differ, so the answer is the one a fresh server gives. Qwen3-VL's image rows are wider
-// than the decoder's (deepstack features): the row identities once took the first image for all
-// of the rows and reused the earlier request's second image.
-// Qwen3-VL MoE has no fixture: a synthetic tiny one (4 experts, 2 per token). Two requests at
-// once share decode steps (their rows routed to the experts together, the experts run side by
-// side on the pool), and each answers what the engine generates for it alone.
+// Qwen3-VL MoE has no fixture: a synthetic tiny one (4 experts, 2 per token). Two requests sent
+// at once (which the scheduler batches into shared decode steps when they overlap; the test
+// does not force it) each answer what the engine generates for it alone.
 TEST(ServerFamilyMoe, ConcurrentRequestsAnswerAsTheEngineAlone) {
   const auto preset = engine::synth::FindPreset("tiny-qwen3vlmoe");
   ASSERT_TRUE(preset.has_value());
@@ -228,6 +224,10 @@ TEST(ServerFamilyMoe, ConcurrentRequestsAnswerAsTheEngineAlone) {
   std::filesystem::remove_all(dir);
 }
 
+// Two images, the first shared with an earlier request: the reused prefix stops where the
+// images differ, so the answer is the one a fresh server gives. Qwen3-VL's image rows are wider
+// than the decoder's (deepstack features): the row identities once took the first image for all
+// of the rows and reused the earlier request's second image.
 TEST(ServerFamilyReuseTest, ReusedPrefixEndsAtTheFirstDifferentImage) {
   for (const Family& f : {kQwen3vl, kQwen25vl, kGemma3}) {
     SCOPED_TRACE(f.fixture);

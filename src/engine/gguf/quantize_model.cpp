@@ -30,11 +30,10 @@ struct TensorScales {
   const std::vector<float>* rows = nullptr;
 };
 
-// Quantizes rows [r0, r1) of `src` (type `from`) into `dst` (type `to`), accumulating the error
-// against the (scaled) source rows.
-// Rows [r0, r1) of t quantized to `to` into dst. importance: nullptr, k values for every row, or
-// with rows_per_importance > 0 one set of k values per that many rows (the experts of a 3-D
-// tensor, as llama.cpp's imatrix keeps them).
+// Rows [r0, r1) of t quantized to `to` into dst, accumulating the error against the (scaled)
+// source rows. importance: nullptr, k values for every row, or with rows_per_importance > 0 one
+// set of k values per that many rows (the experts of a 3-D tensor, as llama.cpp's imatrix keeps
+// them).
 Status QuantizeRows(const TensorInfo& t, DType to, const float* importance, int64_t rows_per_importance,
                     TensorScales scales, uint8_t* dst, int64_t r0, int64_t r1, RowErrorSums* sums) {
   const int64_t k = t.ne[0];
@@ -213,8 +212,10 @@ Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std:
     const int64_t rows_per_importance = n_mats > 1 ? t.ne[1] : 0;
     tr.weighted = !importance.empty() && QuantizeUsesImportance(tr.to);
     if (tr.weighted && scales.columns) {  // the scaled columns' inputs are x / s
-      const std::vector<float>& s = *scales.columns;  // its size is n_cols (checked above)
-      for (size_t i = 0; i < importance.size(); ++i) importance[i] /= s[i % s.size()] * s[i % s.size()];
+      // Its size is n_cols, and so is the importance's: AWQ scales only 2-D matrices (it refuses
+      // mixture-of-experts decoders).
+      const std::vector<float>& s = *scales.columns;
+      for (size_t i = 0; i < importance.size(); ++i) importance[i] /= s[i] * s[i];
     }
     const float* imp = tr.weighted ? importance.data() : nullptr;
     const int64_t n_rows = t.ne[1] * n_mats;

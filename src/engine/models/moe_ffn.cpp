@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <string>
 
 #include "engine/ops/activation.h"
 #include "engine/ops/parallel.h"

@@ -35,9 +35,11 @@ struct MoeWeights {
   std::vector<std::string> names_gate_up, names_down;
 };
 
-// One thread's buffers for running an expert: its gathered rows, [gate | up], the gated hidden.
+// One thread's buffers for running an expert on m rows.
 struct MoeExpertBuffers {
-  std::vector<float> in, gate_up, hidden;
+  std::vector<float> in;       // [m, d] gathered rows, then [m, d] the down projection's output
+  std::vector<float> gate_up;  // [m, 2 d_ff] (or gate in hidden and up here when not fused)
+  std::vector<float> hidden;   // [m, d_ff] the gated hidden rows
   ops::MatmulScratch mm;
 };
 

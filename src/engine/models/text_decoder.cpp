@@ -88,6 +88,7 @@ Status TextDecoder::LoadExperts(const gguf::GgufFile& f, const TextConfig& c, co
   moe.n_used = c.n_expert_used;
   moe.d_ff = ff;
   L->names_gate_up = {p + "ffn_gate_inp.weight"};  // the router's input; experts: ObserveExperts
+  L->names_down.clear();
   moe.names_gate_up = {p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight"};
   moe.names_down = {p + "ffn_down_exps.weight"};
   VLMD_ASSIGN_OR_RETURN(moe.router, GetMatrix(f, p + "ffn_gate_inp.weight", d, n_expert));

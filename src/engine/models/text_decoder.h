@@ -153,7 +153,8 @@ class TextDecoder {
     F32Weights q_norm, k_norm;               // [head_dim] when spec.qk_norm
     F32Weights post_attn_norm, post_ffn_norm;          // [d_model], Gemma 3
     MoeWeights moe;  // TextConfig::n_expert > 0: the FFN (w_gate, w_up, w_down unused)
-    // GGUF names by shared input, for MatmulInputObserver: {q, k, v}, {o}, {gate, up}, {down}.
+    // GGUF names by shared input, for MatmulInputObserver: {q, k, v}, {o}, {gate, up}, {down};
+    // a MoE layer's {router} and no down (its experts' names are in `moe`).
     std::vector<std::string> names_qkv, names_o, names_gate_up, names_down;
   };
 

@@ -241,8 +241,8 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
   }
   const TextShape& t = preset.text;
   const bool vlm = preset.vision.projector == ProjectorKind::kIdefics3;
-  // qwen2 (Qwen2 / Qwen2.5 text, as InternVL ships it): the qwen2vl tensors without M-RoPE.
   const bool qwen3vl = t.arch == "qwen3vl" || t.arch == "qwen3vlmoe";
+  // qwen2 (Qwen2 / Qwen2.5 text, as InternVL ships it): the qwen2vl tensors without M-RoPE.
   const bool qwen = t.arch == "qwen2" || t.arch == "qwen2vl" || qwen3vl;
   if ((t.arch == "qwen3vlmoe") != (t.n_expert > 0) || t.n_expert_used > t.n_expert) {
     return InvalidArgumentError("text architecture '" + t.arch + "' with " +
@@ -343,7 +343,7 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
     if (t.n_expert > 0) {  // the router stays f32, as llama.cpp's quantizer leaves it
       VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_gate_inp.weight", {t.d_model, t.n_expert}, DType::kF32,
                                     Init::kMatrix));
-      bool fell_back = false;
+      bool fell_back = false;  // as AddMatrix: a type that does not fit the rows falls back
       const DType exp_in = TypeForRowLength(opts.text_type, t.d_model, &fell_back);
       const DType exp_out = TypeForRowLength(opts.text_type, t.d_ff_exp, &fell_back);
       for (const char* m : {"ffn_gate_exps", "ffn_up_exps"}) {
