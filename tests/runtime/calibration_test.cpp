@@ -45,18 +45,26 @@ std::vector<float> ReadF32(const gguf::GgufFile& f, const std::string& name) {
 const char* kPrompt = "<|im_start|>User: describe the picture of the red house by the sea, "
                       "please, in a few words<end_of_utterance>\nAssistant:";
 
+// kPrompt's ids, after prefilling them with `collector` observing (empty on failure, reported).
+std::vector<int32_t> ObservedPrompt(VlmEngine& engine, ImatrixCollector* collector) {
+  auto ids = engine.tokenizer().Tokenize(kPrompt, true, true);
+  EXPECT_TRUE(ids.ok());
+  if (!ids.ok()) return {};
+  engine.set_matmul_observer(collector);
+  const Status s = engine.PromptLogits(*ids).status();
+  engine.set_matmul_observer(nullptr);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return s.ok() ? *ids : std::vector<int32_t>{};
+}
+
 TEST(ImatrixCollectorTest, SumsTheSquaresOfEachMatrixInputPerColumn) {
   const std::string path = vlmd::testing::FixturePath("tiny-smolvlm/text.gguf");
   auto engine = LoadEngine(path);
   ASSERT_NE(engine, nullptr);
-  auto ids = engine->tokenizer().Tokenize(kPrompt, true, true);
-  ASSERT_TRUE(ids.ok());
-  const int64_t rows = static_cast<int64_t>(ids->size());
-  ASSERT_GE(rows, 16);
   ImatrixCollector collector(16);
-  engine->set_matmul_observer(&collector);
-  ASSERT_TRUE(engine->PromptLogits(*ids).ok());
-  engine->set_matmul_observer(nullptr);
+  const std::vector<int32_t> ids = ObservedPrompt(*engine, &collector);
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  ASSERT_GE(rows, 16);
   const auto& c = engine->model().config();
   const auto& entries = collector.matrix().entries;
   ASSERT_EQ(entries.size(), static_cast<size_t>(7 * c.n_layers));  // q k v o gate up down
@@ -79,7 +87,7 @@ TEST(ImatrixCollectorTest, SumsTheSquaresOfEachMatrixInputPerColumn) {
   const std::vector<float> norm = ReadF32(**file, "blk.0.attn_norm.weight");
   std::vector<double> want(static_cast<size_t>(c.d_model), 0.0);
   std::vector<float> e(static_cast<size_t>(c.d_model));
-  for (int32_t id : *ids) {
+  for (int32_t id : ids) {
     ASSERT_TRUE(engine->model().EmbedToken(id, e.data()).ok());
     double ss = 0.0;
     for (float v : e) ss += double{v} * v;
@@ -98,7 +106,7 @@ TEST(ImatrixCollectorTest, SumsTheSquaresOfEachMatrixInputPerColumn) {
   // A forward call of fewer rows than min_rows is not recorded (llama-imatrix's rule).
   ImatrixCollector strict(rows + 1);
   engine->set_matmul_observer(&strict);
-  ASSERT_TRUE(engine->PromptLogits(*ids).ok());
+  ASSERT_TRUE(engine->PromptLogits(ids).ok());
   engine->set_matmul_observer(nullptr);
   EXPECT_TRUE(strict.matrix().entries.empty());
   EXPECT_EQ(strict.skipped(), strict.observations());
@@ -117,14 +125,10 @@ TEST(ImatrixCollectorTest, ExpertsAreRecordedPerExpert) {
   ASSERT_TRUE(synth::WriteSyntheticText(*preset, synth::SynthOptions{}, path).ok());
   auto engine = LoadEngine(path);
   ASSERT_NE(engine, nullptr);
-  auto ids = engine->tokenizer().Tokenize(kPrompt, true, true);
-  ASSERT_TRUE(ids.ok());
-  const int64_t rows = static_cast<int64_t>(ids->size());
-  ASSERT_GE(rows, 16);
   ImatrixCollector collector(16);
-  engine->set_matmul_observer(&collector);
-  ASSERT_TRUE(engine->PromptLogits(*ids).ok());
-  engine->set_matmul_observer(nullptr);
+  const std::vector<int32_t> ids = ObservedPrompt(*engine, &collector);
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  ASSERT_GE(rows, 16);
   const auto& c = engine->model().config();
   const auto& entries = collector.matrix().entries;
   for (int32_t l = 0; l < c.n_layers; ++l) {

@@ -351,15 +351,26 @@ void DenseToEqualExperts(Tensors& ts, int64_t n_expert) {
   }
 }
 
+// The Qwen3-VL fixture as `arch` with `n_expert` equal experts, `n_used` per row, an expert
+// width key of `width` (< 0: none), `extra` keys, the keys `drop` left out.
 std::string MoeVariant(const std::string& arch, int64_t n_expert, int64_t n_used,
-                       const std::vector<std::string>& drop = {}) {
+                       const std::vector<std::string>& drop = {}, int64_t width = 256,
+                       const std::function<void(GgufWriter&)>& extra = nullptr) {
   return WriteVariant("tiny-qwen3vl", arch, [&](Tensors& ts) { DenseToEqualExperts(ts, n_expert); },
                       [&](GgufWriter& w) {
                         w.SetU32(arch + ".expert_count", static_cast<uint32_t>(n_expert));
                         w.SetU32(arch + ".expert_used_count", static_cast<uint32_t>(n_used));
-                        w.SetU32(arch + ".expert_feed_forward_length", 256);
+                        if (width >= 0) w.SetU32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(width));
+                        if (extra) extra(w);
                       },
                       drop);
+}
+
+// The error loading `path` gives (then removes it); "" when it loaded.
+std::string Refusal(const std::string& path) {
+  auto e = LoadText(path);
+  std::filesystem::remove(path);
+  return e.ok() ? "" : e.status().ToString();
 }
 
 // In the fast precision a row's products do not depend on the rows beside it (prompt rows on the
@@ -378,13 +389,7 @@ TEST(TextArchitectures, Qwen3VlMoeWithEqualExpertsRunsAsQwen3Vl) {
   EXPECT_EQ(Generated(one, 256, true, kFast), expected);
   // An expert width of 0 falls back to feed_forward_length / expert_used_count (256 / 1 here),
   // as llama.cpp reads it.
-  const std::string zero_width = WriteVariant(
-      "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },
-      [](GgufWriter& w) {
-        w.SetU32("qwen3vlmoe.expert_count", 4);
-        w.SetU32("qwen3vlmoe.expert_used_count", 1);
-        w.SetU32("qwen3vlmoe.expert_feed_forward_length", 0);
-      });
+  const std::string zero_width = MoeVariant("qwen3vlmoe", 4, 1, {}, 0);
   ASSERT_FALSE(zero_width.empty());
   EXPECT_EQ(Generated(zero_width, 256, true, kFast), expected);
   // feed_forward_length is optional for a MoE (only expert_feed_forward_length is used).
@@ -416,49 +421,29 @@ TEST(TextArchitectures, MoeFilesWithBadExpertCountsAreRefused) {
   for (const auto& [n_expert, n_used] : {std::pair<int64_t, int64_t>{4, 5}, {4, 0}}) {
     const std::string path = MoeVariant("qwen3vlmoe", n_expert, n_used);
     ASSERT_FALSE(path.empty());
-    auto e = LoadText(path);
-    std::filesystem::remove(path);
-    ASSERT_FALSE(e.ok());
-    EXPECT_NE(e.status().ToString().find("expert_used_count"), std::string::npos) << e.status().ToString();
+    const std::string refused = Refusal(path);
+    EXPECT_NE(refused.find("expert_used_count"), std::string::npos) << refused;
   }
   // Expert groups (a group-limited choice vlmd does not implement) are refused by name.
-  const std::string grouped = WriteVariant(
-      "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },
-      [](GgufWriter& w) {
-        w.SetU32("qwen3vlmoe.expert_count", 4);
-        w.SetU32("qwen3vlmoe.expert_used_count", 2);
-        w.SetU32("qwen3vlmoe.expert_group_count", 2);
-      });
+  const std::string grouped = MoeVariant("qwen3vlmoe", 4, 2, {}, 256, [](GgufWriter& w) {
+    w.SetU32("qwen3vlmoe.expert_group_count", 2);
+  });
   ASSERT_FALSE(grouped.empty());
-  auto group_refused = LoadText(grouped);
-  std::filesystem::remove(grouped);
-  ASSERT_FALSE(group_refused.ok());
-  EXPECT_NE(group_refused.status().ToString().find("expert_group_count"), std::string::npos)
-      << group_refused.status().ToString();
+  const std::string group_refused = Refusal(grouped);
+  EXPECT_NE(group_refused.find("expert_group_count"), std::string::npos) << group_refused;
   // Neither width: refused naming the expert width.
-  const std::string no_width = WriteVariant(
-      "tiny-qwen3vl", "qwen3vlmoe", [](Tensors& ts) { DenseToEqualExperts(ts, 4); },
-      [](GgufWriter& w) {
-        w.SetU32("qwen3vlmoe.expert_count", 4);
-        w.SetU32("qwen3vlmoe.expert_used_count", 2);
-      },
-      {"qwen3vlmoe.feed_forward_length"});
+  const std::string no_width = MoeVariant("qwen3vlmoe", 4, 2, {"qwen3vlmoe.feed_forward_length"}, -1);
   ASSERT_FALSE(no_width.empty());
-  auto refused = LoadText(no_width);
-  std::filesystem::remove(no_width);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().ToString().find("expert_feed_forward_length"), std::string::npos)
-      << refused.status().ToString();
+  const std::string width_refused = Refusal(no_width);
+  EXPECT_NE(width_refused.find("expert_feed_forward_length"), std::string::npos) << width_refused;
   // The dense FFN's tensors instead of the experts': the missing one is named.
   const std::string dense = WriteVariant("tiny-qwen3vl", "qwen3vlmoe", nullptr, [](GgufWriter& w) {
     w.SetU32("qwen3vlmoe.expert_count", 4);
     w.SetU32("qwen3vlmoe.expert_used_count", 2);
   });
   ASSERT_FALSE(dense.empty());
-  auto e = LoadText(dense);
-  std::filesystem::remove(dense);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().ToString().find("ffn_gate_inp"), std::string::npos) << e.status().ToString();
+  const std::string dense_refused = Refusal(dense);
+  EXPECT_NE(dense_refused.find("ffn_gate_inp"), std::string::npos) << dense_refused;
 }
 
 }  // namespace

@@ -59,10 +59,10 @@ struct QuantizeOptions {
 // regex or a type that cannot be written.
 Result<TensorTypeOverride> ParseTensorTypeOverride(std::string_view text);
 
-// Reads `in_path`, writes `out_path` with 2-D weights and 3-D expert weights in their types. `pool` may be null (one
-// thread). NOT_FOUND / DATA_LOSS for a bad input, INVALID_ARGUMENT when a type cannot be
-// written, a source tensor type cannot be dequantized or an imatrix entry does not fit its
-// matrix, UNAVAILABLE on write errors.
+// Reads `in_path`, writes `out_path` with 2-D weights and 3-D expert weights in their types.
+// `pool` may be null (one thread). NOT_FOUND / DATA_LOSS for a bad input, INVALID_ARGUMENT when a
+// type cannot be written, a source tensor type cannot be dequantized or an imatrix entry does not
+// fit its matrix, UNAVAILABLE on write errors.
 Result<QuantizeModelReport> QuantizeModel(const std::string& in_path, const std::string& out_path,
                                           const QuantizeOptions& opts, ThreadPool* pool);
 

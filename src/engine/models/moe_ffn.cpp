@@ -38,17 +38,17 @@ bool SoftmaxRow(float* x, int64_t n) {
   return true;
 }
 
-// Expert e on its m entries (row * k + rank, rows of xn [.., d]): the gathered rows through
+// Expert e on its m entries (row * n_used + rank, rows of xn [.., d]): the gathered rows through
 // gate and up (one fused product when packed), SiLU-gated, then down, each output row to
 // y[entry].
 Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w, int32_t e,
                  const int32_t* entries, int64_t m, const float* xn, int64_t d,
                  bool prompt_rows, MoeExpertBuffers* b, float* y, MatmulInputObserver* observer) {
-  const int64_t k = w.n_used, ff = w.d_ff;
-  Grow(b->in, m * std::max(d, ff));
+  const int64_t n_used = w.n_used, ff = w.d_ff;
+  Grow(b->in, m * d);
   Grow(b->gate_up, m * 2 * ff);
   Grow(b->hidden, m * ff);
-  for (int64_t i = 0; i < m; ++i) std::copy_n(xn + (entries[i] / k) * d, d, b->in.data() + i * d);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(xn + (entries[i] / n_used) * d, d, b->in.data() + i * d);
   const auto n_expert = static_cast<int32_t>(w.router.n);
   if (observer) observer->ObserveExperts(w.names_gate_up, e, n_expert, b->in.data(), m, d);
   const auto ue = static_cast<size_t>(e);
@@ -85,14 +85,15 @@ ops::WeightView RouteForRows(const ops::WeightView& w, bool prompt_rows) {
 Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
                       const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,
                       ops::MatmulScratch* mm, float* out, MatmulInputObserver* observer) {
-  const int64_t n_expert = w.router.n, k = w.n_used;
+  const int64_t n_expert = w.router.n, n_used = w.n_used;
   if (n < 1) return Status::Ok();
-  // Router: logits, probabilities, the k most probable (ties to the lower id), renormalized.
+  // Router: logits, probabilities, the n_used most probable (ties to the lower id), renormalized.
   Grow(s->logits, n * n_expert);
-  Grow(s->chosen, n * k);
-  Grow(s->weight, n * k);
+  Grow(s->chosen, n * n_used);
+  Grow(s->weight, n * n_used);
   VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, w.router, xn, n, d, s->logits.data(), n_expert, mm));
-  std::vector<int32_t> ids(static_cast<size_t>(n_expert));
+  std::vector<int32_t>& ids = s->order;
+  ids.resize(static_cast<size_t>(n_expert));
   for (int64_t r = 0; r < n; ++r) {
     float* p = s->logits.data() + r * n_expert;
     std::iota(ids.begin(), ids.end(), 0);
@@ -100,37 +101,35 @@ Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const Mo
       // No choice to make: the first experts with NaN weights, so that the row's output (and
       // its logits) are NaN and the caller fails that row's sequence alone (a batched decode
       // step checks each logit row), as the dense FFN propagates a non-finite row.
-      for (int64_t j = 0; j < k; ++j) {
-        s->chosen[static_cast<size_t>(r * k + j)] = static_cast<int32_t>(j);
-        s->weight[static_cast<size_t>(r * k + j)] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t j = 0; j < n_used; ++j) {
+        s->chosen[static_cast<size_t>(r * n_used + j)] = static_cast<int32_t>(j);
+        s->weight[static_cast<size_t>(r * n_used + j)] = std::numeric_limits<float>::quiet_NaN();
       }
       continue;
     }
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+    std::partial_sort(ids.begin(), ids.begin() + n_used, ids.end(),
                       [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     double sum = 0.0;  // ggml_sum_rows accumulates in double, then rounds to f32
-    for (int64_t j = 0; j < k; ++j) sum += p[ids[static_cast<size_t>(j)]];
+    for (int64_t j = 0; j < n_used; ++j) sum += p[ids[static_cast<size_t>(j)]];
     const float total = std::max(static_cast<float>(sum), 6.103515625e-5f);
-    for (int64_t j = 0; j < k; ++j) {
+    for (int64_t j = 0; j < n_used; ++j) {
       const int32_t e = ids[static_cast<size_t>(j)];
-      s->chosen[static_cast<size_t>(r * k + j)] = e;
-      s->weight[static_cast<size_t>(r * k + j)] = p[e] / total;
+      s->chosen[static_cast<size_t>(r * n_used + j)] = e;
+      s->weight[static_cast<size_t>(r * n_used + j)] = p[e] / total;
     }
   }
   // Entries (row, rank) grouped by expert: a counting sort, rows ascending within an expert.
   s->first.assign(static_cast<size_t>(n_expert + 1), 0);
-  for (int64_t i = 0; i < n * k; ++i) ++s->first[static_cast<size_t>(s->chosen[static_cast<size_t>(i)] + 1)];
+  for (int64_t i = 0; i < n * n_used; ++i) ++s->first[static_cast<size_t>(s->chosen[static_cast<size_t>(i)] + 1)];
   for (int64_t e = 0; e < n_expert; ++e) s->first[static_cast<size_t>(e + 1)] += s->first[static_cast<size_t>(e)];
-  Grow(s->entry, n * k);
-  {
-    std::vector<int32_t> next(s->first.begin(), s->first.end() - 1);
-    for (int64_t i = 0; i < n * k; ++i) {
-      const int32_t e = s->chosen[static_cast<size_t>(i)];
-      s->entry[static_cast<size_t>(next[static_cast<size_t>(e)]++)] = static_cast<int32_t>(i);
-    }
+  Grow(s->entry, n * n_used);
+  s->next.assign(s->first.begin(), s->first.end() - 1);
+  for (int64_t i = 0; i < n * n_used; ++i) {
+    const int32_t e = s->chosen[static_cast<size_t>(i)];
+    s->entry[static_cast<size_t>(s->next[static_cast<size_t>(e)]++)] = static_cast<int32_t>(i);
   }
-  // Each chosen expert on its rows; outputs to y[row * k + rank].
-  Grow(s->y, n * k * d);
+  // Each chosen expert on its rows; outputs to y[row * n_used + rank].
+  Grow(s->y, n * n_used * d);
   s->active.clear();
   for (int32_t e = 0; e < n_expert; ++e) {
     if (s->first[static_cast<size_t>(e + 1)] > s->first[static_cast<size_t>(e)]) s->active.push_back(e);
@@ -157,9 +156,9 @@ Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const Mo
   // out[r] = w_0 y_0 + w_1 y_1 + ... in rank order (llama.cpp's ggml_mul, then the adds).
   for (int64_t r = 0; r < n; ++r) {
     float* o = out + r * d;
-    for (int64_t j = 0; j < k; ++j) {
-      const float wj = s->weight[static_cast<size_t>(r * k + j)];
-      const float* y = s->y.data() + (r * k + j) * d;
+    for (int64_t j = 0; j < n_used; ++j) {
+      const float wj = s->weight[static_cast<size_t>(r * n_used + j)];
+      const float* y = s->y.data() + (r * n_used + j) * d;
       if (j == 0) {
         for (int64_t i = 0; i < d; ++i) o[i] = wj * y[i];
       } else {

@@ -51,6 +51,8 @@ struct MoeScratch {
   std::vector<int32_t> first;   // [n_expert + 1] start of each expert's entries in `entry`
   std::vector<int32_t> entry;   // [n * n_used] row * n_used + rank, grouped by expert
   std::vector<int32_t> active;  // experts with entries
+  std::vector<int32_t> order;   // [n_expert] one row's expert ids, sorted by probability
+  std::vector<int32_t> next;    // [n_expert] the counting sort's next slot per expert
   std::vector<float> y;         // [n * n_used, d] each entry's expert output
   std::vector<MoeExpertBuffers> workers;  // one per pool thread
 };

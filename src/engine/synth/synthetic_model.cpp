@@ -113,6 +113,14 @@ class TensorSink {
                Init::kMatrix, scaled);
   }
 
+  // The same for a mixture of experts' stacked matrices [row_len, n_rows, n_experts].
+  Status AddExperts(const std::string& name, int64_t row_len, int64_t n_rows, int64_t n_experts,
+                    DType wanted) {
+    bool fell_back = false;
+    return Add(name, {row_len, n_rows, n_experts}, TypeForRowLength(wanted, row_len, &fell_back),
+               Init::kMatrix);
+  }
+
  private:
   gguf::GgufWriter* w_;
   Rng* rng_;
@@ -343,15 +351,12 @@ Status WriteSyntheticText(const ModelPreset& preset, const SynthOptions& opts,
     if (t.n_expert > 0) {  // the router stays f32, as llama.cpp's quantizer leaves it
       VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_gate_inp.weight", {t.d_model, t.n_expert}, DType::kF32,
                                     Init::kMatrix));
-      bool fell_back = false;  // as AddMatrix: a type that does not fit the rows falls back
-      const DType exp_in = TypeForRowLength(opts.text_type, t.d_model, &fell_back);
-      const DType exp_out = TypeForRowLength(opts.text_type, t.d_ff_exp, &fell_back);
       for (const char* m : {"ffn_gate_exps", "ffn_up_exps"}) {
-        VLMD_RETURN_IF_ERROR(sink.Add(b + m + ".weight", {t.d_model, t.d_ff_exp, t.n_expert}, exp_in,
-                                      Init::kMatrix));
+        VLMD_RETURN_IF_ERROR(
+            sink.AddExperts(b + m + ".weight", t.d_model, t.d_ff_exp, t.n_expert, opts.text_type));
       }
-      VLMD_RETURN_IF_ERROR(sink.Add(b + "ffn_down_exps.weight", {t.d_ff_exp, t.d_model, t.n_expert},
-                                    exp_out, Init::kMatrix));
+      VLMD_RETURN_IF_ERROR(sink.AddExperts(b + "ffn_down_exps.weight", t.d_ff_exp, t.d_model,
+                                           t.n_expert, opts.text_type));
       continue;
     }
     VLMD_RETURN_IF_ERROR(sink.AddMatrix(b + "ffn_gate.weight", t.d_model, t.d_ff, opts.text_type));
