@@ -314,14 +314,17 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   // panels: the 4-bit GEMV's two-group tiles (8 panels) first, then the rest (19: split over two
   // threads, a partial last panel).
   // n = 29, 45, 71: a last panel whose second 8-column half is partial (the AVX2 tiles' masked
-  // stores).
+  // stores). From 16 rows a GEMM call prepares its operands and runs its blocks in chunks of 16
+  // (AVX-512 VNNI): 19 rows over 19 blocks (q4_0) and 21 over 24 (q4_K) end with a partial row
+  // tile and a partial chunk; 70 rows are a call of 64 and one of 6 that runs the plain tiles.
   const std::vector<Case> cases = {Case{1, 1, 32},   Case{1, 17, 96},  Case{1, 100, 64},
                                    Case{2, 50, 256}, Case{3, 16, 64},  Case{4, 71, 128},
                                    Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160},
                                    Case{1, 45, 64},  Case{2, 29, 96},  Case{7, 45, 64},
-                                   Case{1, 141, 64}, Case{1, 300, 96}};
+                                   Case{1, 141, 64}, Case{1, 300, 96}, Case{19, 71, 608}};
   const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{1, 100, 256}, Case{3, 50, 512},
-                                     Case{70, 33, 256}, Case{1, 141, 256}, Case{1, 300, 512}};
+                                     Case{70, 33, 256}, Case{1, 141, 256}, Case{1, 300, 512},
+                                     Case{21, 71, 768}};
   // Float rows whose k is not a multiple of 32: the last block zero-padded on both sides (a k
   // below one block; GEMV and GEMM tiles; Qwen2.5-VL's 3420 = 106 blocks + 28).
   std::vector<Case> float_cases = cases;
@@ -365,6 +368,49 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// A kernel may keep data derived from a matrix between calls (the AVX-512 VNNI GEMM keeps the
+// panels it unpacked last, per thread): two matrices of one shape, at one address in turn
+// (the second packed after the first is freed, which often reuses its memory), and alternated,
+// each give their own reference's bits.
+TEST(PackedMatmulTest, MatricesOfOneShapeDoNotShareDerivedData) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const int64_t m = 40, n = 50, k = 256;
+  const std::vector<float> a = RandomFloats(m * k, 31, 2.0f);
+  for (DType type : {DType::kQ4_0, DType::kQ4_K}) {
+    const std::vector<uint8_t> rows_a = Rows(type, RandomFloats(n * k, 32), n, k);
+    const std::vector<uint8_t> rows_b = Rows(type, RandomFloats(n * k, 33), n, k);
+    for (Isa isa : isas) {
+      SCOPED_TRACE(std::string(kernels::IsaName(isa)) + " " + std::string(DTypeName(type)));
+      const KernelTable& kt = kernels::GetKernelTable(isa);
+      ops::MatmulScratch scratch;
+      auto product = [&](const PackedMatrix& pm, const std::vector<uint8_t>& rows) {
+        ops::WeightView wv{type, n, k, rows.data(), 0};
+        wv.packed = &pm;
+        std::vector<float> out(m * n);
+        EXPECT_TRUE(ops::MatMul(kt, nullptr, wv, a.data(), m, k, out.data(), n, &scratch).ok());
+        return out;
+      };
+      std::vector<float> want_b;
+      {
+        auto pa = PackedMatrix::Pack(type, rows_a.data(), *RowBytes(type, k), n, k);
+        ASSERT_TRUE(pa.ok());
+        ASSERT_EQ(product(**pa, rows_a), PackedReference(**pa, a, m));
+      }
+      auto pb = PackedMatrix::Pack(type, rows_b.data(), *RowBytes(type, k), n, k);
+      auto pa = PackedMatrix::Pack(type, rows_a.data(), *RowBytes(type, k), n, k);
+      ASSERT_TRUE(pb.ok() && pa.ok());
+      want_b = PackedReference(**pb, a, m);
+      const std::vector<float> want_a = PackedReference(**pa, a, m);
+      ASSERT_NE(want_a, want_b);
+      for (int round = 0; round < 2; ++round) {
+        EXPECT_EQ(product(**pb, rows_b), want_b);
+        EXPECT_EQ(product(**pa, rows_a), want_a);
       }
     }
   }

@@ -2,6 +2,7 @@
 #include "engine/kernels/packed_int8.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -144,7 +145,9 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     }
     n += s.n;
   }
+  static std::atomic<uint64_t> next_serial{1};
   std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
+  pm->serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
   pm->format_ = format;
   pm->n_ = n;
   pm->k_ = k;

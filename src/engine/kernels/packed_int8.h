@@ -119,6 +119,9 @@ class PackedMatrix {
     return mins_ ? mins_.get() + Unit(panel, block) * kPanelCols : nullptr;
   }
   size_t bytes() const;  // memory held
+  // Unique in the process and never reused (unlike an address): the key of a kernel's cache of
+  // data derived from this matrix, which never changes once packed.
+  uint64_t serial() const { return serial_; }
 
  private:
   PackedMatrix() = default;
@@ -141,6 +144,7 @@ class PackedMatrix {
 
   PackedFormat format_ = PackedFormat::kQ8;
   int64_t n_ = 0, k_ = 0, panels_ = 0;
+  uint64_t serial_ = 0;
   // In huge-page-backed memory (core/large_alloc.h): decode streams all of it once per token.
   LargeArray<uint8_t> qs_;
   LargeArray<uint16_t> scales_;
@@ -154,6 +158,11 @@ struct PackedMatmulArgs {
   const uint8_t* a = nullptr;  // BlockQ8_0 rows, row m at a + m * a_row_bytes
   size_t a_row_bytes = 0;
   const int32_t* a_sums = nullptr;  // row m, block b at a_sums[m * w->blocks() + b]
+  // Optional, for calls of many rows (ops::MatMul fills them from 5 rows on), same indexing as
+  // a_sums: each block's activation scale d as f32, and -w->offset() * its sum. A kernel may
+  // take them instead of converting per tile (the AVX-512 VNNI GEMM); the results are the same.
+  const float* a_scales = nullptr;
+  const int32_t* a_offsets = nullptr;
   float* out = nullptr;
   int64_t out_stride = 0;
   int64_t gemv_prefetch_blocks_q4 = 4;  // KernelTable::gemv_prefetch_blocks_q4 (x86 kernels)

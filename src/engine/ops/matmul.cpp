@@ -9,6 +9,8 @@
 #include <string>
 
 #include "engine/ops/parallel.h"
+#include "engine/tensor/fp16.h"
+#include "engine/tensor/quant_blocks.h"
 
 namespace vlmd::engine::ops {
 namespace {
@@ -69,13 +71,25 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   const size_t stride =
       RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, k_blocks)), kScratchAlign);
   const size_t sums_offset = stride * static_cast<size_t>(m);
-  uint8_t* buf = scratch->Reserve(sums_offset + sizeof(int32_t) * static_cast<size_t>(m * nb));
+  const size_t values = static_cast<size_t>(m * nb);
+  // Calls of many rows also get each block's scale as f32 and its offset term (PackedMatmulArgs).
+  const bool gemm = m > kGemvMaxRows;
+  uint8_t* buf = scratch->Reserve(sums_offset + values * sizeof(int32_t) * (gemm ? 3 : 1));
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
+  auto* a_scales = gemm ? reinterpret_cast<float*>(sums + values) : nullptr;
+  auto* a_offsets = gemm ? reinterpret_cast<int32_t*>(a_scales + values) : nullptr;
+  const int32_t offset = pw.offset();
   // A k that is not a multiple of 32 (float weights, packed_int8.h) gets its last block
   // zero-padded by the converter, as the weights were packed.
   internal::ForRanges(pool, m, w.k, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       convert(a + r * lda, buf + r * stride, sums + r * nb, w.k);
+      if (!gemm) continue;
+      const auto* blocks = reinterpret_cast<const BlockQ8_0*>(buf + r * stride);
+      for (int64_t b = 0; b < nb; ++b) {
+        a_scales[r * nb + b] = F16ToF32(blocks[b].d);
+        a_offsets[r * nb + b] = -offset * sums[r * nb + b];
+      }
     }
   });
   kernels::PackedMatmulArgs args;
@@ -83,6 +97,8 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   args.a = buf;
   args.a_row_bytes = stride;
   args.a_sums = sums;
+  args.a_scales = a_scales;
+  args.a_offsets = a_offsets;
   args.out = out;
   args.out_stride = ldo;
   args.gemv_prefetch_blocks_q4 = kt.gemv_prefetch_blocks_q4;

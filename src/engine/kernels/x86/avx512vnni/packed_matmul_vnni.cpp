@@ -8,6 +8,7 @@
 // is exactly that of PackedMatmulRef (same integers, same roundings).
 #include <immintrin.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/kernels/packed_int8.h"
@@ -29,14 +30,28 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2).
-template <int kFmt, int MR, int NV>
-void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
-  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+// What a GEMM call's tiles (kGemm) read instead of converting per tile, on the two ports the
+// vpdpbusd run on: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector
+// per 4-row tile otherwise), and the activation rows' block scales as f32 and offset terms
+// (PackedMatmulArgs::a_scales / a_offsets; an f16 conversion and a broadcast per row per block
+// otherwise).
+struct GemmPrep {
+  int64_t p0 = 0;
+  const uint8_t* unpacked = nullptr;  // 4-bit formats: panel p at (p - p0) * blocks * 512
+};
+
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). kGemm: the operands come from `prep`
+// (4-bit quants unpacked to the kQ8 byte order, so the inner loop is kQ8's; scales, mins and the
+// offset stay the format's): the same integers and f32 operations, so the same results.
+template <int kFmt, int MR, int NV, bool kGemm = false>
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
+  constexpr bool kMins = kFmt == 2;
+  constexpr bool kUnpacked = kGemm && kFmt != 0;
+  constexpr bool kQ4 = kFmt != 0 && !kUnpacked;  // the inner loop reads nibbles
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   // A panel's block and the step to its next block (see the layout in packed_int8.h).
-  constexpr size_t qstep = QsBytesPerBlock(kFormat);
-  constexpr size_t qstride = GroupPanels(kFormat) * qstep;
+  constexpr size_t qstep = QsBytesPerBlock(kUnpacked ? PackedFormat::kQ8 : kFormat);
+  constexpr size_t qstride = kUnpacked ? qstep : GroupPanels(kFormat) * qstep;
   constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   // One activation row of 4-bit weights: the low and high nibbles go to separate accumulators,
   // the high ones masked in place (16 x the nibble) and shifted back once per block. One AND per
@@ -52,11 +67,20 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
+  const float* da_row[MR];
+  const int32_t* offset_row[MR];
+  if constexpr (kGemm) {
+    for (int i = 0; i < MR; ++i) {
+      da_row[i] = args.a_scales + (m + i) * nb;
+      offset_row[i] = args.a_offsets + (m + i) * nb;
+    }
+  }
   const uint8_t* wq[NV];
   const uint16_t* ws[NV];
   const uint16_t* wm[NV];
   for (int v = 0; v < NV; ++v) {
-    wq[v] = w.qs(p + v, 0);
+    wq[v] = kUnpacked ? prep->unpacked + static_cast<size_t>((p + v - prep->p0) * nb) * qstep
+                      : w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
   }
@@ -67,7 +91,8 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   for (int64_t b = 0; b < nb; ++b) {
     __m512i acc[MR][NV];
     for (int i = 0; i < MR; ++i) {
-      const __m512i bias = _mm512_set1_epi32(-offset * sums[i][b]);
+      const __m512i bias =
+          _mm512_set1_epi32(kGemm ? offset_row[i][b] : -offset * sums[i][b]);
       for (int v = 0; v < NV; ++v) acc[i][v] = bias;
     }
     if constexpr (MR <= 2) {  // GEMV: memory-bound
@@ -142,7 +167,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       }
     }
     for (int i = 0; i < MR; ++i) {
-      const __m512 da = _mm512_set1_ps(_cvtsh_ss(a[i][b].d));
+      const __m512 da = _mm512_set1_ps(kGemm ? da_row[i][b] : _cvtsh_ss(a[i][b].d));
       for (int v = 0; v < NV; ++v) {
         f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dw[v], da), f[i][v]);
       }
@@ -170,16 +195,73 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
 }
 
 constexpr int kMaxMR = 4, kMaxNV = 4;
-template <int kFmt>
+template <int kFmt, bool kGemm = false>
 constexpr auto kTiles =
-    TileTable<kMaxMR, kMaxNV>([]<int MR, int NV>() { return &Tile<kFmt, MR, NV>; });
+    TileTable<kMaxMR, kMaxNV>([]<int MR, int NV>() { return &Tile<kFmt, MR, NV, kGemm>; });
 
 // Panels per tile for a tile height: what fits the 32 vector registers (accumulators, f32 sums,
-// weight vectors and broadcasts) without spilling.
-constexpr int PanelsPerTile(bool q4, int64_t rows) {
+// weight vectors and broadcasts) without spilling. nibbles: the 4-bit formats read in place.
+constexpr int PanelsPerTile(bool nibbles, int64_t rows) {
   if (rows <= 2) return 4;
-  return q4 ? 2 : 3;
+  return nibbles ? 2 : 3;
 }
+
+// From this many rows per call the tiles take their operands from a GemmPrep. Qwen2.5-VL-3B's
+// prefill (q4_0, 512 rows, AVX-512 VNNI table on an Intel AMX machine, 2 threads) measured
+// 109-110 -> 122-127 tok/s with the 4-bit quants unpacked once per call (bench/RESULTS.md).
+constexpr int64_t kGemmMinRows = 16;
+
+// Panels [p0, p1) of a kQ4 / kQ4K matrix, every block, into dst: panel p's blocks one after the
+// other from dst + (p - p0) * blocks * 512, each block in the kQ8 byte order (k-quad q of the 16
+// columns at q * 64): nibble vector c's low halves are k-quad 2c, its high halves 2c + 1.
+void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const int64_t nb = w.blocks();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = w.qs(p, 0);
+    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += 512) {
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_load_si512(src + c * 64);
+        _mm512_store_si512(dst + c * 128, _mm512_and_si512(raw, low4));
+        _mm512_store_si512(dst + c * 128 + 64, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+      }
+    }
+  }
+}
+
+// Per thread: the panels it unpacked last, kept for its next call over the same panels (ops::
+// MatMul's tasks take a panel block's row blocks one after the other, so a thread often gets
+// the same panels again).
+class UnpackCache {
+ public:
+  ~UnpackCache() { std::free(data_); }
+  // w's panels [p0, p1) as UnpackNibbles writes them; nullptr when they cannot be allocated.
+  const uint8_t* Get(const PackedMatrix& w, int64_t p0, int64_t p1) {
+    if (w.serial() == serial_ && p0 == p0_ && p1 == p1_) return data_;
+    const size_t bytes = static_cast<size_t>((p1 - p0) * w.blocks()) * 512;
+    if (bytes > size_) {
+      std::free(data_);
+      size_ = (bytes + 4095) / 4096 * 4096;
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
+      if (data_ == nullptr) {
+        size_ = 0;
+        serial_ = 0;
+        return nullptr;
+      }
+    }
+    UnpackNibbles(w, p0, p1, data_);
+    serial_ = w.serial();
+    p0_ = p0;
+    p1_ = p1;
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  uint64_t serial_ = 0;  // 0: none (serials start at 1)
+  int64_t p0_ = 0, p1_ = 0;
+};
 
 template <int kFmt>
 void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
@@ -191,8 +273,27 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   if constexpr (kFmt != 0) {
     if (m1 - m0 == 1) {
       for (; p0 + 2 * kPanelGroup <= p1; p0 += 2 * kPanelGroup) {
-        Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0);
+        Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0, nullptr);
       }
+    }
+  }
+  if (m1 - m0 >= kGemmMinRows && args.a_scales != nullptr && args.a_offsets != nullptr) {
+    GemmPrep prep;
+    prep.p0 = p0;
+    if constexpr (kFmt != 0) {
+      thread_local UnpackCache cache;
+      prep.unpacked = cache.Get(*args.w, p0, p1);
+    }
+    if (kFmt == 0 || prep.unpacked != nullptr) {
+      constexpr int nv_max = kFmt == 2 ? 2 : 3;  // kQ4K's mins take registers
+      for (int64_t p = p0; p < p1; p += nv_max) {
+        const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
+        for (int64_t m = m0; m < m1; m += kMaxMR) {
+          const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
+          kTiles<kFmt, true>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, &prep);
+        }
+      }
+      return;
     }
   }
   const int nv_max = PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
@@ -200,7 +301,7 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
     const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
     for (int64_t m = m0; m < m1; m += kMaxMR) {
       const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
-      kTiles<kFmt>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p);
+      kTiles<kFmt>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, nullptr);
     }
   }
 }
