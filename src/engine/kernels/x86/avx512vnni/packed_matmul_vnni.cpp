@@ -210,7 +210,8 @@ constexpr int PanelsPerTile(bool nibbles, int64_t rows) {
 // from a GemmPrep. 512 x 2048 x 2048 on one thread, Intel AMX machine forced to this kernel:
 // q4_0 349-355 -> 459-472 GFLOP/s, q8_0 421-426 -> 453-481; Qwen2.5-VL-3B's q4_0 prefill on 2
 // threads 115-117 -> 142-146 tok/s (bench/RESULTS.md, session 33). The unpacked panels take
-// blocks x 512 bytes each per thread (6 panels of k = 8960: 860 KB), kept between calls.
+// blocks x 512 bytes each per thread, kept between calls (ops::MatMul's blocks of 6 panels at
+// k = 8960: 860 KB).
 constexpr int64_t kGemmMinRows = 16;
 
 // Panels [p0, p1) of a kQ4 / kQ4K matrix, every block, into dst: panel p's blocks one after the
