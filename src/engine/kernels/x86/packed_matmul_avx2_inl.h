@@ -61,15 +61,43 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
   }
 }
 
+// What a GEMM call's tiles (kGemm) read instead of converting per tile (x86/packed_matmul_inl.h):
+// a 4-bit matrix's quants unpacked to bytes, and PackedMatmulArgs::a_scales / a_offsets.
+struct GemmPrep {
+  int64_t p0 = 0;
+  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibblesFn's layout from panel p0
+};
+
+// UnpackNibblesFn (x86/packed_matmul_inl.h) on 256-bit vectors.
+void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const int64_t nb = w.blocks();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = w.qs(p, 0);
+    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
+      for (int h = 0; h < 8; ++h) {  // the 32-byte halves of the 4 nibble vectors
+        const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + h * 32));
+        uint8_t* out = dst + (h / 2) * 128 + (h % 2) * 32;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_and_si256(raw, low4));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64),
+                           _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+      }
+    }
+  }
+}
+
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
-// panel is two vectors of 8 columns (v = 2 * panel + half).
-template <int kFmt, int MR, int NP>
-void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
+// panel is two vectors of 8 columns (v = 2 * panel + half). kGemm: operands from `prep` and the
+// args' a_scales / a_offsets (the 4-bit loops then load the low and high quants as bytes
+// instead of splitting them); the same integers, so the same results.
+template <int kFmt, int MR, int NP, bool kGemm = false>
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const GemmPrep* prep) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+  constexpr bool kUnpacked = kGemm && kQ4;
   constexpr int NV = 2 * NP;
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
-  constexpr size_t qstep = QsBytesPerBlock(kFormat);
-  constexpr size_t qstride = GroupPanels(kFormat) * qstep;
+  constexpr size_t qstep = kUnpacked ? kUnpackedBlockBytes : QsBytesPerBlock(kFormat);
+  constexpr size_t qstride = kUnpacked ? qstep : GroupPanels(kFormat) * qstep;
   constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
@@ -83,7 +111,8 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   const uint16_t* wm[NP];
 #pragma GCC unroll 8
   for (int v = 0; v < NP; ++v) {
-    wq[v] = w.qs(p + v, 0);
+    wq[v] = kUnpacked ? prep->unpacked + static_cast<size_t>((p + v - prep->p0) * nb) * qstep
+                      : w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
   }
@@ -110,7 +139,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
     __m256 da[MR], sum_a[MR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      da[i] = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
+      da[i] = _mm256_set1_ps(kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d));
       if constexpr (kMins) sum_a[i] = _mm256_set1_ps(static_cast<float>(sums[i][b]));
     }
 #pragma GCC unroll 8
@@ -119,7 +148,9 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
       __m256i acc[MR];
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {  // with VNNI the sums start at the offset's bias
-        acc[i] = kVnni ? _mm256_set1_epi32(-offset * sums[i][b]) : _mm256_setzero_si256();
+        acc[i] = kVnni ? _mm256_set1_epi32(kGemm ? args.a_offsets[(m + i) * nb + b]
+                                                 : -offset * sums[i][b])
+                       : _mm256_setzero_si256();
       }
       if constexpr (kVnni && !kQ4) {  // kQ8: the stored unsigned bytes, the offset as the bias
 #pragma GCC unroll 8
@@ -134,9 +165,15 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
         const __m256i low4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 8
         for (int c = 0; c < 4; ++c) {
-          const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 64));
-          const __m256i lo = _mm256_and_si256(raw, low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+          __m256i lo, hi;
+          if constexpr (kUnpacked) {  // k-quads 2c and 2c + 1 (UnpackNibblesFn's layout)
+            lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 128));
+            hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 128 + 64));
+          } else {
+            const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 64));
+            lo = _mm256_and_si256(raw, low4);
+            hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+          }
 #pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
             const int8_t* qa = a[i][b].qs + 8 * c;
@@ -152,8 +189,9 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
         if constexpr (!kVnni) {
 #pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
-            acc[i] = _mm256_add_epi32(_mm256_madd_epi16(acc[i], ones16),
-                                      _mm256_set1_epi32(-offset * sums[i][b]));
+            acc[i] = _mm256_add_epi32(
+                _mm256_madd_epi16(acc[i], ones16),
+                _mm256_set1_epi32(kGemm ? args.a_offsets[(m + i) * nb + b] : -offset * sums[i][b]));
           }
         }
       } else {
@@ -212,11 +250,16 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
 // 1.5 per product; per 8 weight bytes a 4-bit tile loads 2 vectors and 4 broadcasts for 8
 // products (Tile: 1.25 per product).
 // f16->i8 GEMM 512 x 2048 x 2048 on one Zen 5 thread: 293 GF/s with Tile, 324-348 with these.
-template <int kFmt, int MR>
-void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
-  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+// kGemm: operands from `prep` and the args' a_scales / a_offsets; the 4-bit formats' unpacked
+// bytes then take kQ8's loop (and kQ4 its 3 rows).
+template <int kFmt, int MR, bool kGemm = false>
+void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
+  constexpr bool kMins = kFmt == 2;
+  constexpr bool kUnpacked = kGemm && kFmt != 0;
+  constexpr bool kQ4 = kFmt != 0 && !kUnpacked;  // the loop splits nibbles
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
-  constexpr size_t qstride = GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
+  constexpr size_t qstride =
+      kUnpacked ? kUnpackedBlockBytes : GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
   constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
@@ -224,7 +267,8 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
-  const uint8_t* wq = w.qs(p, 0);
+  const uint8_t* wq = kUnpacked ? prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * qstride
+                                : w.qs(p, 0);
   const uint16_t* ws = w.scales(p, 0);
   const uint16_t* wm = w.mins(p, 0);
   __m256 f[MR][2];
@@ -233,7 +277,10 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
   for (int64_t b = 0; b < nb; ++b) {
     __m256i acc[MR][2];
 #pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_set1_epi32(-offset * sums[i][b]);
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = acc[i][1] =
+          _mm256_set1_epi32(kGemm ? args.a_offsets[(m + i) * nb + b] : -offset * sums[i][b]);
+    }
     if constexpr (kQ4) {
       const __m256i low4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 4
@@ -276,7 +323,8 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        const __m256 da = _mm256_set1_ps(_cvtsh_ss(a[i][b].d));
+        const __m256 da =
+            _mm256_set1_ps(kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d));
         f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_mul_ps(dw, da), f[i][h]);
         if constexpr (kMins) {
           f[i][h] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da),
@@ -297,25 +345,26 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p) {
 }
 
 // The VNNI GEMM over rows [m0, m1) and panels [p0, p1): 3-row tiles for kQ8, 2-row for the
-// 4-bit formats (what fits the registers, see TileVnni), one panel each.
-template <int kFmt>
+// 4-bit formats read as nibbles (what fits the registers, see TileVnni), one panel each; with a
+// GemmPrep kQ4 takes kQ8's 3 rows (kQ4K's mins keep it at 2).
+template <int kFmt, bool kGemm>
 void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
-                    int64_t p1) {
-  constexpr int kRows = kFmt == 0 ? 3 : 2;
+                    int64_t p1, const GemmPrep* prep) {
+  constexpr int kRows = kFmt == 0 || (kGemm && kFmt == 1) ? 3 : 2;
   static constexpr auto kVnniTiles =
-      TileTable<kRows, 1>([]<int MR, int>() { return &TileVnni<kFmt, MR>; });
+      TileTable<kRows, 1>([]<int MR, int>() { return &TileVnni<kFmt, MR, kGemm>; });
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t m = m0; m < m1; m += kRows) {
       const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
-      kVnniTiles[mr - 1](args, m, p);
+      kVnniTiles[mr - 1](args, m, p, prep);
     }
   }
 }
 
 constexpr int kMaxMR = 2, kMaxNP = 4;
-template <int kFmt>
-constexpr auto kTiles =
-    TileTable<kMaxMR, kMaxNP>([]<int MR, int NP>() { return &Tile<kFmt, MR, NP>; });
+template <int kFmt, bool kGemm = false>
+constexpr auto kTiles = TileTable<kMaxMR, kMaxNP>(
+    []<int MR, int NP>() { return &Tile<kFmt, MR, NP, kGemm>; });
 
 // Tile shape for a call's row count. One row (decode) takes 4 panels: a 4-bit panel group is
 // then read as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode
@@ -325,13 +374,13 @@ constexpr auto kTiles =
 constexpr int kGemmRows = kMaxMR;
 constexpr int PanelsPerTile(int64_t rows) { return rows == 1 ? kMaxNP : 2; }
 
-template <int kFmt>
-void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
-                      int64_t p1) {
+template <int kFmt, bool kGemm>
+void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                       int64_t p1, const GemmPrep* prep) {
   const int64_t rows = m1 - m0;
   if constexpr (kVnni) {
     // One or two rows (decode steps, two sequences batched) stay on Tile, which prefetches.
-    if (rows > 2) return PackedGemmVnni<kFmt>(args, m0, m1, p0, p1);
+    if (rows > 2) return PackedGemmVnni<kFmt, kGemm>(args, m0, m1, p0, p1, prep);
   }
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
@@ -340,9 +389,26 @@ void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
     const int np = static_cast<int>(p1 - p < np_max ? p1 - p : np_max);
     for (int64_t m = m0; m < m1; m += mr_max) {
       const int mr = static_cast<int>(m1 - m < mr_max ? m1 - m : mr_max);
-      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv);
+      kTiles<kFmt, kGemm>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv, prep);
     }
   }
+}
+
+template <int kFmt>
+void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                      int64_t p1) {
+  if (m1 - m0 >= kGemmMinRows && args.a_scales != nullptr && args.a_offsets != nullptr) {
+    GemmPrep prep;
+    prep.p0 = p0;
+    if constexpr (kFmt != 0) {
+      thread_local UnpackCache cache;
+      prep.unpacked = cache.Get(*args.w, p0, p1, &UnpackNibbles);
+    }
+    if (kFmt == 0 || prep.unpacked != nullptr) {
+      return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
+    }
+  }
+  PackedMatmulTiles<kFmt, false>(args, m0, m1, p0, p1, nullptr);
 }
 
 void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,

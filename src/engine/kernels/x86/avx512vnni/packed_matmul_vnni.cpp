@@ -8,7 +8,6 @@
 // is exactly that of PackedMatmulRef (same integers, same roundings).
 #include <immintrin.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "engine/kernels/packed_int8.h"
@@ -37,7 +36,7 @@ inline __m512i Broadcast4(const int8_t* p) {
 // otherwise).
 struct GemmPrep {
   int64_t p0 = 0;
-  const uint8_t* unpacked = nullptr;  // 4-bit formats: panel p at (p - p0) * blocks * 512
+  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibblesFn's layout from panel p0
 };
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). kGemm: the operands come from `prep`
@@ -206,23 +205,13 @@ constexpr int PanelsPerTile(bool nibbles, int64_t rows) {
   return nibbles ? 2 : 3;
 }
 
-// From this many rows per call (and with PackedMatmulArgs::a_scales) the tiles take their operands
-// from a GemmPrep. 512 x 2048 x 2048 on one thread, Intel AMX machine forced to this kernel:
-// q4_0 349-355 -> 459-472 GFLOP/s, q8_0 421-426 -> 453-481; Qwen2.5-VL-3B's q4_0 prefill on 2
-// threads 115-117 -> 142-146 tok/s (bench/RESULTS.md, session 33). The unpacked panels take
-// blocks x 512 bytes each per thread, kept between calls (ops::MatMul's blocks of 6 panels at
-// k = 8960: 860 KB).
-constexpr int64_t kGemmMinRows = 16;
-
-// Panels [p0, p1) of a kQ4 / kQ4K matrix, every block, into dst: panel p's blocks one after the
-// other from dst + (p - p0) * blocks * 512, each block in the kQ8 byte order (k-quad q of the 16
-// columns at q * 64): nibble vector c's low halves are k-quad 2c, its high halves 2c + 1.
+// UnpackNibblesFn (x86/packed_matmul_inl.h) on 512-bit vectors.
 void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const int64_t nb = w.blocks();
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* src = w.qs(p, 0);
-    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += 512) {
+    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
       for (int c = 0; c < 4; ++c) {
         const __m512i raw = _mm512_load_si512(src + c * 64);
         _mm512_store_si512(dst + c * 128, _mm512_and_si512(raw, low4));
@@ -231,40 +220,6 @@ void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) 
     }
   }
 }
-
-// Per thread: the panels it unpacked last, kept for its next call over the same panels (ops::
-// MatMul's tasks take a panel block's row blocks one after the other, so a thread often gets
-// the same panels again).
-class UnpackCache {
- public:
-  ~UnpackCache() { std::free(data_); }
-  // w's panels [p0, p1) as UnpackNibbles writes them; nullptr when they cannot be allocated.
-  const uint8_t* Get(const PackedMatrix& w, int64_t p0, int64_t p1) {
-    if (w.serial() == serial_ && p0 == p0_ && p1 == p1_) return data_;
-    const size_t bytes = static_cast<size_t>((p1 - p0) * w.blocks()) * 512;
-    if (bytes > size_) {
-      std::free(data_);
-      size_ = (bytes + 4095) / 4096 * 4096;
-      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
-      if (data_ == nullptr) {
-        size_ = 0;
-        serial_ = 0;
-        return nullptr;
-      }
-    }
-    UnpackNibbles(w, p0, p1, data_);
-    serial_ = w.serial();
-    p0_ = p0;
-    p1_ = p1;
-    return data_;
-  }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  uint64_t serial_ = 0;  // 0: none (serials start at 1)
-  int64_t p0_ = 0, p1_ = 0;
-};
 
 template <int kFmt>
 void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
@@ -285,7 +240,7 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
     prep.p0 = p0;
     if constexpr (kFmt != 0) {
       thread_local UnpackCache cache;
-      prep.unpacked = cache.Get(*args.w, p0, p1);
+      prep.unpacked = cache.Get(*args.w, p0, p1, &UnpackNibbles);
     }
     if (kFmt == 0 || prep.unpacked != nullptr) {
       constexpr int nv_max = kFmt == 2 ? 2 : 3;  // kQ4K's mins take registers
