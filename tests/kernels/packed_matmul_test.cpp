@@ -314,17 +314,19 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   // panels: the 4-bit GEMV's two-group tiles (8 panels) first, then the rest (19: split over two
   // threads, a partial last panel).
   // n = 29, 45, 71: a last panel whose second 8-column half is partial (the AVX2 tiles' masked
-  // stores). From 16 rows a GEMM call prepares its operands and runs its blocks in chunks of 16
-  // (AVX-512 VNNI): 19 rows over 19 blocks (q4_0) and 21 over 24 (q4_K) end with a partial row
-  // tile and a partial chunk; 70 rows are a call of 64 and one of 6 that runs the plain tiles.
+  // stores). From 16 rows the x86 GEMMs take prepared operands (4-bit quants unpacked per panel
+  // block, f32 activation scales): 19 and 21 rows end with a partial row tile; 70 rows are a call
+  // of 64 and one of 6 that converts per tile; 80 rows over 200 (q4_0) or 150 (q4_K) columns
+  // are calls over panel blocks 6 + 6 + 1 (or 6 + 4), on two threads as well.
   const std::vector<Case> cases = {Case{1, 1, 32},   Case{1, 17, 96},  Case{1, 100, 64},
                                    Case{2, 50, 256}, Case{3, 16, 64},  Case{4, 71, 128},
                                    Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160},
                                    Case{1, 45, 64},  Case{2, 29, 96},  Case{7, 45, 64},
-                                   Case{1, 141, 64}, Case{1, 300, 96}, Case{19, 71, 608}};
+                                   Case{1, 141, 64}, Case{1, 300, 96}, Case{19, 71, 608},
+                                   Case{80, 200, 96}};
   const std::vector<Case> k_cases = {Case{1, 17, 256}, Case{1, 100, 256}, Case{3, 50, 512},
                                      Case{70, 33, 256}, Case{1, 141, 256}, Case{1, 300, 512},
-                                     Case{21, 71, 768}};
+                                     Case{21, 71, 768}, Case{80, 150, 256}};
   // Float rows whose k is not a multiple of 32: the last block zero-padded on both sides (a k
   // below one block; GEMV and GEMM tiles; Qwen2.5-VL's 3420 = 106 blocks + 28).
   std::vector<Case> float_cases = cases;
@@ -373,8 +375,8 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   }
 }
 
-// A kernel may keep data derived from a matrix between calls (the AVX-512 VNNI GEMM keeps the
-// panels it unpacked last, per thread): two matrices of one shape, at one address in turn
+// A kernel may keep data derived from a matrix between calls (the x86 GEMMs keep the panels they
+// unpacked last, per thread): two matrices of one shape, at one address in turn
 // (the second packed after the first is freed, which often reuses its memory), and alternated,
 // each give their own reference's bits.
 TEST(PackedMatmulTest, MatricesOfOneShapeDoNotShareDerivedData) {

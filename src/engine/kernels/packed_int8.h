@@ -151,6 +151,10 @@ class PackedMatrix {
   LargeArray<uint16_t> mins_;
 };
 
+// From this many rows a product's activations get PackedMatmulArgs::a_scales / a_offsets, and the
+// x86 kernels' calls of as many rows take them (x86/packed_matmul_inl.h).
+inline constexpr int64_t kGemmPrepMinRows = 16;
+
 // Activation rows for the packed matmul: Q8_0 blocks (as the plain Q4_0/Q8_0 kernels use) plus,
 // per row and block, the sum of the 32 quants (for the offset correction).
 struct PackedMatmulArgs {
@@ -158,9 +162,10 @@ struct PackedMatmulArgs {
   const uint8_t* a = nullptr;  // BlockQ8_0 rows, row m at a + m * a_row_bytes
   size_t a_row_bytes = 0;
   const int32_t* a_sums = nullptr;  // row m, block b at a_sums[m * w->blocks() + b]
-  // Optional, for calls of many rows (ops::MatMul fills them from 5 rows on), same indexing as
-  // a_sums: each block's activation scale d as f32, and -w->offset() * its sum. A kernel may
-  // take them instead of converting per tile (the AVX-512 VNNI GEMM); the results are the same.
+  // Optional, for calls of kGemmPrepMinRows rows or more (ops::MatMul fills them for such
+  // products), same indexing as a_sums: each block's activation scale d as f32, and
+  // -w->offset() * its sum. A kernel may take them instead of converting per tile (the x86
+  // GEMMs); the results are the same.
   const float* a_scales = nullptr;
   const int32_t* a_offsets = nullptr;
   float* out = nullptr;

@@ -72,8 +72,9 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
       RoundUp(static_cast<size_t>(*RowBytes(DType::kQ8_0, k_blocks)), kScratchAlign);
   const size_t sums_offset = stride * static_cast<size_t>(m);
   const size_t values = static_cast<size_t>(m * nb);
-  // Calls of many rows also get each block's scale as f32 and its offset term (PackedMatmulArgs).
-  const bool gemm = m > kGemvMaxRows;
+  // Products of many rows also get each block's scale as f32 and its offset term
+  // (PackedMatmulArgs).
+  const bool gemm = m >= kernels::kGemmPrepMinRows;
   uint8_t* buf = scratch->Reserve(sums_offset + values * sizeof(int32_t) * (gemm ? 3 : 1));
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
   auto* a_scales = gemm ? reinterpret_cast<float*>(sums + values) : nullptr;

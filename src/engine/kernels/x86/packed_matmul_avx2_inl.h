@@ -61,13 +61,6 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
   }
 }
 
-// What a GEMM call's tiles (kGemm) read instead of converting per tile (x86/packed_matmul_inl.h):
-// a 4-bit matrix's quants unpacked to bytes, and PackedMatmulArgs::a_scales / a_offsets.
-struct GemmPrep {
-  int64_t p0 = 0;
-  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibblesFn's layout from panel p0
-};
-
 // UnpackNibblesFn (x86/packed_matmul_inl.h) on 256-bit vectors.
 void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -88,7 +81,7 @@ void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) 
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
 // panel is two vectors of 8 columns (v = 2 * panel + half). kGemm: operands from `prep` and the
-// args' a_scales / a_offsets (the 4-bit loops then load the low and high quants as bytes
+// args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h) (the 4-bit loops then load the low and high quants as bytes
 // instead of splitting them); the same integers, so the same results.
 template <int kFmt, int MR, int NP, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const GemmPrep* prep) {
@@ -397,16 +390,8 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
-  if (m1 - m0 >= kGemmMinRows && args.a_scales != nullptr && args.a_offsets != nullptr) {
-    GemmPrep prep;
-    prep.p0 = p0;
-    if constexpr (kFmt != 0) {
-      thread_local UnpackCache cache;
-      prep.unpacked = cache.Get(*args.w, p0, p1, &UnpackNibbles);
-    }
-    if (kFmt == 0 || prep.unpacked != nullptr) {
-      return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
-    }
+  if (GemmPrep prep; PrepareGemm<kFmt>(args, m0, m1, p0, p1, &UnpackNibbles, &prep)) {
+    return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
   }
   PackedMatmulTiles<kFmt, false>(args, m0, m1, p0, p1, nullptr);
 }

@@ -30,15 +30,10 @@ inline void PrefetchAhead(const void* p, size_t ahead) {
   _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead), _MM_HINT_T0);
 }
 
-// A GEMM call of this many rows or more (with PackedMatmulArgs::a_scales) reads its 4-bit quants
-// unpacked to bytes (UnpackCache) and the activation rows' f32 scales and offset terms prepared by
-// ops::MatMul, instead of splitting nibbles and converting scales in every tile, on the ports the
-// integer products need. Measured per table in bench/RESULTS.md, session 33.
-inline constexpr int64_t kGemmMinRows = 16;
-
 // Bytes of one panel's blocks unpacked: per 32-element block the kQ8 byte order (k-quad q of the
 // 16 columns at q * 64, 4 bytes per column), one byte per 4-bit quant.
 inline constexpr size_t kUnpackedBlockBytes = 512;
+static_assert(kUnpackedBlockBytes == QsBytesPerBlock(PackedFormat::kQ8));
 
 // Writes panels [p0, p1) of a kQ4 / kQ4K matrix, every block, to dst: panel p's blocks one after
 // the other from dst + (p - p0) * blocks * kUnpackedBlockBytes. Each table's unit has its own
@@ -54,10 +49,15 @@ class UnpackCache {
   UnpackCache(const UnpackCache&) = delete;
   UnpackCache& operator=(const UnpackCache&) = delete;
   ~UnpackCache() { std::free(data_); }
-  // w's panels [p0, p1) as `unpack` writes them; nullptr when they cannot be allocated.
+  // A call's panels larger than this (ops::MatMul's GEMM tasks take 6 panels: 1.4 MB at k =
+  // 14336) are not unpacked: the caller runs the tiles that read nibbles.
+  static constexpr size_t kMaxBytes = size_t{8} << 20;
+  // w's panels [p0, p1) as `unpack` writes them; nullptr when they are too many or cannot be
+  // allocated.
   const uint8_t* Get(const PackedMatrix& w, int64_t p0, int64_t p1, UnpackNibblesFn unpack) {
     if (w.serial() == serial_ && p0 == p0_ && p1 == p1_) return data_;
     const size_t bytes = static_cast<size_t>((p1 - p0) * w.blocks()) * kUnpackedBlockBytes;
+    if (bytes > kMaxBytes) return nullptr;
     if (bytes > size_) {
       std::free(data_);
       size_ = (bytes + 4095) / 4096 * 4096;
@@ -81,6 +81,35 @@ class UnpackCache {
   uint64_t serial_ = 0;  // 0: none (serials start at 1)
   int64_t p0_ = 0, p1_ = 0;
 };
+
+// What a GEMM call's tiles (kGemm) read instead of converting per tile, on the ports the integer
+// products need: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector per
+// tile otherwise), and PackedMatmulArgs::a_scales / a_offsets (an f16 conversion and a broadcast
+// per row per block otherwise). Measured per table in bench/RESULTS.md, session 33.
+struct GemmPrep {
+  int64_t p0 = 0;
+  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibblesFn's layout from panel p0
+};
+
+// Fills *prep for a call over rows [m0, m1) and panels [p0, p1) when it takes the prepared
+// operands: kGemmPrepMinRows rows or more, the args' a_scales and a_offsets set, and for the
+// 4-bit formats (kFmt != 0) the panels unpacked by `unpack` into this thread's cache. False:
+// the caller runs the tiles that convert per tile.
+template <int kFmt>
+bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
+                 UnpackNibblesFn unpack, GemmPrep* prep) {
+  if (m1 - m0 < kGemmPrepMinRows || args.a_scales == nullptr || args.a_offsets == nullptr) {
+    return false;
+  }
+  prep->p0 = p0;
+  prep->unpacked = nullptr;
+  if constexpr (kFmt != 0) {
+    thread_local UnpackCache cache;
+    prep->unpacked = cache.Get(*args.w, p0, p1, unpack);
+    return prep->unpacked != nullptr;
+  }
+  return true;
+}
 
 }  // namespace
 }  // namespace vlmd::engine::kernels

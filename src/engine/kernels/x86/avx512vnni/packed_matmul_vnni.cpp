@@ -29,18 +29,8 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// What a GEMM call's tiles (kGemm) read instead of converting per tile, on the two ports the
-// vpdpbusd run on: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector
-// per 4-row tile otherwise), and the activation rows' block scales as f32 and offset terms
-// (PackedMatmulArgs::a_scales / a_offsets; an f16 conversion and a broadcast per row per block
-// otherwise).
-struct GemmPrep {
-  int64_t p0 = 0;
-  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibblesFn's layout from panel p0
-};
-
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). kGemm: the operands come from `prep`
-// (4-bit quants unpacked to the kQ8 byte order, so the inner loop is kQ8's; scales, mins and the
+// (x86/packed_matmul_inl.h: 4-bit quants unpacked to the kQ8 byte order, so the inner loop is kQ8's; scales, mins and the
 // offset stay the format's): the same integers and f32 operations, so the same results.
 template <int kFmt, int MR, int NV, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
@@ -49,7 +39,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
   constexpr bool kQ4 = kFmt != 0 && !kUnpacked;  // the inner loop reads nibbles
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   // A panel's block and the step to its next block (see the layout in packed_int8.h).
-  constexpr size_t qstep = QsBytesPerBlock(kUnpacked ? PackedFormat::kQ8 : kFormat);
+  constexpr size_t qstep = kUnpacked ? kUnpackedBlockBytes : QsBytesPerBlock(kFormat);
   constexpr size_t qstride = kUnpacked ? qstep : GroupPanels(kFormat) * qstep;
   constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   // One activation row of 4-bit weights: the low and high nibbles go to separate accumulators,
@@ -235,24 +225,16 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
       }
     }
   }
-  if (m1 - m0 >= kGemmMinRows && args.a_scales != nullptr && args.a_offsets != nullptr) {
-    GemmPrep prep;
-    prep.p0 = p0;
-    if constexpr (kFmt != 0) {
-      thread_local UnpackCache cache;
-      prep.unpacked = cache.Get(*args.w, p0, p1, &UnpackNibbles);
-    }
-    if (kFmt == 0 || prep.unpacked != nullptr) {
-      constexpr int nv_max = kFmt == 2 ? 2 : 3;  // kQ4K's mins take registers
-      for (int64_t p = p0; p < p1; p += nv_max) {
-        const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
-        for (int64_t m = m0; m < m1; m += kMaxMR) {
-          const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
-          kTiles<kFmt, true>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, &prep);
-        }
+  if (GemmPrep prep; PrepareGemm<kFmt>(args, m0, m1, p0, p1, &UnpackNibbles, &prep)) {
+    constexpr int nv_max = kFmt == 2 ? 2 : 3;  // kQ4K's mins take registers
+    for (int64_t p = p0; p < p1; p += nv_max) {
+      const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
+      for (int64_t m = m0; m < m1; m += kMaxMR) {
+        const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
+        kTiles<kFmt, true>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, &prep);
       }
-      return;
     }
+    return;
   }
   const int nv_max = PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
   for (int64_t p = p0; p < p1; p += nv_max) {
