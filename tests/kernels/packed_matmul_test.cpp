@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -58,12 +59,15 @@ float PackedWeight(const PackedMatrix& pm, int64_t col, int64_t e) {
   return F16ToF32(pm.scales(p, b)[j]) * static_cast<float>(u - pm.offset());
 }
 
+// Q5_K and Q6_K (k a multiple of 256) are packed as their values on the Q8 rule, as float rows.
 TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule) {
-  const int64_t n = 37, k = 96;
-  const std::vector<float> wf = RandomFloats(n * k, 7);
-  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kBF16,
-                     DType::kF32}) {
+  const int64_t n = 37;
+  const std::vector<std::pair<DType, int64_t>> type_k = {
+      {DType::kQ8_0, 96}, {DType::kQ5_0, 96}, {DType::kQ4_0, 96}, {DType::kF16, 96},
+      {DType::kBF16, 96}, {DType::kF32, 96},  {DType::kQ5_K, 512}, {DType::kQ6_K, 512}};
+  for (const auto& [type, k] : type_k) {
     SCOPED_TRACE(std::string(DTypeName(type)));
+    const std::vector<float> wf = RandomFloats(n * k, 7);
     const std::vector<uint8_t> rows = Rows(type, wf, n, k);
     auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, k), n, k);
     ASSERT_TRUE(pm.ok()) << pm.status().ToString();
@@ -194,7 +198,8 @@ TEST(PackedMatrixTest, RepacksQ4KQuantsWithF16ScaleAndMin) {
 
 TEST(PackedMatrixTest, RefusesWhatItCannotPack) {
   std::vector<uint8_t> buf(4096, 0);
-  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ5_K, buf.data(), 176, 2, 256).ok());
+  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ4_1, buf.data(), 160, 2, 256).ok());
+  EXPECT_FALSE(PackedMatrix::Pack(DType::kQ6_K, buf.data(), 210, 2, 128).ok());  // k % 256
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ4_K, buf.data(), 144, 2, 128).ok());  // k % 256
   EXPECT_FALSE(PackedMatrix::Pack(DType::kQ8_0, buf.data(), 34, 2, 40).ok());  // k % 32
   EXPECT_FALSE(PackedMatrix::Pack(DType::kF32, buf.data(), 4 * 40, 2, 0).ok());  // k < 1
@@ -334,8 +339,10 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
                         Case{70, 40, 3420}}) {
     float_cases.push_back(c);
   }
-  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kQ4_K}) {
-    for (const Case& c : type == DType::kQ4_K ? k_cases : type == DType::kF16 ? float_cases : cases) {
+  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kF16, DType::kQ4_K,
+                     DType::kQ6_K}) {
+    const bool k_quant = type == DType::kQ4_K || type == DType::kQ6_K;
+    for (const Case& c : k_quant ? k_cases : type == DType::kF16 ? float_cases : cases) {
       std::vector<float> wf = RandomFloats(c.n * c.k, seed++);
       for (int64_t r = 0; r < c.n; ++r) {
         for (int64_t i = 0; i < c.k; ++i) wf[r * c.k + i] *= 0.5f + static_cast<float>(r % 5);
@@ -609,7 +616,11 @@ TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
   EXPECT_TRUE(packed_for(DType::kF32, ops::Precision::kFast, &kt));
   EXPECT_FALSE(packed_for(DType::kQ4_K, ops::Precision::kExact, &kt));  // Q8_K activations
   EXPECT_TRUE(packed_for(DType::kQ4_K, ops::Precision::kFast, &kt));
-  EXPECT_FALSE(packed_for(DType::kQ5_K, ops::Precision::kFast, &kt));  // keeps its own kernel
+  for (DType type : {DType::kQ5_K, DType::kQ6_K}) {  // their values as Q8_0 blocks: fast only
+    EXPECT_FALSE(packed_for(type, ops::Precision::kExact, &kt));
+    EXPECT_TRUE(packed_for(type, ops::Precision::kFast, &kt));
+  }
+  EXPECT_FALSE(packed_for(DType::kQ4_1, ops::Precision::kFast, &kt));  // keeps its own kernel
   EXPECT_FALSE(packed_for(DType::kQ8_0, ops::Precision::kFast, nullptr));
   EXPECT_FALSE(packed_for(DType::kQ8_0, ops::Precision::kFast, &kernels::GetKernelTable(Isa::kRef)));
 }

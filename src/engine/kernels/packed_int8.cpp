@@ -35,8 +35,8 @@ inline uint8_t Q4Nibble(const BlockQ4_0& b, int e) {
 
 bool PackedMatrix::CanPack(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||
-         dtype == DType::kQ4_K || dtype == DType::kF32 || dtype == DType::kF16 ||
-         dtype == DType::kBF16;
+         dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K ||
+         dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }
 
 PackedFormat PackedFormatOf(DType dtype) {
@@ -230,13 +230,14 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
           }
         }
         blocks = q8_row.data();
-      } else if (dtype != DType::kQ8_0) {  // float rows: Q8_0's round-to-nearest first
+      } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K: Q8_0's round-to-nearest
+                                           // of their values first
         Status s = DequantizeRow(dtype, row, f32_row.data(), k);
         if (s.ok()) s = QuantizeRow(DType::kQ8_0, f32_row.data(), q8_row.data(), nb * kPackBlock);
         if (!s.ok()) {  // e.g. an inf in the file: refused, not packed as garbage
           const std::string_view name = src.source->name;
           errors[static_cast<size_t>(thread)] = s.WithContext(
-              "packing float weights to int8 (the fast precision; exact keeps them as they "
+              "packing weights to int8 blocks (the fast precision; exact keeps them as they "
               "are), " + (name.empty() ? std::string("matrix") : "tensor '" + std::string(name) + "'") +
               " row " + std::to_string(src.row));
           return;

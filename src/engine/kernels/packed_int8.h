@@ -29,9 +29,11 @@
 // SigLIP-so400m's (Gemma 3) 4304, and their down projections ran on f32 FMAs without it.
 //
 // Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
-// integers and scales as the GGUF blocks). F32/F16/BF16 rows are quantized to Q8_0 blocks (round to nearest, ggml's rule) first;
+// integers and scales as the GGUF blocks). F32/F16/BF16 rows, and the values of Q5_K and Q6_K
+// rows, are quantized to Q8_0 blocks (round to nearest, ggml's rule) first (a step of at most
+// 1/254 of a 32-value block's largest weight: Q6_K's own step is 1/63 of a 16-value sub-block's);
 // Q4_K keeps its quants but its per-sub-block scale and min become f16 products, and its
-// activations are Q8_0 blocks where ggml uses Q8_K: both are the engine's `fast` precision,
+// activations are Q8_0 blocks where ggml uses Q8_K: all are the engine's `fast` precision,
 // never used in `exact`.
 #pragma once
 
@@ -80,7 +82,7 @@ struct PackSource {
 class PackedMatrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ4K
-  // from Q4_K, kQ8 from Q8_0, Q5_0, F32, F16 or BF16. INVALID_ARGUMENT for other types, k < 1,
+  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, F32, F16 or BF16. INVALID_ARGUMENT for other types, k < 1,
   // a block type's k not a multiple of its block (32; 256 for Q4_K), n < 1, or row_bytes too
   // small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,

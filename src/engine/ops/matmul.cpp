@@ -339,13 +339,16 @@ namespace {
 std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, const WeightView& w) {
   if (packing.kt == nullptr || packing.kt->packed_matmul == nullptr) return std::nullopt;
   if (w.data == nullptr) return std::nullopt;
-  // Q8_0 / Q5_0 / Q4_0 repack exactly; float types and Q4_K change numerics (packed_int8.h):
-  // fast only.
+  // Q8_0 / Q5_0 / Q4_0 repack exactly; float types and the K-quants change numerics
+  // (packed_int8.h): fast only. Q5_K and Q6_K (Q4_K_M files hold Q6_K for half the layers'
+  // ffn_down and attn_v and for the output) ran their prompt rows on the GGUF-row kernel: on a
+  // Qwen2.5-VL-3B Q4_K_M-like file that was a third of the prefill (bench/RESULTS.md, session 33).
   const bool exact_repack =
       w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0;
   const bool float_rows =
       w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
-  const bool fast_repack = float_rows || w.dtype == DType::kQ4_K;
+  const bool fast_repack = float_rows || w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K ||
+                           w.dtype == DType::kQ6_K;
   if (!(exact_repack || (fast_repack && packing.precision == Precision::kFast))) {
     return std::nullopt;
   }
