@@ -16,9 +16,16 @@
 #include "core/cpu_features.h"
 #include "core/temp_file.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/kernels/packed_int8.h"
 #include "engine/ops/matmul.h"
 #include "engine/tensor/quantize.h"
 #include "machine_limits.h"
+
+#if defined(__x86_64__)
+constexpr bool kX86 = true;
+#else
+constexpr bool kX86 = false;
+#endif
 
 namespace vlmd::bench {
 namespace {
@@ -212,8 +219,11 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
           std::fprintf(stderr, "vlmd-bench: %s\n", st.ToString().c_str());
           return 1;
         }
-        const double mac_peak =
-            HasFourBitWeights(type) ? int4_peaks[threads] : int8_peaks[threads];
+        // The x86 GEMMs read 4-bit quants unpacked to bytes once per block of panels
+        // (kernels/x86/packed_matmul_inl.h): their reference is the int8 peak there.
+        const bool unpacked_gemm = kX86 && m >= engine::kernels::kGemmPrepMinRows;
+        const double mac_peak = HasFourBitWeights(type) && !unpacked_gemm ? int4_peaks[threads]
+                                                                           : int8_peaks[threads];
         rows.push_back({"gemm", type.name(), m, n, k, threads, sec * 1e3, 2.0 * m * n * k / sec / 1e9,
                         peaks[threads], 0.0, UsesInt8Dots(type) ? mac_peak : 0.0});
       }
@@ -242,7 +252,8 @@ int RunKernelsBench(const KernelsBenchOptions& opts) {
               " the GB/s at which the int8 MAC peak (4-bit types: the int4 unpack+dot peak) reads\n"
               " the weights; where it is below the bandwidth, a GEMV that only multiplied could not\n"
               " reach the bandwidth either. of-mac: the row's multiply-adds per second over that\n"
-              " peak, for the kernels on int8 dot products.)\n");
+              " peak, for the kernels on int8 dot products; x86 GEMM rows of 4-bit types over the\n"
+              " int8 peak, as they unpack their quants once per block of panels.)\n");
   std::printf("\n%-5s %-7s %5s %5s %5s %3s %9s %12s %12s %6s %10s %6s\n", "path", "type", "M", "N",
               "K", "thr", "ms", "achieved", "bound", "ratio", "mac-bound", "of-mac");
   nlohmann::json j;
