@@ -30,8 +30,9 @@
 //
 // Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
 // integers and scales as the GGUF blocks). F32/F16/BF16 rows, and the values of Q5_K and Q6_K
-// rows, are quantized to Q8_0 blocks (round to nearest, ggml's rule) first (a step of at most
-// 1/254 of a 32-value block's largest weight: Q6_K's own step is 1/63 of a 16-value sub-block's);
+// rows, are quantized to Q8_0 blocks (round to nearest, ggml's rule) first (an error of at most
+// 1/254 of a 32-value block's largest weight, where Q6_K's own reaches 1/64 of a 16-value
+// sub-block's);
 // Q4_K keeps its quants but its per-sub-block scale and min become f16 products, and its
 // activations are Q8_0 blocks where ggml uses Q8_K: all are the engine's `fast` precision,
 // never used in `exact`.
@@ -82,9 +83,9 @@ struct PackSource {
 class PackedMatrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ4K
-  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, F32, F16 or BF16. INVALID_ARGUMENT for other types, k < 1,
-  // a block type's k not a multiple of its block (32; 256 for Q4_K), n < 1, or row_bytes too
-  // small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
+  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, F32, F16 or BF16. INVALID_ARGUMENT for other
+  // types, k < 1, a block type's k not a multiple of its block (32; 256 for the K-quants), n < 1,
+  // or row_bytes too small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,
                                                     size_t row_bytes, int64_t n, int64_t k);
   // Packs the sources one after the other into one matrix of sum(n) columns (a fused Q/K/V or
