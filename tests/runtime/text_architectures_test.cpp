@@ -360,7 +360,10 @@ std::string MoeVariant(const std::string& arch, int64_t n_expert, int64_t n_used
                       [&](GgufWriter& w) {
                         w.SetU32(arch + ".expert_count", static_cast<uint32_t>(n_expert));
                         w.SetU32(arch + ".expert_used_count", static_cast<uint32_t>(n_used));
-                        if (width >= 0) w.SetU32(arch + ".expert_feed_forward_length", static_cast<uint32_t>(width));
+                        if (width >= 0) {
+                          w.SetU32(arch + ".expert_feed_forward_length",
+                                   static_cast<uint32_t>(width));
+                        }
                         if (extra) extra(w);
                       },
                       drop);
@@ -432,7 +435,8 @@ TEST(TextArchitectures, MoeFilesWithBadExpertCountsAreRefused) {
   const std::string group_refused = Refusal(grouped);
   EXPECT_NE(group_refused.find("expert_group_count"), std::string::npos) << group_refused;
   // Neither width: refused naming the expert width.
-  const std::string no_width = MoeVariant("qwen3vlmoe", 4, 2, {"qwen3vlmoe.feed_forward_length"}, -1);
+  const std::string no_width =
+      MoeVariant("qwen3vlmoe", 4, 2, {"qwen3vlmoe.feed_forward_length"}, -1);
   ASSERT_FALSE(no_width.empty());
   const std::string width_refused = Refusal(no_width);
   EXPECT_NE(width_refused.find("expert_feed_forward_length"), std::string::npos) << width_refused;

@@ -48,7 +48,9 @@ Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeig
   Grow(b->in, m * d);
   Grow(b->gate_up, m * 2 * ff);
   Grow(b->hidden, m * ff);
-  for (int64_t i = 0; i < m; ++i) std::copy_n(xn + (entries[i] / n_used) * d, d, b->in.data() + i * d);
+  for (int64_t i = 0; i < m; ++i) {
+    std::copy_n(xn + (entries[i] / n_used) * d, d, b->in.data() + i * d);
+  }
   const auto n_expert = static_cast<int32_t>(w.router.n);
   if (observer) observer->ObserveExperts(w.names_gate_up, e, n_expert, b->in.data(), m, d);
   const auto ue = static_cast<size_t>(e);
@@ -120,7 +122,9 @@ Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const Mo
   }
   // Entries (row, rank) grouped by expert: a counting sort, rows ascending within an expert.
   s->first.assign(static_cast<size_t>(n_expert + 1), 0);
-  for (int64_t i = 0; i < n * n_used; ++i) ++s->first[static_cast<size_t>(s->chosen[static_cast<size_t>(i)] + 1)];
+  for (int64_t i = 0; i < n * n_used; ++i) {
+    ++s->first[static_cast<size_t>(s->chosen[static_cast<size_t>(i)] + 1)];
+  }
   for (int64_t e = 0; e < n_expert; ++e) s->first[static_cast<size_t>(e + 1)] += s->first[static_cast<size_t>(e)];
   Grow(s->entry, n * n_used);
   s->next.assign(s->first.begin(), s->first.end() - 1);

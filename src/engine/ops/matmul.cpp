@@ -75,7 +75,8 @@ Status PackedMatMul(const kernels::KernelTable& kt, ThreadPool* pool, const Weig
   // Products of many rows also get each block's scale as f32 and its offset term
   // (PackedMatmulArgs).
   const bool gemm = m >= kernels::kGemmPrepMinRows;
-  uint8_t* buf = scratch->Reserve(sums_offset + values * sizeof(int32_t) * (gemm ? 3 : 1));
+  const size_t prep_bytes = gemm ? values * (sizeof(float) + sizeof(int32_t)) : 0;
+  uint8_t* buf = scratch->Reserve(sums_offset + values * sizeof(int32_t) + prep_bytes);
   auto* sums = reinterpret_cast<int32_t*>(buf + sums_offset);
   auto* a_scales = gemm ? reinterpret_cast<float*>(sums + values) : nullptr;
   auto* a_offsets = gemm ? reinterpret_cast<int32_t*>(a_scales + values) : nullptr;

@@ -61,28 +61,11 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
   }
 }
 
-// UnpackNibblesFn (x86/packed_matmul_inl.h) on 256-bit vectors.
-void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const int64_t nb = w.blocks();
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* src = w.qs(p, 0);
-    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
-      for (int h = 0; h < 8; ++h) {  // the 32-byte halves of the 4 nibble vectors
-        const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + h * 32));
-        uint8_t* out = dst + (h / 2) * 128 + (h % 2) * 32;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_and_si256(raw, low4));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64),
-                           _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
-      }
-    }
-  }
-}
-
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
 // panel is two vectors of 8 columns (v = 2 * panel + half). kGemm: operands from `prep` and the
-// args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h) (the 4-bit loops then load the low and high quants as bytes
-// instead of splitting them); the same integers, so the same results.
+// args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h; the 4-bit loops then load the
+// low and high quants as bytes instead of splitting them); the same integers, so the same
+// results.
 template <int kFmt, int MR, int NP, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const GemmPrep* prep) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
@@ -159,7 +142,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
 #pragma GCC unroll 8
         for (int c = 0; c < 4; ++c) {
           __m256i lo, hi;
-          if constexpr (kUnpacked) {  // k-quads 2c and 2c + 1 (UnpackNibblesFn's layout)
+          if constexpr (kUnpacked) {  // k-quads 2c and 2c + 1 (UnpackNibbles' layout)
             lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 128));
             hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 128 + 64));
           } else {
@@ -260,8 +243,8 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
   const BlockQ8_0* a[MR];
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
-  const uint8_t* wq = kUnpacked ? prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * qstride
-                                : w.qs(p, 0);
+  const uint8_t* wq =
+      kUnpacked ? prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * qstride : w.qs(p, 0);
   const uint16_t* ws = w.scales(p, 0);
   const uint16_t* wm = w.mins(p, 0);
   __m256 f[MR][2];
@@ -390,7 +373,7 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
-  if (GemmPrep prep; PrepareGemm<kFmt>(args, m0, m1, p0, p1, &UnpackNibbles, &prep)) {
+  if (GemmPrep prep; PrepareGemm<kFmt>(args, m0, m1, p0, p1, &prep)) {
     return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
   }
   PackedMatmulTiles<kFmt, false>(args, m0, m1, p0, p1, nullptr);

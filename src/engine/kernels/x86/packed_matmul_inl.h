@@ -36,9 +36,25 @@ inline constexpr size_t kUnpackedBlockBytes = 512;
 static_assert(kUnpackedBlockBytes == QsBytesPerBlock(PackedFormat::kQ8));
 
 // Writes panels [p0, p1) of a kQ4 / kQ4K matrix, every block, to dst: panel p's blocks one after
-// the other from dst + (p - p0) * blocks * kUnpackedBlockBytes. Each table's unit has its own
-// (its vector width); nibble vector c's low halves are k-quad 2c, its high halves 2c + 1.
-using UnpackNibblesFn = void (*)(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst);
+// the other from dst + (p - p0) * blocks * kUnpackedBlockBytes; nibble vector c's low halves are
+// k-quad 2c, its high halves 2c + 1. On 256-bit vectors, which every x86 table including this
+// header has (the unpacked panels are cached, so the AVX-512 unit does not need its own).
+inline void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const int64_t nb = w.blocks();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = w.qs(p, 0);
+    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
+      for (int h = 0; h < 8; ++h) {  // the 32-byte halves of the 4 nibble vectors
+        const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + h * 32));
+        uint8_t* out = dst + (h / 2) * 128 + (h % 2) * 32;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_and_si256(raw, low4));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64),
+                           _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+      }
+    }
+  }
+}
 
 // Per thread: the panels it unpacked last, kept for its next call over the same panels (ops::
 // MatMul's tasks take a panel block's row blocks one after the other, so a thread often gets the
@@ -52,9 +68,9 @@ class UnpackCache {
   // A call's panels larger than this (ops::MatMul's GEMM tasks take 6 panels: 1.4 MB at k =
   // 14336) are not unpacked: the caller runs the tiles that read nibbles.
   static constexpr size_t kMaxBytes = size_t{8} << 20;
-  // w's panels [p0, p1) as `unpack` writes them; nullptr when they are too many or cannot be
-  // allocated.
-  const uint8_t* Get(const PackedMatrix& w, int64_t p0, int64_t p1, UnpackNibblesFn unpack) {
+  // w's panels [p0, p1) as UnpackNibbles writes them; nullptr when they are too many or cannot
+  // be allocated.
+  const uint8_t* Get(const PackedMatrix& w, int64_t p0, int64_t p1) {
     if (w.serial() == serial_ && p0 == p0_ && p1 == p1_) return data_;
     const size_t bytes = static_cast<size_t>((p1 - p0) * w.blocks()) * kUnpackedBlockBytes;
     if (bytes > kMaxBytes) return nullptr;
@@ -68,7 +84,7 @@ class UnpackCache {
         return nullptr;
       }
     }
-    unpack(w, p0, p1, data_);
+    UnpackNibbles(w, p0, p1, data_);
     serial_ = w.serial();
     p0_ = p0;
     p1_ = p1;
@@ -88,16 +104,16 @@ class UnpackCache {
 // per row per block otherwise). Measured per table in bench/RESULTS.md, session 33.
 struct GemmPrep {
   int64_t p0 = 0;
-  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibblesFn's layout from panel p0
+  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibbles' layout from panel p0
 };
 
 // Fills *prep for a call over rows [m0, m1) and panels [p0, p1) when it takes the prepared
 // operands: kGemmPrepMinRows rows or more, the args' a_scales and a_offsets set, and for the
-// 4-bit formats (kFmt != 0) the panels unpacked by `unpack` into this thread's cache. False:
-// the caller runs the tiles that convert per tile.
+// 4-bit formats (kFmt != 0) the panels unpacked into this thread's cache. False: the caller runs
+// the tiles that convert per tile.
 template <int kFmt>
 bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
-                 UnpackNibblesFn unpack, GemmPrep* prep) {
+                 GemmPrep* prep) {
   if (m1 - m0 < kGemmPrepMinRows || args.a_scales == nullptr || args.a_offsets == nullptr) {
     return false;
   }
@@ -105,7 +121,7 @@ bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p
   prep->unpacked = nullptr;
   if constexpr (kFmt != 0) {
     thread_local UnpackCache cache;
-    prep->unpacked = cache.Get(*args.w, p0, p1, unpack);
+    prep->unpacked = cache.Get(*args.w, p0, p1);
     return prep->unpacked != nullptr;
   }
   return true;

@@ -30,8 +30,9 @@ inline __m512i Broadcast4(const int8_t* p) {
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). kGemm: the operands come from `prep`
-// (x86/packed_matmul_inl.h: 4-bit quants unpacked to the kQ8 byte order, so the inner loop is kQ8's; scales, mins and the
-// offset stay the format's): the same integers and f32 operations, so the same results.
+// and the args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h: 4-bit quants unpacked
+// to the kQ8 byte order, so the inner loop is kQ8's; scales, mins and the offset stay the
+// format's): the same integers and f32 operations, so the same results.
 template <int kFmt, int MR, int NV, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
   constexpr bool kMins = kFmt == 2;
@@ -195,22 +196,6 @@ constexpr int PanelsPerTile(bool nibbles, int64_t rows) {
   return nibbles ? 2 : 3;
 }
 
-// UnpackNibblesFn (x86/packed_matmul_inl.h) on 512-bit vectors.
-void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const int64_t nb = w.blocks();
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* src = w.qs(p, 0);
-    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
-      for (int c = 0; c < 4; ++c) {
-        const __m512i raw = _mm512_load_si512(src + c * 64);
-        _mm512_store_si512(dst + c * 128, _mm512_and_si512(raw, low4));
-        _mm512_store_si512(dst + c * 128 + 64, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
-      }
-    }
-  }
-}
-
 template <int kFmt>
 void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   // A GEMV over 4-bit weights takes two panel groups (8 panels) per tile: their two weight
@@ -225,23 +210,18 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
       }
     }
   }
-  if (GemmPrep prep; PrepareGemm<kFmt>(args, m0, m1, p0, p1, &UnpackNibbles, &prep)) {
-    constexpr int nv_max = kFmt == 2 ? 2 : 3;  // kQ4K's mins take registers
-    for (int64_t p = p0; p < p1; p += nv_max) {
-      const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
-      for (int64_t m = m0; m < m1; m += kMaxMR) {
-        const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
-        kTiles<kFmt, true>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, &prep);
-      }
-    }
-    return;
-  }
-  const int nv_max = PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
+  // With a GemmPrep every format runs kQ8's inner loop: 3 panels per tile (kQ4K's mins take
+  // registers: 2), else PanelsPerTile's.
+  GemmPrep prep;
+  const bool gemm = PrepareGemm<kFmt>(args, m0, m1, p0, p1, &prep);
+  const int nv_max = gemm ? (kFmt == 2 ? 2 : 3)
+                          : PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
+  const auto& tiles = gemm ? kTiles<kFmt, true> : kTiles<kFmt, false>;
   for (int64_t p = p0; p < p1; p += nv_max) {
     const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
     for (int64_t m = m0; m < m1; m += kMaxMR) {
       const int mr = static_cast<int>(m1 - m < kMaxMR ? m1 - m : kMaxMR);
-      kTiles<kFmt>[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, nullptr);
+      tiles[(mr - 1) * kMaxNV + (nv - 1)](args, m, p, gemm ? &prep : nullptr);
     }
   }
 }
