@@ -324,9 +324,10 @@ void RegisterAll() {
         }
       }
       // Prompt products of the benchmark models' shapes: the FFN down projections of
-      // InternVL3-2B's text (k 8960) and Qwen2.5-3B (k 11008), and a 2048-wide square one.
+      // InternVL3-2B's text (k 8960) and Qwen2.5-3B (k 11008), and a 2048-wide square one;
+      // q4_K for the Q4_K_M files users download (its tiles also subtract a min term).
       const Shape packed_shapes[] = {{1536, 8960}, {2048, 11008}, {2048, 2048}};
-      for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+      for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
         for (const Shape& s : packed_shapes) {
           const std::string name = "gemm_packed/" + std::string(DTypeName(t)) + "/" + isa_name +
                                    "/m512_n" + std::to_string(s.n) + "_k" + std::to_string(s.k) +

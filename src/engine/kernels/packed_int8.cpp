@@ -343,9 +343,9 @@ void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64
           const float da = F16ToF32(a[b].d);
           const float d = F16ToF32(w.scales(p, b)[j]) * da;
           acc = std::fma(static_cast<float>(dot), d, acc);  // as the kernels do
-          if (w.mins(p, b) != nullptr) {  // kQ4K: - mn * da * sum(a)
-            const float mn = F16ToF32(w.mins(p, b)[j]) * da;
-            acc = std::fma(-mn, static_cast<float>(sums[b]), acc);
+          if (w.mins(p, b) != nullptr) {  // kQ4K: - mn * (da * sum(a))
+            const float da_sum = da * static_cast<float>(sums[b]);
+            acc = std::fma(-F16ToF32(w.mins(p, b)[j]), da_sum, acc);
           }
         }
         args.out[m * args.out_stride + col] = acc;

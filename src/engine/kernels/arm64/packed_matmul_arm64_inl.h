@@ -11,7 +11,7 @@
 //     8c..8c+3 in the low nibbles and 8c+4..8c+7 in the high ones. The -offset * sum(a) bias is
 //     added in int32 as in the VNNI kernel.
 // The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
-// fused multiply-add (kQ4K then subtracts mn * d_a * sum(a) the same way), so the result is bit
+// fused multiply-add (kQ4K then subtracts mn * (d_a * sum(a)) the same way), so the result is bit
 // for bit PackedMatmulRef's.
 #pragma once
 
@@ -155,14 +155,15 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     int8x16_t a_lo[MR], a_hi[MR];
     float32x4_t da[MR];
     int32x4_t bias[MR];
-    float32x4_t sum_a[MR];
+    float32x4_t da_sum[MR];  // the min term's activation factor d_a * sum(a)
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       a_lo[i] = vld1q_s8(a[i][b].qs);
       a_hi[i] = vld1q_s8(a[i][b].qs + 16);
-      da[i] = vdupq_n_f32(F16ToF32(a[i][b].d));
+      const float da_i = F16ToF32(a[i][b].d);
+      da[i] = vdupq_n_f32(da_i);
       bias[i] = vdupq_n_s32(-offset * sums[i][b]);
-      if constexpr (kMins) sum_a[i] = vdupq_n_f32(static_cast<float>(sums[i][b]));
+      if constexpr (kMins) da_sum[i] = vdupq_n_f32(da_i * static_cast<float>(sums[i][b]));
     }
     // One vector of 4 columns at a time, scaled into its f32 sums as soon as its integer dot is
     // done: only that vector's MR integer sums are live.
@@ -179,7 +180,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       if constexpr (kMins) {
         const float32x4_t mw = panels.Mins(v);
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) f[i][v] = vfmsq_f32(f[i][v], vmulq_f32(mw, da[i]), sum_a[i]);
+        for (int i = 0; i < MR; ++i) f[i][v] = vfmsq_f32(f[i][v], mw, da_sum[i]);
       }
     }
     panels.Next();

@@ -18,7 +18,7 @@
 //     needs activations in [-127, 127], which Q8_0's rule (d = amax / 127) guarantees for every
 //     row the engine converts. The offset bias is then not needed.
 // The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
-// FMA (kQ4K then subtracts mn * d_a * sum(a)), so the result is bit for bit PackedMatmulRef's.
+// FMA (kQ4K then subtracts mn * (d_a * sum(a))), so the result is bit for bit PackedMatmulRef's.
 //
 // Include only from translation units compiled with AVX2 + FMA + F16C (and -mavxvnni for the
 // AVX-VNNI table); the including unit defines its Fill function with PackedMatmulDispatch.
@@ -112,11 +112,12 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
     // One vector of 8 columns at a time, scaled into its f32 sums as soon as its integer dot is
     // done: only that vector's MR integer sums are live (with every vector's sums live until
     // the block's end, a 4-panel GEMV or a 2 x 2-panel GEMM tile did not fit 16 registers).
-    __m256 da[MR], sum_a[MR];
+    __m256 da[MR], da_sum[MR];  // da_sum: the min term's activation factor d_a * sum(a)
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      da[i] = _mm256_set1_ps(kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d));
-      if constexpr (kMins) sum_a[i] = _mm256_set1_ps(static_cast<float>(sums[i][b]));
+      const float da_i = kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d);
+      da[i] = _mm256_set1_ps(da_i);
+      if constexpr (kMins) da_sum[i] = _mm256_set1_ps(da_i * static_cast<float>(sums[i][b]));
     }
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
@@ -195,9 +196,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
         const __m256 mw = _mm256_cvtph_ps(
             _mm_load_si128(reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-          f[i][v] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da[i]), sum_a[i], f[i][v]);
-        }
+        for (int i = 0; i < MR; ++i) f[i][v] = _mm256_fnmadd_ps(mw, da_sum[i], f[i][v]);
       }
     }
 #pragma GCC unroll 8
@@ -299,12 +298,12 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
       }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        const __m256 da =
-            _mm256_set1_ps(kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d));
-        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_mul_ps(dw, da), f[i][h]);
+        const float da_i = kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d);
+        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]),
+                                  _mm256_mul_ps(dw, _mm256_set1_ps(da_i)), f[i][h]);
         if constexpr (kMins) {
-          f[i][h] = _mm256_fnmadd_ps(_mm256_mul_ps(mw, da),
-                                     _mm256_set1_ps(static_cast<float>(sums[i][b])), f[i][h]);
+          f[i][h] = _mm256_fnmadd_ps(
+              mw, _mm256_set1_ps(da_i * static_cast<float>(sums[i][b])), f[i][h]);
         }
       }
     }
@@ -322,11 +321,12 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
 
 // The VNNI GEMM over rows [m0, m1) and panels [p0, p1): 3-row tiles for kQ8, 2-row for the
 // 4-bit formats read as nibbles (what fits the registers, see TileVnni), one panel each; with a
-// GemmPrep kQ4 takes kQ8's 3 rows (kQ4K's mins keep it at 2).
+// GemmPrep the 4-bit formats take kQ8's 3 rows (kQ4K's min term needs no per-column temporaries:
+// q4_K GEMM +8% over 2 rows).
 template <int kFmt, bool kGemm>
 void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                     int64_t p1, const GemmPrep* prep) {
-  constexpr int kRows = kFmt == 0 || (kGemm && kFmt == 1) ? 3 : 2;
+  constexpr int kRows = kFmt == 0 || kGemm ? 3 : 2;
   static constexpr auto kVnniTiles =
       TileTable<kRows, 1>([]<int MR, int>() { return &TileVnni<kFmt, MR, kGemm>; });
   for (int64_t p = p0; p < p1; ++p) {

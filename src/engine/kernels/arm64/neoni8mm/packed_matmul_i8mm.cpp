@@ -50,10 +50,10 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     const float32x4_t da = {da0, da0, da1, da1};
     const int32x4_t bias = {-offset * sums0[b], -offset * sums0[b], -offset * sums1[b],
                             -offset * sums1[b]};
-    float32x4_t sum_a;
+    float32x4_t da_sum;  // the min term's activation factor d_a * sum(a), per row
     if constexpr (kMins) {
-      const float s0 = static_cast<float>(sums0[b]), s1 = static_cast<float>(sums1[b]);
-      sum_a = float32x4_t{s0, s0, s1, s1};
+      const float s0 = da0 * static_cast<float>(sums0[b]), s1 = da1 * static_cast<float>(sums1[b]);
+      da_sum = float32x4_t{s0, s0, s1, s1};
     }
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
@@ -76,8 +76,8 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
       f[v][1] = vfmaq_f32(f[v][1], vcvtq_f32_s32(acc23), vmulq_f32(HighPair(dw), da));
       if constexpr (kMins) {
         const float32x4_t mw = panels.Mins(v);
-        f[v][0] = vfmsq_f32(f[v][0], vmulq_f32(LowPair(mw), da), sum_a);
-        f[v][1] = vfmsq_f32(f[v][1], vmulq_f32(HighPair(mw), da), sum_a);
+        f[v][0] = vfmsq_f32(f[v][0], LowPair(mw), da_sum);
+        f[v][1] = vfmsq_f32(f[v][1], HighPair(mw), da_sum);
       }
     }
     panels.Next();

@@ -4,7 +4,7 @@
 // accumulators start at -offset * sum(a) (the weights are stored as unsigned w + offset), then
 // each k-quad is one vpdpbusd per (row, panel) with the row's 4 activation bytes broadcast; the
 // block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one FMA.
-// kQ4K then subtracts the block's min term mn * d_a * sum(a) with a second FMA. The arithmetic
+// kQ4K then subtracts the block's min term mn * (d_a * sum(a)) with a second FMA. The arithmetic
 // is exactly that of PackedMatmulRef (same integers, same roundings).
 #include <immintrin.h>
 
@@ -157,15 +157,14 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
       }
     }
     for (int i = 0; i < MR; ++i) {
-      const __m512 da = _mm512_set1_ps(kGemm ? da_row[i][b] : _cvtsh_ss(a[i][b].d));
+      const float da_i = kGemm ? da_row[i][b] : _cvtsh_ss(a[i][b].d);
+      const __m512 da = _mm512_set1_ps(da_i);
       for (int v = 0; v < NV; ++v) {
         f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dw[v], da), f[i][v]);
       }
       if constexpr (kMins) {
-        const __m512 sum = _mm512_set1_ps(static_cast<float>(sums[i][b]));
-        for (int v = 0; v < NV; ++v) {
-          f[i][v] = _mm512_fnmadd_ps(_mm512_mul_ps(mw[v], da), sum, f[i][v]);
-        }
+        const __m512 da_sum = _mm512_set1_ps(da_i * static_cast<float>(sums[i][b]));
+        for (int v = 0; v < NV; ++v) f[i][v] = _mm512_fnmadd_ps(mw[v], da_sum, f[i][v]);
       }
     }
   }
@@ -210,11 +209,12 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
       }
     }
   }
-  // With a GemmPrep every format runs kQ8's inner loop: 3 panels per tile (kQ4K's mins take
-  // registers: 2), else PanelsPerTile's.
+  // With a GemmPrep every format runs kQ8's inner loop: 3 panels per tile (kQ4K too, since its
+  // min term needs no per-column temporaries: q4_K GEMM +5-7% over 2 panels), else
+  // PanelsPerTile's.
   GemmPrep prep;
   const bool gemm = PrepareGemm<kFmt>(args, m0, m1, p0, p1, &prep);
-  const int nv_max = gemm ? (kFmt == 2 ? 2 : 3)
+  const int nv_max = gemm ? 3
                           : PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
   const auto& tiles = gemm ? kTiles<kFmt, true> : kTiles<kFmt, false>;
   for (int64_t p = p0; p < p1; p += nv_max) {
