@@ -337,6 +337,17 @@ void RegisterAll() {
               ->Unit(benchmark::kMillisecond);
         }
       }
+      // The encoders' products without a tile unit (F16 weights packed as int8 by the fast
+      // precision): InternViT-300M's at 448x448 (1025 patches, d 1024, ffn 4096).
+      const Shape encoder_shapes[] = {{1024, 1024}, {4096, 1024}, {1024, 4096}};
+      for (const Shape& s : encoder_shapes) {
+        const std::string name = "gemm_packed/f16/" + isa_name + "/m1025_n" + std::to_string(s.n) +
+                                 "_k" + std::to_string(s.k) + "/t" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, DType::kF16, isa, 1025, s.n, s.k,
+                                     threads, true)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
       // The encoders' products on the tile unit: Qwen3-VL-2B's ViT at 448x448 (784 patches,
       // d 1024, ffn 4096) and SigLIP-B at 512 (1024 patches, d 768, ffn 3072).
       struct TileShape {

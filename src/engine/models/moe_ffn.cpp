@@ -55,34 +55,27 @@ Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeig
   if (observer) observer->ObserveExperts(w.names_gate_up, e, n_expert, b->in.data(), m, d);
   const auto ue = static_cast<size_t>(e);
   if (w.gate_up[ue].packed != nullptr && kt.packed_matmul != nullptr) {
-    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate_up[ue], prompt_rows), b->in.data(), m,
-                                     d, b->gate_up.data(), 2 * ff, &b->mm));
+    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, ops::RouteForRows(w.gate_up[ue], prompt_rows),
+                                     b->in.data(), m, d, b->gate_up.data(), 2 * ff, &b->mm));
     VLMD_RETURN_IF_ERROR(ops::SwiGluRows(kt, pool, b->gate_up.data(), m, ff, b->hidden.data()));
   } else {
     float* up = b->gate_up.data();
-    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.gate[ue], prompt_rows), b->in.data(), m, d,
-                                     b->hidden.data(), ff, &b->mm));
-    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.up[ue], prompt_rows), b->in.data(), m, d,
-                                     up, ff, &b->mm));
+    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, ops::RouteForRows(w.gate[ue], prompt_rows),
+                                     b->in.data(), m, d, b->hidden.data(), ff, &b->mm));
+    VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, ops::RouteForRows(w.up[ue], prompt_rows),
+                                     b->in.data(), m, d, up, ff, &b->mm));
     VLMD_RETURN_IF_ERROR(ops::SwiGlu(kt, pool, b->hidden.data(), up, b->hidden.data(), m * ff));
   }
   if (observer) observer->ObserveExperts(w.names_down, e, n_expert, b->hidden.data(), m, ff);
   // The down projection into the gathered-rows buffer (free now), then to each entry's place.
-  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, RouteForRows(w.down[ue], prompt_rows), b->hidden.data(), m,
-                                   ff, b->in.data(), d, &b->mm));
+  VLMD_RETURN_IF_ERROR(ops::MatMul(kt, pool, ops::RouteForRows(w.down[ue], prompt_rows),
+                                   b->hidden.data(), m, ff, b->in.data(), d, &b->mm));
   for (int64_t i = 0; i < m; ++i) std::copy_n(b->in.data() + i * d, d, y + static_cast<int64_t>(entries[i]) * d);
   return Status::Ok();
 }
 
 }  // namespace
 
-ops::WeightView RouteForRows(const ops::WeightView& w, bool prompt_rows) {
-  ops::WeightView v = w;
-  if (v.packed_tile_route != ops::PackedTileRoute::kNever) {
-    v.packed_tile_route = prompt_rows ? ops::PackedTileRoute::kAlways : ops::PackedTileRoute::kNever;
-  }
-  return v;
-}
 
 Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
                       const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,

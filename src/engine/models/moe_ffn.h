@@ -17,11 +17,6 @@
 
 namespace vlmd::engine::models {
 
-// The decoder's rule for a product over packed weights (ForwardBatch::prompt): prompt rows on
-// the tile unit at any row count, so that a row's numbers do not depend on the rows beside it;
-// other rows (decode steps) never.
-ops::WeightView RouteForRows(const ops::WeightView& w, bool prompt_rows);
-
 struct MoeWeights {
   // [n_expert, d] (ffn_gate_inp), kept in its GGUF rows: the choice of experts is discrete, so
   // the logits are computed as the file gives them (never re-quantized by the fast precision).

@@ -471,7 +471,7 @@ Status TextDecoder::Forward(const ForwardBatch& b, std::span<KvCache* const> cac
   // The layers' products over packed matrices: prompt rows on the tile unit at any row count,
   // other rows never (ForwardBatch::prompt). The head below keeps the int8 kernel: it runs on
   // the few logit rows only.
-  const auto route = [&](const ops::WeightView& w) { return RouteForRows(w, b.prompt); };
+  const auto route = [&](const ops::WeightView& w) { return ops::RouteForRows(w, b.prompt); };
   auto matmul = [&](const ops::WeightView& w, const float* in, float* out) {
     return ops::MatMul(kt, pool, route(w), in, n, w.k, out, w.n, &ctx->matmul_scratch);
   };

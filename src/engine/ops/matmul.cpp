@@ -327,6 +327,14 @@ Status PackedMatMulOnTiles(const kernels::KernelTable& kt, ThreadPool* pool, con
 
 }  // namespace
 
+WeightView RouteForRows(const WeightView& w, bool prompt_rows) {
+  WeightView v = w;
+  if (v.packed_tile_route != PackedTileRoute::kNever) {
+    v.packed_tile_route = prompt_rows ? PackedTileRoute::kAlways : PackedTileRoute::kNever;
+  }
+  return v;
+}
+
 std::string_view PrecisionName(Precision p) { return p == Precision::kFast ? "fast" : "exact"; }
 
 std::optional<Precision> ParsePrecision(std::string_view name) {

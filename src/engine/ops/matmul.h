@@ -52,6 +52,11 @@ struct WeightView {
   std::string_view name = {};
 };
 
+// The decoders' rule for a product over packed weights: prompt rows on the tile unit at any row
+// count (kAlways), so that a row's numbers do not depend on the rows beside it; other rows
+// (decode steps) never. A view that may not use the tiles (kNever) stays as it is.
+WeightView RouteForRows(const WeightView& w, bool prompt_rows);
+
 // How far the engine may round beyond the GGUF weights and the reference implementation.
 //   kExact: f32 accumulation; activations quantized only where the reference does it too (Q8_0
 //           blocks against integer weights). What the parity tests run.
