@@ -260,14 +260,17 @@ TEST(MoeFeedForward, OneOfEqualExpertsIsTheDenseFfn) {
       std::vector<float> gu(static_cast<size_t>(rows * 2 * kFf)), h(static_cast<size_t>(rows * kFf)),
           want(static_cast<size_t>(rows * kD));
       if (dense_gate_up->packed != nullptr) {
-        ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(*dense_gate_up, prompt), x.data(), rows, kD,
-                                gu.data(), 2 * kFf, &mm).ok());
+        ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(*dense_gate_up, prompt), x.data(),
+                                rows, kD, gu.data(), 2 * kFf, &mm).ok());
       } else {
-        ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(dg, prompt), x.data(), rows, kD, gu.data(), 2 * kFf, &mm).ok());
-        ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(du, prompt), x.data(), rows, kD, gu.data() + kFf, 2 * kFf, &mm).ok());
+        ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(dg, prompt), x.data(), rows, kD,
+                                gu.data(), 2 * kFf, &mm).ok());
+        ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(du, prompt), x.data(), rows, kD,
+                                gu.data() + kFf, 2 * kFf, &mm).ok());
       }
       ASSERT_TRUE(ops::SwiGluRows(kt, &pool, gu.data(), rows, kFf, h.data()).ok());
-      ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(dd, prompt), h.data(), rows, kFf, want.data(), kD, &mm).ok());
+      ASSERT_TRUE(ops::MatMul(kt, &pool, ops::RouteForRows(dd, prompt), h.data(), rows, kFf,
+                              want.data(), kD, &mm).ok());
       MoeScratch s;
       std::vector<float> out(static_cast<size_t>(rows * kD), std::nanf(""));
       ASSERT_TRUE(MoeFeedForward(kt, &pool, w, x.data(), rows, kD, prompt, &s, &mm, out.data()).ok());

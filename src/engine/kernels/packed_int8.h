@@ -24,7 +24,8 @@
 // d_a * sum(a) once per row and block, then one fused multiply-subtract per column. Either
 // product is exact in f32 (f16 x f16: 22 significant bits; f16 x |sum(a)| <= 32 * 128: 23), so
 // this is the result of (mn * d_a) * sum(a) bit for bit, with one multiply per row instead of one
-// per column (which made a q4_K GEMM 21-25% slower than q4_0's on AVX-512 VNNI and AVX-VNNI).
+// per column, and without per-column temporaries the x86 q4_K GEMM tiles take q4_0's shape (q4_K
+// at 0.76-0.79 of q4_0's GEMM rate before, 0.83-0.97 after: bench/RESULTS.md, session 34).
 //
 // k: a multiple of 32 for the block types (their rows are whole blocks). Float rows (F32, F16,
 // BF16) may have any k >= 1: the last block is then padded with zeros (its scale is that of the

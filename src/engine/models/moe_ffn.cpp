@@ -76,7 +76,6 @@ Status RunExpert(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeig
 
 }  // namespace
 
-
 Status MoeFeedForward(const kernels::KernelTable& kt, ThreadPool* pool, const MoeWeights& w,
                       const float* xn, int64_t n, int64_t d, bool prompt_rows, MoeScratch* s,
                       ops::MatmulScratch* mm, float* out, MatmulInputObserver* observer) {

@@ -210,7 +210,7 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
     }
   }
   // With a GemmPrep every format runs kQ8's inner loop: 3 panels per tile (kQ4K too, since its
-  // min term needs no per-column temporaries: q4_K GEMM +5-7% over 2 panels), else
+  // min term needs no per-column temporaries: q4_K GEMM +7% over 2 panels), else
   // PanelsPerTile's.
   GemmPrep prep;
   const bool gemm = PrepareGemm<kFmt>(args, m0, m1, p0, p1, &prep);
