@@ -64,8 +64,8 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
 // panel is two vectors of 8 columns (v = 2 * panel + half). kGemm: operands from `prep` and the
 // args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h; the 4-bit loops then load the
-// low and high quants as bytes instead of splitting them); the same integers, so the same
-// results.
+// low and high quants as bytes instead of splitting them, and the scales and mins are loaded as
+// f32); the same integers and f32 values, so the same results.
 template <int kFmt, int MR, int NP, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const GemmPrep* prep) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
@@ -85,12 +85,19 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
   const uint8_t* wq[NP];
   const uint16_t* ws[NP];
   const uint16_t* wm[NP];
+  const float* ws32[NP];  // kGemm: the prepared f32 scales and mins
+  const float* wm32[NP];
 #pragma GCC unroll 8
   for (int v = 0; v < NP; ++v) {
     wq[v] = kUnpacked ? prep->unpacked + static_cast<size_t>((p + v - prep->p0) * nb) * qstep
                       : w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
+    if constexpr (kGemm) {
+      const size_t first = static_cast<size_t>((p + v - prep->p0) * nb) * kPanelCols;
+      ws32[v] = prep->scales + first;
+      wm32[v] = kMins ? prep->mins + first : nullptr;
+    }
   }
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 f[MR][NV];
@@ -186,15 +193,17 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
           }
         }
       }
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+      const __m256 dw = kGemm ? _mm256_load_ps(ws32[v / 2] + (v % 2) * 8)
+                              : _mm256_cvtph_ps(_mm_load_si128(
+                                    reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(dw, da[i]), f[i][v]);
       }
       if constexpr (kMins) {
-        const __m256 mw = _mm256_cvtph_ps(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
+        const __m256 mw = kGemm ? _mm256_load_ps(wm32[v / 2] + (v % 2) * 8)
+                                : _mm256_cvtph_ps(_mm_load_si128(
+                                      reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) f[i][v] = _mm256_fnmadd_ps(mw, da_sum[i], f[i][v]);
       }
@@ -204,6 +213,10 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
       wq[v] += qstride;
       ws[v] += sstride;
       if constexpr (kMins) wm[v] += sstride;
+      if constexpr (kGemm) {
+        ws32[v] += kPanelCols;
+        if constexpr (kMins) wm32[v] += kPanelCols;
+      }
     }
   }
 
@@ -246,6 +259,10 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
       kUnpacked ? prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * qstride : w.qs(p, 0);
   const uint16_t* ws = w.scales(p, 0);
   const uint16_t* wm = w.mins(p, 0);
+  // kGemm: the prepared f32 scales and mins.
+  const size_t first = kGemm ? static_cast<size_t>((p - prep->p0) * nb) * kPanelCols : 0;
+  const float* ws32 = kGemm ? prep->scales + first : nullptr;
+  const float* wm32 = kGemm && kMins ? prep->mins + first : nullptr;
   __m256 f[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) f[i][0] = f[i][1] = _mm256_setzero_ps();
@@ -291,10 +308,12 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256 dw =
-          _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ws + h * 8)));
+          kGemm ? _mm256_load_ps(ws32 + h * 8)
+                : _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ws + h * 8)));
       __m256 mw;
       if constexpr (kMins) {
-        mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm + h * 8)));
+        mw = kGemm ? _mm256_load_ps(wm32 + h * 8)
+                   : _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm + h * 8)));
       }
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
@@ -310,6 +329,10 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
     wq += qstride;
     ws += sstride;
     if constexpr (kMins) wm += sstride;
+    if constexpr (kGemm) {
+      ws32 += kPanelCols;
+      if constexpr (kMins) wm32 += kPanelCols;
+    }
   }
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
@@ -373,7 +396,7 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
-  if (GemmPrep prep; PrepareGemm<kFmt>(args, m0, m1, p0, p1, &prep)) {
+  if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep)) {
     return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
   }
   PackedMatmulTiles<kFmt, false>(args, m0, m1, p0, p1, nullptr);

@@ -1,5 +1,5 @@
 // What the x86 packed int8 matmul kernels share (packed_matmul_avx2_inl.h, avx512vnni/): the
-// GEMV prefetch, the GEMM's cache of unpacked 4-bit panels, and (packed_format_inl.h) the
+// GEMV prefetch, the GEMM's per-thread cache of prepared panels, and (packed_format_inl.h) the
 // dispatch on the matrix's packed format.
 #pragma once
 
@@ -56,39 +56,93 @@ inline void UnpackNibbles(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t
   }
 }
 
-// Per thread: the panels it unpacked last, kept for its next call over the same panels (ops::
-// MatMul's tasks take a panel block's row blocks one after the other, so a thread often gets the
-// same panels again). Keyed by the matrix's serial, never by its address.
-class UnpackCache {
- public:
-  UnpackCache() = default;
-  UnpackCache(const UnpackCache&) = delete;
-  UnpackCache& operator=(const UnpackCache&) = delete;
-  ~UnpackCache() { std::free(data_); }
-  // A call's panels larger than this (ops::MatMul's GEMM tasks take 6 panels: 1.4 MB at k =
-  // 14336) are not unpacked: the caller runs the tiles that read nibbles.
-  static constexpr size_t kMaxBytes = size_t{8} << 20;
-  // w's panels [p0, p1) as UnpackNibbles writes them; nullptr when they are too many or cannot
-  // be allocated.
-  const uint8_t* Get(const PackedMatrix& w, int64_t p0, int64_t p1) {
-    if (w.serial() == serial_ && p0 == p0_ && p1 == p1_) return data_;
-    const size_t bytes = static_cast<size_t>((p1 - p0) * w.blocks()) * kUnpackedBlockBytes;
-    if (bytes > kMaxBytes) return nullptr;
-    if (bytes > size_) {
-      std::free(data_);
-      size_ = (bytes + 4095) / 4096 * 4096;
-      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
-      if (data_ == nullptr) {
-        size_ = 0;
-        serial_ = 0;
-        return nullptr;
+// Writes the block scales (and kQ4K's mins) of panels [p0, p1), every block, to `scales` (and
+// `mins`) as f32: panel p's blocks one after the other from (p - p0) * blocks * kPanelCols, 16
+// values per block. f16 -> f32 is exact.
+inline void ConvertPanelScales(const PackedMatrix& w, int64_t p0, int64_t p1, float* scales,
+                               float* mins) {
+  const int64_t nb = w.blocks();
+  const int64_t stride = w.scale_block_stride();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint16_t* s = w.scales(p, 0);
+    const uint16_t* mn = mins != nullptr ? w.mins(p, 0) : nullptr;
+    for (int64_t b = 0; b < nb; ++b, s += stride, scales += kPanelCols) {
+      for (int h = 0; h < kPanelCols; h += 8) {
+        _mm256_store_ps(scales + h,
+                        _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(s + h))));
       }
+      if (mn == nullptr) continue;
+      for (int h = 0; h < kPanelCols; h += 8) {
+        _mm256_store_ps(mins + h,
+                        _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mn + h))));
+      }
+      mn += stride;
+      mins += kPanelCols;
     }
-    UnpackNibbles(w, p0, p1, data_);
-    serial_ = w.serial();
-    p0_ = p0;
-    p1_ = p1;
-    return data_;
+  }
+}
+
+// What a GEMM call's tiles (kGemm) read instead of converting per tile, on the ports the integer
+// products need: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector per
+// tile otherwise), the panels' block scales (and kQ4K's mins) as f32 (a vcvtph2ps per panel per
+// block per row tile otherwise), and PackedMatmulArgs::a_scales / a_offsets (an f16 conversion
+// and a broadcast per row per block otherwise). Measured per table in bench/RESULTS.md, sessions
+// 33 and 35. Each array is indexed from panel p0: panel p, block b at ((p - p0) * blocks + b)
+// times the per-block size (kUnpackedBlockBytes, or kPanelCols floats).
+struct GemmPrep {
+  int64_t p0 = 0;
+  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibbles' layout
+  const float* scales = nullptr;      // ConvertPanelScales' layout
+  const float* mins = nullptr;        // kQ4K only
+};
+
+// Per thread: the prepared panels of its last GEMM call, kept for its next call over the same
+// panels (ops::MatMul's tasks take a panel block's row blocks one after the other, so a thread
+// often gets the same panels again). Keyed by the matrix's serial, never by its address.
+class GemmPrepCache {
+ public:
+  GemmPrepCache() = default;
+  GemmPrepCache(const GemmPrepCache&) = delete;
+  GemmPrepCache& operator=(const GemmPrepCache&) = delete;
+  ~GemmPrepCache() { std::free(data_); }
+  // A call's panels needing more than this (ops::MatMul's GEMM tasks take 6 panels: 1.6 MB of a
+  // 4-bit matrix at k = 14336) are not prepared: the caller runs the tiles that convert per tile.
+  static constexpr size_t kMaxBytes = size_t{8} << 20;
+  // w's panels [p0, p1) prepared into *prep (the fields of w's format); false when they are too
+  // many or the memory cannot be allocated.
+  bool Get(const PackedMatrix& w, int64_t p0, int64_t p1, GemmPrep* prep) {
+    const size_t units = static_cast<size_t>((p1 - p0) * w.blocks());
+    const bool nibbles = w.format() != PackedFormat::kQ8;
+    const bool mins = w.format() == PackedFormat::kQ4K;
+    const size_t unpacked_bytes = nibbles ? units * kUnpackedBlockBytes : 0;
+    const size_t scale_bytes = units * kPanelCols * sizeof(float);
+    const size_t bytes = unpacked_bytes + scale_bytes * (mins ? 2 : 1);
+    if (w.serial() != serial_ || p0 != p0_ || p1 != p1_) {
+      if (bytes > kMaxBytes) return false;
+      if (bytes > size_) {
+        std::free(data_);
+        size_ = (bytes + 4095) / 4096 * 4096;
+        data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
+        if (data_ == nullptr) {
+          size_ = 0;
+          serial_ = 0;
+          return false;
+        }
+      }
+      if (nibbles) UnpackNibbles(w, p0, p1, data_);
+      ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data_ + unpacked_bytes),
+                         mins ? reinterpret_cast<float*>(data_ + unpacked_bytes + scale_bytes)
+                              : nullptr);
+      serial_ = w.serial();
+      p0_ = p0;
+      p1_ = p1;
+    }
+    prep->p0 = p0;
+    prep->unpacked = nibbles ? data_ : nullptr;
+    prep->scales = reinterpret_cast<const float*>(data_ + unpacked_bytes);
+    prep->mins =
+        mins ? reinterpret_cast<const float*>(data_ + unpacked_bytes + scale_bytes) : nullptr;
+    return true;
   }
 
  private:
@@ -98,33 +152,16 @@ class UnpackCache {
   int64_t p0_ = 0, p1_ = 0;
 };
 
-// What a GEMM call's tiles (kGemm) read instead of converting per tile, on the ports the integer
-// products need: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector per
-// tile otherwise), and PackedMatmulArgs::a_scales / a_offsets (an f16 conversion and a broadcast
-// per row per block otherwise). Measured per table in bench/RESULTS.md, session 33.
-struct GemmPrep {
-  int64_t p0 = 0;
-  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibbles' layout from panel p0
-};
-
 // Fills *prep for a call over rows [m0, m1) and panels [p0, p1) when it takes the prepared
-// operands: kGemmPrepMinRows rows or more, the args' a_scales and a_offsets set, and for the
-// 4-bit formats (kFmt != 0) the panels unpacked into this thread's cache. False: the caller runs
-// the tiles that convert per tile.
-template <int kFmt>
-bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
-                 GemmPrep* prep) {
+// operands: kGemmPrepMinRows rows or more, the args' a_scales and a_offsets set, and the panels
+// prepared in this thread's cache. False: the caller runs the tiles that convert per tile.
+inline bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                        int64_t p1, GemmPrep* prep) {
   if (m1 - m0 < kGemmPrepMinRows || args.a_scales == nullptr || args.a_offsets == nullptr) {
     return false;
   }
-  prep->p0 = p0;
-  prep->unpacked = nullptr;
-  if constexpr (kFmt != 0) {
-    thread_local UnpackCache cache;
-    prep->unpacked = cache.Get(*args.w, p0, p1);
-    return prep->unpacked != nullptr;
-  }
-  return true;
+  thread_local GemmPrepCache cache;
+  return cache.Get(*args.w, p0, p1, prep);
 }
 
 }  // namespace

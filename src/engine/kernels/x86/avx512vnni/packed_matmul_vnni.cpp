@@ -31,8 +31,8 @@ inline __m512i Broadcast4(const int8_t* p) {
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). kGemm: the operands come from `prep`
 // and the args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h: 4-bit quants unpacked
-// to the kQ8 byte order, so the inner loop is kQ8's; scales, mins and the offset stay the
-// format's): the same integers and f32 operations, so the same results.
+// to the kQ8 byte order, so the inner loop is kQ8's; scales and mins as f32; the offset stays
+// the format's): the same integers and f32 operations, so the same results.
 template <int kFmt, int MR, int NV, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
   constexpr bool kMins = kFmt == 2;
@@ -68,11 +68,18 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
   const uint8_t* wq[NV];
   const uint16_t* ws[NV];
   const uint16_t* wm[NV];
+  const float* ws32[NV];  // kGemm: the prepared f32 scales and mins
+  const float* wm32[NV];
   for (int v = 0; v < NV; ++v) {
     wq[v] = kUnpacked ? prep->unpacked + static_cast<size_t>((p + v - prep->p0) * nb) * qstep
                       : w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
+    if constexpr (kGemm) {
+      const size_t first = static_cast<size_t>((p + v - prep->p0) * nb) * kPanelCols;
+      ws32[v] = prep->scales + first;
+      wm32[v] = kMins ? prep->mins + first : nullptr;
+    }
   }
   __m512 f[MR][NV];
   for (int i = 0; i < MR; ++i)
@@ -148,8 +155,17 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
     }
     __m512 dw[NV], mw[NV];
     for (int v = 0; v < NV; ++v) {
-      dw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ws[v])));
       wq[v] += qstride;
+      if constexpr (kGemm) {
+        dw[v] = _mm512_load_ps(ws32[v]);
+        ws32[v] += kPanelCols;
+        if constexpr (kMins) {
+          mw[v] = _mm512_load_ps(wm32[v]);
+          wm32[v] += kPanelCols;
+        }
+        continue;
+      }
+      dw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ws[v])));
       ws[v] += sstride;
       if constexpr (kMins) {
         mw[v] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wm[v])));
@@ -213,7 +229,7 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   // min term needs no per-column temporaries: q4_K GEMM +7% over 2 panels), else
   // PanelsPerTile's.
   GemmPrep prep;
-  const bool gemm = PrepareGemm<kFmt>(args, m0, m1, p0, p1, &prep);
+  const bool gemm = PrepareGemm(args, m0, m1, p0, p1, &prep);
   const int nv_max = gemm ? 3
                           : PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
   const auto& tiles = gemm ? kTiles<kFmt, true> : kTiles<kFmt, false>;
