@@ -320,9 +320,9 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
   // threads, a partial last panel).
   // n = 29, 45, 71: a last panel whose second 8-column half is partial (the AVX2 tiles' masked
   // stores). From 16 rows the x86 GEMMs take prepared operands (4-bit quants unpacked per panel
-  // block, f32 activation scales): 19 and 21 rows end with a partial row tile; 70 rows are a call
-  // of 64 and one of 6 that converts per tile; 80 rows over 200 (q4_0) or 150 (q4_K) columns
-  // are calls over panel blocks 6 + 6 + 1 (or 6 + 4), on two threads as well.
+  // block, f32 weight and activation scales): 19 and 21 rows end with a partial row tile; 70
+  // rows are a call of 64 and one of 6 that converts per tile; 80 rows over 200 (q4_0) or 150
+  // (q4_K) columns are calls over panel blocks 6 + 6 + 1 (or 6 + 4), on two threads as well.
   const std::vector<Case> cases = {Case{1, 1, 32},   Case{1, 17, 96},  Case{1, 100, 64},
                                    Case{2, 50, 256}, Case{3, 16, 64},  Case{4, 71, 128},
                                    Case{5, 33, 96},  Case{9, 64, 32},  Case{70, 40, 160},
@@ -383,7 +383,8 @@ TEST(PackedMatmulTest, EveryIsaIsBitExactWithTheReference) {
 }
 
 // A kernel may keep data derived from a matrix between calls (the x86 GEMMs keep the panels they
-// unpacked last, per thread): two matrices of one shape, at one address in turn
+// prepared last, per thread: 4-bit quants unpacked, f32 scales and mins; for every format): two
+// matrices of one shape, at one address in turn
 // (the second packed after the first is freed, which often reuses its memory), and alternated,
 // each give their own reference's bits.
 TEST(PackedMatmulTest, MatricesOfOneShapeDoNotShareDerivedData) {
@@ -391,7 +392,7 @@ TEST(PackedMatmulTest, MatricesOfOneShapeDoNotShareDerivedData) {
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
   const int64_t m = 40, n = 50, k = 256;
   const std::vector<float> a = RandomFloats(m * k, 31, 2.0f);
-  for (DType type : {DType::kQ4_0, DType::kQ4_K}) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     const std::vector<uint8_t> rows_a = Rows(type, RandomFloats(n * k, 32), n, k);
     const std::vector<uint8_t> rows_b = Rows(type, RandomFloats(n * k, 33), n, k);
     for (Isa isa : isas) {
