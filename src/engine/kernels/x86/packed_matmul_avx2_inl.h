@@ -49,6 +49,14 @@ inline __m256i Broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// An empty asm that takes v in a register and may change it: the compiler can neither
+// reassociate a sum across it nor move the sum's terms past it. GCC otherwise rewrote a
+// block's chains of vpaddw (integer sums, which it may reorder) into trees over all the
+// block's products, which did not fit the 16 registers and spilled: 1 thread, 512 x 2048 x
+// 2048, with / without: q4_0 GEMM 158-166 / 133-135 GFLOP/s, q4_K 134-141 / 116-120, kQ8
+// (TileSplit) 114-119 / 74-76 (bench/RESULTS.md, session 35).
+inline void KeepInRegister(__m256i& v) { asm("" : "+x"(v)); }
+
 // Stores the 8 columns starting at `col` of one output row, only those below n.
 inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
   const int64_t left = n - col;
@@ -167,6 +175,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
             } else {
               acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(lo, Broadcast4(qa)));
               acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(hi, Broadcast4(qa + 4)));
+              KeepInRegister(acc[i]);
             }
           }
         }
@@ -342,6 +351,105 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
   }
 }
 
+// The kQ8 GEMM tile without VNNI: MR rows x one panel, from a GemmPrep with the weight biases and
+// the split activations. The sign trick of Tile costs a vpsignb, a vpmaddwd and a vpaddd per row
+// and k-quad beside the vpmaddubsw (4 operations per 32 products, 3 of them on the two ports
+// that multiply). Here the activations + 128 (bytes 1..255) are split into nibbles h, l (once
+// per call, GemmPrep::a_split) and multiplied by the signed weights w = u - 128:
+//   sum w a = 16 sum w h + sum w l - 128 sum w,
+// the last term the prepared weight bias. A nibble times |w| <= 128 gives pairs of at most
+// 3840, so each int16 lane sums a block's 8 k-quads without saturating and is widened once per
+// block: 2 vpmaddubsw + 2 vpaddw per row and k-quad, the adds on any vector port. The same
+// integer as PackedMatmulRef's sum (u - 128) a, so the same results. The panel's two vectors
+// are done one after the other (both at once did not fit the 16 registers beside 4 rows' 2
+// sums each); the f32 sums are in memory, one load and store per row, vector and block.
+template <int MR>
+void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const uint8_t* wq = w.qs(p, 0);
+  const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
+  const float* ws32 = prep->scales + first;
+  const int32_t* wb = prep->weight_biases + first;
+  const int8_t* split[MR];
+  const float* da[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    split[i] = prep->a_split + (m + i - prep->m0) * nb * 64;
+    da[i] = args.a_scales + (m + i) * nb;
+  }
+  __m256 f[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) f[i][0] = f[i][1] = _mm256_setzero_ps();
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i lo[MR][2], hi[MR][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      lo[i][0] = lo[i][1] = hi[i][0] = hi[i][1] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 8
+    for (int k4 = 0; k4 < 8; ++k4) {
+      const __m256i w0 = _mm256_xor_si256(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64)), flip);
+      const __m256i w1 = _mm256_xor_si256(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64 + 32)), flip);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const int8_t* x = split[i] + b * 64 + 4 * k4;
+        const __m256i xl = Broadcast4(x);
+        lo[i][0] = _mm256_add_epi16(lo[i][0], _mm256_maddubs_epi16(xl, w0));
+        lo[i][1] = _mm256_add_epi16(lo[i][1], _mm256_maddubs_epi16(xl, w1));
+        const __m256i xh = Broadcast4(x + 32);
+        hi[i][0] = _mm256_add_epi16(hi[i][0], _mm256_maddubs_epi16(xh, w0));
+        hi[i][1] = _mm256_add_epi16(hi[i][1], _mm256_maddubs_epi16(xh, w1));
+        KeepInRegister(lo[i][0]);
+        KeepInRegister(lo[i][1]);
+        KeepInRegister(hi[i][0]);
+        KeepInRegister(hi[i][1]);
+      }
+    }
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    const __m256i sixteens16 = _mm256_set1_epi16(16);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + h * 8));
+      const __m256 dw = _mm256_load_ps(ws32 + h * 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i dot = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(hi[i][h], sixteens16),
+                                                              _mm256_madd_epi16(lo[i][h], ones16)),
+                                             bias);
+        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                  _mm256_mul_ps(dw, _mm256_set1_ps(da[i][b])), f[i][h]);
+      }
+    }
+    wq += QsBytesPerBlock(PackedFormat::kQ8);
+    ws32 += kPanelCols;
+    wb += kPanelCols;
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+    StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
+    StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
+  }
+}
+
+// TileSplit's GEMM over rows [m0, m1) and panels [p0, p1): 4-row tiles, one panel each.
+void PackedGemmSplit(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                     int64_t p1, const GemmPrep* prep) {
+  constexpr int kRows = 2;
+  static constexpr auto kSplitTiles =
+      TileTable<kRows, 1>([]<int MR, int>() { return &TileSplit<MR>; });
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
+      kSplitTiles[mr - 1](args, m, p, prep);
+    }
+  }
+}
+
 // The VNNI GEMM over rows [m0, m1) and panels [p0, p1): 3-row tiles for kQ8, 2-row for the
 // 4-bit formats read as nibbles (what fits the registers, see TileVnni), one panel each; with a
 // GemmPrep the 4-bit formats take kQ8's 3 rows (kQ4K's min term needs no per-column temporaries:
@@ -396,7 +504,10 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
-  if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep)) {
+  // Without VNNI a kQ8 GEMM splits the activations (TileSplit), with the weight biases.
+  constexpr bool kSplit = !kVnni && kFmt == 0;
+  if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep, kSplit)) {
+    if constexpr (kSplit) return PackedGemmSplit(args, m0, m1, p0, p1, &prep);
     return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
   }
   PackedMatmulTiles<kFmt, false>(args, m0, m1, p0, p1, nullptr);

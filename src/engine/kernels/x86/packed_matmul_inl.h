@@ -82,6 +82,34 @@ inline void ConvertPanelScales(const PackedMatrix& w, int64_t p0, int64_t p1, fl
   }
 }
 
+// Writes, for panels [p0, p1) of a kQ8 matrix and every block, each column's -128 * sum(w) (w =
+// the stored byte - 128, the signed weight) as 16 int32 per block, in ConvertPanelScales'
+// order: the correction of the AVX2 GEMM that multiplies the signed weights by the activations
+// + 128 (x86/packed_matmul_avx2_inl.h).
+inline void SignedWeightBiases(const PackedMatrix& w, int64_t p0, int64_t p1, int32_t* dst) {
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i bytes_offset = _mm256_set1_epi32(32 * 128);  // sum(u) - sum(w) per column
+  const int64_t nb = w.blocks();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* q = w.qs(p, 0);
+    for (int64_t b = 0; b < nb; ++b, q += w.qs_block_stride(), dst += kPanelCols) {
+      for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
+        __m256i sum_u = _mm256_setzero_si256();
+        for (int k4 = 0; k4 < 8; ++k4) {
+          const __m256i u =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k4 * 64 + h * 32));
+          sum_u = _mm256_add_epi32(sum_u,
+                                   _mm256_madd_epi16(_mm256_maddubs_epi16(u, ones8), ones16));
+        }
+        const __m256i sum_w = _mm256_sub_epi32(sum_u, bytes_offset);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + h * 8), _mm256_slli_epi32(
+                                                                     _mm256_sub_epi32(_mm256_setzero_si256(), sum_w), 7));
+      }
+    }
+  }
+}
+
 // What a GEMM call's tiles (kGemm) read instead of converting per tile, on the ports the integer
 // products need: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector per
 // tile otherwise), the panels' block scales (and kQ4K's mins) as f32 (a vcvtph2ps per panel per
@@ -94,6 +122,52 @@ struct GemmPrep {
   const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibbles' layout
   const float* scales = nullptr;      // ConvertPanelScales' layout
   const float* mins = nullptr;        // kQ4K only
+  const int32_t* weight_biases = nullptr;  // kQ8, when asked for: SignedWeightBiases' layout
+  // With the weight biases: rows [m0, m1) of the activations + 128, each block's bytes split
+  // into 32 low then 32 high nibbles; row m, block b at a_split + ((m - m0) * blocks + b) * 64.
+  int64_t m0 = 0;
+  const int8_t* a_split = nullptr;
+};
+
+// Rows [m0, m1) of the args' activations as GemmPrep::a_split lays them out, to dst.
+inline void SplitActivations(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int8_t* dst) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const int64_t nb = args.w->blocks();
+  for (int64_t m = m0; m < m1; ++m) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(args.a + m * args.a_row_bytes);
+    for (int64_t b = 0; b < nb; ++b, dst += 64) {
+      const __m256i x = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qs)), flip);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_and_si256(x, low4));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 32),
+                         _mm256_and_si256(_mm256_srli_epi16(x, 4), low4));
+    }
+  }
+}
+
+// A 64-byte-aligned buffer that grows to the largest size asked for.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer() { std::free(data_); }
+  // At least `bytes` bytes (the contents of a grown buffer are lost); nullptr when they cannot
+  // be allocated.
+  uint8_t* Get(size_t bytes) {
+    if (bytes > size_) {
+      std::free(data_);
+      size_ = (bytes + 4095) / 4096 * 4096;
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
+      if (data_ == nullptr) size_ = 0;
+    }
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 // Per thread: the prepared panels of its last GEMM call, kept for its next call over the same
@@ -104,64 +178,78 @@ class GemmPrepCache {
   GemmPrepCache() = default;
   GemmPrepCache(const GemmPrepCache&) = delete;
   GemmPrepCache& operator=(const GemmPrepCache&) = delete;
-  ~GemmPrepCache() { std::free(data_); }
   // A call's panels needing more than this (ops::MatMul's GEMM tasks take 6 panels: 1.6 MB of a
   // 4-bit matrix at k = 14336) are not prepared: the caller runs the tiles that convert per tile.
   static constexpr size_t kMaxBytes = size_t{8} << 20;
-  // w's panels [p0, p1) prepared into *prep (the fields of w's format); false when they are too
-  // many or the memory cannot be allocated.
-  bool Get(const PackedMatrix& w, int64_t p0, int64_t p1, GemmPrep* prep) {
+  // w's panels [p0, p1) prepared into *prep (the fields of w's format; a kQ8 matrix's weight
+  // biases when `weight_biases`); false when they are too many or the memory cannot be
+  // allocated.
+  bool Get(const PackedMatrix& w, int64_t p0, int64_t p1, bool weight_biases, GemmPrep* prep) {
     const size_t units = static_cast<size_t>((p1 - p0) * w.blocks());
     const bool nibbles = w.format() != PackedFormat::kQ8;
     const bool mins = w.format() == PackedFormat::kQ4K;
+    const bool biases = weight_biases && w.format() == PackedFormat::kQ8;
     const size_t unpacked_bytes = nibbles ? units * kUnpackedBlockBytes : 0;
-    const size_t scale_bytes = units * kPanelCols * sizeof(float);
-    const size_t bytes = unpacked_bytes + scale_bytes * (mins ? 2 : 1);
-    if (w.serial() != serial_ || p0 != p0_ || p1 != p1_) {
+    const size_t scale_bytes = units * kPanelCols * sizeof(float);  // also the biases' size
+    const size_t bytes = unpacked_bytes + scale_bytes * (mins || biases ? 2 : 1);
+    // (a cache filled without the biases is refilled when they are asked for)
+    if (w.serial() != serial_ || p0 != p0_ || p1 != p1_ || biases != biases_) {
       if (bytes > kMaxBytes) return false;
-      if (bytes > size_) {
-        std::free(data_);
-        size_ = (bytes + 4095) / 4096 * 4096;
-        data_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_));
-        if (data_ == nullptr) {
-          size_ = 0;
-          serial_ = 0;
-          return false;
-        }
+      data_ = buffer_.Get(bytes);
+      if (data_ == nullptr) {
+        serial_ = 0;
+        return false;
       }
       if (nibbles) UnpackNibbles(w, p0, p1, data_);
       ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data_ + unpacked_bytes),
                          mins ? reinterpret_cast<float*>(data_ + unpacked_bytes + scale_bytes)
                               : nullptr);
+      if (biases) {
+        SignedWeightBiases(w, p0, p1,
+                           reinterpret_cast<int32_t*>(data_ + unpacked_bytes + scale_bytes));
+      }
       serial_ = w.serial();
       p0_ = p0;
       p1_ = p1;
+      biases_ = biases;
     }
+    uint8_t* second = data_ + unpacked_bytes + scale_bytes;  // mins or biases
     prep->p0 = p0;
     prep->unpacked = nibbles ? data_ : nullptr;
     prep->scales = reinterpret_cast<const float*>(data_ + unpacked_bytes);
-    prep->mins =
-        mins ? reinterpret_cast<const float*>(data_ + unpacked_bytes + scale_bytes) : nullptr;
+    prep->mins = mins ? reinterpret_cast<const float*>(second) : nullptr;
+    prep->weight_biases = biases ? reinterpret_cast<const int32_t*>(second) : nullptr;
     return true;
   }
 
  private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+  AlignedBuffer buffer_;
+  uint8_t* data_ = nullptr;  // buffer_'s
   uint64_t serial_ = 0;  // 0: none (serials start at 1)
   int64_t p0_ = 0, p1_ = 0;
+  bool biases_ = false;
 };
 
 // Fills *prep for a call over rows [m0, m1) and panels [p0, p1) when it takes the prepared
 // operands: kGemmPrepMinRows rows or more, the args' a_scales and a_offsets set, and the panels
-// prepared in this thread's cache. False: the caller runs the tiles that convert per tile.
+// prepared in this thread's cache (with a kQ8 matrix's weight biases when `weight_biases`).
+// False: the caller runs the tiles that convert per tile.
 inline bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
-                        int64_t p1, GemmPrep* prep) {
+                        int64_t p1, GemmPrep* prep, bool weight_biases = false) {
   if (m1 - m0 < kGemmPrepMinRows || args.a_scales == nullptr || args.a_offsets == nullptr) {
     return false;
   }
   thread_local GemmPrepCache cache;
-  return cache.Get(*args.w, p0, p1, prep);
+  if (!cache.Get(*args.w, p0, p1, weight_biases, prep)) return false;
+  if (prep->weight_biases == nullptr) return true;
+  thread_local AlignedBuffer split;
+  const auto bytes = static_cast<size_t>((m1 - m0) * args.w->blocks() * 64);
+  auto* dst = reinterpret_cast<int8_t*>(split.Get(bytes));
+  if (dst == nullptr) return false;
+  SplitActivations(args, m0, m1, dst);
+  prep->m0 = m0;
+  prep->a_split = dst;
+  return true;
 }
 
 }  // namespace
