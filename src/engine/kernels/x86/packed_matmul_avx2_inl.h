@@ -16,7 +16,8 @@
 //     signed weight w = u ^ 0x80 is used with the sign moved onto the activation:
 //     maddubs(|w|, sign(a, w)); |w| <= 128 and |a| <= 127 give pairs of at most 32512. This
 //     needs activations in [-127, 127], which Q8_0's rule (d = amax / 127) guarantees for every
-//     row the engine converts. The offset bias is then not needed.
+//     row the engine converts. The offset bias is then not needed. A GEMM with prepared
+//     operands takes TileSplit instead (the activations split into nibbles; any bytes).
 // The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
 // FMA (kQ4K then subtracts mn * (d_a * sum(a))), so the result is bit for bit PackedMatmulRef's.
 //
