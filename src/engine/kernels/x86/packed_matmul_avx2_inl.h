@@ -54,8 +54,8 @@ inline __m256i Broadcast4(const int8_t* p) {
 // reassociate a sum across it nor move the sum's terms past it. GCC otherwise rewrote a
 // block's chains of vpaddw (integer sums, which it may reorder) into trees over all the
 // block's products, which did not fit the 16 registers and spilled: 1 thread, 512 x 2048 x
-// 2048, with / without: q4_0 GEMM 158-166 / 133-135 GFLOP/s, q4_K 134-141 / 116-120, kQ8
-// (TileSplit) 114-119 / 74-76 (bench/RESULTS.md, session 35).
+// 2048, with / without: q4_0 GEMM (TileNibbles) 211-215 / 131-146 GFLOP/s, q4_K 178-190 /
+// 121-127, kQ8 (TileSplit) 114-119 / 74-76 (bench/RESULTS.md, session 35).
 inline void KeepInRegister(__m256i& v) { asm("" : "+x"(v)); }
 
 // Stores the 8 columns starting at `col` of one output row, only those below n.
@@ -71,18 +71,15 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
-// panel is two vectors of 8 columns (v = 2 * panel + half). kGemm: operands from `prep` and the
-// args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h; the 4-bit loops then load the
-// low and high quants as bytes instead of splitting them, and the scales and mins are loaded as
-// f32); the same integers and f32 values, so the same results.
-template <int kFmt, int MR, int NP, bool kGemm = false>
-void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const GemmPrep* prep) {
+// panel is two vectors of 8 columns (v = 2 * panel + half). Calls with prepared operands take
+// TileSplit / TileNibbles (without VNNI) or TileVnni instead.
+template <int kFmt, int MR, int NP>
+void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
-  constexpr bool kUnpacked = kGemm && kQ4;
   constexpr int NV = 2 * NP;
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
-  constexpr size_t qstep = kUnpacked ? kUnpackedBlockBytes : QsBytesPerBlock(kFormat);
-  constexpr size_t qstride = kUnpacked ? qstep : GroupPanels(kFormat) * qstep;
+  constexpr size_t qstep = QsBytesPerBlock(kFormat);
+  constexpr size_t qstride = GroupPanels(kFormat) * qstep;
   constexpr int64_t sstride = GroupPanels(kFormat) * kPanelCols;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
@@ -94,19 +91,11 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
   const uint8_t* wq[NP];
   const uint16_t* ws[NP];
   const uint16_t* wm[NP];
-  const float* ws32[NP];  // kGemm: the prepared f32 scales and mins
-  const float* wm32[NP];
 #pragma GCC unroll 8
   for (int v = 0; v < NP; ++v) {
-    wq[v] = kUnpacked ? prep->unpacked + static_cast<size_t>((p + v - prep->p0) * nb) * qstep
-                      : w.qs(p + v, 0);
+    wq[v] = w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
-    if constexpr (kGemm) {
-      const size_t first = static_cast<size_t>((p + v - prep->p0) * nb) * kPanelCols;
-      ws32[v] = prep->scales + first;
-      wm32[v] = kMins ? prep->mins + first : nullptr;
-    }
   }
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 f[MR][NV];
@@ -131,7 +120,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
     __m256 da[MR], da_sum[MR];  // da_sum: the min term's activation factor d_a * sum(a)
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const float da_i = kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d);
+      const float da_i = _cvtsh_ss(a[i][b].d);
       da[i] = _mm256_set1_ps(da_i);
       if constexpr (kMins) da_sum[i] = _mm256_set1_ps(da_i * static_cast<float>(sums[i][b]));
     }
@@ -141,9 +130,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
       __m256i acc[MR];
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {  // with VNNI the sums start at the offset's bias
-        acc[i] = kVnni ? _mm256_set1_epi32(kGemm ? args.a_offsets[(m + i) * nb + b]
-                                                 : -offset * sums[i][b])
-                       : _mm256_setzero_si256();
+        acc[i] = kVnni ? _mm256_set1_epi32(-offset * sums[i][b]) : _mm256_setzero_si256();
       }
       if constexpr (kVnni && !kQ4) {  // kQ8: the stored unsigned bytes, the offset as the bias
 #pragma GCC unroll 8
@@ -159,14 +146,9 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
 #pragma GCC unroll 8
         for (int c = 0; c < 4; ++c) {
           __m256i lo, hi;
-          if constexpr (kUnpacked) {  // k-quads 2c and 2c + 1 (UnpackNibbles' layout)
-            lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 128));
-            hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 128 + 64));
-          } else {
-            const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 64));
-            lo = _mm256_and_si256(raw, low4);
-            hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-          }
+          const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + c * 64));
+          lo = _mm256_and_si256(raw, low4);
+          hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
 #pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
             const int8_t* qa = a[i][b].qs + 8 * c;
@@ -183,9 +165,8 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
         if constexpr (!kVnni) {
 #pragma GCC unroll 8
           for (int i = 0; i < MR; ++i) {
-            acc[i] = _mm256_add_epi32(
-                _mm256_madd_epi16(acc[i], ones16),
-                _mm256_set1_epi32(kGemm ? args.a_offsets[(m + i) * nb + b] : -offset * sums[i][b]));
+            acc[i] = _mm256_add_epi32(_mm256_madd_epi16(acc[i], ones16),
+                                      _mm256_set1_epi32(-offset * sums[i][b]));
           }
         }
       } else {
@@ -203,17 +184,15 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
           }
         }
       }
-      const __m256 dw = kGemm ? _mm256_load_ps(ws32[v / 2] + (v % 2) * 8)
-                              : _mm256_cvtph_ps(_mm_load_si128(
-                                    reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+      const __m256 dw = _mm256_cvtph_ps(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(dw, da[i]), f[i][v]);
       }
       if constexpr (kMins) {
-        const __m256 mw = kGemm ? _mm256_load_ps(wm32[v / 2] + (v % 2) * 8)
-                                : _mm256_cvtph_ps(_mm_load_si128(
-                                      reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
+        const __m256 mw = _mm256_cvtph_ps(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(wm[v / 2] + (v % 2) * 8)));
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) f[i][v] = _mm256_fnmadd_ps(mw, da_sum[i], f[i][v]);
       }
@@ -223,10 +202,6 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv, const G
       wq[v] += qstride;
       ws[v] += sstride;
       if constexpr (kMins) wm[v] += sstride;
-      if constexpr (kGemm) {
-        ws32[v] += kPanelCols;
-        if constexpr (kMins) wm32[v] += kPanelCols;
-      }
     }
   }
 
@@ -437,12 +412,93 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
   }
 }
 
-// TileSplit's GEMM over rows [m0, m1) and panels [p0, p1): 4-row tiles, one panel each.
+// The 4-bit GEMM tile without VNNI from a GemmPrep (quants unpacked to bytes): MR rows x one
+// panel, both vectors at once, so that each activation broadcast serves both and only 2 x MR
+// f32 sums are live (Tile's 2 rows x 2 panels keep 8 and spill).
+template <int kFmt, int MR>
+void TileNibbles(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
+  constexpr bool kMins = kFmt == 2;
+  const PackedMatrix& w = *args.w;
+  const int64_t nb = w.blocks();
+  const uint8_t* wq = prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
+  const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
+  const float* ws32 = prep->scales + first;
+  const float* wm32 = kMins ? prep->mins + first : nullptr;
+  const BlockQ8_0* a[MR];
+  const int32_t* sums[MR];
+  ActivationRows(args, m, nb, a, sums);
+  const float* da[MR];
+  const int32_t* offsets[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    da[i] = args.a_scales + (m + i) * nb;
+    offsets[i] = args.a_offsets + (m + i) * nb;
+  }
+  __m256 f[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) f[i][0] = f[i][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i acc[MR][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {  // k-quads 2c (low quants) and 2c + 1 (high)
+      const uint8_t* q = wq + c * 128;
+      const __m256i lo0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+      const __m256i lo1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32));
+      const __m256i hi0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64));
+      const __m256i hi1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 96));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i al = Broadcast4(a[i][b].qs + 8 * c);
+        const __m256i ah = Broadcast4(a[i][b].qs + 8 * c + 4);
+        acc[i][0] = _mm256_add_epi16(acc[i][0], _mm256_maddubs_epi16(lo0, al));
+        acc[i][1] = _mm256_add_epi16(acc[i][1], _mm256_maddubs_epi16(lo1, al));
+        acc[i][0] = _mm256_add_epi16(acc[i][0], _mm256_maddubs_epi16(hi0, ah));
+        acc[i][1] = _mm256_add_epi16(acc[i][1], _mm256_maddubs_epi16(hi1, ah));
+        KeepInRegister(acc[i][0]);
+        KeepInRegister(acc[i][1]);
+      }
+    }
+    const __m256i ones16 = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_load_ps(ws32 + h * 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(acc[i][h], ones16),
+                                             _mm256_set1_epi32(offsets[i][b]));
+        f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                  _mm256_mul_ps(dw, _mm256_set1_ps(da[i][b])), f[i][h]);
+        if constexpr (kMins) {
+          f[i][h] = _mm256_fnmadd_ps(_mm256_load_ps(wm32 + h * 8),
+                                     _mm256_set1_ps(da[i][b] * static_cast<float>(sums[i][b])),
+                                     f[i][h]);
+        }
+      }
+    }
+    wq += kUnpackedBlockBytes;
+    ws32 += kPanelCols;
+    if constexpr (kMins) wm32 += kPanelCols;
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+    StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
+    StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
+  }
+}
+
+// The prepared GEMM without VNNI over rows [m0, m1) and panels [p0, p1): kQ8 on TileSplit, the
+// 4-bit formats on TileNibbles; 2-row tiles, one panel each.
+template <int kFmt>
 void PackedGemmSplit(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                      int64_t p1, const GemmPrep* prep) {
   constexpr int kRows = 2;
-  static constexpr auto kSplitTiles =
-      TileTable<kRows, 1>([]<int MR, int>() { return &TileSplit<MR>; });
+  static constexpr auto kSplitTiles = TileTable<kRows, 1>([]<int MR, int>() {
+    if constexpr (kFmt == 0) return &TileSplit<MR>;
+    else return &TileNibbles<kFmt, MR>;
+  });
   for (int64_t p = p0; p < p1; ++p) {
     for (int64_t m = m0; m < m1; m += kRows) {
       const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
@@ -470,9 +526,9 @@ void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_
 }
 
 constexpr int kMaxMR = 2, kMaxNP = 4;
-template <int kFmt, bool kGemm = false>
-constexpr auto kTiles = TileTable<kMaxMR, kMaxNP>(
-    []<int MR, int NP>() { return &Tile<kFmt, MR, NP, kGemm>; });
+template <int kFmt>
+constexpr auto kTiles =
+    TileTable<kMaxMR, kMaxNP>([]<int MR, int NP>() { return &Tile<kFmt, MR, NP>; });
 
 // Tile shape for a call's row count. One row (decode) takes 4 panels: a 4-bit panel group is
 // then read as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode
@@ -482,13 +538,14 @@ constexpr auto kTiles = TileTable<kMaxMR, kMaxNP>(
 constexpr int kGemmRows = kMaxMR;
 constexpr int PanelsPerTile(int64_t rows) { return rows == 1 ? kMaxNP : 2; }
 
-template <int kFmt, bool kGemm>
+// A call without prepared operands.
+template <int kFmt>
 void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
-                       int64_t p1, const GemmPrep* prep) {
+                       int64_t p1) {
   const int64_t rows = m1 - m0;
   if constexpr (kVnni) {
     // One or two rows (decode steps, two sequences batched) stay on Tile, which prefetches.
-    if (rows > 2) return PackedGemmVnni<kFmt, kGemm>(args, m0, m1, p0, p1, prep);
+    if (rows > 2) return PackedGemmVnni<kFmt, false>(args, m0, m1, p0, p1, nullptr);
   }
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
@@ -497,7 +554,7 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
     const int np = static_cast<int>(p1 - p < np_max ? p1 - p : np_max);
     for (int64_t m = m0; m < m1; m += mr_max) {
       const int mr = static_cast<int>(m1 - m < mr_max ? m1 - m : mr_max);
-      kTiles<kFmt, kGemm>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv, prep);
+      kTiles<kFmt>[(mr - 1) * kMaxNP + (np - 1)](args, m, p, gemv);
     }
   }
 }
@@ -505,13 +562,13 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
 template <int kFmt>
 void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                       int64_t p1) {
-  // Without VNNI a kQ8 GEMM splits the activations (TileSplit), with the weight biases.
-  constexpr bool kSplit = !kVnni && kFmt == 0;
-  if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep, kSplit)) {
-    if constexpr (kSplit) return PackedGemmSplit(args, m0, m1, p0, p1, &prep);
-    return PackedMatmulTiles<kFmt, true>(args, m0, m1, p0, p1, &prep);
+  // Prepared operands: TileVnni with VNNI; without it TileSplit for kQ8 (which needs the weight
+  // biases) and TileNibbles for the 4-bit formats.
+  if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep, !kVnni && kFmt == 0)) {
+    if constexpr (kVnni) return PackedGemmVnni<kFmt, true>(args, m0, m1, p0, p1, &prep);
+    return PackedGemmSplit<kFmt>(args, m0, m1, p0, p1, &prep);
   }
-  PackedMatmulTiles<kFmt, false>(args, m0, m1, p0, p1, nullptr);
+  PackedMatmulTiles<kFmt>(args, m0, m1, p0, p1);
 }
 
 void PackedMatmulDispatch(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
