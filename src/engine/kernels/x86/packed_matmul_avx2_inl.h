@@ -327,23 +327,23 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
   }
 }
 
-// The kQ8 GEMM tile without VNNI: MR rows x one panel, from a GemmPrep with the weight biases and
-// the split activations. The sign trick of Tile costs a vpsignb, a vpmaddwd and a vpaddd per row
-// and k-quad beside the vpmaddubsw (4 operations per 32 products, 3 of them on the two ports
-// that multiply). Here the activations + 128 (bytes 1..255) are split into nibbles h, l (once
-// per call, GemmPrep::a_split) and multiplied by the signed weights w = u - 128:
+// The kQ8 GEMM tile without VNNI: MR rows x one panel (both vectors), from a GemmPrep with the
+// weight biases and the split activations. The sign trick of Tile costs a vpsignb, a vpmaddwd
+// and a vpaddd per row and k-quad beside the vpmaddubsw (4 operations per 32 products, 3 of
+// them on the two ports that multiply). Here the activations + 128 (bytes 0..255) are split
+// into nibbles h, l (once per call, GemmPrep::a_split) and multiplied by the signed weights
+// w = u - 128 (prepared too, GemmPrep::unpacked):
 //   sum w a = 16 sum w h + sum w l - 128 sum w,
 // the last term the prepared weight bias. A nibble times |w| <= 128 gives pairs of at most
 // 3840, so each int16 lane sums a block's 8 k-quads without saturating and is widened once per
 // block: 2 vpmaddubsw + 2 vpaddw per row and k-quad, the adds on any vector port. The same
-// integer as PackedMatmulRef's sum (u - 128) a, so the same results. The panel's two vectors
-// are done one after the other (both at once did not fit the 16 registers beside 4 rows' 2
-// sums each); the f32 sums are in memory, one load and store per row, vector and block.
+// integer as PackedMatmulRef's sum (u - 128) a, so the same results. 2 rows: 8 int16 sums, 4 f32
+// sums, 2 weight vectors and a broadcast fill the 16 registers.
 template <int MR>
 void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const uint8_t* wq = w.qs(p, 0);
+  const uint8_t* wq = prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
   const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
   const float* ws32 = prep->scales + first;
   const int32_t* wb = prep->weight_biases + first;
@@ -357,7 +357,6 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
   __m256 f[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) f[i][0] = f[i][1] = _mm256_setzero_ps();
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     __m256i lo[MR][2], hi[MR][2];
 #pragma GCC unroll 4
@@ -366,10 +365,8 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
     }
 #pragma GCC unroll 8
     for (int k4 = 0; k4 < 8; ++k4) {
-      const __m256i w0 = _mm256_xor_si256(
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64)), flip);
-      const __m256i w1 = _mm256_xor_si256(
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64 + 32)), flip);
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + k4 * 64 + 32));
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         const int8_t* x = split[i] + b * 64 + 4 * k4;
@@ -400,7 +397,7 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
                                   _mm256_mul_ps(dw, _mm256_set1_ps(da[i][b])), f[i][h]);
       }
     }
-    wq += QsBytesPerBlock(PackedFormat::kQ8);
+    wq += kUnpackedBlockBytes;
     ws32 += kPanelCols;
     wb += kPanelCols;
   }

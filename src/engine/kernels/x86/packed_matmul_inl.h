@@ -110,6 +110,22 @@ inline void SignedWeightBiases(const PackedMatrix& w, int64_t p0, int64_t p1, in
   }
 }
 
+// Writes panels [p0, p1) of a kQ8 matrix, every block, to dst as the signed weights (the stored
+// bytes - 128), in UnpackNibbles' order (the kQ8 layout, panel after panel).
+inline void SignedWeights(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const int64_t nb = w.blocks();
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* src = w.qs(p, 0);
+    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
+      for (size_t i = 0; i < kUnpackedBlockBytes; i += 32) {
+        const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + i));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_xor_si256(u, flip));
+      }
+    }
+  }
+}
+
 // What a GEMM call's tiles (kGemm) read instead of converting per tile, on the ports the integer
 // products need: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector per
 // tile otherwise), the panels' block scales (and kQ4K's mins) as f32 (a vcvtph2ps per panel per
@@ -119,7 +135,8 @@ inline void SignedWeightBiases(const PackedMatrix& w, int64_t p0, int64_t p1, in
 // times the per-block size (kUnpackedBlockBytes, or kPanelCols floats).
 struct GemmPrep {
   int64_t p0 = 0;
-  const uint8_t* unpacked = nullptr;  // 4-bit formats: UnpackNibbles' layout
+  // 4-bit formats: UnpackNibbles' layout; kQ8 with the weight biases: SignedWeights'.
+  const uint8_t* unpacked = nullptr;
   const float* scales = nullptr;      // ConvertPanelScales' layout
   const float* mins = nullptr;        // kQ4K only
   const int32_t* weight_biases = nullptr;  // kQ8, when asked for: SignedWeightBiases' layout
@@ -189,7 +206,7 @@ class GemmPrepCache {
     const bool nibbles = w.format() != PackedFormat::kQ8;
     const bool mins = w.format() == PackedFormat::kQ4K;
     const bool biases = weight_biases && w.format() == PackedFormat::kQ8;
-    const size_t unpacked_bytes = nibbles ? units * kUnpackedBlockBytes : 0;
+    const size_t unpacked_bytes = nibbles || biases ? units * kUnpackedBlockBytes : 0;
     const size_t scale_bytes = units * kPanelCols * sizeof(float);  // also the biases' size
     const size_t bytes = unpacked_bytes + scale_bytes * (mins || biases ? 2 : 1);
     // (a cache filled without the biases is refilled when they are asked for)
@@ -201,6 +218,7 @@ class GemmPrepCache {
         return false;
       }
       if (nibbles) UnpackNibbles(w, p0, p1, data_);
+      if (biases) SignedWeights(w, p0, p1, data_);
       ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data_ + unpacked_bytes),
                          mins ? reinterpret_cast<float*>(data_ + unpacked_bytes + scale_bytes)
                               : nullptr);
@@ -215,7 +233,7 @@ class GemmPrepCache {
     }
     uint8_t* second = data_ + unpacked_bytes + scale_bytes;  // mins or biases
     prep->p0 = p0;
-    prep->unpacked = nibbles ? data_ : nullptr;
+    prep->unpacked = nibbles || biases ? data_ : nullptr;
     prep->scales = reinterpret_cast<const float*>(data_ + unpacked_bytes);
     prep->mins = mins ? reinterpret_cast<const float*>(second) : nullptr;
     prep->weight_biases = biases ? reinterpret_cast<const int32_t*>(second) : nullptr;
