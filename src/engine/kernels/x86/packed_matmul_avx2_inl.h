@@ -343,7 +343,8 @@ template <int MR>
 void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const uint8_t* wq = prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
+  const uint8_t* wq =
+      prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
   const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
   const float* ws32 = prep->scales + first;
   const int32_t* wb = prep->weight_biases + first;
@@ -390,9 +391,10 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
       const __m256 dw = _mm256_load_ps(ws32 + h * 8);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
-        const __m256i dot = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(hi[i][h], sixteens16),
-                                                              _mm256_madd_epi16(lo[i][h], ones16)),
-                                             bias);
+        const __m256i dot = _mm256_add_epi32(
+            _mm256_add_epi32(_mm256_madd_epi16(hi[i][h], sixteens16),
+                             _mm256_madd_epi16(lo[i][h], ones16)),
+            bias);
         f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
                                   _mm256_mul_ps(dw, _mm256_set1_ps(da[i][b])), f[i][h]);
       }
@@ -417,7 +419,8 @@ void TileNibbles(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmP
   constexpr bool kMins = kFmt == 2;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const uint8_t* wq = prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
+  const uint8_t* wq =
+      prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
   const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
   const float* ws32 = prep->scales + first;
   const float* wm32 = kMins ? prep->mins + first : nullptr;
@@ -562,8 +565,11 @@ void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   // Prepared operands: TileVnni with VNNI; without it TileSplit for kQ8 (which needs the weight
   // biases) and TileNibbles for the 4-bit formats.
   if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep, !kVnni && kFmt == 0)) {
-    if constexpr (kVnni) return PackedGemmVnni<kFmt, true>(args, m0, m1, p0, p1, &prep);
-    return PackedGemmSplit<kFmt>(args, m0, m1, p0, p1, &prep);
+    if constexpr (kVnni) {
+      return PackedGemmVnni<kFmt, true>(args, m0, m1, p0, p1, &prep);
+    } else {
+      return PackedGemmSplit<kFmt>(args, m0, m1, p0, p1, &prep);
+    }
   }
   PackedMatmulTiles<kFmt>(args, m0, m1, p0, p1);
 }

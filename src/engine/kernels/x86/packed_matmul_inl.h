@@ -103,8 +103,8 @@ inline void SignedWeightBiases(const PackedMatrix& w, int64_t p0, int64_t p1, in
                                    _mm256_madd_epi16(_mm256_maddubs_epi16(u, ones8), ones16));
         }
         const __m256i sum_w = _mm256_sub_epi32(sum_u, bytes_offset);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + h * 8), _mm256_slli_epi32(
-                                                                     _mm256_sub_epi32(_mm256_setzero_si256(), sum_w), 7));
+        const __m256i bias = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), sum_w), 7);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + h * 8), bias);
       }
     }
   }
@@ -130,9 +130,11 @@ inline void SignedWeights(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t
 // products need: a 4-bit matrix's quants unpacked to bytes (a nibble split per weight vector per
 // tile otherwise), the panels' block scales (and kQ4K's mins) as f32 (a vcvtph2ps per panel per
 // block per row tile otherwise), and PackedMatmulArgs::a_scales / a_offsets (an f16 conversion
-// and a broadcast per row per block otherwise). Measured per table in bench/RESULTS.md, sessions
-// 33 and 35. Each array is indexed from panel p0: panel p, block b at ((p - p0) * blocks + b)
-// times the per-block size (kUnpackedBlockBytes, or kPanelCols floats).
+// and a broadcast per row per block otherwise); without VNNI a kQ8 matrix's signed weights and
+// per-column weight sums, with the activations split into nibbles (TileSplit,
+// x86/packed_matmul_avx2_inl.h). Measured per table in bench/RESULTS.md, sessions 33 and 35.
+// Each weight array is indexed from panel p0: panel p, block b at ((p - p0) * blocks + b) times
+// the per-block size (kUnpackedBlockBytes bytes, or kPanelCols floats or int32).
 struct GemmPrep {
   int64_t p0 = 0;
   // 4-bit formats: UnpackNibbles' layout; kQ8 with the weight biases: SignedWeights'.
@@ -195,8 +197,9 @@ class GemmPrepCache {
   GemmPrepCache() = default;
   GemmPrepCache(const GemmPrepCache&) = delete;
   GemmPrepCache& operator=(const GemmPrepCache&) = delete;
-  // A call's panels needing more than this (ops::MatMul's GEMM tasks take 6 panels: 1.6 MB of a
-  // 4-bit matrix at k = 14336) are not prepared: the caller runs the tiles that convert per tile.
+  // A call's panels needing more than this (ops::MatMul's GEMM tasks take 6 panels: 1.6-1.7 MB
+  // of a 4-bit matrix at k = 14336) are not prepared: the caller runs the tiles that convert
+  // per tile.
   static constexpr size_t kMaxBytes = size_t{8} << 20;
   // w's panels [p0, p1) prepared into *prep (the fields of w's format; a kQ8 matrix's weight
   // biases when `weight_biases`); false when they are too many or the memory cannot be

@@ -212,7 +212,8 @@ constexpr int PanelsPerTile(bool nibbles, int64_t rows) {
 }
 
 template <int kFmt>
-void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
+                      int64_t p1) {
   // A GEMV over 4-bit weights takes two panel groups (8 panels) per tile: their two weight
   // streams, read side by side, keep more DRAM reads in flight than one group's stream does.
   // Decode on an Intel AMX machine, 2 threads, alternated runs: 0.79-0.89 -> 0.85-0.98 of the
