@@ -106,12 +106,20 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
 
   for (int64_t b = 0; b < nb; ++b) {
     if (gemv) {  // memory-bound: each panel's weights a few blocks ahead
+      // With two groups per tile, near the end the first group's prefetches skip to the next
+      // tile's second group (as in the AVX512-VNNI kernel: the second group's run on into the
+      // next tile's first).
+      const bool crossing = kQ4 && NP == 2 * kPanelGroup && b + ahead >= nb;
+      const size_t skip_q = crossing ? 2 * static_cast<size_t>(nb) * qstride : 0;
+      const size_t skip_s =
+          crossing ? 2 * static_cast<size_t>(nb) * sstride * sizeof(uint16_t) : 0;
       const size_t scale_ahead = ahead * sstride * sizeof(uint16_t);
 #pragma GCC unroll 8
       for (int v = 0; v < NP; ++v) {
-        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c);
-        PrefetchAhead(ws[v], scale_ahead);
-        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead);
+        const size_t sq = v < NP / 2 ? skip_q : 0, ss = v < NP / 2 ? skip_s : 0;
+        for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c + sq);
+        PrefetchAhead(ws[v], scale_ahead + ss);
+        if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead + ss);
       }
     }
     // One vector of 8 columns at a time, scaled into its f32 sums as soon as its integer dot is
@@ -546,6 +554,13 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
   if constexpr (kVnni) {
     // One or two rows (decode steps, two sequences batched) stay on Tile, which prefetches.
     if (rows > 2) return PackedGemmVnni<kFmt, false>(args, m0, m1, p0, p1, nullptr);
+  }
+  if constexpr (kFmt != 0) {
+    if (rows == 1) {  // two panel groups per tile: two weight streams side by side
+      for (; p0 + 2 * kPanelGroup <= p1; p0 += 2 * kPanelGroup) {
+        Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0, true);
+      }
+    }
   }
   const int mr_max = rows < kGemmRows ? static_cast<int>(rows) : kGemmRows;
   const int np_max = PanelsPerTile(rows);
