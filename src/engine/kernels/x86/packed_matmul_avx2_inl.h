@@ -540,7 +540,9 @@ constexpr auto kTiles =
 
 // Tile shape for a call's row count. One row (decode) takes 4 panels: a 4-bit panel group is
 // then read as one contiguous stream (2-panel tiles read it in two strided passes: q4_0 decode
-// 114 -> 166-198 tok/s when changed, SmolLM2-135M shape, 2 threads on a Zen 4). Two rows and
+// 114 -> 166-198 tok/s when changed, SmolLM2-135M shape, 2 threads on a Zen 4); 4-bit matrices
+// take two groups per tile first (PackedMatmulTiles: two streams side by side, decode +11-30%
+// forced to `avx2` on an Intel Xeon, bench/RESULTS.md session 35). Two rows and
 // more take 2 rows x 2 panels: 8 f32 sums, the most that fits the 16 registers beside the
 // weights and broadcasts (4 panels for two rows would spill its 16 sums every block).
 constexpr int kGemmRows = kMaxMR;
@@ -556,7 +558,11 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
     if (rows > 2) return PackedGemmVnni<kFmt, false>(args, m0, m1, p0, p1, nullptr);
   }
   if constexpr (kFmt != 0) {
-    if (rows == 1) {  // two panel groups per tile: two weight streams side by side
+    // Two panel groups per one-row tile: their two weight streams, read side by side, keep more
+    // DRAM reads in flight than one group's (p0 is a multiple of the group: ForRanges'
+    // alignment in ops::MatMul; the 16 f32 sums do not fit the registers, and cost less than
+    // the reads they overlap).
+    if (rows == 1) {
       for (; p0 + 2 * kPanelGroup <= p1; p0 += 2 * kPanelGroup) {
         Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0, true);
       }
