@@ -70,6 +70,31 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
   }
 }
 
+// The results of a one-panel tile: rows [m, m + MR) x panel p's 16 columns (two vectors of 8).
+template <int MR>
+inline void StorePanelRows(const PackedMatmulArgs& args, int64_t m, int64_t p,
+                           const __m256 (&f)[MR][2]) {
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    float* out = args.out + (m + i) * args.out_stride;
+    StoreColumns(out, p * kPanelCols, args.w->n(), f[i][0]);
+    StoreColumns(out, p * kPanelCols + 8, args.w->n(), f[i][1]);
+  }
+}
+
+// Runs one-panel tiles of at most kRows rows (tiles[mr - 1]: mr rows) over rows [m0, m1) and
+// panels [p0, p1), the rows of a panel one tile after the other.
+template <int kRows, typename Tiles>
+void ForPanelTiles(const Tiles& tiles, const PackedMatmulArgs& args, int64_t m0, int64_t m1,
+                   int64_t p0, int64_t p1, const GemmPrep* prep) {
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
+      tiles[mr - 1](args, m, p, prep);
+    }
+  }
+}
+
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
 // panel is two vectors of 8 columns (v = 2 * panel + half). Calls with prepared operands take
 // TileSplit / TileNibbles (without VNNI) or TileVnni instead.
@@ -249,11 +274,11 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
   const int32_t* sums[MR];
   ActivationRows(args, m, nb, a, sums);
   const uint8_t* wq =
-      kUnpacked ? prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * qstride : w.qs(p, 0);
+      kUnpacked ? prep->unpacked + prep->UnpackedOffset(p, nb) : w.qs(p, 0);
   const uint16_t* ws = w.scales(p, 0);
   const uint16_t* wm = w.mins(p, 0);
   // kGemm: the prepared f32 scales and mins.
-  const size_t first = kGemm ? static_cast<size_t>((p - prep->p0) * nb) * kPanelCols : 0;
+  const size_t first = kGemm ? prep->ColumnOffset(p, nb) : 0;
   const float* ws32 = kGemm ? prep->scales + first : nullptr;
   const float* wm32 = kGemm && kMins ? prep->mins + first : nullptr;
   __m256 f[MR][2];
@@ -327,12 +352,7 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
       if constexpr (kMins) wm32 += kPanelCols;
     }
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    float* out = args.out + (m + i) * args.out_stride;
-    StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
-    StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
-  }
+  StorePanelRows(args, m, p, f);
 }
 
 // The kQ8 GEMM tile without VNNI: MR rows x one panel (both vectors), from a GemmPrep with the
@@ -351,9 +371,8 @@ template <int MR>
 void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const uint8_t* wq =
-      prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
-  const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
+  const uint8_t* wq = prep->unpacked + prep->UnpackedOffset(p, nb);
+  const size_t first = prep->ColumnOffset(p, nb);
   const float* ws32 = prep->scales + first;
   const int32_t* wb = prep->weight_biases + first;
   const int8_t* split[MR];
@@ -411,12 +430,7 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
     ws32 += kPanelCols;
     wb += kPanelCols;
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    float* out = args.out + (m + i) * args.out_stride;
-    StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
-    StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
-  }
+  StorePanelRows(args, m, p, f);
 }
 
 // The 4-bit GEMM tile without VNNI from a GemmPrep (quants unpacked to bytes): MR rows x one
@@ -427,9 +441,8 @@ void TileNibbles(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmP
   constexpr bool kMins = kFmt == 2;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const uint8_t* wq =
-      prep->unpacked + static_cast<size_t>((p - prep->p0) * nb) * kUnpackedBlockBytes;
-  const size_t first = static_cast<size_t>((p - prep->p0) * nb) * kPanelCols;
+  const uint8_t* wq = prep->unpacked + prep->UnpackedOffset(p, nb);
+  const size_t first = prep->ColumnOffset(p, nb);
   const float* ws32 = prep->scales + first;
   const float* wm32 = kMins ? prep->mins + first : nullptr;
   const BlockQ8_0* a[MR];
@@ -489,12 +502,7 @@ void TileNibbles(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmP
     ws32 += kPanelCols;
     if constexpr (kMins) wm32 += kPanelCols;
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    float* out = args.out + (m + i) * args.out_stride;
-    StoreColumns(out, p * kPanelCols, w.n(), f[i][0]);
-    StoreColumns(out, p * kPanelCols + 8, w.n(), f[i][1]);
-  }
+  StorePanelRows(args, m, p, f);
 }
 
 // The prepared GEMM without VNNI over rows [m0, m1) and panels [p0, p1): kQ8 on TileSplit, the
@@ -507,12 +515,7 @@ void PackedGemmSplit(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64
     if constexpr (kFmt == 0) return &TileSplit<MR>;
     else return &TileNibbles<kFmt, MR>;
   });
-  for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t m = m0; m < m1; m += kRows) {
-      const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
-      kSplitTiles[mr - 1](args, m, p, prep);
-    }
-  }
+  ForPanelTiles<kRows>(kSplitTiles, args, m0, m1, p0, p1, prep);
 }
 
 // The VNNI GEMM over rows [m0, m1) and panels [p0, p1): 3-row tiles for kQ8, 2-row for the
@@ -525,12 +528,7 @@ void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_
   constexpr int kRows = kFmt == 0 || kGemm ? 3 : 2;
   static constexpr auto kVnniTiles =
       TileTable<kRows, 1>([]<int MR, int>() { return &TileVnni<kFmt, MR, kGemm>; });
-  for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t m = m0; m < m1; m += kRows) {
-      const int mr = static_cast<int>(m1 - m < kRows ? m1 - m : kRows);
-      kVnniTiles[mr - 1](args, m, p, prep);
-    }
-  }
+  ForPanelTiles<kRows>(kVnniTiles, args, m0, m1, p0, p1, prep);
 }
 
 constexpr int kMaxMR = 2, kMaxNP = 4;

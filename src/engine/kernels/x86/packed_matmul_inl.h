@@ -146,6 +146,15 @@ struct GemmPrep {
   // into 32 low then 32 high nibbles; row m, block b at a_split + ((m - m0) * blocks + b) * 64.
   int64_t m0 = 0;
   const int8_t* a_split = nullptr;
+
+  // Where panel p's first block is in `unpacked` (bytes) and in the per-column arrays (values),
+  // for a matrix of nb blocks.
+  size_t UnpackedOffset(int64_t p, int64_t nb) const {
+    return static_cast<size_t>((p - p0) * nb) * kUnpackedBlockBytes;
+  }
+  size_t ColumnOffset(int64_t p, int64_t nb) const {
+    return static_cast<size_t>((p - p0) * nb) * kPanelCols;
+  }
 };
 
 // Rows [m0, m1) of the args' activations as GemmPrep::a_split lays them out, to dst.

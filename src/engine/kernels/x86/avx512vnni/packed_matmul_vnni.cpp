@@ -71,12 +71,12 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
   const float* ws32[NV];  // kGemm: the prepared f32 scales and mins
   const float* wm32[NV];
   for (int v = 0; v < NV; ++v) {
-    wq[v] = kUnpacked ? prep->unpacked + static_cast<size_t>((p + v - prep->p0) * nb) * qstep
+    wq[v] = kUnpacked ? prep->unpacked + prep->UnpackedOffset(p + v, nb)
                       : w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
     if constexpr (kGemm) {
-      const size_t first = static_cast<size_t>((p + v - prep->p0) * nb) * kPanelCols;
+      const size_t first = prep->ColumnOffset(p + v, nb);
       ws32[v] = prep->scales + first;
       wm32[v] = kMins ? prep->mins + first : nullptr;
     }
