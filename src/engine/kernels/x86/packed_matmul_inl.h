@@ -63,64 +63,53 @@ inline void ConvertPanelScales(const PackedMatrix& w, int64_t p0, int64_t p1, fl
                                float* mins) {
   const int64_t nb = w.blocks();
   const int64_t stride = w.scale_block_stride();
+  // One panel block's 16 f16 values to f32.
+  auto convert = [](const uint16_t* src, float* dst) {
+    for (int h = 0; h < kPanelCols; h += 8) {
+      _mm256_store_ps(dst + h,
+                      _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(src + h))));
+    }
+  };
   for (int64_t p = p0; p < p1; ++p) {
     const uint16_t* s = w.scales(p, 0);
     const uint16_t* mn = mins != nullptr ? w.mins(p, 0) : nullptr;
     for (int64_t b = 0; b < nb; ++b, s += stride, scales += kPanelCols) {
-      for (int h = 0; h < kPanelCols; h += 8) {
-        _mm256_store_ps(scales + h,
-                        _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(s + h))));
-      }
+      convert(s, scales);
       if (mn == nullptr) continue;
-      for (int h = 0; h < kPanelCols; h += 8) {
-        _mm256_store_ps(mins + h,
-                        _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mn + h))));
-      }
+      convert(mn, mins);
       mn += stride;
       mins += kPanelCols;
     }
   }
 }
 
-// Writes, for panels [p0, p1) of a kQ8 matrix and every block, each column's -128 * sum(w) (w =
-// the stored byte - 128, the signed weight) as 16 int32 per block, in ConvertPanelScales'
-// order: the correction of the AVX2 GEMM that multiplies the signed weights by the activations
-// + 128 (x86/packed_matmul_avx2_inl.h).
-inline void SignedWeightBiases(const PackedMatrix& w, int64_t p0, int64_t p1, int32_t* dst) {
+// The AVX2 kQ8 GEMM's weights (TileSplit, x86/packed_matmul_avx2_inl.h: it multiplies the
+// signed weights by the activations + 128): for panels [p0, p1), every block, the signed weights
+// w = the stored bytes - 128 to `weights` in UnpackNibbles' order (the kQ8 layout, panel after
+// panel), and each column's -128 * sum(w) to `biases` as 16 int32 per block, in
+// ConvertPanelScales' order.
+inline void SignedWeightsAndBiases(const PackedMatrix& w, int64_t p0, int64_t p1,
+                                   uint8_t* weights, int32_t* biases) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
-  const __m256i bytes_offset = _mm256_set1_epi32(32 * 128);  // sum(u) - sum(w) per column
-  const int64_t nb = w.blocks();
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* q = w.qs(p, 0);
-    for (int64_t b = 0; b < nb; ++b, q += w.qs_block_stride(), dst += kPanelCols) {
-      for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
-        __m256i sum_u = _mm256_setzero_si256();
-        for (int k4 = 0; k4 < 8; ++k4) {
-          const __m256i u =
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(q + k4 * 64 + h * 32));
-          sum_u = _mm256_add_epi32(sum_u,
-                                   _mm256_madd_epi16(_mm256_maddubs_epi16(u, ones8), ones16));
-        }
-        const __m256i sum_w = _mm256_sub_epi32(sum_u, bytes_offset);
-        const __m256i bias = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), sum_w), 7);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + h * 8), bias);
-      }
-    }
-  }
-}
-
-// Writes panels [p0, p1) of a kQ8 matrix, every block, to dst as the signed weights (the stored
-// bytes - 128), in UnpackNibbles' order (the kQ8 layout, panel after panel).
-inline void SignedWeights(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t* dst) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const int64_t nb = w.blocks();
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* src = w.qs(p, 0);
-    for (int64_t b = 0; b < nb; ++b, src += w.qs_block_stride(), dst += kUnpackedBlockBytes) {
+    for (int64_t b = 0; b < nb;
+         ++b, src += w.qs_block_stride(), weights += kUnpackedBlockBytes, biases += kPanelCols) {
+      __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // columns 0-7, 8-15
       for (size_t i = 0; i < kUnpackedBlockBytes; i += 32) {
-        const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + i));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_xor_si256(u, flip));
+        const __m256i ws = _mm256_xor_si256(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(src + i)), flip);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(weights + i), ws);
+        // 1 x w summed in pairs, then the pairs: each int32 lane is one column's 4 weights.
+        const __m256i quad = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ws), ones16);
+        sum[(i / 32) % 2] = _mm256_add_epi32(sum[(i / 32) % 2], quad);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i bias = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), sum[h]), 7);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(biases + h * 8), bias);
       }
     }
   }
@@ -137,12 +126,12 @@ inline void SignedWeights(const PackedMatrix& w, int64_t p0, int64_t p1, uint8_t
 // the per-block size (kUnpackedBlockBytes bytes, or kPanelCols floats or int32).
 struct GemmPrep {
   int64_t p0 = 0;
-  // 4-bit formats: UnpackNibbles' layout; kQ8 with the weight biases: SignedWeights'.
+  // 4-bit formats: UnpackNibbles' layout; kQ8 with split_q8: SignedWeightsAndBiases'.
   const uint8_t* unpacked = nullptr;
   const float* scales = nullptr;      // ConvertPanelScales' layout
   const float* mins = nullptr;        // kQ4K only
-  const int32_t* weight_biases = nullptr;  // kQ8, when asked for: SignedWeightBiases' layout
-  // With the weight biases: rows [m0, m1) of the activations + 128, each block's bytes split
+  const int32_t* weight_biases = nullptr;  // kQ8 with split_q8: SignedWeightsAndBiases'
+  // With split_q8 (kQ8): rows [m0, m1) of the activations + 128, each block's bytes split
   // into 32 low then 32 high nibbles; row m, block b at a_split + ((m - m0) * blocks + b) * 64.
   int64_t m0 = 0;
   const int8_t* a_split = nullptr;
@@ -192,6 +181,7 @@ class AlignedBuffer {
     }
     return data_;
   }
+  uint8_t* data() const { return data_; }
 
  private:
   uint8_t* data_ = nullptr;
@@ -210,67 +200,66 @@ class GemmPrepCache {
   // of a 4-bit matrix at k = 14336) are not prepared: the caller runs the tiles that convert
   // per tile.
   static constexpr size_t kMaxBytes = size_t{8} << 20;
-  // w's panels [p0, p1) prepared into *prep (the fields of w's format; a kQ8 matrix's weight
-  // biases when `weight_biases`); false when they are too many or the memory cannot be
-  // allocated.
-  bool Get(const PackedMatrix& w, int64_t p0, int64_t p1, bool weight_biases, GemmPrep* prep) {
+  // w's panels [p0, p1) prepared into *prep (the fields of w's format; for a kQ8 matrix and
+  // `split_q8`, the signed weights and their biases); false when they are too many or the memory
+  // cannot be allocated.
+  bool Get(const PackedMatrix& w, int64_t p0, int64_t p1, bool split_q8, GemmPrep* prep) {
     const size_t units = static_cast<size_t>((p1 - p0) * w.blocks());
     const bool nibbles = w.format() != PackedFormat::kQ8;
     const bool mins = w.format() == PackedFormat::kQ4K;
-    const bool biases = weight_biases && w.format() == PackedFormat::kQ8;
-    const size_t unpacked_bytes = nibbles || biases ? units * kUnpackedBlockBytes : 0;
-    const size_t scale_bytes = units * kPanelCols * sizeof(float);  // also the biases' size
-    const size_t bytes = unpacked_bytes + scale_bytes * (mins || biases ? 2 : 1);
-    // (a cache filled without the biases is refilled when they are asked for)
-    if (w.serial() != serial_ || p0 != p0_ || p1 != p1_ || biases != biases_) {
+    const bool signed_q8 = split_q8 && w.format() == PackedFormat::kQ8;
+    // Layout: the bytes (unpacked quants or signed weights), the f32 scales, then the mins or
+    // the biases (as many values as the scales).
+    const size_t byte_bytes = nibbles || signed_q8 ? units * kUnpackedBlockBytes : 0;
+    const size_t scale_bytes = units * kPanelCols * sizeof(float);
+    const size_t bytes = byte_bytes + scale_bytes * (mins || signed_q8 ? 2 : 1);
+    // (a cache filled without the signed weights is refilled when they are asked for)
+    if (w.serial() != serial_ || p0 != p0_ || p1 != p1_ || signed_q8 != signed_q8_) {
       if (bytes > kMaxBytes) return false;
-      data_ = buffer_.Get(bytes);
-      if (data_ == nullptr) {
+      uint8_t* data = buffer_.Get(bytes);
+      if (data == nullptr) {
         serial_ = 0;
         return false;
       }
-      if (nibbles) UnpackNibbles(w, p0, p1, data_);
-      if (biases) SignedWeights(w, p0, p1, data_);
-      ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data_ + unpacked_bytes),
-                         mins ? reinterpret_cast<float*>(data_ + unpacked_bytes + scale_bytes)
-                              : nullptr);
-      if (biases) {
-        SignedWeightBiases(w, p0, p1,
-                           reinterpret_cast<int32_t*>(data_ + unpacked_bytes + scale_bytes));
-      }
+      uint8_t* second = data + byte_bytes + scale_bytes;
+      if (nibbles) UnpackNibbles(w, p0, p1, data);
+      if (signed_q8) SignedWeightsAndBiases(w, p0, p1, data, reinterpret_cast<int32_t*>(second));
+      ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data + byte_bytes),
+                         mins ? reinterpret_cast<float*>(second) : nullptr);
       serial_ = w.serial();
       p0_ = p0;
       p1_ = p1;
-      biases_ = biases;
+      signed_q8_ = signed_q8;
     }
-    uint8_t* second = data_ + unpacked_bytes + scale_bytes;  // mins or biases
+    const uint8_t* data = buffer_.data();
+    const uint8_t* second = data + byte_bytes + scale_bytes;
     prep->p0 = p0;
-    prep->unpacked = nibbles || biases ? data_ : nullptr;
-    prep->scales = reinterpret_cast<const float*>(data_ + unpacked_bytes);
+    prep->unpacked = nibbles || signed_q8 ? data : nullptr;
+    prep->scales = reinterpret_cast<const float*>(data + byte_bytes);
     prep->mins = mins ? reinterpret_cast<const float*>(second) : nullptr;
-    prep->weight_biases = biases ? reinterpret_cast<const int32_t*>(second) : nullptr;
+    prep->weight_biases = signed_q8 ? reinterpret_cast<const int32_t*>(second) : nullptr;
     return true;
   }
 
  private:
   AlignedBuffer buffer_;
-  uint8_t* data_ = nullptr;  // buffer_'s
   uint64_t serial_ = 0;  // 0: none (serials start at 1)
   int64_t p0_ = 0, p1_ = 0;
-  bool biases_ = false;
+  bool signed_q8_ = false;
 };
 
 // Fills *prep for a call over rows [m0, m1) and panels [p0, p1) when it takes the prepared
 // operands: kGemmPrepMinRows rows or more, the args' a_scales and a_offsets set, and the panels
-// prepared in this thread's cache (with a kQ8 matrix's weight biases when `weight_biases`).
-// False: the caller runs the tiles that convert per tile.
+// prepared in this thread's cache; with `split_q8` a kQ8 matrix also gets TileSplit's operands
+// (the signed weights, their biases, and the activations split into nibbles). False: the caller
+// runs the tiles that convert per tile.
 inline bool PrepareGemm(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
-                        int64_t p1, GemmPrep* prep, bool weight_biases = false) {
+                        int64_t p1, GemmPrep* prep, bool split_q8 = false) {
   if (m1 - m0 < kGemmPrepMinRows || args.a_scales == nullptr || args.a_offsets == nullptr) {
     return false;
   }
   thread_local GemmPrepCache cache;
-  if (!cache.Get(*args.w, p0, p1, weight_biases, prep)) return false;
+  if (!cache.Get(*args.w, p0, p1, split_q8, prep)) return false;
   if (prep->weight_biases == nullptr) return true;
   thread_local AlignedBuffer split;
   const auto bytes = static_cast<size_t>((m1 - m0) * args.w->blocks() * 64);
