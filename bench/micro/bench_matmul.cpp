@@ -337,6 +337,14 @@ void RegisterAll() {
               ->Unit(benchmark::kMillisecond);
         }
       }
+      // A step of batched decode (8 sequences, continuous batching): too few rows for the
+      // prepared operands of the prompt products, so the tiles convert per tile.
+      for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
+        const std::string name = "gemm_packed/" + std::string(DTypeName(t)) + "/" + isa_name +
+                                 "/m8_n2048_k2048/t" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, t, isa, 8, 2048, 2048, threads, true)
+            ->UseRealTime();
+      }
       // The encoders' products without a tile unit (F16 weights packed as int8 by the fast
       // precision): InternViT-300M's at 448x448 (1025 patches, d 1024, ffn 4096).
       const Shape encoder_shapes[] = {{1024, 1024}, {4096, 1024}, {1024, 4096}};
