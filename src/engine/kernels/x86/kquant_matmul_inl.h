@@ -26,6 +26,17 @@ inline __m128i UnpackScalesMinsK4(const uint8_t* q) {
                         static_cast<int>(m_hi));
 }
 
+// An empty asm that takes v in a register and may change it: GCC may reorder integer sums,
+// and rewrote each row's chain of sub-block sums into trees whose partial sums spilled (as in
+// packed_matmul_avx2_inl.h's KeepInRegister).
+inline void KeepSumInRegister(__m256i& v) {
+#if defined(__AVX512VL__)
+  asm("" : "+v"(v));
+#else
+  asm("" : "+x"(v));
+#endif
+}
+
 // Q4_K / Q5_K: 8 sub-blocks of 32, x = d sc_s q - dmin m_s.
 // dot = d d_a sum_s sc_s (q . a)_s - dmin d_a sum_s m_s (bsum_{2s} + bsum_{2s+1}).
 template <bool kFifthBit>
@@ -52,35 +63,40 @@ struct QK4Kernel {
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
         // mins duplicated per 16-element bsum: [m0 m0 m1 m1 ... m7 m7].
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
-        __m256i q[8];
+        // Sub-block by sub-block, each one's quants and scale serving every row before the
+        // next are made: all 8 of each live across the rows did not fit the 16 registers of
+        // AVX2 and spilled every block (the same integers in another order).
+        __m256i sum[MR];
+        for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_si256();
         for (int s2 = 0; s2 < 4; ++s2) {
           const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * s2));
-          q[2 * s2] = _mm256_and_si256(bytes, low4);
-          q[2 * s2 + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+          __m256i q[2] = {_mm256_and_si256(bytes, low4),
+                          _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4)};
           if constexpr (kFifthBit) {
             const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
             const __m256i one = _mm256_set1_epi8(1);
             const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * s2), one);
             const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * s2 + 1), one);
-            q[2 * s2] = _mm256_or_si256(q[2 * s2], _mm256_slli_epi16(h0, 4));
-            q[2 * s2 + 1] = _mm256_or_si256(q[2 * s2 + 1], _mm256_slli_epi16(h1, 4));
+            q[0] = _mm256_or_si256(q[0], _mm256_slli_epi16(h0, 4));
+            q[1] = _mm256_or_si256(q[1], _mm256_slli_epi16(h1, 4));
           }
-        }
-        __m256i scale[8];
-        for (int s = 0; s < 8; ++s) {
-          scale[s] = _mm256_shuffle_epi8(
-              sc16, _mm256_set1_epi16(static_cast<int16_t>((2 * s) | ((2 * s + 1) << 8))));
+          for (int h = 0; h < 2; ++h) {
+            const int s = 2 * s2 + h;
+            const __m256i scale = _mm256_shuffle_epi8(
+                sc16, _mm256_set1_epi16(static_cast<int16_t>((2 * s) | ((2 * s + 1) << 8))));
+            for (int i = 0; i < MR; ++i) {
+              const __m256i av =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs + 32 * s));
+              sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q[h], av), scale));
+              KeepSumInRegister(sum[i]);
+            }
+          }
         }
         for (int i = 0; i < MR; ++i) {
           const BlockQ8_K& y = a[i][b];
-          __m256i sum = _mm256_setzero_si256();
-          for (int s = 0; s < 8; ++s) {
-            const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * s));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], av), scale[s]));
-          }
           const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
           const __m256i msum = _mm256_madd_epi16(bs, mins16);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * y.d), acc[i][j]);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(d * y.d), acc[i][j]);
           acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(-dmin * y.d), acc[i][j]);
         }
       }
@@ -109,37 +125,38 @@ struct Q6KKernel {
         const float d = HalfToFloat(x.d);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);  // 16 scales as int16
-        // q[g]: 32 consecutive elements 32 g .. 32 g + 31 (sub-blocks 2g, 2g + 1).
-        __m256i q[8];
+        // q: 32 consecutive elements 32 g .. 32 g + 31 (sub-blocks 2g, 2g + 1), made one at a
+        // time and used by every row (as QK4Kernel: all 8 live across the rows spilled on AVX2).
+        __m256i sum[MR];
+        for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_si256();
         for (int h = 0; h < 2; ++h) {
           const uint8_t* ql = x.ql + 64 * h;
           const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * h));
           const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
           const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-          const __m256i lo[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
-                                 _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
           for (int g = 0; g < 4; ++g) {
+            const __m256i l = g % 2 == 0 ? l0 : l1;
+            const __m256i lo = g < 2 ? _mm256_and_si256(l, low4)
+                                     : _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), low2);
-            q[4 * h + g] = _mm256_or_si256(lo[g], _mm256_slli_epi16(hi, 4));
+            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            // int16 [sc_{2s} x8 | sc_{2s+1} x8], matching maddubs' 16 pair sums.
+            const int sg = 4 * h + g;
+            const __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(x.scales[2 * sg]),
+                                                    _mm_set1_epi16(x.scales[2 * sg + 1]));
+            for (int i = 0; i < MR; ++i) {
+              const __m256i av =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs + 32 * sg));
+              sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scale));
+              KeepSumInRegister(sum[i]);
+            }
           }
-        }
-        // scale[g]: int16 [sc_{2g} x8 | sc_{2g+1} x8], matching maddubs' 16 pair sums.
-        __m256i scale[8];
-        for (int g = 0; g < 8; ++g) {
-          scale[g] = _mm256_setr_m128i(_mm_set1_epi16(x.scales[2 * g]),
-                                       _mm_set1_epi16(x.scales[2 * g + 1]));
         }
         for (int i = 0; i < MR; ++i) {
           const BlockQ8_K& y = a[i][b];
-          __m256i sum = _mm256_setzero_si256();
-          for (int g = 0; g < 8; ++g) {
-            const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * g));
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], av), scale[g]));
-          }
           const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-          sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * y.d), acc[i][j]);
+          sum[i] = _mm256_sub_epi32(sum[i], _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(d * y.d), acc[i][j]);
         }
       }
     }
