@@ -8,6 +8,7 @@
 // per super-block is exact integer arithmetic.
 #pragma once
 
+#include "engine/kernels/x86/keep_in_register_inl.h"
 #include "engine/kernels/x86/simd_inl.h"
 #include "engine/tensor/quant_blocks.h"
 
@@ -24,17 +25,6 @@ inline __m128i UnpackScalesMinsK4(const uint8_t* q) {
   const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
   return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
                         static_cast<int>(m_hi));
-}
-
-// An empty asm that takes v in a register and may change it: GCC may reorder integer sums,
-// and rewrote each row's chain of sub-block sums into trees whose partial sums spilled (as in
-// packed_matmul_avx2_inl.h's KeepInRegister).
-inline void KeepSumInRegister(__m256i& v) {
-#if defined(__AVX512VL__)
-  asm("" : "+v"(v));
-#else
-  asm("" : "+x"(v));
-#endif
 }
 
 // Q4_K / Q5_K: 8 sub-blocks of 32, x = d sc_s q - dmin m_s.
@@ -68,12 +58,14 @@ struct QK4Kernel {
         // AVX2 and spilled every block (the same integers in another order).
         __m256i sum[MR];
         for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_si256();
+        // Q5_K: the fifth bits of all 256 values, bit s of byte e for element 32 s + e.
+        __m256i hb{};
+        if constexpr (kFifthBit) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
         for (int s2 = 0; s2 < 4; ++s2) {
           const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * s2));
           __m256i q[2] = {_mm256_and_si256(bytes, low4),
                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4)};
           if constexpr (kFifthBit) {
-            const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh));
             const __m256i one = _mm256_set1_epi8(1);
             const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * s2), one);
             const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * s2 + 1), one);
@@ -88,7 +80,7 @@ struct QK4Kernel {
               const __m256i av =
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs + 32 * s));
               sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q[h], av), scale));
-              KeepSumInRegister(sum[i]);
+              KeepInRegister(sum[i]);
             }
           }
         }
@@ -148,7 +140,7 @@ struct Q6KKernel {
               const __m256i av =
                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs + 32 * sg));
               sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, av), scale));
-              KeepSumInRegister(sum[i]);
+              KeepInRegister(sum[i]);
             }
           }
         }

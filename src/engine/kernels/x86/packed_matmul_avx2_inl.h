@@ -30,6 +30,7 @@
 #include <cstring>
 
 #include "engine/kernels/packed_int8.h"
+#include "engine/kernels/x86/keep_in_register_inl.h"
 #include "engine/kernels/x86/packed_matmul_inl.h"
 #include "engine/kernels/tile_table_inl.h"
 #include "engine/tensor/quant_blocks.h"
@@ -50,13 +51,6 @@ inline __m256i Broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// An empty asm that takes v in a register and may change it: the compiler can neither
-// reassociate a sum across it nor move the sum's terms past it. GCC otherwise rewrote a
-// block's chains of vpaddw (integer sums, which it may reorder) into trees over all the
-// block's products, which did not fit the 16 registers and spilled: 1 thread, 512 x 2048 x
-// 2048, with / without: q4_0 GEMM (TileNibbles) 211-215 / 131-146 GFLOP/s, q4_K 178-190 /
-// 121-127, kQ8 (TileSplit) 114-119 / 74-76 (bench/RESULTS.md, session 35).
-inline void KeepInRegister(__m256i& v) { asm("" : "+x"(v)); }
 
 // Stores the 8 columns starting at `col` of one output row, only those below n.
 inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
