@@ -16,6 +16,7 @@
 #include "engine/kernels/q8_0_row_inl.h"
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quant_blocks.h"
+#include "engine/tensor/quant_fit.h"
 #include "engine/tensor/quantize.h"
 
 namespace vlmd::engine::kernels {
@@ -48,7 +49,60 @@ PackedFormat PackedFormatOf(DType dtype) {
 size_t PackedMatrix::bytes() const {
   const size_t units = Units();
   const size_t per_scale_set = kPanelCols * sizeof(uint16_t);
-  return units * (qs_bytes_per_block() + per_scale_set * (mins_ ? 2 : 1));
+  const size_t scale_sets = (scales_ ? 1 : 0) + (mins_ ? 1 : 0);
+  const size_t column_scales =
+      column_scales_ ? static_cast<size_t>(panels_) * kPanelCols * sizeof(float) : 0;
+  return units * (qs_bytes_per_block() + per_scale_set * scale_sets) + column_scales;
+}
+
+namespace {
+// A float row's one scale for all of it (kQ8Col) and its quants: the Q8_0 rule over the whole
+// row, d = amax / 127, q = round half away (x / d) (0 for a zero row). Returns d.
+float QuantizeColumn(const float* x, int64_t k, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t e = 0; e < k; ++e) amax = std::max(amax, std::fabs(x[e]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int64_t e = 0; e < k; ++e) {
+    q[e] = static_cast<int8_t>(std::clamp(quant::RoundHalfAway(x[e] * id), -127, 127));
+  }
+  return d;
+}
+
+// Whether one float row (k values, finite) may take one scale: its squared error then is at most
+// kColumnScaleErrorRatio times that of its Q8_0 blocks (`blocks`, the row's quantization), plus
+// a slack of 1e-9 of its energy (rows that Q8_0 blocks hold exactly, e.g. all zeros).
+bool ColumnScaleFits(const float* x, int64_t k, const BlockQ8_0* blocks, int8_t* q_scratch) {
+  const float d = QuantizeColumn(x, k, q_scratch);
+  double err_column = 0.0, err_blocks = 0.0, energy = 0.0;
+  for (int64_t e = 0; e < k; ++e) {
+    const double v = x[e];
+    const double by_column = static_cast<double>(d) * q_scratch[e];
+    const BlockQ8_0& b = blocks[e / kPackBlock];
+    const double by_block = static_cast<double>(F16ToF32(b.d)) * b.qs[e % kPackBlock];
+    err_column += (v - by_column) * (v - by_column);
+    err_blocks += (v - by_block) * (v - by_block);
+    energy += v * v;
+  }
+  return err_column <= kColumnScaleErrorRatio * err_blocks + 1e-9 * energy;
+}
+}  // namespace
+
+void PackedMatrix::PackQuants(int64_t col, int64_t block, const int8_t* q) {
+  const int j = static_cast<int>(col % kPanelCols);
+  uint8_t* qs = qs_.get() + Unit(col / kPanelCols, block) * 512;
+  for (int quad = 0; quad < 8; ++quad) {
+    for (int e = 0; e < 4; ++e) {
+      qs[quad * 64 + j * 4 + e] = static_cast<uint8_t>(q[4 * quad + e] + 128);
+    }
+  }
+}
+
+void PackedMatrix::PackColumnScaled(int64_t col, const float* row) {
+  const int64_t nb = blocks();
+  std::vector<int8_t> q(static_cast<size_t>(nb * kPackBlock));
+  column_scales_.get()[col] = QuantizeColumn(row, nb * kPackBlock, q.data());
+  for (int64_t b = 0; b < nb; ++b) PackQuants(col, b, q.data() + b * kPackBlock);
 }
 
 void PackedMatrix::PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles) {
@@ -97,12 +151,7 @@ void PackedMatrix::PackColumnQ8(int64_t col, const BlockQ8_0* row) {
   const int64_t p = col / kPanelCols, nb = blocks();
   const int j = static_cast<int>(col % kPanelCols);
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* qs = qs_.get() + Unit(p, b) * 512;
-    for (int q = 0; q < 8; ++q) {
-      for (int e = 0; e < 4; ++e) {
-        qs[q * 64 + j * 4 + e] = static_cast<uint8_t>(row[b].qs[4 * q + e] + 128);
-      }
-    }
+    PackQuants(col, b, row[b].qs);
     scales_.get()[Unit(p, b) * kPanelCols + j] = row[b].d;
   }
 }
@@ -118,6 +167,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   if (sources.empty()) return InvalidArgumentError("PackedMatrix: nothing to pack");
   const PackedFormat format = PackedFormatOf(sources[0].dtype);
   int64_t n = 0;
+  bool all_float = true;
   for (const PackSource& s : sources) {
     if (!CanPack(s.dtype)) {
       return InvalidArgumentError("PackedMatrix: cannot pack " + std::string(DTypeName(s.dtype)));
@@ -129,6 +179,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     }
     const bool float_rows =
         s.dtype == DType::kF32 || s.dtype == DType::kF16 || s.dtype == DType::kBF16;
+    all_float = all_float && float_rows;
     if (s.n < 1 || k < 1 || s.data == nullptr) {
       return InvalidArgumentError("PackedMatrix: bad shape n=" + std::to_string(s.n) +
                                   " k=" + std::to_string(k));
@@ -144,22 +195,6 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
                                   " is smaller than a row");
     }
     n += s.n;
-  }
-  static std::atomic<uint64_t> next_serial{1};
-  std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
-  pm->serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
-  pm->format_ = format;
-  pm->n_ = n;
-  pm->k_ = k;
-  pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
-  const int64_t nb = pm->blocks();
-  const size_t units = pm->Units();
-  pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
-  pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
-  if (format == PackedFormat::kQ4K) pm->mins_.reset(AlignedArray<uint16_t>(units * kPanelCols));
-  if (!pm->qs_ || !pm->scales_ || (format == PackedFormat::kQ4K && !pm->mins_)) {
-    return ResourceExhaustedError("PackedMatrix: cannot allocate " +
-                                  std::to_string(pm->bytes()) + " bytes");
   }
   // Column `col`'s source row, by the sources' first columns.
   std::vector<int64_t> first_col;
@@ -179,6 +214,82 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     const int64_t row = col - first_col[i];
     return SourceRow{&s, row, static_cast<const uint8_t*>(s.data) + static_cast<size_t>(row) * s.row_bytes};
   };
+  const int64_t nb = (k + kPackBlock - 1) / kPackBlock;
+  // A float, Q5_K or Q6_K row's values into f32_row (nb * 32 values: the tail stays zero) and
+  // their Q8_0 blocks into q8_row (Q8_0's round-to-nearest); an error names the tensor and row.
+  auto quantize_row = [&](const SourceRow& src, std::vector<float>& f32_row,
+                          std::vector<BlockQ8_0>& q8_row) {
+    Status s = DequantizeRow(src.source->dtype, src.data, f32_row.data(), k);
+    if (s.ok()) s = QuantizeRow(DType::kQ8_0, f32_row.data(), q8_row.data(), nb * kPackBlock);
+    if (s.ok()) return s;  // e.g. an inf in the file: refused, not packed as garbage
+    const std::string_view name = src.source->name;
+    return s.WithContext(
+        "packing weights to int8 blocks (the fast precision; exact keeps them as they are), " +
+        (name.empty() ? std::string("matrix") : "tensor '" + std::string(name) + "'") + " row " +
+        std::to_string(src.row));
+  };
+  std::vector<Status> errors(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
+  // fn(i0, i1, thread) over [0, items): on the pool in a few tasks per thread, handed out as
+  // threads free up.
+  auto for_ranges = [&](int64_t items, auto&& fn) {
+    if (pool == nullptr || pool->size() == 1 || items == 1) return fn(int64_t{0}, items, 0);
+    const int64_t tasks = std::min<int64_t>(items, 4 * static_cast<int64_t>(pool->size()));
+    pool->ParallelFor(tasks, [&](int64_t t, int thread) {
+      fn(items * t / tasks, items * (t + 1) / tasks, thread);
+    });
+  };
+  // Float rows take one scale per column when every column passes ColumnScaleFits.
+  bool column_scales = false;
+  if (all_float) {
+    std::atomic<bool> fits{true};
+    for_ranges(n, [&](int64_t c0, int64_t c1, int thread) {
+      std::vector<float> f32_row(static_cast<size_t>(nb * kPackBlock), 0.0f);
+      std::vector<BlockQ8_0> q8_row(static_cast<size_t>(nb));
+      std::vector<int8_t> q(static_cast<size_t>(nb * kPackBlock));
+      for (int64_t col = c0; col < c1 && fits.load(std::memory_order_relaxed); ++col) {
+        Status s = quantize_row(source_row(col), f32_row, q8_row);
+        if (!s.ok()) {
+          errors[static_cast<size_t>(thread)] = std::move(s);
+          fits = false;
+          return;
+        }
+        if (!ColumnScaleFits(f32_row.data(), nb * kPackBlock, q8_row.data(), q.data())) {
+          fits = false;
+        }
+      }
+    });
+    for (Status& s : errors) {
+      if (!s.ok()) return s;
+    }
+    column_scales = fits.load();
+  }
+  static std::atomic<uint64_t> next_serial{1};
+  std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
+  pm->serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+  pm->format_ = column_scales ? PackedFormat::kQ8Col : format;
+  pm->n_ = n;
+  pm->k_ = k;
+  pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
+  const size_t units = pm->Units();
+  pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
+  bool allocated = pm->qs_ != nullptr;
+  if (column_scales) {
+    const size_t count = static_cast<size_t>(pm->panels_) * kPanelCols;
+    pm->column_scales_.reset(AlignedArray<float>(count));
+    allocated = allocated && pm->column_scales_;
+    if (allocated) std::fill_n(pm->column_scales_.get(), count, 0.0f);  // padding columns
+  } else {
+    pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
+    allocated = allocated && pm->scales_;
+  }
+  if (format == PackedFormat::kQ4K) {
+    pm->mins_.reset(AlignedArray<uint16_t>(units * kPanelCols));
+    allocated = allocated && pm->mins_;
+  }
+  if (!allocated) {
+    return ResourceExhaustedError("PackedMatrix: cannot allocate " +
+                                  std::to_string(pm->bytes()) + " bytes");
+  }
   // Panel groups are independent (each owns a contiguous range of units, see Unit()), so they
   // are packed in parallel: each task first fills its units with the padding values (zero
   // scale, the offset as the weight: padding columns contribute 0), which is also where the
@@ -186,14 +297,15 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
   // thread, most of it here and in the kernel zeroing those pages.
   const int64_t group = pm->group_panels(), n_groups = (pm->panels_ + group - 1) / group;
   const size_t units_per_group = static_cast<size_t>(group * nb);
-  std::vector<Status> errors(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   auto pack_groups = [&](int64_t g0, int64_t g1, int thread) {
     const size_t u0 = static_cast<size_t>(g0) * units_per_group;
     const size_t u1 = static_cast<size_t>(g1) * units_per_group;
     const size_t qs_bytes = pm->qs_bytes_per_block();
-    std::memset(pm->qs_.get() + u0 * qs_bytes, format == PackedFormat::kQ8 ? 128 : 0x88,
+    std::memset(pm->qs_.get() + u0 * qs_bytes, HasNibbles(pm->format_) ? 0x88 : 128,
                 (u1 - u0) * qs_bytes);
-    std::memset(pm->scales_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));
+    if (pm->scales_) {
+      std::memset(pm->scales_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));
+    }
     if (pm->mins_) {
       std::memset(pm->mins_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));
     }
@@ -210,6 +322,15 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
       }
       if (pm->format_ == PackedFormat::kQ4K) {
         pm->PackColumnQ4K(col, reinterpret_cast<const BlockQ4_K*>(row));
+        continue;
+      }
+      if (pm->format_ == PackedFormat::kQ8Col) {  // rows checked finite by the first pass
+        Status s = DequantizeRow(dtype, row, f32_row.data(), k);
+        if (!s.ok()) {
+          errors[static_cast<size_t>(thread)] = std::move(s);
+          return;
+        }
+        pm->PackColumnScaled(col, f32_row.data());
         continue;
       }
       const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
@@ -230,16 +351,10 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
           }
         }
         blocks = q8_row.data();
-      } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K: Q8_0's round-to-nearest
-                                           // of their values first
-        Status s = DequantizeRow(dtype, row, f32_row.data(), k);
-        if (s.ok()) s = QuantizeRow(DType::kQ8_0, f32_row.data(), q8_row.data(), nb * kPackBlock);
-        if (!s.ok()) {  // e.g. an inf in the file: refused, not packed as garbage
-          const std::string_view name = src.source->name;
-          errors[static_cast<size_t>(thread)] = s.WithContext(
-              "packing weights to int8 blocks (the fast precision; exact keeps them as they "
-              "are), " + (name.empty() ? std::string("matrix") : "tensor '" + std::string(name) + "'") +
-              " row " + std::to_string(src.row));
+      } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K
+        Status s = quantize_row(src, f32_row, q8_row);
+        if (!s.ok()) {
+          errors[static_cast<size_t>(thread)] = std::move(s);
           return;
         }
         blocks = q8_row.data();
@@ -247,15 +362,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
       pm->PackColumnQ8(col, blocks);
     }
   };
-  if (pool == nullptr || pool->size() == 1 || n_groups == 1) {
-    pack_groups(0, n_groups, 0);
-  } else {
-    // A few tasks per thread, handed out as threads free up.
-    const int64_t tasks = std::min<int64_t>(n_groups, 4 * static_cast<int64_t>(pool->size()));
-    pool->ParallelFor(tasks, [&](int64_t t, int thread) {
-      pack_groups(n_groups * t / tasks, n_groups * (t + 1) / tasks, thread);
-    });
-  }
+  for_ranges(n_groups, pack_groups);
   for (Status& s : errors) {
     if (!s.ok()) return s;
   }
@@ -266,7 +373,7 @@ void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* d
   const int64_t k = w.k();
   // Panels are k * 16 values apart: a zero-padded last block would write into the next one.
   VLMD_CHECK_MSG(k % kPackBlock == 0, "PackedToTiles needs k to be a multiple of 32");
-  const bool q4 = w.format() != PackedFormat::kQ8;
+  const bool q4 = HasNibbles(w.format());
   for (int64_t p = p0; p < p1; ++p) {
     uint16_t* panel = dst + (p - p0) * k * kPanelCols;
     for (int64_t b = 0; b < w.blocks(); ++b) {
@@ -274,7 +381,8 @@ void PackedToTilesRef(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t* d
       const uint16_t* scales = w.scales(p, b);
       const uint16_t* mins = w.mins(p, b);
       for (int j = 0; j < kPanelCols; ++j) {
-        const float d = F16ToF32(scales[j]);
+        const float d = w.format() == PackedFormat::kQ8Col ? w.column_scales(p)[j]
+                                                           : F16ToF32(scales[j]);
         for (int i = 0; i < kPackBlock; ++i) {
           int u;  // the stored value of column j, element 32 b + i (layout: packed_int8.h)
           if (q4) {
@@ -317,7 +425,8 @@ void ConvertQ8_0SumsRef(const float* x, void* y, int32_t* sums, int64_t k) {
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
-  const bool q4 = w.format() != PackedFormat::kQ8;
+  const bool q4 = HasNibbles(w.format());
+  const bool column_scales = w.format() == PackedFormat::kQ8Col;
   for (int64_t m = m0; m < m1; ++m) {
     const auto* a = reinterpret_cast<const BlockQ8_0*>(args.a + m * args.a_row_bytes);
     const int32_t* sums = args.a_sums + m * nb;
@@ -341,6 +450,10 @@ void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64
             dot += u * a[b].qs[e];
           }
           const float da = F16ToF32(a[b].d);
+          if (column_scales) {  // the column's scale once, below
+            acc = std::fma(static_cast<float>(dot), da, acc);
+            continue;
+          }
           const float d = F16ToF32(w.scales(p, b)[j]) * da;
           acc = std::fma(static_cast<float>(dot), d, acc);  // as the kernels do
           if (w.mins(p, b) != nullptr) {  // kQ4K: - mn * (da * sum(a))
@@ -348,6 +461,7 @@ void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64
             acc = std::fma(-F16ToF32(w.mins(p, b)[j]), da_sum, acc);
           }
         }
+        if (column_scales) acc *= w.column_scales(p)[j];
         args.out[m * args.out_stride + col] = acc;
       }
     }

@@ -10,8 +10,10 @@
 //            kQ4: 256 bytes, byte [c * 64 + j * 4 + r] = w4[.. 32b + 8c + r] | w4[.. 32b + 8c + 4 + r] << 4
 //                 (c = 0..3; w4 = the Q4_0 nibble 0..15, i.e. the weight / d + 8)
 //            kQ4K: as kQ4, w4 = the Q4_K quant 0..15 of that 32-value sub-block
-//   scales : 16 f16 values d (one per column; 0 in padding columns)
+//   scales : 16 f16 values d (one per column; 0 in padding columns); none in kQ8Col
 //   mins   : kQ4K only: 16 f16 values mn (Q4_K's dmin * m of the sub-block)
+// kQ8Col is kQ8's bytes with one f32 scale per column for all of k instead (column_scales:
+// 16 per panel, panel after panel), for float rows only (below).
 // qs, scales and mins are separate arrays, each in groups of group_panels() panels: group g,
 // block b holds the group's panels' entries one after the other, then block b + 1 follows; a
 // last group with fewer panels is padded. kQ4 and kQ4K use groups of 4 (kPanelGroup), so that a
@@ -34,10 +36,17 @@
 // SigLIP-so400m's (Gemma 3) 4304, and their down projections ran on f32 FMAs without it.
 //
 // Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
-// integers and scales as the GGUF blocks). F32/F16/BF16 rows, and the values of Q5_K and Q6_K
-// rows, are quantized to Q8_0 blocks (round to nearest, ggml's rule) first (an error of at most
-// 1/254 of a 32-value block's largest weight, where Q6_K's own reaches 1/64 of a 16-value
-// sub-block's);
+// integers and scales as the GGUF blocks). The values of Q5_K and Q6_K rows are quantized to
+// Q8_0 blocks (round to nearest, ggml's rule) first (an error of at most 1/254 of a 32-value
+// block's largest weight, where Q6_K's own reaches 1/64 of a 16-value sub-block's). F32/F16/BF16
+// rows (the vision towers' weights as the mmproj files ship them) are quantized per column
+// instead, d = the column's largest |w| / 127 for all of k (kQ8Col), when that costs every column
+// at most kColumnScaleErrorRatio times the squared error of the Q8_0 blocks; otherwise (a column
+// with an outlier weight, which would coarsen all of it) the whole matrix takes Q8_0 blocks (kQ8).
+// One scale per column turns the kernels' per-block epilogue from convert, scale product, FMA
+// into convert, FMA, with the weight scale applied once at the end: the scale product shared
+// vpdpbusd's ports and capped the VNNI GEMMs at 0.8 of their integer rate (bench/RESULTS.md,
+// sessions 24, 36 and 37).
 // Q4_K keeps its quants but its per-sub-block scale and min become f16 products, and its
 // activations are Q8_0 blocks where ggml uses Q8_K: all are the engine's `fast` precision,
 // never used in `exact`.
@@ -69,12 +78,21 @@ inline constexpr int kPanelCols = 16;
 inline constexpr int kPackBlock = 32;
 inline constexpr int kPanelGroup = 4;  // kQ4/kQ4K panels interleaved block by block (layout)
 
-enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1, kQ4K = 2 };
+enum class PackedFormat : uint8_t { kQ8 = 0, kQ4 = 1, kQ4K = 2, kQ8Col = 3 };
 // Layout constants of a format (the kernels take them at compile time).
-constexpr size_t QsBytesPerBlock(PackedFormat f) { return f == PackedFormat::kQ8 ? 512 : 256; }
-constexpr int64_t GroupPanels(PackedFormat f) { return f == PackedFormat::kQ8 ? 1 : kPanelGroup; }
-// The packed format a weight type becomes (kQ8 for Q8_0 and the float types).
+constexpr bool HasNibbles(PackedFormat f) {
+  return f == PackedFormat::kQ4 || f == PackedFormat::kQ4K;
+}
+constexpr size_t QsBytesPerBlock(PackedFormat f) { return HasNibbles(f) ? 256 : 512; }
+constexpr int64_t GroupPanels(PackedFormat f) { return HasNibbles(f) ? kPanelGroup : 1; }
+// The packed layout a weight type becomes: kQ4 for Q4_0, kQ4K for Q4_K, else kQ8 (float rows
+// may become kQ8Col, its column-scaled variant: PackConcat decides from the values).
 PackedFormat PackedFormatOf(DType dtype);
+// The most squared error per column, relative to Q8_0 blocks', at which float rows take one scale
+// per column (kQ8Col). Simulated rows of k = 1024 / 4096 (60 each): Gaussian values 1.5-3.5,
+// Laplace 2.0-7.1, Student-t with 5 degrees of freedom 1.8-29 (median 3.8 / 7.6): tails heavier
+// than Laplace's keep Q8_0 blocks, as does a column with one outlier weight.
+inline constexpr double kColumnScaleErrorRatio = 8.0;
 
 // n consecutive output columns (weight rows) of one source matrix: row r at data + r * row_bytes.
 struct PackSource {
@@ -88,15 +106,17 @@ struct PackSource {
 class PackedMatrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ4K
-  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, F32, F16 or BF16. INVALID_ARGUMENT for other
+  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, kQ8Col or kQ8 from F32, F16 or BF16 (see
+  // kColumnScaleErrorRatio). INVALID_ARGUMENT for other
   // types, k < 1, a block type's k not a multiple of its block (32; 256 for the K-quants), n < 1,
   // or row_bytes too small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.
   static Result<std::unique_ptr<PackedMatrix>> Pack(DType dtype, const void* data,
                                                     size_t row_bytes, int64_t n, int64_t k);
   // Packs the sources one after the other into one matrix of sum(n) columns (a fused Q/K/V or
   // gate/up projection: one matmul call instead of several). All sources share k; they must all
-  // pack to the same format (PackedFormatOf). Same errors as Pack. With a pool, panel groups are
-  // packed in parallel (the same bytes as without).
+  // pack to the same format (PackedFormatOf); kQ8Col when they are all float rows and every
+  // column passes the error test. Same errors as Pack. With a pool, panel groups are packed in
+  // parallel (the same bytes as without).
   static Result<std::unique_ptr<PackedMatrix>> PackConcat(std::span<const PackSource> sources,
                                                           int64_t k, ThreadPool* pool = nullptr);
   // True when Pack accepts the type (k and n aside).
@@ -109,7 +129,7 @@ class PackedMatrix {
   // k in whole 32-element blocks, the last one zero-padded when k is not a multiple of 32.
   int64_t blocks() const { return (k_ + kPackBlock - 1) / kPackBlock; }
   int offset() const {
-    return format_ == PackedFormat::kQ8 ? 128 : format_ == PackedFormat::kQ4 ? 8 : 0;
+    return format_ == PackedFormat::kQ4 ? 8 : format_ == PackedFormat::kQ4K ? 0 : 128;
   }
   size_t qs_bytes_per_block() const { return QsBytesPerBlock(format_); }
   int64_t group_panels() const { return GroupPanels(format_); }
@@ -119,8 +139,13 @@ class PackedMatrix {
   const uint8_t* qs(int64_t panel, int64_t block) const {
     return qs_.get() + Unit(panel, block) * qs_bytes_per_block();
   }
+  // Not kQ8Col (nullptr there).
   const uint16_t* scales(int64_t panel, int64_t block) const {
-    return scales_.get() + Unit(panel, block) * kPanelCols;
+    return scales_ ? scales_.get() + Unit(panel, block) * kPanelCols : nullptr;
+  }
+  // kQ8Col only: the panel's 16 column scales.
+  const float* column_scales(int64_t panel) const {
+    return column_scales_.get() + panel * kPanelCols;
   }
   // kQ4K only (nullptr otherwise).
   const uint16_t* mins(int64_t panel, int64_t block) const {
@@ -146,6 +171,10 @@ class PackedMatrix {
   // Weight row `col` (one output column) into its panel slot: Q4_0 nibbles / Q8_0 bytes + scales.
   void PackColumnQ4(int64_t col, const BlockQ4_0* row);
   void PackColumnQ8(int64_t col, const BlockQ8_0* row);
+  // kQ8Col: the zero-padded float row (blocks() * 32 values) quantized with one scale.
+  void PackColumnScaled(int64_t col, const float* row);
+  // One quad-ordered block of column j's stored bytes (the 32 int8 quants + 128).
+  void PackQuants(int64_t col, int64_t block, const int8_t* q);
   void PackColumnQ4K(int64_t col, const BlockQ4_K* row);
   // The 4-bit values of one 32-value block into column j of its panel block (kQ4 / kQ4K layout).
   void PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles);
@@ -157,6 +186,7 @@ class PackedMatrix {
   LargeArray<uint8_t> qs_;
   LargeArray<uint16_t> scales_;
   LargeArray<uint16_t> mins_;
+  LargeArray<float> column_scales_;
 };
 
 // From this many rows a product's activations get PackedMatmulArgs::a_scales / a_offsets, and the
@@ -182,7 +212,8 @@ struct PackedMatmulArgs {
 };
 
 // Scalar reference of the packed matmul (what the SIMD kernels are tested against): per column,
-// the same integer block dots and f32 scaling as the kernels, accumulated block by block.
+// the same integer block dots and f32 scaling as the kernels, accumulated block by block
+// (acc = fma(dot, d_w * d_a, acc); kQ8Col: acc = fma(dot, d_a, acc), then acc * d_w).
 void PackedMatmulRef(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
 
 // Panels [p0, p1) of w in the bf16 tile layout of tile_bf16.h: panel p at dst + (p - p0) * k * 16

@@ -11,8 +11,9 @@
 //     8c..8c+3 in the low nibbles and 8c+4..8c+7 in the high ones. The -offset * sum(a) bias is
 //     added in int32 as in the VNNI kernel.
 // The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
-// fused multiply-add (kQ4K then subtracts mn * (d_a * sum(a)) the same way), so the result is bit
-// for bit PackedMatmulRef's.
+// fused multiply-add (kQ4K then subtracts mn * (d_a * sum(a)) the same way; kQ8Col's sums take
+// d_a alone and the column scales after the k loop), so the result is bit for bit
+// PackedMatmulRef's.
 #pragma once
 
 #include <arm_neon.h>
@@ -50,7 +51,7 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, float32x4_t v) {
 // +128 offset removed (u ^ 0x80 = u - 128).
 template <int kFmt>
 inline void LoadPair(const uint8_t* q, int pair, int8x16_t* w0, int8x16_t* w1) {
-  if constexpr (kFmt != 0) {
+  if constexpr (FormatHasNibbles(kFmt)) {
     const uint8x16_t raw = vld1q_u8(q + pair * 64);
     *w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F)));
     *w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
@@ -101,7 +102,8 @@ inline void BlockDots(const uint8_t* q, const int8x16_t (&a_lo)[MR],
 }
 
 // The current block of NP consecutive panels: their quants, f16 scales and (kQ4K) mins, moved
-// to the next block by Next(). Vector v (4 columns) of the tile is quarter v % 4 of panel v / 4.
+// to the next block by Next() (kQ8Col: the quants only; ColumnScales(v) is for all blocks).
+// Vector v (4 columns) of the tile is quarter v % 4 of panel v / 4.
 template <int kFmt, int NP>
 struct PanelCursor {
   static constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
@@ -110,6 +112,7 @@ struct PanelCursor {
   const uint8_t* qs[NP];
   const uint16_t* scales[NP];
   const uint16_t* mins[NP];
+  const float* column_scales[NP];
 
   PanelCursor(const PackedMatrix& w, int64_t p) {
 #pragma GCC unroll 8
@@ -117,26 +120,29 @@ struct PanelCursor {
       qs[i] = w.qs(p + i, 0);
       scales[i] = w.scales(p + i, 0);
       mins[i] = w.mins(p + i, 0);
+      column_scales[i] = FormatHasColumnScales(kFmt) ? w.column_scales(p + i) : nullptr;
     }
   }
   const uint8_t* Quants(int v) const { return qs[v / 4] + (v % 4) * 16; }
   float32x4_t Scales(int v) const { return LoadF16x4(scales[v / 4] + (v % 4) * 4); }
   float32x4_t Mins(int v) const { return LoadF16x4(mins[v / 4] + (v % 4) * 4); }
+  float32x4_t ColumnScales(int v) const { return vld1q_f32(column_scales[v / 4] + (v % 4) * 4); }
   void Next() {
 #pragma GCC unroll 8
     for (int i = 0; i < NP; ++i) {
       qs[i] += kQsStride;
-      scales[i] += kScaleStride;
-      if constexpr (kFmt == 2) mins[i] += kScaleStride;
+      if constexpr (!FormatHasColumnScales(kFmt)) scales[i] += kScaleStride;
+      if constexpr (FormatHasMins(kFmt)) mins[i] += kScaleStride;
     }
   }
 };
 
-// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
-// panel is four vectors of 4 columns (v = 4 * panel + quarter).
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2, kQ8Col 3). MR activation rows x NP
+// panels; each panel is four vectors of 4 columns (v = 4 * panel + quarter).
 template <class Dot, int kFmt, int MR, int NP>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
-  constexpr bool kMins = kFmt == 2;
+  constexpr bool kMins = FormatHasMins(kFmt);
+  constexpr bool kColumns = FormatHasColumnScales(kFmt);
   constexpr int NV = 4 * NP;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
@@ -171,10 +177,15 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     for (int v = 0; v < NV; ++v) {
       int32x4_t acc[MR];
       BlockDots<Dot, kFmt, MR>(panels.Quants(v), a_lo, a_hi, acc);
+      if constexpr (kColumns) {
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(acc[i]), da[i]);
+        continue;
+      }
       const float32x4_t dw = panels.Scales(v);
 #pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
-        if constexpr (kFmt != 0) acc[i] = vaddq_s32(acc[i], bias[i]);
+        if constexpr (FormatHasNibbles(kFmt)) acc[i] = vaddq_s32(acc[i], bias[i]);
         f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(acc[i]), vmulq_f32(dw, da[i]));
       }
       if constexpr (kMins) {
@@ -186,6 +197,14 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     panels.Next();
   }
 
+  if constexpr (kColumns) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const float32x4_t dw = panels.ColumnScales(v);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) f[i][v] = vmulq_f32(f[i][v], dw);
+    }
+  }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     float* out = args.out + (m + i) * args.out_stride;

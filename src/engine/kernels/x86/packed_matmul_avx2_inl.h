@@ -19,7 +19,8 @@
 //     row the engine converts. The offset bias is then not needed. A GEMM with prepared
 //     operands takes TileSplit instead (the activations split into nibbles; any bytes).
 // The block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one
-// FMA (kQ4K then subtracts mn * (d_a * sum(a))), so the result is bit for bit PackedMatmulRef's.
+// FMA (kQ4K then subtracts mn * (d_a * sum(a)); kQ8Col's sums take d_a alone and are multiplied
+// by the column scales after the k loop), so the result is bit for bit PackedMatmulRef's.
 //
 // Include only from translation units compiled with AVX2 + FMA + F16C (and -mavxvnni for the
 // AVX-VNNI table); the including unit defines its Fill function with PackedMatmulDispatch.
@@ -64,6 +65,18 @@ inline void StoreColumns(float* out, int64_t col, int64_t n, __m256 v) {
   }
 }
 
+// kQ8Col: the sums of rows [m, m + MR) x panel p's 16 columns times the column scales.
+template <int MR>
+inline void ApplyColumnScales(const PackedMatmulArgs& args, int64_t p, __m256 (&f)[MR][2]) {
+  const float* d = args.w->column_scales(p);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256 dw = _mm256_load_ps(d + h * 8);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) f[i][h] = _mm256_mul_ps(f[i][h], dw);
+  }
+}
+
 // The results of a one-panel tile: rows [m, m + MR) x panel p's 16 columns (two vectors of 8).
 template <int MR>
 inline void StorePanelRows(const PackedMatmulArgs& args, int64_t m, int64_t p,
@@ -89,12 +102,14 @@ void ForPanelTiles(const Tiles& tiles, const PackedMatmulArgs& args, int64_t m0,
   }
 }
 
-// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). MR activation rows x NP panels; each
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2, kQ8Col 3). MR activation rows x NP
+// panels; each
 // panel is two vectors of 8 columns (v = 2 * panel + half). Calls with prepared operands take
 // TileSplit / TileNibbles (without VNNI) or TileVnni instead.
 template <int kFmt, int MR, int NP>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
-  constexpr bool kQ4 = kFmt != 0, kMins = kFmt == 2;
+  constexpr bool kQ4 = FormatHasNibbles(kFmt), kMins = FormatHasMins(kFmt);
+  constexpr bool kColumns = FormatHasColumnScales(kFmt);
   constexpr int NV = 2 * NP;
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   constexpr size_t qstep = QsBytesPerBlock(kFormat);
@@ -137,7 +152,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
       for (int v = 0; v < NP; ++v) {
         const size_t sq = v < NP / 2 ? skip_q : 0, ss = v < NP / 2 ? skip_s : 0;
         for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c + sq);
-        PrefetchAhead(ws[v], scale_ahead + ss);
+        if constexpr (!kColumns) PrefetchAhead(ws[v], scale_ahead + ss);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead + ss);
       }
     }
@@ -211,11 +226,18 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
           }
         }
       }
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+      if constexpr (kColumns) {
 #pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(dw, da[i]), f[i][v]);
+        for (int i = 0; i < MR; ++i) {
+          f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), da[i], f[i][v]);
+        }
+      } else {
+        const __m256 dw = _mm256_cvtph_ps(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(ws[v / 2] + (v % 2) * 8)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+          f[i][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(dw, da[i]), f[i][v]);
+        }
       }
       if constexpr (kMins) {
         const __m256 mw = _mm256_cvtph_ps(
@@ -227,11 +249,19 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
 #pragma GCC unroll 8
     for (int v = 0; v < NP; ++v) {
       wq[v] += qstride;
-      ws[v] += sstride;
+      if constexpr (!kColumns) ws[v] += sstride;
       if constexpr (kMins) wm[v] += sstride;
     }
   }
 
+  if constexpr (kColumns) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      const __m256 dw = _mm256_load_ps(w.column_scales(p + v / 2) + (v % 2) * 8);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) f[i][v] = _mm256_mul_ps(f[i][v], dw);
+    }
+  }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
     float* out = args.out + (m + i) * args.out_stride;
@@ -254,9 +284,10 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
 // bytes then take kQ8's loop (and kQ4 its 3 rows).
 template <int kFmt, int MR, bool kGemm = false>
 void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
-  constexpr bool kMins = kFmt == 2;
-  constexpr bool kUnpacked = kGemm && kFmt != 0;
-  constexpr bool kQ4 = kFmt != 0 && !kUnpacked;  // the loop splits nibbles
+  constexpr bool kMins = FormatHasMins(kFmt);
+  constexpr bool kColumns = FormatHasColumnScales(kFmt);
+  constexpr bool kUnpacked = kGemm && FormatHasNibbles(kFmt);
+  constexpr bool kQ4 = FormatHasNibbles(kFmt) && !kUnpacked;  // the loop splits nibbles
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   constexpr size_t qstride =
       kUnpacked ? kUnpackedBlockBytes : GroupPanels(kFormat) * QsBytesPerBlock(kFormat);
@@ -273,7 +304,7 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
   const uint16_t* wm = w.mins(p, 0);
   // kGemm: the prepared f32 scales and mins.
   const size_t first = kGemm ? prep->ColumnOffset(p, nb) : 0;
-  const float* ws32 = kGemm ? prep->scales + first : nullptr;
+  const float* ws32 = kGemm && !kColumns ? prep->scales + first : nullptr;
   const float* wm32 = kGemm && kMins ? prep->mins + first : nullptr;
   __m256 f[MR][2];
 #pragma GCC unroll 4
@@ -319,6 +350,14 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
+      if constexpr (kColumns) {
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const float da_i = kGemm ? args.a_scales[(m + i) * nb + b] : _cvtsh_ss(a[i][b].d);
+          f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_set1_ps(da_i), f[i][h]);
+        }
+        continue;
+      }
       const __m256 dw =
           kGemm ? _mm256_load_ps(ws32 + h * 8)
                 : _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(ws + h * 8)));
@@ -339,6 +378,7 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
       }
     }
     wq += qstride;
+    if constexpr (kColumns) continue;
     ws += sstride;
     if constexpr (kMins) wm += sstride;
     if constexpr (kGemm) {
@@ -346,6 +386,7 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
       if constexpr (kMins) wm32 += kPanelCols;
     }
   }
+  if constexpr (kColumns) ApplyColumnScales(args, p, f);
   StorePanelRows(args, m, p, f);
 }
 
@@ -360,14 +401,14 @@ void TileVnni(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep
 // 3840, so each int16 lane sums a block's 8 k-quads without saturating and is widened once per
 // block: 2 vpmaddubsw + 2 vpaddw per row and k-quad, the adds on any vector port. The same
 // integer as PackedMatmulRef's sum (u - 128) a, so the same results. 2 rows: 8 int16 sums, 4 f32
-// sums, 2 weight vectors and a broadcast fill the 16 registers.
-template <int MR>
+// sums, 2 weight vectors and a broadcast fill the 16 registers. kColumns: a kQ8Col matrix.
+template <int MR, bool kColumns>
 void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
   const uint8_t* wq = prep->unpacked + prep->UnpackedOffset(p, nb);
   const size_t first = prep->ColumnOffset(p, nb);
-  const float* ws32 = prep->scales + first;
+  const float* ws32 = kColumns ? nullptr : prep->scales + first;
   const int32_t* wb = prep->weight_biases + first;
   const int8_t* split[MR];
   const float* da[MR];
@@ -409,21 +450,24 @@ void TileSplit(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPre
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + h * 8));
-      const __m256 dw = _mm256_load_ps(ws32 + h * 8);
+      __m256 dw;
+      if constexpr (!kColumns) dw = _mm256_load_ps(ws32 + h * 8);
 #pragma GCC unroll 4
       for (int i = 0; i < MR; ++i) {
         const __m256i dot = _mm256_add_epi32(
             _mm256_add_epi32(_mm256_madd_epi16(hi[i][h], sixteens16),
                              _mm256_madd_epi16(lo[i][h], ones16)),
             bias);
+        const __m256 da_i = _mm256_set1_ps(da[i][b]);
         f[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                                  _mm256_mul_ps(dw, _mm256_set1_ps(da[i][b])), f[i][h]);
+                                  kColumns ? da_i : _mm256_mul_ps(dw, da_i), f[i][h]);
       }
     }
     wq += kUnpackedBlockBytes;
-    ws32 += kPanelCols;
+    if constexpr (!kColumns) ws32 += kPanelCols;
     wb += kPanelCols;
   }
+  if constexpr (kColumns) ApplyColumnScales(args, p, f);
   StorePanelRows(args, m, p, f);
 }
 
@@ -499,14 +543,14 @@ void TileNibbles(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmP
   StorePanelRows(args, m, p, f);
 }
 
-// The prepared GEMM without VNNI over rows [m0, m1) and panels [p0, p1): kQ8 on TileSplit, the
-// 4-bit formats on TileNibbles; 2-row tiles, one panel each.
+// The prepared GEMM without VNNI over rows [m0, m1) and panels [p0, p1): kQ8 and kQ8Col on
+// TileSplit, the 4-bit formats on TileNibbles; 2-row tiles, one panel each.
 template <int kFmt>
 void PackedGemmSplit(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                      int64_t p1, const GemmPrep* prep) {
   constexpr int kRows = 2;
   static constexpr auto kSplitTiles = TileTable<kRows, 1>([]<int MR, int>() {
-    if constexpr (kFmt == 0) return &TileSplit<MR>;
+    if constexpr (!FormatHasNibbles(kFmt)) return &TileSplit<MR, FormatHasColumnScales(kFmt)>;
     else return &TileNibbles<kFmt, MR>;
   });
   ForPanelTiles<kRows>(kSplitTiles, args, m0, m1, p0, p1, prep);
@@ -519,7 +563,7 @@ void PackedGemmSplit(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64
 template <int kFmt, bool kGemm>
 void PackedGemmVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int64_t p0,
                     int64_t p1, const GemmPrep* prep) {
-  constexpr int kRows = kFmt == 0 || kGemm ? 3 : 2;
+  constexpr int kRows = !FormatHasNibbles(kFmt) || kGemm ? 3 : 2;
   static constexpr auto kVnniTiles =
       TileTable<kRows, 1>([]<int MR, int>() { return &TileVnni<kFmt, MR, kGemm>; });
   ForPanelTiles<kRows>(kVnniTiles, args, m0, m1, p0, p1, prep);
@@ -549,7 +593,7 @@ void PackedMatmulTiles(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int
     // One or two rows (decode steps, two sequences batched) stay on Tile, which prefetches.
     if (rows > 2) return PackedGemmVnni<kFmt, false>(args, m0, m1, p0, p1, nullptr);
   }
-  if constexpr (kFmt != 0) {
+  if constexpr (FormatHasNibbles(kFmt)) {
     // Two panel groups per one-row tile: their two weight streams, read side by side, keep more
     // DRAM reads in flight than one group's (p0 is a multiple of the group: ForRanges'
     // alignment in ops::MatMul; the 16 f32 sums do not fit the registers, and cost less than
@@ -577,7 +621,8 @@ void PackedMatmulAvx2(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
                       int64_t p1) {
   // Prepared operands: TileVnni with VNNI; without it TileSplit for kQ8 (which needs the weight
   // biases) and TileNibbles for the 4-bit formats.
-  if (GemmPrep prep; PrepareGemm(args, m0, m1, p0, p1, &prep, !kVnni && kFmt == 0)) {
+  if (GemmPrep prep;
+      PrepareGemm(args, m0, m1, p0, p1, &prep, !kVnni && !FormatHasNibbles(kFmt))) {
     if constexpr (kVnni) {
       return PackedGemmVnni<kFmt, true>(args, m0, m1, p0, p1, &prep);
     } else {

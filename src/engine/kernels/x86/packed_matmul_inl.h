@@ -128,7 +128,7 @@ struct GemmPrep {
   int64_t p0 = 0;
   // 4-bit formats: UnpackNibbles' layout; kQ8 with split_q8: SignedWeightsAndBiases'.
   const uint8_t* unpacked = nullptr;
-  const float* scales = nullptr;      // ConvertPanelScales' layout
+  const float* scales = nullptr;      // ConvertPanelScales' layout (not kQ8Col)
   const float* mins = nullptr;        // kQ4K only
   const int32_t* weight_biases = nullptr;  // kQ8 with split_q8: SignedWeightsAndBiases'
   // With split_q8 (kQ8): rows [m0, m1) of the activations + 128, each block's bytes split
@@ -205,14 +205,21 @@ class GemmPrepCache {
   // cannot be allocated.
   bool Get(const PackedMatrix& w, int64_t p0, int64_t p1, bool split_q8, GemmPrep* prep) {
     const size_t units = static_cast<size_t>((p1 - p0) * w.blocks());
-    const bool nibbles = w.format() != PackedFormat::kQ8;
+    const bool nibbles = HasNibbles(w.format());
     const bool mins = w.format() == PackedFormat::kQ4K;
-    const bool signed_q8 = split_q8 && w.format() == PackedFormat::kQ8;
+    const bool block_scales = w.format() != PackedFormat::kQ8Col;  // kQ8Col's are f32 already
+    const bool signed_q8 = split_q8 && !nibbles;
     // Layout: the bytes (unpacked quants or signed weights), the f32 scales, then the mins or
-    // the biases (as many values as the scales).
+    // the biases (as many values as the scales would be).
     const size_t byte_bytes = nibbles || signed_q8 ? units * kUnpackedBlockBytes : 0;
     const size_t scale_bytes = units * kPanelCols * sizeof(float);
-    const size_t bytes = byte_bytes + scale_bytes * (mins || signed_q8 ? 2 : 1);
+    const size_t bytes =
+        byte_bytes + (block_scales ? scale_bytes : 0) + (mins || signed_q8 ? scale_bytes : 0);
+    if (bytes == 0) {  // kQ8Col on VNNI: nothing to prepare
+      *prep = GemmPrep{};
+      prep->p0 = p0;
+      return true;
+    }
     // (a cache filled without the signed weights is refilled when they are asked for)
     if (w.serial() != serial_ || p0 != p0_ || p1 != p1_ || signed_q8 != signed_q8_) {
       if (bytes > kMaxBytes) return false;
@@ -221,21 +228,23 @@ class GemmPrepCache {
         serial_ = 0;
         return false;
       }
-      uint8_t* second = data + byte_bytes + scale_bytes;
+      uint8_t* second = data + byte_bytes + (block_scales ? scale_bytes : 0);
       if (nibbles) UnpackNibbles(w, p0, p1, data);
       if (signed_q8) SignedWeightsAndBiases(w, p0, p1, data, reinterpret_cast<int32_t*>(second));
-      ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data + byte_bytes),
-                         mins ? reinterpret_cast<float*>(second) : nullptr);
+      if (block_scales) {
+        ConvertPanelScales(w, p0, p1, reinterpret_cast<float*>(data + byte_bytes),
+                           mins ? reinterpret_cast<float*>(second) : nullptr);
+      }
       serial_ = w.serial();
       p0_ = p0;
       p1_ = p1;
       signed_q8_ = signed_q8;
     }
     const uint8_t* data = buffer_.data();
-    const uint8_t* second = data + byte_bytes + scale_bytes;
+    const uint8_t* second = data + byte_bytes + (block_scales ? scale_bytes : 0);
     prep->p0 = p0;
     prep->unpacked = nibbles || signed_q8 ? data : nullptr;
-    prep->scales = reinterpret_cast<const float*>(data + byte_bytes);
+    prep->scales = block_scales ? reinterpret_cast<const float*>(data + byte_bytes) : nullptr;
     prep->mins = mins ? reinterpret_cast<const float*>(second) : nullptr;
     prep->weight_biases = signed_q8 ? reinterpret_cast<const int32_t*>(second) : nullptr;
     return true;

@@ -28,7 +28,8 @@ inline float32x4_t HighPair(float32x4_t x) {
 // Rows m and m + 1 x NP panels (NV = 4 NP vectors of 4 columns, each two 2 x 2 blocks).
 template <int kFmt, int NP>
 void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
-  constexpr bool kMins = kFmt == 2;
+  constexpr bool kMins = FormatHasMins(kFmt);
+  constexpr bool kColumns = FormatHasColumnScales(kFmt);
   constexpr int NV = 4 * NP;
   const PackedMatrix& w = *args.w;
   const int64_t nb = w.blocks();
@@ -67,9 +68,14 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
         acc01 = vmmlaq_s32(acc01, act[g], vreinterpretq_s8_s32(vzip1q_s32(w0s, w1s)));
         acc23 = vmmlaq_s32(acc23, act[g], vreinterpretq_s8_s32(vzip2q_s32(w0s, w1s)));
       }
-      if constexpr (kFmt != 0) {
+      if constexpr (FormatHasNibbles(kFmt)) {
         acc01 = vaddq_s32(acc01, bias);
         acc23 = vaddq_s32(acc23, bias);
+      }
+      if constexpr (kColumns) {  // the column scales after the k loop
+        f[v][0] = vfmaq_f32(f[v][0], vcvtq_f32_s32(acc01), da);
+        f[v][1] = vfmaq_f32(f[v][1], vcvtq_f32_s32(acc23), da);
+        continue;
       }
       const float32x4_t dw = panels.Scales(v);
       f[v][0] = vfmaq_f32(f[v][0], vcvtq_f32_s32(acc01), vmulq_f32(LowPair(dw), da));
@@ -83,6 +89,14 @@ void MmlaTile(const PackedMatmulArgs& args, int64_t m, int64_t p) {
     panels.Next();
   }
 
+  if constexpr (kColumns) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const float32x4_t dw = panels.ColumnScales(v);
+      f[v][0] = vmulq_f32(f[v][0], LowPair(dw));
+      f[v][1] = vmulq_f32(f[v][1], HighPair(dw));
+    }
+  }
   float* out0 = args.out + m * args.out_stride;
   float* out1 = out0 + args.out_stride;
 #pragma GCC unroll 16

@@ -4,7 +4,8 @@
 //
 // One k-quad row of a packed block is 64 bytes: 16 columns x 4 consecutive k values (byte
 // 4 j + r). Widened 16 bytes at a time (4 columns), each value becomes fma(u, d, bias) with d
-// and bias of its column (bias = -offset d, or -mn for kQ4K), is rounded to bf16, and the quad
+// and bias of its column (bias = -offset d, or -mn for kQ4K; d is kQ8Col's column scale for every
+// block), is rounded to bf16, and the quad
 // splits into its two tile rows: the (r0, r1) pairs of the 16 columns and the (r2, r3) pairs,
 // which are the even and the odd 32-bit lanes of the rounded values.
 #include <immintrin.h>
@@ -26,8 +27,13 @@ struct BlockScales {
   __m512 d4[4], bias4[4];
 };
 
-inline BlockScales LoadScales(const uint16_t* scales, const uint16_t* mins, int offset) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+// scales: the block's f16 scales, or nullptr for kQ8Col's f32 column_scales.
+inline BlockScales LoadScales(const uint16_t* scales, const float* column_scales,
+                              const uint16_t* mins, int offset) {
+  const __m512 d =
+      scales != nullptr
+          ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)))
+          : _mm512_loadu_ps(column_scales);
   const __m512 bias =
       mins != nullptr
           ? _mm512_sub_ps(_mm512_setzero_ps(), _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -66,14 +72,16 @@ void PackedToTilesAvx512(const PackedMatrix& w, int64_t p0, int64_t p1, uint16_t
   const int64_t k = w.k();
   // Panels are k * 16 values apart: a zero-padded last block would write into the next one.
   VLMD_CHECK_MSG(k % kPackBlock == 0, "PackedToTiles needs k to be a multiple of 32");
-  const bool q4 = w.format() != PackedFormat::kQ8;
+  const bool q4 = HasNibbles(w.format());
+  const bool column = w.format() == PackedFormat::kQ8Col;
   const int offset = w.offset();
   constexpr int kRowElems = 2 * kPanelCols;  // bf16 values per tile row (64 bytes)
   for (int64_t p = p0; p < p1; ++p) {
     uint16_t* panel = dst + (p - p0) * k * kPanelCols;
     for (int64_t b = 0; b < w.blocks(); ++b) {
       const uint8_t* qs = w.qs(p, b);
-      const BlockScales s = LoadScales(w.scales(p, b), w.mins(p, b), offset);
+      const BlockScales s =
+          LoadScales(w.scales(p, b), column ? w.column_scales(p) : nullptr, w.mins(p, b), offset);
       uint16_t* rows = panel + b * (kPackBlock / 2) * kRowElems;  // 16 tile rows per block
       if (q4) {
         // 64 bytes per 8 k values: low nibbles are k-quad 2 c', high nibbles k-quad 2 c' + 1.

@@ -3,7 +3,8 @@
 // One tile is MR activation rows x NV panels (16 columns each). Per 32-element block: the int32
 // accumulators start at -offset * sum(a) (the weights are stored as unsigned w + offset), then
 // each k-quad is one vpdpbusd per (row, panel) with the row's 4 activation bytes broadcast; the
-// block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one FMA.
+// block's integer dot is converted to f32 and accumulated with the scale d_w * d_a by one FMA
+// (kQ8Col: with d_a alone, and the sums times the column scales d_w after the k loop).
 // kQ4K then subtracts the block's min term mn * (d_a * sum(a)) with a second FMA. The arithmetic
 // is exactly that of PackedMatmulRef (same integers, same roundings).
 #include <immintrin.h>
@@ -29,15 +30,16 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2). kGemm: the operands come from `prep`
+// kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2, kQ8Col 3). kGemm: the operands come from `prep`
 // and the args' a_scales / a_offsets (GemmPrep, x86/packed_matmul_inl.h: 4-bit quants unpacked
 // to the kQ8 byte order, so the inner loop is kQ8's; scales and mins as f32; the offset stays
 // the format's): the same integers and f32 operations, so the same results.
 template <int kFmt, int MR, int NV, bool kGemm = false>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* prep) {
-  constexpr bool kMins = kFmt == 2;
-  constexpr bool kUnpacked = kGemm && kFmt != 0;
-  constexpr bool kQ4 = kFmt != 0 && !kUnpacked;  // the inner loop reads nibbles
+  constexpr bool kMins = FormatHasMins(kFmt);
+  constexpr bool kColumns = FormatHasColumnScales(kFmt);
+  constexpr bool kUnpacked = kGemm && FormatHasNibbles(kFmt);
+  constexpr bool kQ4 = FormatHasNibbles(kFmt) && !kUnpacked;  // the inner loop reads nibbles
   constexpr auto kFormat = static_cast<PackedFormat>(kFmt);
   // A panel's block and the step to its next block (see the layout in packed_int8.h).
   constexpr size_t qstep = kUnpacked ? kUnpackedBlockBytes : QsBytesPerBlock(kFormat);
@@ -75,7 +77,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
                       : w.qs(p + v, 0);
     ws[v] = w.scales(p + v, 0);
     wm[v] = w.mins(p + v, 0);
-    if constexpr (kGemm) {
+    if constexpr (kGemm && !kColumns) {
       const size_t first = prep->ColumnOffset(p + v, nb);
       ws32[v] = prep->scales + first;
       wm32[v] = kMins ? prep->mins + first : nullptr;
@@ -105,7 +107,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
       for (int v = 0; v < NV; ++v) {
         const size_t sq = v < NV / 2 ? skip_q : 0, ss = v < NV / 2 ? skip_s : 0;
         for (size_t c = 0; c < qstep; c += 64) PrefetchAhead(wq[v], ahead * qstride + c + sq);
-        PrefetchAhead(ws[v], scale_ahead + ss);
+        if constexpr (!kColumns) PrefetchAhead(ws[v], scale_ahead + ss);
         if constexpr (kMins) PrefetchAhead(wm[v], scale_ahead + ss);
       }
     }
@@ -156,6 +158,7 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
     __m512 dw[NV], mw[NV];
     for (int v = 0; v < NV; ++v) {
       wq[v] += qstride;
+      if constexpr (kColumns) continue;
       if constexpr (kGemm) {
         dw[v] = _mm512_load_ps(ws32[v]);
         ws32[v] += kPanelCols;
@@ -176,7 +179,8 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
       const float da_i = kGemm ? da_row[i][b] : _cvtsh_ss(a[i][b].d);
       const __m512 da = _mm512_set1_ps(da_i);
       for (int v = 0; v < NV; ++v) {
-        f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dw[v], da), f[i][v]);
+        const __m512 scale = kColumns ? da : _mm512_mul_ps(dw[v], da);
+        f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), scale, f[i][v]);
       }
       if constexpr (kMins) {
         const __m512 da_sum = _mm512_set1_ps(da_i * static_cast<float>(sums[i][b]));
@@ -185,6 +189,12 @@ void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, const GemmPrep* pr
     }
   }
 
+  if constexpr (kColumns) {
+    for (int v = 0; v < NV; ++v) {
+      const __m512 dw = _mm512_load_ps(w.column_scales(p + v));
+      for (int i = 0; i < MR; ++i) f[i][v] = _mm512_mul_ps(f[i][v], dw);
+    }
+  }
   for (int i = 0; i < MR; ++i) {
     float* out = args.out + (m + i) * args.out_stride;
     for (int v = 0; v < NV; ++v) {
@@ -219,7 +229,7 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   // Decode on an Intel AMX machine, 2 threads, alternated runs: 0.79-0.89 -> 0.85-0.98 of the
   // bandwidth bound on five q4_0 models (bench/RESULTS.md, session 30). p0 is a multiple of the
   // group (ForRanges' alignment in ops::MatMul), and so is every tile's first panel.
-  if constexpr (kFmt != 0) {
+  if constexpr (FormatHasNibbles(kFmt)) {
     if (m1 - m0 == 1) {
       for (; p0 + 2 * kPanelGroup <= p1; p0 += 2 * kPanelGroup) {
         Tile<kFmt, 1, 2 * kPanelGroup>(args, m0, p0, nullptr);
@@ -232,7 +242,8 @@ void PackedMatmulVnni(const PackedMatmulArgs& args, int64_t m0, int64_t m1, int6
   GemmPrep prep;
   const bool gemm = PrepareGemm(args, m0, m1, p0, p1, &prep);
   const int nv_max = gemm ? 3
-                          : PanelsPerTile(kFmt != 0, m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
+                          : PanelsPerTile(FormatHasNibbles(kFmt),
+                                          m1 - m0 < kMaxMR ? m1 - m0 : kMaxMR);
   const auto& tiles = gemm ? kTiles<kFmt, true> : kTiles<kFmt, false>;
   for (int64_t p = p0; p < p1; p += nv_max) {
     const int nv = static_cast<int>(p1 - p < nv_max ? p1 - p : nv_max);
