@@ -57,10 +57,15 @@ size_t PackedMatrix::bytes() const {
 
 namespace {
 // A float row's one scale for all of it (kQ8Col) and its quants: the Q8_0 rule over the whole
-// row, d = amax / 127, q = round half away (x / d) (0 for a zero row). Returns d.
+// row, d = amax / 127, q = round half away (x / d) (0 for a zero row). Returns d. k: a multiple
+// of 32 (the zero-padded row).
 float QuantizeColumn(const float* x, int64_t k, int8_t* q) {
-  float amax = 0.0f;
-  for (int64_t e = 0; e < k; ++e) amax = std::max(amax, std::fabs(x[e]));
+  // k is whole blocks: 8 running maxima, so that the compiler vectorizes the loop.
+  float lane_max[8] = {};
+  for (int64_t e0 = 0; e0 < k; e0 += 8) {
+    for (int l = 0; l < 8; ++l) lane_max[l] = std::max(lane_max[l], std::fabs(x[e0 + l]));
+  }
+  const float amax = *std::max_element(lane_max, lane_max + 8);
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int64_t e = 0; e < k; ++e) {
@@ -69,20 +74,35 @@ float QuantizeColumn(const float* x, int64_t k, int8_t* q) {
   return d;
 }
 
-// Whether one float row (k values, finite) may take one scale: its squared error then is at most
-// kColumnScaleErrorRatio times that of its Q8_0 blocks (`blocks`, the row's quantization), plus
-// a slack of 1e-9 of its energy (rows that Q8_0 blocks hold exactly, e.g. all zeros).
-bool ColumnScaleFits(const float* x, int64_t k, const BlockQ8_0* blocks, int8_t* q_scratch) {
-  const float d = QuantizeColumn(x, k, q_scratch);
+// Whether one float row (k values, finite) may take one scale (d, quants q: QuantizeColumn's):
+// its squared error then is at most kColumnScaleErrorRatio times that of its Q8_0 blocks
+// (`blocks`, the row's quantization), plus a slack of 1e-9 of its energy (rows that Q8_0 blocks
+// hold exactly, e.g. all zeros).
+bool ColumnScaleFits(const float* x, int64_t k, const BlockQ8_0* blocks, float d, const int8_t* q) {
   double err_column = 0.0, err_blocks = 0.0, energy = 0.0;
-  for (int64_t e = 0; e < k; ++e) {
-    const double v = x[e];
-    const double by_column = static_cast<double>(d) * q_scratch[e];
-    const BlockQ8_0& b = blocks[e / kPackBlock];
-    const double by_block = static_cast<double>(F16ToF32(b.d)) * b.qs[e % kPackBlock];
-    err_column += (v - by_column) * (v - by_column);
-    err_blocks += (v - by_block) * (v - by_block);
-    energy += v * v;
+  // Each block's sums in f32, in 8 lanes (a loop the compiler vectorizes without reordering a
+  // sum: this runs over every float weight at load), the blocks' in f64.
+  constexpr int kLanes = 8;
+  for (int64_t b = 0; b < k / kPackBlock; ++b) {
+    const float* xb = x + b * kPackBlock;
+    const int8_t* qc = q + b * kPackBlock;
+    const float db = F16ToF32(blocks[b].d);
+    float ec[kLanes] = {}, eb[kLanes] = {}, en[kLanes] = {};
+    for (int e0 = 0; e0 < kPackBlock; e0 += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const float v = xb[e0 + l];
+        const float by_column = v - d * static_cast<float>(qc[e0 + l]);
+        const float by_block = v - db * static_cast<float>(blocks[b].qs[e0 + l]);
+        ec[l] += by_column * by_column;
+        eb[l] += by_block * by_block;
+        en[l] += v * v;
+      }
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      err_column += ec[l];
+      err_blocks += eb[l];
+      energy += en[l];
+    }
   }
   return err_column <= kColumnScaleErrorRatio * err_blocks + 1e-9 * energy;
 }
@@ -98,11 +118,9 @@ void PackedMatrix::PackQuants(int64_t col, int64_t block, const int8_t* q) {
   }
 }
 
-void PackedMatrix::PackColumnScaled(int64_t col, const float* row) {
-  const int64_t nb = blocks();
-  std::vector<int8_t> q(static_cast<size_t>(nb * kPackBlock));
-  column_scales_.get()[col] = QuantizeColumn(row, nb * kPackBlock, q.data());
-  for (int64_t b = 0; b < nb; ++b) PackQuants(col, b, q.data() + b * kPackBlock);
+void PackedMatrix::PackColumnScaled(int64_t col, float d, const int8_t* q) {
+  column_scales_.get()[col] = d;
+  for (int64_t b = 0; b < blocks(); ++b) PackQuants(col, b, q + b * kPackBlock);
 }
 
 void PackedMatrix::PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles) {
@@ -228,7 +246,6 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
         (name.empty() ? std::string("matrix") : "tensor '" + std::string(name) + "'") + " row " +
         std::to_string(src.row));
   };
-  std::vector<Status> errors(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   // fn(i0, i1, thread) over [0, items): on the pool in a few tasks per thread, handed out as
   // threads free up.
   auto for_ranges = [&](int64_t items, auto&& fn) {
@@ -238,134 +255,136 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
       fn(items * t / tasks, items * (t + 1) / tasks, thread);
     });
   };
-  // Float rows take one scale per column when every column passes ColumnScaleFits.
-  bool column_scales = false;
-  if (all_float) {
-    std::atomic<bool> fits{true};
-    for_ranges(n, [&](int64_t c0, int64_t c1, int thread) {
-      std::vector<float> f32_row(static_cast<size_t>(nb * kPackBlock), 0.0f);
+  // An empty matrix of format f (the padding columns' scales, kQ8Col's included, are set by
+  // `pack`).
+  auto allocate = [&](PackedFormat f) -> Result<std::unique_ptr<PackedMatrix>> {
+    static std::atomic<uint64_t> next_serial{1};
+    std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
+    pm->serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
+    pm->format_ = f;
+    pm->n_ = n;
+    pm->k_ = k;
+    pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
+    const size_t units = pm->Units();
+    pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
+    bool allocated = pm->qs_ != nullptr;
+    if (f == PackedFormat::kQ8Col) {
+      pm->column_scales_.reset(AlignedArray<float>(static_cast<size_t>(pm->panels_) * kPanelCols));
+      allocated = allocated && pm->column_scales_;
+    } else {
+      pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
+      allocated = allocated && pm->scales_;
+    }
+    if (f == PackedFormat::kQ4K) {
+      pm->mins_.reset(AlignedArray<uint16_t>(units * kPanelCols));
+      allocated = allocated && pm->mins_;
+    }
+    if (!allocated) {
+      return ResourceExhaustedError("PackedMatrix: cannot allocate " +
+                                    std::to_string(pm->bytes()) + " bytes");
+    }
+    return pm;
+  };
+  // Packs every column into pm. Panel groups are independent (each owns a contiguous range of
+  // units, see Unit()), so they are packed in parallel: each task first fills its units with the
+  // padding values (zero scale, the offset as the weight: padding columns contribute 0), which
+  // is also where the fresh pages are first touched, then packs its columns. A 3B model's load
+  // was ~15 s on one thread, most of it here and in the kernel zeroing those pages. kQ8Col: a
+  // column that fails ColumnScaleFits clears *fits and the packing stops (the caller packs
+  // again with Q8_0 blocks).
+  auto pack = [&](PackedMatrix* pm, std::atomic<bool>* fits) {
+    std::vector<Status> errors(static_cast<size_t>(pool != nullptr ? pool->size() : 1));
+    const int64_t group = pm->group_panels(), n_groups = (pm->panels_ + group - 1) / group;
+    const size_t units_per_group = static_cast<size_t>(group * nb);
+    for_ranges(n_groups, [&](int64_t g0, int64_t g1, int thread) {
+      const size_t u0 = static_cast<size_t>(g0) * units_per_group;
+      const size_t u1 = static_cast<size_t>(g1) * units_per_group;
+      const size_t qs_bytes = pm->qs_bytes_per_block();
+      std::memset(pm->qs_.get() + u0 * qs_bytes, HasNibbles(pm->format_) ? 0x88 : 128,
+                  (u1 - u0) * qs_bytes);
+      if (pm->scales_) {
+        std::memset(pm->scales_.get() + u0 * kPanelCols, 0,
+                    (u1 - u0) * kPanelCols * sizeof(uint16_t));
+      }
+      if (pm->mins_) {
+        std::memset(pm->mins_.get() + u0 * kPanelCols, 0,
+                    (u1 - u0) * kPanelCols * sizeof(uint16_t));
+      }
+      if (pm->column_scales_) {  // groups of one panel
+        std::fill_n(pm->column_scales_.get() + g0 * kPanelCols, (g1 - g0) * kPanelCols, 0.0f);
+      }
+      std::vector<float> f32_row(static_cast<size_t>(nb * kPackBlock), 0.0f);  // zero-padded tail
       std::vector<BlockQ8_0> q8_row(static_cast<size_t>(nb));
-      std::vector<int8_t> q(static_cast<size_t>(nb * kPackBlock));
-      for (int64_t col = c0; col < c1 && fits.load(std::memory_order_relaxed); ++col) {
-        Status s = quantize_row(source_row(col), f32_row, q8_row);
-        if (!s.ok()) {
-          errors[static_cast<size_t>(thread)] = std::move(s);
-          fits = false;
-          return;
+      std::vector<int8_t> column_q;
+      if (pm->column_scales_) column_q.resize(static_cast<size_t>(nb * kPackBlock));
+      const int64_t c1 = std::min(n, g1 * group * kPanelCols);
+      for (int64_t col = g0 * group * kPanelCols; col < c1; ++col) {
+        const SourceRow src = source_row(col);
+        const DType dtype = src.source->dtype;
+        const uint8_t* row = src.data;
+        if (pm->format_ == PackedFormat::kQ4) {
+          pm->PackColumnQ4(col, reinterpret_cast<const BlockQ4_0*>(row));
+          continue;
         }
-        if (!ColumnScaleFits(f32_row.data(), nb * kPackBlock, q8_row.data(), q.data())) {
-          fits = false;
+        if (pm->format_ == PackedFormat::kQ4K) {
+          pm->PackColumnQ4K(col, reinterpret_cast<const BlockQ4_K*>(row));
+          continue;
         }
+        const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
+        if (dtype == DType::kQ5_0) {
+          // Q5_0 is d * (q - 16) with q in 0..31: the same integers and scale as Q8_0 blocks.
+          // Value j < 16 is the low nibble of qs[j], value j + 16 the high one; bit j of qh is
+          // the fifth bit of value j.
+          const auto* q5 = reinterpret_cast<const BlockQ5_0*>(row);
+          for (int64_t b = 0; b < nb; ++b) {
+            uint32_t qh;
+            std::memcpy(&qh, q5[b].qh, sizeof(qh));
+            q8_row[b].d = q5[b].d;
+            for (int j = 0; j < 16; ++j) {
+              const int lo = (q5[b].qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+              const int hi = (q5[b].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+              q8_row[b].qs[j] = static_cast<int8_t>(lo - 16);
+              q8_row[b].qs[j + 16] = static_cast<int8_t>(hi - 16);
+            }
+          }
+          blocks = q8_row.data();
+        } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K
+          Status s = quantize_row(src, f32_row, q8_row);
+          if (!s.ok()) {
+            errors[static_cast<size_t>(thread)] = std::move(s);
+            return;
+          }
+          blocks = q8_row.data();
+        }
+        if (pm->format_ == PackedFormat::kQ8Col) {
+          if (!fits->load(std::memory_order_relaxed)) return;  // another column failed
+          const int64_t kp = nb * kPackBlock;
+          const float d = QuantizeColumn(f32_row.data(), kp, column_q.data());
+          if (!ColumnScaleFits(f32_row.data(), kp, q8_row.data(), d, column_q.data())) {
+            fits->store(false, std::memory_order_relaxed);
+            return;
+          }
+          pm->PackColumnScaled(col, d, column_q.data());
+          continue;
+        }
+        pm->PackColumnQ8(col, blocks);
       }
     });
     for (Status& s : errors) {
       if (!s.ok()) return s;
     }
-    column_scales = fits.load();
-  }
-  static std::atomic<uint64_t> next_serial{1};
-  std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
-  pm->serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
-  pm->format_ = column_scales ? PackedFormat::kQ8Col : format;
-  pm->n_ = n;
-  pm->k_ = k;
-  pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
-  const size_t units = pm->Units();
-  pm->qs_.reset(AlignedArray<uint8_t>(units * pm->qs_bytes_per_block()));
-  bool allocated = pm->qs_ != nullptr;
-  if (column_scales) {
-    const size_t count = static_cast<size_t>(pm->panels_) * kPanelCols;
-    pm->column_scales_.reset(AlignedArray<float>(count));
-    allocated = allocated && pm->column_scales_;
-    if (allocated) std::fill_n(pm->column_scales_.get(), count, 0.0f);  // padding columns
-  } else {
-    pm->scales_.reset(AlignedArray<uint16_t>(units * kPanelCols));
-    allocated = allocated && pm->scales_;
-  }
-  if (format == PackedFormat::kQ4K) {
-    pm->mins_.reset(AlignedArray<uint16_t>(units * kPanelCols));
-    allocated = allocated && pm->mins_;
-  }
-  if (!allocated) {
-    return ResourceExhaustedError("PackedMatrix: cannot allocate " +
-                                  std::to_string(pm->bytes()) + " bytes");
-  }
-  // Panel groups are independent (each owns a contiguous range of units, see Unit()), so they
-  // are packed in parallel: each task first fills its units with the padding values (zero
-  // scale, the offset as the weight: padding columns contribute 0), which is also where the
-  // fresh pages are first touched, then packs its columns. A 3B model's load was ~15 s on one
-  // thread, most of it here and in the kernel zeroing those pages.
-  const int64_t group = pm->group_panels(), n_groups = (pm->panels_ + group - 1) / group;
-  const size_t units_per_group = static_cast<size_t>(group * nb);
-  auto pack_groups = [&](int64_t g0, int64_t g1, int thread) {
-    const size_t u0 = static_cast<size_t>(g0) * units_per_group;
-    const size_t u1 = static_cast<size_t>(g1) * units_per_group;
-    const size_t qs_bytes = pm->qs_bytes_per_block();
-    std::memset(pm->qs_.get() + u0 * qs_bytes, HasNibbles(pm->format_) ? 0x88 : 128,
-                (u1 - u0) * qs_bytes);
-    if (pm->scales_) {
-      std::memset(pm->scales_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));
-    }
-    if (pm->mins_) {
-      std::memset(pm->mins_.get() + u0 * kPanelCols, 0, (u1 - u0) * kPanelCols * sizeof(uint16_t));
-    }
-    std::vector<float> f32_row(static_cast<size_t>(nb * kPackBlock), 0.0f);  // zero-padded tail
-    std::vector<BlockQ8_0> q8_row(static_cast<size_t>(nb));
-    const int64_t c1 = std::min(n, g1 * group * kPanelCols);
-    for (int64_t col = g0 * group * kPanelCols; col < c1; ++col) {
-      const SourceRow src = source_row(col);
-      const DType dtype = src.source->dtype;
-      const uint8_t* row = src.data;
-      if (pm->format_ == PackedFormat::kQ4) {
-        pm->PackColumnQ4(col, reinterpret_cast<const BlockQ4_0*>(row));
-        continue;
-      }
-      if (pm->format_ == PackedFormat::kQ4K) {
-        pm->PackColumnQ4K(col, reinterpret_cast<const BlockQ4_K*>(row));
-        continue;
-      }
-      if (pm->format_ == PackedFormat::kQ8Col) {  // rows checked finite by the first pass
-        Status s = DequantizeRow(dtype, row, f32_row.data(), k);
-        if (!s.ok()) {
-          errors[static_cast<size_t>(thread)] = std::move(s);
-          return;
-        }
-        pm->PackColumnScaled(col, f32_row.data());
-        continue;
-      }
-      const BlockQ8_0* blocks = reinterpret_cast<const BlockQ8_0*>(row);
-      if (dtype == DType::kQ5_0) {
-        // Q5_0 is d * (q - 16) with q in 0..31: the same integers and scale as Q8_0 blocks.
-        // Value j < 16 is the low nibble of qs[j], value j + 16 the high one; bit j of qh is the
-        // fifth bit of value j.
-        const auto* q5 = reinterpret_cast<const BlockQ5_0*>(row);
-        for (int64_t b = 0; b < nb; ++b) {
-          uint32_t qh;
-          std::memcpy(&qh, q5[b].qh, sizeof(qh));
-          q8_row[b].d = q5[b].d;
-          for (int j = 0; j < 16; ++j) {
-            const int lo = (q5[b].qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-            const int hi = (q5[b].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-            q8_row[b].qs[j] = static_cast<int8_t>(lo - 16);
-            q8_row[b].qs[j + 16] = static_cast<int8_t>(hi - 16);
-          }
-        }
-        blocks = q8_row.data();
-      } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K
-        Status s = quantize_row(src, f32_row, q8_row);
-        if (!s.ok()) {
-          errors[static_cast<size_t>(thread)] = std::move(s);
-          return;
-        }
-        blocks = q8_row.data();
-      }
-      pm->PackColumnQ8(col, blocks);
-    }
+    return Status::Ok();
   };
-  for_ranges(n_groups, pack_groups);
-  for (Status& s : errors) {
-    if (!s.ok()) return s;
+  // Float rows: one scale per column when every column passes ColumnScaleFits (packed at once,
+  // with Q8_0 blocks again in the rare case that one does not).
+  if (all_float) {
+    VLMD_ASSIGN_OR_RETURN(std::unique_ptr<PackedMatrix> pm, allocate(PackedFormat::kQ8Col));
+    std::atomic<bool> fits{true};
+    VLMD_RETURN_IF_ERROR(pack(pm.get(), &fits));
+    if (fits.load()) return pm;
   }
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<PackedMatrix> pm, allocate(format));
+  VLMD_RETURN_IF_ERROR(pack(pm.get(), nullptr));
   return pm;
 }
 

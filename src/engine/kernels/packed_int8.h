@@ -171,8 +171,8 @@ class PackedMatrix {
   // Weight row `col` (one output column) into its panel slot: Q4_0 nibbles / Q8_0 bytes + scales.
   void PackColumnQ4(int64_t col, const BlockQ4_0* row);
   void PackColumnQ8(int64_t col, const BlockQ8_0* row);
-  // kQ8Col: the zero-padded float row (blocks() * 32 values) quantized with one scale.
-  void PackColumnScaled(int64_t col, const float* row);
+  // kQ8Col: column `col`'s scale d and its blocks() * 32 quants (the zero-padded row's).
+  void PackColumnScaled(int64_t col, float d, const int8_t* q);
   // One quad-ordered block of column j's stored bytes (the 32 int8 quants + 128).
   void PackQuants(int64_t col, int64_t block, const int8_t* q);
   void PackColumnQ4K(int64_t col, const BlockQ4_K* row);
