@@ -89,9 +89,10 @@ constexpr int64_t GroupPanels(PackedFormat f) { return HasNibbles(f) ? kPanelGro
 // may become kQ8Col, its column-scaled variant: PackConcat decides from the values).
 PackedFormat PackedFormatOf(DType dtype);
 // The most squared error per column, relative to Q8_0 blocks', at which float rows take one scale
-// per column (kQ8Col). Simulated rows of k = 1024 / 4096 (60 each): Gaussian values 1.5-3.5,
-// Laplace 2.0-7.1, Student-t with 5 degrees of freedom 1.8-29 (median 3.8 / 7.6): tails heavier
-// than Laplace's keep Q8_0 blocks, as does a column with one outlier weight.
+// per column (kQ8Col). Simulated rows of k = 1024 and 4096 (60 each): Gaussian values 1.5-3.5,
+// Laplace 2.0-7.1, Student-t with 5 degrees of freedom 1.8-29 (medians 3.8 and 7.6): tails
+// heavier than Laplace's keep Q8_0 blocks, as does a long column with one outlier weight (its
+// ratio is about k / 32).
 inline constexpr double kColumnScaleErrorRatio = 8.0;
 
 // n consecutive output columns (weight rows) of one source matrix: row r at data + r * row_bytes.
@@ -173,7 +174,7 @@ class PackedMatrix {
   void PackColumnQ8(int64_t col, const BlockQ8_0* row);
   // kQ8Col: column `col`'s scale d and its blocks() * 32 quants (the zero-padded row's).
   void PackColumnScaled(int64_t col, float d, const int8_t* q);
-  // One quad-ordered block of column j's stored bytes (the 32 int8 quants + 128).
+  // Block `block` of column `col` in the kQ8 byte order: its 32 int8 quants + 128.
   void PackQuants(int64_t col, int64_t block, const int8_t* q);
   void PackColumnQ4K(int64_t col, const BlockQ4_K* row);
   // The 4-bit values of one 32-value block into column j of its panel block (kQ4 / kQ4K layout).

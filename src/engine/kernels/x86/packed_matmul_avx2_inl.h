@@ -103,9 +103,8 @@ void ForPanelTiles(const Tiles& tiles, const PackedMatmulArgs& args, int64_t m0,
 }
 
 // kFmt: the PackedFormat as an int (kQ8 0, kQ4 1, kQ4K 2, kQ8Col 3). MR activation rows x NP
-// panels; each
-// panel is two vectors of 8 columns (v = 2 * panel + half). Calls with prepared operands take
-// TileSplit / TileNibbles (without VNNI) or TileVnni instead.
+// panels; each panel is two vectors of 8 columns (v = 2 * panel + half). Calls with prepared
+// operands take TileSplit / TileNibbles (without VNNI) or TileVnni instead.
 template <int kFmt, int MR, int NP>
 void Tile(const PackedMatmulArgs& args, int64_t m, int64_t p, bool gemv) {
   constexpr bool kQ4 = FormatHasNibbles(kFmt), kMins = FormatHasMins(kFmt);
