@@ -319,6 +319,8 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
       if (pm->column_scales_) column_q.resize(static_cast<size_t>(nb * kPackBlock));
       const int64_t c1 = std::min(n, g1 * group * kPanelCols);
       for (int64_t col = g0 * group * kPanelCols; col < c1; ++col) {
+        // kQ8Col: another column failed, the matrix is packed again with blocks.
+        if (fits != nullptr && !fits->load(std::memory_order_relaxed)) return;
         const SourceRow src = source_row(col);
         const DType dtype = src.source->dtype;
         const uint8_t* row = src.data;
@@ -357,7 +359,6 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
           blocks = q8_row.data();
         }
         if (pm->format_ == PackedFormat::kQ8Col) {
-          if (!fits->load(std::memory_order_relaxed)) return;  // another column failed
           const int64_t kp = nb * kPackBlock;
           const float d = QuantizeColumn(f32_row.data(), kp, column_q.data());
           if (!ColumnScaleFits(f32_row.data(), kp, q8_row.data(), d, column_q.data())) {
