@@ -18,6 +18,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/kernels/packed_int8.h"
 #include "engine/kernels/tile_bf16.h"
 #include "engine/ops/matmul.h"
 #include "engine/tensor/dtype.h"

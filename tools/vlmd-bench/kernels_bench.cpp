@@ -17,6 +17,7 @@
 #include "core/temp_file.h"
 #include "engine/kernels/kernel_table.h"
 #include "engine/kernels/packed_int8.h"
+#include "engine/kernels/tile_bf16.h"
 #include "engine/ops/matmul.h"
 #include "engine/tensor/quantize.h"
 #include "machine_limits.h"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/kernels/packed_int8.h"
 #include "engine/models/weights.h"
 #include "engine/ops/activation.h"
 #include "engine/ops/attention.h"

@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include "engine/kernels/packed_int8.h"
+#include "engine/kernels/tile_bf16.h"
 #include "engine/ops/parallel.h"
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quant_blocks.h"
@@ -430,6 +432,11 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
   store->int8.push_back(std::move(pm));
   return fused;
 }
+
+PackedStore::PackedStore() = default;
+PackedStore::~PackedStore() = default;
+PackedStore::PackedStore(PackedStore&&) noexcept = default;
+PackedStore& PackedStore::operator=(PackedStore&&) noexcept = default;
 
 uint64_t PackedBytes(const PackedStore& store) {
   uint64_t b = 0;

@@ -15,9 +15,16 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/kernels/kernel_table.h"
-#include "engine/kernels/packed_int8.h"
-#include "engine/kernels/tile_bf16.h"
 #include "engine/tensor/dtype.h"
+
+// Declared only: the packed layouts' headers (kernels/packed_int8.h, kernels/tile_bf16.h) change
+// with the kernels, and every model and server file includes this one. Who reads a packed
+// matrix's members includes them itself.
+namespace vlmd::engine::kernels {
+class PackedMatrix;
+class TileBf16Matrix;
+struct TileBf16Args;
+}  // namespace vlmd::engine::kernels
 
 namespace vlmd::engine::ops {
 
@@ -80,8 +87,14 @@ struct WeightPacking {
   bool bf16_tiles = false;
   ThreadPool* pool = nullptr;  // packs each int8 matrix's panel groups in parallel (load time)
 };
-// Owner of a model's packed matrices (the views point into it).
+// Owner of a model's packed matrices (the views point into it). Its special members are defined
+// in matmul.cpp, where the packed types are complete.
 struct PackedStore {
+  PackedStore();
+  ~PackedStore();
+  PackedStore(PackedStore&&) noexcept;
+  PackedStore& operator=(PackedStore&&) noexcept;
+
   std::vector<std::unique_ptr<kernels::PackedMatrix>> int8;
   std::vector<std::unique_ptr<kernels::TileBf16Matrix>> bf16;
   size_t size() const { return int8.size() + bf16.size(); }
