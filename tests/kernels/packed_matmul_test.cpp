@@ -586,5 +586,57 @@ TEST(PackedMatmulTest, ResidualEpilogueAcrossGemvRanges) {
   ep.residual = got.data() + 7;  // overlaps the output
   EXPECT_FALSE(ops::MatMul(kt, &pool, w, a.data(), 1, k, got.data(), n, &scratch, &ep).ok());
 }
+
+// The load log's account of a store (ops::PackingSummary): each matrix counted once, by what it
+// was packed from and how: float rows with column scales or, after a failed column, Q8_0
+// blocks; quantized rows (alone or fused with float ones) as int8; Q4_0 as nibbles.
+TEST(PackedMatmulTest, PackingSummaryCountsEachMatrixByItsSourceAndFormat) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const ops::WeightPacking fast{&kernels::GetKernelTable(isas.back()), ops::Precision::kFast};
+  const int64_t n = 40, k = 256;
+  const std::vector<float> gauss = RandomFloats(n * k, 61);
+  std::vector<float> outlier = gauss;
+  outlier[7 * k + 100] = 60.0f;  // one column far from Gaussian: that matrix keeps blocks
+  const std::vector<uint8_t> f16 = Rows(DType::kF16, gauss, n, k);
+  const std::vector<uint8_t> q8 = Rows(DType::kQ8_0, gauss, n, k);
+  const std::vector<uint8_t> q4 = Rows(DType::kQ4_0, gauss, n, k);
+  ops::PackedStore store;
+  EXPECT_EQ(ops::SummarizePacking(store).ToString(), "none");
+  std::vector<ops::WeightView> views = {{DType::kF32, n, k, gauss.data(), 0},
+                                        {DType::kF16, n, k, f16.data(), 0},
+                                        {DType::kF32, n, k, outlier.data(), 0},
+                                        {DType::kQ8_0, n, k, q8.data(), 0},
+                                        {DType::kQ4_0, n, k, q4.data(), 0}};
+  for (ops::WeightView& v : views) {
+    ASSERT_TRUE(ops::PackWeight(fast, &v, &store).ok());
+    ASSERT_NE(v.packed, nullptr);
+  }
+  const ops::WeightView f16_part{DType::kF16, n, k, f16.data(), 0};
+  const ops::WeightView q8_part{DType::kQ8_0, n, k, q8.data(), 0};
+  const ops::WeightView* parts[] = {&f16_part, &q8_part};
+  auto fused = ops::PackFusedWeights(fast, parts, &store);
+  ASSERT_TRUE(fused.ok());
+  ASSERT_NE(fused->packed, nullptr);
+
+  const ops::PackingSummary p = ops::SummarizePacking(store);
+  EXPECT_EQ(p.float_column_scaled, 2);
+  EXPECT_EQ(p.float_q8_blocks, 1);
+  EXPECT_EQ(p.quant_int8, 2);  // Q8_0, and F16 fused with Q8_0
+  EXPECT_EQ(p.quant_4bit, 1);
+  EXPECT_EQ(p.bf16_tiles, 0);
+  EXPECT_EQ(p.matrices(), 6);
+  EXPECT_EQ(p.bytes, ops::PackedBytes(store));
+  const std::string text = p.ToString();
+  EXPECT_NE(text.find("6 matrices"), std::string::npos) << text;
+  EXPECT_NE(text.find("float 2 column-scaled + 1 Q8_0-block"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 int8 from quantized rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 4-bit"), std::string::npos) << text;
+  ops::PackingSummary twice = p;
+  twice += p;
+  EXPECT_EQ(twice.matrices(), 12);
+  EXPECT_EQ(twice.bytes, 2 * p.bytes);
+}
+
 }  // namespace
 }  // namespace vlmd::engine

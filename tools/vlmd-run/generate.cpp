@@ -46,6 +46,16 @@ Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// How the matrices were packed (ops::PackingSummary), in --json output.
+nlohmann::json PackingJson(const engine::ops::PackingSummary& p) {
+  return {{"float_column_scaled", p.float_column_scaled},
+          {"float_q8_blocks", p.float_q8_blocks},
+          {"quant_int8", p.quant_int8},
+          {"quant_4bit", p.quant_4bit},
+          {"bf16_tiles", p.bf16_tiles},
+          {"bytes", p.bytes}};
+}
+
 }  // namespace
 
 int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err) {
@@ -164,6 +174,8 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   j["prompt_token_ids"] = prompt->tokens;  // -1 marks an image-token row
   j["finish_reason"] = r->finish_reason;
   j["kernels"] = std::string((*engine)->isa_name());
+  j["packing"]["text"] = PackingJson((*engine)->model().packing());
+  if ((*engine)->vision() != nullptr) j["packing"]["vision"] = PackingJson((*engine)->vision()->packing());
   if (redactor) j["redaction"] = redactions;
   nlohmann::json& t = j["timings"];
   t["prefill_ms"] = r->prefill_ms;

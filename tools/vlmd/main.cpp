@@ -57,7 +57,7 @@ Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) 
     spdlog::info("model '{}' ready: version {}, sha256 {}, memory at most {}", spec.name,
                  model->spec().version, model->hash(),
                  model->memory_plan().ToString(spec.engine.n_ctx));
-    serve::LogSealedModel(*model);
+    serve::LogLoadedWeights(*model);
   }
   return Status::Ok();
 }

@@ -124,6 +124,9 @@ class PackedMatrix {
   static bool CanPack(DType dtype);
 
   PackedFormat format() const { return format_; }
+  // Whether every row it was packed from was a float row (F32/F16/BF16): the matrices whose
+  // format the column test chose (kQ8Col, or kQ8 when a column failed it).
+  bool from_float_rows() const { return from_float_rows_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t panels() const { return panels_; }
@@ -181,6 +184,7 @@ class PackedMatrix {
   void PackNibbles(int64_t col, int64_t block, const uint8_t* nibbles);
 
   PackedFormat format_ = PackedFormat::kQ8;
+  bool from_float_rows_ = false;
   int64_t n_ = 0, k_ = 0, panels_ = 0;
   uint64_t serial_ = 0;
   // In huge-page-backed memory (core/large_alloc.h): decode streams all of it once per token.

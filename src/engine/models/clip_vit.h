@@ -22,6 +22,7 @@ namespace vlmd::engine::models {
 class ClipVit {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
   uint64_t released_bytes() const { return released_; }  // GGUF pages dropped after packing
   // Validates every tensor's presence and shape against `config`. `file` must outlive the ViT
   // (weights are views into its mapping). NOT_FOUND / INVALID_ARGUMENT naming the tensor.

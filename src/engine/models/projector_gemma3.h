@@ -22,6 +22,7 @@ void AveragePool(const float* in, int64_t side, int64_t d, int64_t k, float* out
 class Gemma3Projector {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
   uint64_t released_bytes() const { return 0; }  // the projection is an owned transposed copy
   uint64_t owned_bytes() const { return proj_bytes_.capacity(); }
   // Reads mm.soft_emb_norm.weight [D] and mm.input_projection.weight (GGUF ne [n_embd, D]: its

@@ -21,6 +21,7 @@ void PixelShuffle(const float* in, int64_t side, int64_t d, int64_t s, float* ou
 class Idefics3Projector {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
   uint64_t released_bytes() const { return released_; }  // GGUF pages dropped after packing
   // Reads mm.model.fc.weight [d_vit * s * s -> n_embd_text]. NOT_FOUND / INVALID_ARGUMENT.
   static Result<std::unique_ptr<Idefics3Projector>> Load(const gguf::GgufFile& file,

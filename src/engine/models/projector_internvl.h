@@ -19,6 +19,7 @@ namespace vlmd::engine::models {
 class InternVlProjector {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
   uint64_t released_bytes() const { return released_; }  // GGUF pages dropped after packing
   // Reads mm.model.mlp.{0,1,3}.{weight,bias}. NOT_FOUND / INVALID_ARGUMENT naming the tensor.
   static Result<std::unique_ptr<InternVlProjector>> Load(const gguf::GgufFile& file,

@@ -15,6 +15,7 @@ namespace vlmd::engine::models {
 class MlpProjector {
  public:
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }  // packed copies
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
   uint64_t released_bytes() const { return released_; }  // GGUF pages dropped after packing
   // Reads mm.0.{weight,bias} [d_vit -> hidden] and mm.2.{weight,bias} [hidden -> n_embd_text].
   // NOT_FOUND / INVALID_ARGUMENT naming the tensor.

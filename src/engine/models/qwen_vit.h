@@ -35,6 +35,7 @@ class QwenVit {
   // Width of an output row: the merger's projection_dim, then each deepstack layer's.
   int64_t n_embd_out() const { return int64_t{config_.projection_dim} * (1 + n_deepstack()); }
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
   uint64_t released_bytes() const { return released_; }
 
   // pixels: planar [3][height][width] normalized f32 (PreprocessImage), width and height

@@ -124,6 +124,7 @@ class TextDecoder {
   }
   uint64_t released_bytes() const { return released_bytes_; }
   uint64_t packed_bytes() const { return ops::PackedBytes(packed_); }
+  ops::PackingSummary packing() const { return ops::SummarizePacking(packed_); }
 
   // Runs the batch, appends K/V to the sequences' caches, and writes logits
   // [n_logit_rows, n_vocab] (row-major) for the requested rows.

@@ -310,6 +310,17 @@ uint64_t VisionEncoder::memory_bytes() const {
   return b;
 }
 
+ops::PackingSummary VisionEncoder::packing() const {
+  ops::PackingSummary p;
+  if (vit_) p += vit_->packing();
+  if (qwen_) p += qwen_->packing();
+  if (mlp_) p += mlp_->packing();
+  if (idefics3_) p += idefics3_->packing();
+  if (internvl_) p += internvl_->packing();
+  if (gemma3_) p += gemma3_->packing();
+  return p;
+}
+
 Status VisionEncoder::Encode(const float* tiles, int64_t n_tiles, VisionContext* ctx,
                              float* out) const {
   if (n_tiles < 1 || tiles == nullptr || out == nullptr || ctx == nullptr) {

@@ -105,6 +105,8 @@ class VisionEncoder {
   Status EncodeUnits(ImageEncoding* enc, int64_t max_units, VisionContext* ctx) const;
   // Memory the weights hold: the mapped GGUF file plus the packed copies.
   uint64_t memory_bytes() const;
+  // How the tower's and projector's matrices were packed (ops::PackingSummary).
+  ops::PackingSummary packing() const;
 
   // tiles: n_tiles planar normalized tiles [3][image_size][image_size] (caller-owned), encoded
   // in batches of about kRowsPerBatch patch rows (at least one tile): activation memory grows

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <new>
 #include <optional>
 #include <span>
@@ -443,6 +444,54 @@ uint64_t PackedBytes(const PackedStore& store) {
   for (const auto& m : store.int8) b += m->bytes();
   for (const auto& m : store.bf16) b += m->bytes();
   return b;
+}
+
+PackingSummary& PackingSummary::operator+=(const PackingSummary& o) {
+  float_column_scaled += o.float_column_scaled;
+  float_q8_blocks += o.float_q8_blocks;
+  quant_int8 += o.quant_int8;
+  quant_4bit += o.quant_4bit;
+  bf16_tiles += o.bf16_tiles;
+  bytes += o.bytes;
+  return *this;
+}
+
+std::string PackingSummary::ToString() const {
+  if (matrices() == 0) return "none";
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  std::string s = std::to_string(matrices()) + " matrices, " + mib + ":";
+  const char* sep = " ";
+  auto part = [&](int count, const char* what) {
+    if (count == 0) return;
+    s += sep + std::to_string(count) + what;
+    sep = ", ";
+  };
+  if (float_column_scaled + float_q8_blocks > 0) {
+    s += sep + ("float " + std::to_string(float_column_scaled) + " column-scaled + " +
+                std::to_string(float_q8_blocks) + " Q8_0-block");
+    sep = ", ";
+  }
+  part(quant_int8, " int8 from quantized rows");
+  part(quant_4bit, " 4-bit");
+  part(bf16_tiles, " bf16 tiles");
+  return s;
+}
+
+PackingSummary SummarizePacking(const PackedStore& store) {
+  PackingSummary p;
+  for (const auto& m : store.int8) {
+    const bool from_float = m->from_float_rows();
+    switch (m->format()) {
+      case kernels::PackedFormat::kQ8Col: ++p.float_column_scaled; break;
+      case kernels::PackedFormat::kQ8: ++(from_float ? p.float_q8_blocks : p.quant_int8); break;
+      case kernels::PackedFormat::kQ4:
+      case kernels::PackedFormat::kQ4K: ++p.quant_4bit; break;
+    }
+  }
+  p.bf16_tiles = static_cast<int>(store.bf16.size());
+  p.bytes = PackedBytes(store);
+  return p;
 }
 
 void MatmulScratch::AlignedDelete::operator()(uint8_t* p) const {

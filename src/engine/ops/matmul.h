@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -101,6 +102,26 @@ struct PackedStore {
 };
 // Bytes held by the packed matrices of a store.
 uint64_t PackedBytes(const PackedStore& store);
+
+// How a model's matrices were packed, for the load log and `vlmd-run --json`: above all which
+// share of the float weights (F32/F16/BF16) took one int8 scale per column and which kept Q8_0
+// blocks because a column failed the error test (packed_int8.h, kColumnScaleErrorRatio).
+struct PackingSummary {
+  int float_column_scaled = 0;  // float rows as kQ8Col
+  int float_q8_blocks = 0;      // float rows as kQ8 (a column failed the test)
+  int quant_int8 = 0;           // quantized rows (Q8_0, Q5_0, Q5_K, Q6_K; fused with float ones)
+                                // as int8 blocks
+  int quant_4bit = 0;           // Q4_0 / Q4_K rows as nibbles
+  int bf16_tiles = 0;           // tiles for the AMX unit
+  uint64_t bytes = 0;
+  int matrices() const {
+    return float_column_scaled + float_q8_blocks + quant_int8 + quant_4bit + bf16_tiles;
+  }
+  PackingSummary& operator+=(const PackingSummary& o);
+  // e.g. "40 matrices, 12.5 MiB: float 36 column-scaled + 2 Q8_0-block, 2 4-bit"; "none".
+  std::string ToString() const;
+};
+PackingSummary SummarizePacking(const PackedStore& store);
 
 // Packs *w when `packing` allows it for w->dtype (Q8_0 / Q5_0 / Q4_0 always; F32 / F16 / BF16 /
 // Q4_K in kFast; the block types' k a multiple of their block, float rows any k), appends the

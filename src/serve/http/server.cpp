@@ -435,7 +435,13 @@ Status SelfCheck(ModelHost& host) {
 
 }  // namespace
 
-void LogSealedModel(const ModelHost& model) {
+void LogLoadedWeights(const ModelHost& model) {
+  const engine::runtime::VlmEngine& e = model.engine();
+  const engine::ops::PackingSummary text = e.model().packing();
+  const engine::ops::PackingSummary vision =
+      e.vision() != nullptr ? e.vision()->packing() : engine::ops::PackingSummary{};
+  spdlog::info("model '{}': {} kernels, packed weights: text {}; vision {}", model.spec().name,
+               e.isa_name(), text.ToString(), vision.ToString());
   if (!model.decrypted()) return;
   if (model.decrypted_locked()) {
     spdlog::info("model '{}': sealed files decrypted into locked memory, and the engine's copies of "
@@ -474,7 +480,7 @@ Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spe
   std::shared_ptr<ModelHost> fresh(std::move(*loaded));
   spdlog::info("model '{}' now serves version {} (sha256 {}); was {}", name, fresh->spec().version,
                fresh->hash(), old->spec().version);
-  LogSealedModel(*fresh);
+  LogLoadedWeights(*fresh);
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);
     replaced_.push_back(old);  // counted until its in-flight requests release it

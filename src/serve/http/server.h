@@ -37,8 +37,10 @@ class HttpFront;
 // 8 random hex digits (std::random_device): the request-id prefix of one server start.
 std::string RandomInstanceId();
 
-// Logs that a sealed model was decrypted into memory, and warns when it could not be locked.
-void LogSealedModel(const ModelHost& model);
+// Logs what a freshly loaded model did with its weights: how its matrices were packed (fast
+// precision: how many float matrices took column scales), and, for a sealed model, that it was
+// decrypted into memory (a warning when that memory could not be locked).
+void LogLoadedWeights(const ModelHost& model);
 
 class Server {
  public:
