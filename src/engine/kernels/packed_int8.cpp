@@ -262,9 +262,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     std::unique_ptr<PackedMatrix> pm(new PackedMatrix());
     pm->serial_ = next_serial.fetch_add(1, std::memory_order_relaxed);
     pm->format_ = f;
-    pm->from_float_rows_ = std::all_of(sources.begin(), sources.end(), [](const PackSource& s) {
-      return !GetDTypeTraits(s.dtype).quantized;
-    });
+    pm->from_float_rows_ = all_float;
     pm->n_ = n;
     pm->k_ = k;
     pm->panels_ = (n + kPanelCols - 1) / kPanelCols;
