@@ -191,8 +191,10 @@ TEST(VisionHostileTest, BadKeysAreInvalidArgument) {
 
 // Keys that loaded and then ran wrong or asked for gigabytes per image: an infinite image std
 // (embeddings blind to the image), a tile side of 8192 (one tile of 8192^2 pixels per image,
-// however small the file), Idefics3's longest edge of 32768 (262,144 tiles), and an InternVL tile
-// range no grid fits (every image failed, planned as one tile).
+// however small the file), Idefics3's longest edge of 32768 (262,144 tiles) or of 1024 over
+// 64-pixel tiles (256 tiles of a small grid), Qwen VL patches of 512 pixels (a 1x1 image padded
+// to 2048 x 2048, a thin one to gigapixels), and an InternVL tile range no grid fits (every image
+// failed, planned as one tile).
 TEST(VisionHostileTest, KeysThatWouldRunWrongOrHugeAreRefused) {
   struct Case {
     const char* fixture;
@@ -208,6 +210,13 @@ TEST(VisionHostileTest, KeysThatWouldRunWrongOrHugeAreRefused) {
       {"tiny-llava", "image_size", [](GgufWriter& w) { w.SetU32("clip.vision.image_size", 8192); }},
       {"tiny-smolvlm", "preproc_image_size",
        [](GgufWriter& w) { w.SetU32("clip.vision.preproc_image_size", 32768); }},
+      {"tiny-smolvlm", "preproc_image_size",
+       [](GgufWriter& w) { w.SetU32("clip.vision.preproc_image_size", 1024); }},
+      {"tiny-qwen2vl", "patch_size",
+       [](GgufWriter& w) {
+         w.SetU32("clip.vision.image_size", 1024);
+         w.SetU32("clip.vision.patch_size", 512);
+       }},
       {"tiny-internvl", "preproc_min_tiles",
        [](GgufWriter& w) {
          w.SetU32("clip.vision.preproc_min_tiles", 3);

@@ -75,7 +75,7 @@ Status ReadLlavaKeys(const gguf::GgufFile& f, VisionConfig* c) {
     for (size_t i = 0; i < pins.size(); i += 2) {
       const int32_t w = pins[i], h = pins[i + 1];
       if (w <= 0 || h <= 0 || w % c->image_size != 0 || h % c->image_size != 0 ||
-          (w / c->image_size) * (h / c->image_size) > 64) {
+          int64_t{w / c->image_size} * (h / c->image_size) > 64) {
         return InvalidArgumentError("clip.vision.image_grid_pinpoints: " + std::to_string(w) + "x" +
                                     std::to_string(h) + " is not a grid of at most 64 " +
                                     std::to_string(c->image_size) + "-pixel slices");
@@ -236,6 +236,16 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
       return InvalidArgumentError("qwen vision: head dim " + std::to_string(c.head_dim) +
                                   " is not a multiple of 4 (2-D RoPE sections)");
     }
+    // An image is resized to at most max_tokens merged units of (patch * merge)^2 pixels (the
+    // tile size does not apply), and a thin one is padded up to one unit across: huge patches
+    // (a small file) would make even a 1x1 image gigabytes of pixels and patches.
+    const int64_t unit_side = int64_t{c.patch_size} * c.spatial_merge;
+    if (unit_side * unit_side * c.max_tokens > kMaxGridPixels) {
+      return InvalidArgumentError(
+          "qwen vision: clip.vision.patch_size " + std::to_string(c.patch_size) + " makes images of " +
+          std::to_string(c.max_tokens) + " tokens over " + std::to_string(kMaxGridPixels) +
+          " pixels (real files: 14 or 16)");
+    }
     if (c.projector == ProjectorType::kQwen25vl) {
       // Required: llama.cpp refuses a qwen2.5vl_merger file without it.
       VLMD_ASSIGN_OR_RETURN(c.n_wa_pattern, GetPositive(f, "clip.vision.n_wa_pattern", 1024));
@@ -273,12 +283,19 @@ Result<VisionConfig> ReadVisionConfig(const gguf::GgufFile& f) {
       VLMD_ASSIGN_OR_RETURN(c.preproc_image_size,
                             GetPositive(f, "clip.vision.preproc_image_size", 1 << 15));
     }
-    // Every image is refined up to this longest edge and cut into tiles: a grid of it must stay
-    // within what any grid may be (SmolVLM: 2048 = 4 x 512).
-    if (int64_t{c.preproc_image_size} * c.preproc_image_size > kMaxGridPixels) {
-      return InvalidArgumentError("clip.vision.preproc_image_size " +
-                                  std::to_string(c.preproc_image_size) + " makes grids over " +
-                                  std::to_string(kMaxGridPixels) + " pixels");
+    // Every image is refined up to this longest edge, rounded up to whole tiles, and cut into
+    // tiles: at most 64 of them (as LLaVA-1.6's and InternVL's grids; SmolVLM: 2048 = 4 x 512,
+    // 16 tiles), and a grid within what any grid may be. Without the first bound, 8-pixel tiles
+    // of an 8192-pixel edge were a million tiles (and a thousand shrink levels) per image.
+    const int64_t tiles_per_side =
+        (int64_t{c.preproc_image_size} + c.image_size - 1) / c.image_size;
+    const int64_t grid_side = tiles_per_side * c.image_size;
+    if (tiles_per_side * tiles_per_side > 64 || grid_side * grid_side > kMaxGridPixels) {
+      return InvalidArgumentError(
+          "clip.vision.preproc_image_size " + std::to_string(c.preproc_image_size) + " makes grids of " +
+          std::to_string(tiles_per_side) + " x " + std::to_string(tiles_per_side) + " " +
+          std::to_string(c.image_size) + "-pixel tiles (at most 64 tiles and " +
+          std::to_string(kMaxGridPixels) + " pixels)");
     }
   }
   return c;
