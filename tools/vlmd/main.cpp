@@ -107,7 +107,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--api-key", so.guard.api_key, "require Authorization: Bearer KEY on /v1/* (or env VLMD_API_KEY)");
   app.add_option("--admin-key", so.guard.admin_key, "enable /admin/* with this key (or env VLMD_ADMIN_KEY)");
-  app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")->capture_default_str();
+  app.add_option("--image-cache-mb", image_cache_mb, "visual-embedding cache size")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   app.add_option("--otlp-endpoint", so.tracing.otlp_endpoint,
                  "send trace spans (OTLP/HTTP JSON) to this collector URL, e.g. "
                  "http://otel-collector:4318/v1/traces");

@@ -22,6 +22,9 @@ using internal::Resolve;
 using internal::Section;
 namespace fs = std::filesystem;
 
+// The largest size in MiB a setting may give (the command line's): shifted to bytes, it fits.
+constexpr int64_t kMaxMiB = int64_t{1} << 30;
+
 Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions* so, ModelSpec* model_defaults) {
   VLMD_RETURN_IF_ERROR(s.CheckObject({"host", "port", "http_threads", "threads", "max_batch", "queue",
                                       "prefill_chunk", "encode_tiles", "ctx", "precision",
@@ -34,9 +37,10 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
   VLMD_RETURN_IF_ERROR(s.Get("host", &so->host));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("port", &so->port));
   if (so->port > 65535) return InvalidArgumentError(s.path("port") + ": must be <= 65535");
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("http_threads", &so->http_threads));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_redactions", &so->max_concurrent_redactions));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("threads", &model_defaults->engine.threads));
+  // The command line's bounds: each handler thread is a thread (100000 of them aborted the start).
+  VLMD_RETURN_IF_ERROR(s.GetInRange("http_threads", &so->http_threads, 1, 4096));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("max_redactions", &so->max_concurrent_redactions, 0, 4096));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("threads", &model_defaults->engine.threads, 0, 4096));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_batch", &model_defaults->scheduler.max_batch));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("queue", &model_defaults->scheduler.queue_size));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("prefill_chunk", &model_defaults->scheduler.prefill_chunk));
@@ -50,21 +54,20 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
     model_defaults->engine.precision = *p;
   }
   int64_t cache_mb = int64_t(model_defaults->image_cache_bytes >> 20);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("image_cache_mb", &cache_mb));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("image_cache_mb", &cache_mb, int64_t{0}, kMaxMiB));
   model_defaults->image_cache_bytes = uint64_t(cache_mb) << 20;
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("token_budget", &so->prepare.token_budget));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_images", &so->limits.max_images));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("token_budget", &so->prepare.token_budget, int64_t{1}, int64_t{1} << 24));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("max_images", &so->limits.max_images, 0, 4096));
   int64_t body_mb = int64_t(so->max_body_bytes >> 20);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_body_mb", &body_mb));
-  if (body_mb < 1) return InvalidArgumentError(s.path("max_body_mb") + ": must be >= 1");
+  VLMD_RETURN_IF_ERROR(s.GetInRange("max_body_mb", &body_mb, int64_t{1}, int64_t{1} << 20));
   so->max_body_bytes = size_t(body_mb) << 20;
   so->limits.max_image_bytes = so->max_body_bytes;
   so->prepare.decode_limits.max_bytes = so->max_body_bytes;
   int64_t body_budget_mb = int64_t(so->body_budget_bytes >> 20);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("body_budget_mb", &body_budget_mb));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("body_budget_mb", &body_budget_mb, int64_t{0}, kMaxMiB));
   so->body_budget_bytes = uint64_t(body_budget_mb) << 20;
   int64_t decode_mb = int64_t(so->decode_budget_bytes >> 20);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("decode_budget_mb", &decode_mb));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("decode_budget_mb", &decode_mb, int64_t{0}, kMaxMiB));
   so->decode_budget_bytes = uint64_t(decode_mb) << 20;
   double mpixels = double(so->prepare.decode_limits.max_pixels) / 1e6;
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_image_mpixels", &mpixels));
@@ -73,14 +76,15 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
   }
   so->prepare.decode_limits.max_pixels = uint64_t(mpixels * 1e6);
   int64_t timeout_s = std::chrono::duration_cast<std::chrono::seconds>(so->prepare.timeout).count();
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("timeout_s", &timeout_s));
-  if (timeout_s < 1) return InvalidArgumentError(s.path("timeout_s") + ": must be >= 1");
+  // Added to the clock for every request's deadline: a huge one wrapped into the past.
+  VLMD_RETURN_IF_ERROR(s.GetInRange("timeout_s", &timeout_s, int64_t{1}, int64_t{86400} * 7));
   so->prepare.timeout = std::chrono::seconds(timeout_s);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("read_timeout_s", &so->read_timeout_s));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("body_timeout_s", &so->body_timeout_s));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("keep_alive_s", &so->keep_alive_s));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_connections", &so->max_connections));
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_connections_per_address", &so->max_connections_per_address));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("read_timeout_s", &so->read_timeout_s, 1, 3600));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("body_timeout_s", &so->body_timeout_s, 1, 3600));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("keep_alive_s", &so->keep_alive_s, 1, 3600));
+  VLMD_RETURN_IF_ERROR(s.GetInRange("max_connections", &so->max_connections, 1, 1 << 20));
+  VLMD_RETURN_IF_ERROR(
+      s.GetInRange("max_connections_per_address", &so->max_connections_per_address, 0, 1 << 20));
   VLMD_RETURN_IF_ERROR(s.Get("tls_cert", &so->tls_cert_file));
   VLMD_RETURN_IF_ERROR(s.Get("tls_key", &so->tls_key_file));
   so->tls_cert_file = Resolve(base_dir, so->tls_cert_file);
@@ -88,29 +92,9 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
   if (so->tls_cert_file.empty() != so->tls_key_file.empty()) {
     return InvalidArgumentError(s.path("tls_cert") + " and " + s.path("tls_key") + ": give both or neither");
   }
-  // The command line's bounds: each handler thread is a thread (100000 of them aborted the start).
-  for (const auto& [key, value, low, high] :
-       {std::tuple{"http_threads", so->http_threads, 1, 4096},
-        std::tuple{"max_redactions", so->max_concurrent_redactions, 0, 4096},
-        std::tuple{"max_connections", so->max_connections, 1, 1 << 20},
-        std::tuple{"max_connections_per_address", so->max_connections_per_address, 0, 1 << 20}}) {
-    if (value < low || value > high) {
-      return InvalidArgumentError(s.path(key) + ": must be " + std::to_string(low) + " to " +
-                                  std::to_string(high));
-    }
-  }
-  for (const auto& [key, value] : {std::pair{"read_timeout_s", so->read_timeout_s},
-                                   std::pair{"body_timeout_s", so->body_timeout_s},
-                                   std::pair{"keep_alive_s", so->keep_alive_s},
-                                   std::pair{"max_connections", so->max_connections}}) {
-    if (value < 1) return InvalidArgumentError(s.path(key) + ": must be >= 1");
-  }
   VLMD_RETURN_IF_ERROR(s.Get("image_url_hosts", &so->limits.url_host_allowlist));
   int64_t budget_mb = int64_t(so->memory_budget_bytes >> 20);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("memory_budget_mb", &budget_mb));
-  if (budget_mb > (int64_t{1} << 30)) {
-    return InvalidArgumentError(s.path("memory_budget_mb") + ": must be <= 2^30 (MiB)");
-  }
+  VLMD_RETURN_IF_ERROR(s.GetInRange("memory_budget_mb", &budget_mb, int64_t{0}, kMaxMiB));
   so->memory_budget_bytes = uint64_t(budget_mb) << 20;
   so->limits.max_tokens_limit = model_defaults->engine.n_ctx;
   return Status::Ok();
@@ -295,10 +279,10 @@ Status ParseAudit(const Section& s, const std::string& base_dir, GuardOptions* g
   if (g->audit_path.empty()) return InvalidArgumentError(s.path("path") + ": required");
   g->audit_path = Resolve(base_dir, g->audit_path);
   int64_t max_mb = int64_t(g->audit_max_bytes >> 20);
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("max_mb", &max_mb));
-  if (max_mb < 1) return InvalidArgumentError(s.path("max_mb") + ": must be >= 1");
+  VLMD_RETURN_IF_ERROR(s.GetInRange("max_mb", &max_mb, int64_t{1}, kMaxMiB));
   g->audit_max_bytes = uint64_t(max_mb) << 20;
-  VLMD_RETURN_IF_ERROR(s.GetNonNegative("keep", &g->audit_keep_files));
+  // Rotation renames keep - 1 files while audited requests wait: 20 million took minutes.
+  VLMD_RETURN_IF_ERROR(s.GetInRange("keep", &g->audit_keep_files, 0, 1000));
   VLMD_RETURN_IF_ERROR(s.Get("fsync", &g->audit_fsync));
   VLMD_RETURN_IF_ERROR(s.Get("log_prompts", &g->audit_prompts));
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("refusal_interval_s", &g->audit_refusal_interval_s));

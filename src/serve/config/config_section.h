@@ -75,6 +75,19 @@ class Section {
     *out = v;
     return Status::Ok();
   }
+  // A number in [low, high] (the command line's range for the same setting, where it has one):
+  // a size in MiB shifted to bytes, a thread count or a timeout added to a clock must not wrap.
+  template <typename T>
+  Status GetInRange(const char* key, T* out, T low, T high) const {
+    T v = *out;
+    VLMD_RETURN_IF_ERROR(Get(key, &v));
+    if (has(key) && (v < low || v > high)) {
+      return InvalidArgumentError(path(key) + ": must be " + std::to_string(low) + " to " +
+                                  std::to_string(high));
+    }
+    *out = v;
+    return Status::Ok();
+  }
 
  private:
   const json& j_;
