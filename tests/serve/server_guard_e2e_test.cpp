@@ -309,15 +309,29 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(c->Get("/v1/models", {{"Authorization", "bearer " + fast}})->status, 200);
   // An admin action is audited.
   EXPECT_EQ(c->Post("/admin/models/tiny-smolvlm/reload", Bearer(o.guard.admin_key), "", "application/json")->status, 200);
+  // A path no route has, a method its route does not take, and a path longer than any route
+  // each get their refusal and a line (they had none); the last one (30000 bytes: std::regex
+  // recursed once per character and the server died) a 414, and the server keeps serving.
+  EXPECT_EQ(c->Get("/v1/nothing", Bearer(fast))->status, 404);
+  EXPECT_EQ(c->Get("/v1/vlm/invoke", Bearer(fast))->status, 405);
+  auto long_path = c->Post("/admin/models/" + std::string(30000, 'A') + "/reload",
+                           Bearer(o.guard.admin_key), "", "application/json");
+  ASSERT_TRUE(long_path);
+  EXPECT_EQ(long_path->status, 414);
+  EXPECT_EQ(c->Get("/v1/models", Bearer(fast))->status, 200);
 
   // The audit log has one line per generation request, with the key id and never a key.
   std::ifstream in(o.guard.audit_path);
   std::string line, all;
   std::map<int, int> by_status;
-  int admin_intents = 0;
+  int admin_intents = 0, model_lists = 0;
   while (std::getline(in, line)) {
     all += line + "\n";
     const json rec = json::parse(line);
+    if (rec["route"] == "/v1/models" && rec["status"] == 200) {
+      EXPECT_EQ(rec["key_id"], "team-fast") << line;
+      ++model_lists;
+    }
     if (rec.value("phase", "") == "requested") {  // an admin action's line before it acts
       EXPECT_EQ(rec["key_id"], "admin") << line;
       EXPECT_FALSE(rec.contains("status")) << line;
@@ -331,20 +345,25 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
     }
     EXPECT_TRUE(rec.contains("time"));
     EXPECT_TRUE(rec.contains("request_id"));
-    // Generation requests past authentication (those refused before it have no trace yet).
+    // Generation requests past authentication and routing (those refused before have no trace
+    // yet).
     if ((rec["route"] == "/v1/vlm/invoke" || rec["route"] == "/v1/chat/completions") &&
-        rec["status"] != 401) {
+        rec["status"] != 401 && rec["status"] != 405) {
       EXPECT_TRUE(obs::ParseTraceParent("00-" + rec.value("trace_id", std::string()) +
                                         "-00f067aa0ba902b7-01"))
           << line;  // the request's trace, for the spans of a collector
     }
     EXPECT_FALSE(rec.contains("messages"));  // prompts are not logged unless configured
   }
-  // 200: 4 generations + the reload; 401: two generations, /v1/models, two admin refusals and the
-  // admin key on /v1; 429: one.
-  EXPECT_EQ(by_status[200], 5);
+  // 200: 4 generations, the reload and 3 model lists; 401: two generations, /v1/models, two admin
+  // refusals and the admin key on /v1; 429: one; 404, 405, 414: one each.
+  EXPECT_EQ(by_status[200], 8);
+  EXPECT_EQ(model_lists, 3);
   EXPECT_EQ(by_status[401], 6);
   EXPECT_EQ(by_status[429], 1);
+  EXPECT_EQ(by_status[404], 1);
+  EXPECT_EQ(by_status[405], 1);
+  EXPECT_EQ(by_status[414], 1);
   EXPECT_EQ(admin_intents, 1);
   EXPECT_NE(all.find("\"key_id\":\"admin\""), std::string::npos);
   EXPECT_EQ(all.find(fast), std::string::npos);
@@ -468,6 +487,12 @@ TEST(ServerGuard, MalformedStreamOptionsIs400) {
   json plain = ChatRequest("hi", 2, false);
   plain["stream_options"] = {{"include_usage", true}};
   EXPECT_EQ(c->Post("/v1/chat/completions", plain.dump(), "application/json")->status, 400);
+  // "stream": null is no stream (the parser reads null as absent): a 400 too, not a 500.
+  plain["stream"] = nullptr;
+  auto null_stream = c->Post("/v1/chat/completions", plain.dump(), "application/json");
+  ASSERT_TRUE(null_stream);
+  EXPECT_EQ(null_stream->status, 400) << null_stream->body;
+  EXPECT_NE(null_stream->body.find("only allowed when"), std::string::npos) << null_stream->body;
 }
 
 // A 405 names the methods the path takes (RFC 9110).

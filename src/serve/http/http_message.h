@@ -29,6 +29,7 @@ struct HttpRequest {
   int remote_port = 0;
   std::vector<std::string> matches;  // the route pattern's capture groups
   int32_t route = -1;  // the handler's route for this request, found once, on the head
+  std::string key_id;  // the client key's id once the head was admitted (for the audit line)
   // True once the client has closed its side (or reset) while the request is handled; never
   // blocks, never consumes bytes. Set by the connection layer; always false when unset.
   std::function<bool()> peer_closed;

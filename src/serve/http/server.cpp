@@ -88,7 +88,15 @@ void Server::Handlers::Register() {
     if (s_.drift_) s_.drift_->Refresh();  // replies older than a window slide out
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  Get("/v1/models", [this](HttpRequest&, HttpResponse& res) {
+  Get("/v1/models", [this](HttpRequest& req, HttpResponse& res) {
+    // Audited like every request to the API (Admit took the key's rate token).
+    const std::string id = NextId();
+    res.set_header("X-Request-Id", id);
+    if (!s_.guard_->Audit({{"request_id", id}, {"key_id", req.key_id}, {"route", "/v1/models"},
+                           {"remote_addr", req.remote_addr}, {"status", 200}}).ok()) {
+      SendError(res, {500, "server_error", "audit_unavailable", "the audit log cannot be written"});
+      return;
+    }
     json data = json::array();
     for (const auto& m : s_.router_.Models()) {
       json entry{{"id", m->spec().name},   {"object", "model"},
@@ -126,6 +134,14 @@ const Server::Handlers::Route* Server::Handlers::FindRoute(const std::string& me
                                                            const std::string& path,
                                                            std::vector<std::string>* matches,
                                                            int* status) const {
+  // libstdc++'s std::regex recurses once per character of a `([^/]+)` group: a 30000-byte
+  // admin path overflowed the handler thread's stack (the whole server died). Every route is
+  // far shorter than this.
+  constexpr size_t kMaxRoutedPath = 2048;
+  if (path.size() > kMaxRoutedPath) {
+    *status = 414;
+    return nullptr;
+  }
   *status = 404;
   for (const Route& r : routes_) {
     std::smatch m;
@@ -154,7 +170,7 @@ std::string Server::Handlers::AllowedMethods(const std::string& path) const {
 // server buffer bodies: /admin/* needs the admin key, /v1/* a client key. /v1/models takes its
 // rate token here; the generation endpoints take theirs in Generate, which needs the client's
 // identity for routing and the audit log anyway.
-bool Server::Handlers::Admit(const HttpRequest& req, HttpResponse& res) {
+bool Server::Handlers::Admit(HttpRequest& req, HttpResponse& res) {
   const std::string auth(req.header("Authorization"));
   auto refuse = [&](const api::ApiError& e) {
     const std::string id = NextId();
@@ -184,7 +200,10 @@ bool Server::Handlers::Admit(const HttpRequest& req, HttpResponse& res) {
   }
   double retry_after_s = 0;
   auto client = s_.guard_->Admit(auth, &retry_after_s);
-  if (client.ok()) return true;
+  if (client.ok()) {
+    req.key_id = client->key_id;
+    return true;
+  }
   if (client.status().code() == StatusCode::kResourceExhausted) {
     res.set_header("Retry-After", RetryAfterHeader(retry_after_s));
     return refuse({429, "rate_limit_error", "rate_limited", client.status().message()});
@@ -198,6 +217,10 @@ bool Server::Handlers::OnHead(HttpRequest& head, HttpResponse& res, size_t* body
   const Route* route = FindRoute(head.method, head.path, &head.matches, &status);
   if (route == nullptr) {
     api::ApiError e{status, "invalid_request_error", "not_found", "no route " + head.method + " " + head.path};
+    if (status == 414) {
+      e.code = "uri_too_long";
+      e.message = "the path is longer than any route (" + std::to_string(head.path.size()) + " bytes)";
+    }
     if (status == 405) {
       e.code = "method_not_allowed";
       e.message = "method " + head.method + " not allowed on " + head.path;
@@ -205,6 +228,17 @@ bool Server::Handlers::OnHead(HttpRequest& head, HttpResponse& res, size_t* body
     }
     SendError(res, e);
     s_.metrics_->requests.With({RefusedRouteLabel(head.path), std::to_string(status)}).Inc();
+    // An authenticated request to the API that names no route gets its line too (sampled per
+    // address as the other refusals before routing: a key holder's flood of them cannot rotate
+    // the trail away).
+    if (head.path.rfind("/v1/", 0) == 0 || head.path.rfind("/admin/", 0) == 0) {
+      const std::string id = NextId();
+      res.set_header("X-Request-Id", id);
+      (void)s_.guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", head.path},
+                                     {"remote_addr", head.remote_addr}, {"status", status},
+                                     {"error", e.code}},
+                                    head.remote_addr);
+    }
     return false;
   }
   *body_limit = route->body_limit;

@@ -204,7 +204,9 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
         return fail({400, "invalid_request_error", "invalid_request",
                      "stream_options: expected {\"include_usage\": true|false}"});
       }
-      if (!body.value("stream", false)) {  // as OpenAI answers
+      // The parsed request's flag: "stream": null reads as absent there, and body.value() threw
+      // on it (a 500 without the request's audit line).
+      if (!call->request.stream) {  // as OpenAI answers
         return fail({400, "invalid_request_error", "invalid_request",
                      "stream_options: only allowed when \"stream\" is true"});
       }

@@ -72,7 +72,7 @@ class Server::Handlers : public FrontHandler {
   // Allow header.
   std::string AllowedMethods(const std::string& path) const;
   // Authentication and rate limits before the body is read: false and `res` set when refused.
-  bool Admit(const HttpRequest& head, HttpResponse& res);
+  bool Admit(HttpRequest& head, HttpResponse& res);
 
   enum class Kind { kInvoke, kChat };
   struct Call {  // one generation request in flight
