@@ -480,9 +480,9 @@ TEST(ServerLoadTest, ProbesAnswerWhileEveryHandlerThreadIsBusy) {
 
 
 // Bodies held at once are bounded over all connections (--body-budget-mb): with room for one
-// 800 KB body, a second one arriving meanwhile gets 503 body_budget from its head, and once the
-// first connection is gone its room is free again. (Each body was bounded alone: a thousand
-// queued requests of 32 MB each could hold 32 GB.)
+// 800 KB body, a second one arriving while the first has sent 700 KB of its own gets 503
+// body_budget from its head, and once the first connection is gone its room is free again. (Each
+// body was bounded alone: a thousand queued requests of 32 MB each could hold 32 GB.)
 TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
   HarnessOptions o;
   o.server.max_body_bytes = 1 << 20;
@@ -492,9 +492,14 @@ TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
                            "Content-Length: 800000\r\n\r\n";
   const int first = testing::Connect(h.port());
   ASSERT_GE(first, 0);
-  const std::string partial = head + "{\"prompt\": ";
-  ASSERT_EQ(write(first, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its head is read and counted
+  std::string partial = head + "{\"prompt\": ";
+  partial.resize(head.size() + 700000, ' ');
+  for (size_t sent = 0; sent < partial.size();) {
+    const ssize_t n = write(first, partial.data() + sent, partial.size() - sent);
+    ASSERT_GT(n, 0);
+    sent += static_cast<size_t>(n);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its bytes are read and counted
   const testing::RawReply second = testing::Exchange(h.port(), head);
   EXPECT_EQ(second.bytes.rfind("HTTP/1.1 503", 0), 0u) << second.bytes;
   EXPECT_NE(second.bytes.find("body_budget"), std::string::npos) << second.bytes;
@@ -505,6 +510,78 @@ TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
   body.resize(800000, ' ');
   const testing::RawReply third = testing::Exchange(h.port(), head.substr(0, head.size() - 2) + "Connection: close\r\n\r\n" + body);
   EXPECT_EQ(third.bytes.rfind("HTTP/1.1 200", 0), 0u) << third.bytes.substr(0, 300);
+}
+
+// A body counts the bytes that arrived, not the length its head declares: two connections that
+// declare 800 KB each and send one byte do not keep a 400 KB request out of a 1 MiB budget (the
+// first of them held 800 KB of it for the whole body timeout; 32 such connections held the
+// default budget).
+TEST(ServerLoadTest, DeclaredButUnsentBodiesDoNotHoldTheBodyBudget) {
+  HarnessOptions o;
+  o.server.max_body_bytes = 1 << 20;
+  o.server.body_budget_bytes = 1 << 20;
+  Harness h(o);
+  const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 800000\r\n\r\n{";
+  std::vector<int> stalled;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = testing::Connect(h.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+    stalled.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // their heads are read
+  std::string body = R"({"prompt":"hi","max_tokens":2})";
+  const testing::RawReply normal = testing::Exchange(
+      h.port(), "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(normal.bytes.rfind("HTTP/1.1 200", 0), 0u) << normal.bytes.substr(0, 300);
+  // 400 KB fit beside their 2 x (1 byte + 256 KiB counted ahead).
+  body.resize(400000, ' ');
+  const testing::RawReply large = testing::Exchange(
+      h.port(), "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(large.bytes.rfind("HTTP/1.1 200", 0), 0u) << large.bytes.substr(0, 300);
+  for (int fd : stalled) close(fd);
+}
+
+// A body that outgrows the room left while it arrives is refused then (503 body_budget, the reply
+// readable: the connection lingers): A declares 800 KB and sends 100 KB, B's 600 KB fit beside
+// that and are answered (its connection, kept alive, still holds them), then A's other 700 KB
+// do not fit.
+TEST(ServerLoadTest, ABodyThatOutgrowsTheRoomLeftIsRefusedWhileItArrives) {
+  HarnessOptions o;
+  o.server.max_body_bytes = 1 << 20;
+  o.server.body_budget_bytes = 1 << 20;
+  Harness h(o);
+  auto send_all = [](int fd, const std::string& bytes) {
+    for (size_t sent = 0; sent < bytes.size();) {
+      const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  std::string body_a = R"({"prompt":"hi","max_tokens":2})";
+  body_a.resize(800000, ' ');
+  const std::string request_a = testing::InvokeRequest(body_a);
+  const size_t first_part = request_a.size() - 700000;
+  const int a = testing::Connect(h.port());
+  ASSERT_GE(a, 0);
+  ASSERT_TRUE(send_all(a, request_a.substr(0, first_part)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its 100 KB are read and counted
+  std::string body_b = R"({"prompt":"hi","max_tokens":2})";
+  body_b.resize(600000, ' ');
+  const int b = testing::SendInvoke(h.port(), body_b);
+  ASSERT_GE(b, 0);
+  const testing::RawReply reply_b = testing::ReadUntilClosed(b, 2);  // kept alive: read for 2 s
+  EXPECT_EQ(reply_b.bytes.rfind("HTTP/1.1 200", 0), 0u) << reply_b.bytes.substr(0, 300);
+  send_all(a, request_a.substr(first_part));  // may stop early: the refusal can come first
+  const testing::RawReply reply_a = testing::ReadUntilClosed(a, 5);
+  EXPECT_EQ(reply_a.bytes.rfind("HTTP/1.1 503", 0), 0u) << reply_a.bytes.substr(0, 300);
+  EXPECT_NE(reply_a.bytes.find("body_budget"), std::string::npos) << reply_a.bytes.substr(0, 300);
+  close(a);
+  close(b);
 }
 
 }  // namespace

@@ -33,6 +33,9 @@ constexpr size_t kLingerBytes = 16u << 20;
 // The read buffer's bound: a whole request head, or a chunk-size line or trailer of as many bytes,
 // plus the slack that one read may add past what the parser has taken.
 constexpr size_t kReadBufferSlack = 64 << 10;
+
+// A body's count against the body budget runs this far ahead of its bytes received.
+constexpr uint64_t kBodyReservationStep = 256 << 10;
 size_t ReadBufferLimit(const FrontOptions& o) { return o.max_header_bytes + kReadBufferSlack; }
 
 std::string_view Trimmed(std::string_view s) {
@@ -269,12 +272,12 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     }
     parser_->body_limit(limit);  // chunked bodies: checked while they are read
     body_limit_ = limit;
-    if (!ReserveBody(parser_->content_length().value_or(limit))) {
-      return Refuse(&request_, 503, "body_budget",
-                    "request bodies held by the server are at their limit of " +
-                        std::to_string(front_.options.max_body_bytes_in_flight >> 20) +
-                        " MB; retry shortly");
-    }
+    body_expected_ = parser_->content_length().value_or(limit);
+    // Refused from the head when the whole body would not fit beside the bytes held now; counted
+    // as its bytes arrive (ReadBody), so that a client declaring a large body and sending little
+    // holds little: 32 connections declaring 32 MB and sending a byte each held the default
+    // budget for the body timeout when a body counted its declared length from its head.
+    if (!BodyFits(body_expected_) || !GrowBodyReservation(0)) return RefuseBodyBudget();
     const std::string_view expect = HeaderValue(request_.headers, "Expect");
     if (request_.version >= 11 && expect.size() == 12 && strncasecmp(expect.data(), "100-continue", 12) == 0 &&
         buffer_.size() == 0) {
@@ -293,7 +296,19 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   void ReadBody() {
     Arm(front_.options.body_timeout);  // the whole body
-    bhttp::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](error_code ec, size_t) {
+    ReadBodySome();
+  }
+
+  // Reads on until the body is whole, the reservation growing ahead of it (GrowBodyReservation).
+  void ReadBodySome() {
+    bhttp::async_read_some(stream_, buffer_, *parser_, [self = this->shared_from_this()](error_code ec, size_t) {
+      if (!ec && !self->parser_->is_done()) {
+        if (!self->GrowBodyReservation(self->parser_->get().body().size())) {
+          self->Disarm();
+          return self->RefuseBodyBudget();
+        }
+        return self->ReadBodySome();
+      }
       self->Disarm();
       if (!ec) return self->Dispatch();
       if (self->timed_out_) {
@@ -337,17 +352,33 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     }
   }
 
-  // Counts `bytes` of body against max_body_bytes_in_flight; false (nothing counted) when they do
-  // not fit.
-  bool ReserveBody(uint64_t bytes) {
+  // Whether `bytes` more of body fit beside what the bodies held now have counted.
+  bool BodyFits(uint64_t bytes) const {
     const uint64_t max = front_.options.max_body_bytes_in_flight;
-    if (max == 0 || bytes == 0) return true;
+    return max == 0 || (bytes <= max && front_.body_bytes.load() <= max - bytes);
+  }
+
+  // Makes this body's count against max_body_bytes_in_flight cover `received` bytes and one step
+  // more (the next reads; at most the body's expected size); false (the count unchanged) when that
+  // does not fit.
+  bool GrowBodyReservation(uint64_t received) {
+    const uint64_t max = front_.options.max_body_bytes_in_flight;
+    if (max == 0) return true;
+    const uint64_t want = std::min<uint64_t>(body_expected_, received + kBodyReservationStep);
+    if (want <= body_reserved_) return true;
+    const uint64_t more = want - body_reserved_;
     uint64_t held = front_.body_bytes.load();
     do {
-      if (bytes > max || held > max - bytes) return false;
-    } while (!front_.body_bytes.compare_exchange_weak(held, held + bytes));
-    body_reserved_ = bytes;
+      if (more > max || held > max - more) return false;
+    } while (!front_.body_bytes.compare_exchange_weak(held, held + more));
+    body_reserved_ = want;
     return true;
+  }
+
+  void RefuseBodyBudget() {
+    Refuse(&request_, 503, "body_budget",
+           "request bodies held by the server are at their limit of " +
+               std::to_string(front_.options.max_body_bytes_in_flight >> 20) + " MB; retry shortly");
   }
   void ReleaseBody() {
     if (body_reserved_ == 0) return;
@@ -503,6 +534,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   size_t served_ = 0;
   size_t body_limit_ = 0;
   uint64_t body_reserved_ = 0;  // of front_.body_bytes, for the current request's body
+  uint64_t body_expected_ = 0;  // its Content-Length, or the route's limit when chunked
   size_t lingered_ = 0;
 };
 

@@ -31,9 +31,11 @@ struct FrontOptions {
   size_t max_queued_requests = 1024;  // waiting for a handler thread; beyond: 503
   size_t max_connections = 8192;     // open at once, in total; beyond: 503 and close
   size_t max_connections_per_address = 256;  // from one client address; 0: no cap
-  // Request body bytes held at once, over all connections (0: no bound): a body is counted from
-  // its head (its Content-Length, or the route's limit when chunked) until its connection moves
-  // on to the next request or closes; one that does not fit gets 503 body_budget at once.
+  // Request body bytes held at once, over all connections (0: no bound): a body is counted as its
+  // bytes arrive (a step ahead of them) until its connection moves on to the next request or
+  // closes. One whose whole length (its Content-Length, or the route's limit when chunked) does
+  // not fit beside the bytes counted gets 503 body_budget from its head, one that outgrows the
+  // room left while it arrives gets it then.
   uint64_t max_body_bytes_in_flight = 0;
   size_t max_header_bytes = 64 << 10;
   size_t max_header_lines = 100;
