@@ -371,6 +371,36 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_NE(all.find("\"key_id\":\"team-slow\""), std::string::npos);
 }
 
+// With API keys, the visual-embedding cache and prefix reuse stay within one key: a second key
+// sending the same image and prompt gets a miss and no reused rows (they told it, and their
+// timings, what the first key had sent), then its own hit and reuse the next time.
+TEST(ServerGuard, CachesAndPrefixReuseStayWithinOneClientKey) {
+  TempDir dir;
+  const std::string key_a = "tenant-a-0123456789abcdef", key_b = "tenant-b-0123456789abcdef";
+  ServerOptions o;
+  o.guard.api_keys_file = dir.Write(
+      "keys.json", json{{"keys", {{{"id", "a"}, {"key", key_a}}, {{"id", "b"}, {"key", key_b}}}}}.dump());
+  auto server = StartServer(o);
+  auto c = ClientOf(*server);
+  const json req{{"prompt", "patient record: what does this scan show?"},
+                 {"max_tokens", 2},
+                 {"image_base64", api::EncodeBase64(FixtureImage("img-50x100.png"))}};
+  auto send = [&](const std::string& key) {
+    auto r = c->Post("/v1/vlm/invoke", Bearer(key), req.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return r ? json::parse(r->body) : json::object();
+  };
+  const json a1 = send(key_a), a2 = send(key_a), b1 = send(key_b), b2 = send(key_b);
+  EXPECT_EQ(a1["cache"]["image"], "miss");
+  EXPECT_EQ(a2["cache"]["image"], "hit");
+  EXPECT_GT(a2["usage"]["reused_prompt_tokens"].get<int>(), 0);
+  EXPECT_EQ(b1["cache"]["image"], "miss") << b1.dump();
+  EXPECT_EQ(b1["usage"]["reused_prompt_tokens"], 0) << b1.dump();
+  EXPECT_EQ(b2["cache"]["image"], "hit");
+  EXPECT_EQ(b2["usage"]["reused_prompt_tokens"], a2["usage"]["reused_prompt_tokens"]);
+  EXPECT_EQ(b1["text"], a1["text"]);  // the same answer, computed again
+}
+
 // A flood of refusals before authentication writes one line per address and interval and one
 // summary line with the count at shutdown, so that it cannot rotate the real trail away; an
 // authenticated request still gets its own line. Request ids carry the start's random prefix.

@@ -31,6 +31,10 @@ struct JobInput {
   std::vector<ContextFrame> context;
   engine::runtime::GenerateParams params;
   Clock::time_point deadline = Clock::time_point::max();
+  // Whose request this is (the client key's id; "" when authentication is off): prefix reuse and
+  // the visual-embedding cache stay within one tenant, so that no client learns from a reused
+  // prefix's length, a cache hit or their timings what another client sent.
+  std::string tenant;
 };
 
 struct JobResult {

@@ -12,6 +12,13 @@ double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// An image's key in the visual-embedding cache: its own key within the job's tenant (the tenant
+// length-prefixed, so that no tenant and key pair reads as another).
+std::string CacheKey(const JobInput& in, const std::string& image_key) {
+  if (in.tenant.empty()) return image_key;
+  return std::to_string(in.tenant.size()) + ":" + in.tenant + image_key;
+}
+
 // Identity of each prompt row for prefix matching: a text row is its token id; an image row is
 // a hash of its image's cache key (pixels + preprocessing) and its index in the image, with the
 // top bit set so that it never equals a token id.
@@ -136,7 +143,7 @@ void Scheduler::EncodeSome() {
       if (!slot.encoding) {
         // Looked up when its encoding would start: an image another job encoded meanwhile hits.
         metrics_->embedding_cache_queries.With().Inc();
-        if (ImageCache::Entry entry = cache_->Lookup(img.key)) {
+        if (ImageCache::Entry entry = cache_->Lookup(CacheKey(in, img.key))) {
           metrics_->embedding_cache_hits.With().Inc();
           ++slot.cache_hits;
           slot.encoded.push_back(*entry);  // BuildPrompt copies rows anyway
@@ -178,7 +185,7 @@ void Scheduler::EncodeSome() {
       metrics_->embedding_duration.With().Observe((slot.image_encode_ms + prepare_ms) / 1000.0);
       auto entry = std::make_shared<const engine::runtime::EncodedImage>(
           engine_->EncodedFrom(img, slot.encoding.get()));
-      cache_->Insert(img.key, entry);
+      cache_->Insert(CacheKey(in, img.key), entry);
       slot.encoded.push_back(*entry);
       slot.result.encoded_images.push_back(entry);
       slot.encoding.reset();
@@ -221,6 +228,7 @@ Status Scheduler::StartSequence(Slot* slot) {
   size_t best_len = 0;
   for (const Parked& p : parked_) {
     if (slot->row_ids.empty()) break;  // an empty prompt: StartSequence reports it
+    if (p.tenant != in.tenant) continue;  // another client's prompt: never reused, never probed
     const size_t limit = std::min(p.row_ids.size(), slot->row_ids.size() - 1);
     size_t n = 0;
     while (n < limit && p.row_ids[n] == slot->row_ids[n]) ++n;
@@ -334,7 +342,7 @@ void Scheduler::Park(Slot* slot) {
   // A sequence cancelled while prefilling holds the first `filled` prompt rows: still reusable.
   if (static_cast<int32_t>(ids.size()) > filled) ids.resize(static_cast<size_t>(filled));
   if (ids.empty()) return;
-  parked_.push_front(Parked{std::move(ids), std::move(slot->seq)});
+  parked_.push_front(Parked{slot->job->input().tenant, std::move(ids), std::move(slot->seq)});
   while (static_cast<int32_t>(parked_.size()) > options_.prefix_cache_entries) parked_.pop_back();
 }
 

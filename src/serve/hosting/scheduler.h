@@ -76,6 +76,7 @@ class Scheduler {
   // A finished sequence kept for prefix reuse: its cache holds K/V for the rows in row_ids (its
   // prompt rows; Park says why not the generated ones).
   struct Parked {
+    std::string tenant;  // JobInput::tenant of the request it served
     std::vector<uint64_t> row_ids;
     std::unique_ptr<engine::runtime::Sequence> seq;
   };

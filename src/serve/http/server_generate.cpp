@@ -285,6 +285,7 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
     return fail(api::FromStatus(prepared.status()));
   }
   call->prepared = std::move(*prepared);
+  call->prepared.input.tenant = call->client.key_id;
   if (const auto& red = call->prepared.redaction) {
     call->reply.redaction = std::array<int, 2>{red->faces, red->plates};
     if (red->faces > 0) s_.metrics_->redactions.With({"faces"}).Inc(red->faces);
