@@ -2,6 +2,7 @@
 #include "serve/hosting/prepare_job.h"
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <string>
 
@@ -137,11 +138,17 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // A text longer than the budget's worth of the vocabulary's longest tokens is over the budget
   // whatever it tokenizes to: refused before the tokenizer, whose pre-split holds tens of times
   // the text's bytes (a 31 MB prompt took 1.6 GB and 5 s to be refused). The factor 2 is a
-  // margin: image markers are cut out before the text is tokenized. (Not with tokens that swallow
-  // whitespace, Phi-3's: one of them may cover any length.)
+  // margin: image markers are cut out before the text is tokenized. With tokens that swallow the
+  // whitespace beside them (Phi-3's), only the other bytes count: one such token may cover any
+  // run of whitespace, nothing else.
   const size_t longest = e.tokenizer().vocab().max_token_bytes();
-  if (!e.tokenizer().vocab().has_strip_tokens() &&
-      in.prompt.size() > 2 * longest * static_cast<size_t>(std::max<int64_t>(options.token_budget, 1))) {
+  const size_t counted =
+      e.tokenizer().vocab().has_strip_tokens()
+          ? static_cast<size_t>(std::count_if(in.prompt.begin(), in.prompt.end(), [](char c) {
+              return std::isspace(static_cast<unsigned char>(c)) == 0;
+            }))
+          : in.prompt.size();
+  if (counted > 2 * longest * static_cast<size_t>(std::max<int64_t>(options.token_budget, 1))) {
     return ResourceExhaustedError("the text alone is " + std::to_string(in.prompt.size()) +
                                   " bytes, more tokens than the token budget of " +
                                   std::to_string(options.token_budget) + " (no token is over " +
