@@ -510,6 +510,15 @@ TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
   body.resize(800000, ' ');
   const testing::RawReply third = testing::Exchange(h.port(), head.substr(0, head.size() - 2) + "Connection: close\r\n\r\n" + body);
   EXPECT_EQ(third.bytes.rfind("HTTP/1.1 200", 0), 0u) << third.bytes.substr(0, 300);
+  // A body's count ends with its handler, not with its connection: a kept-alive connection that
+  // was answered holds none of the budget (it held its 800 KB until its keep-alive ran out).
+  const int kept = testing::SendInvoke(h.port(), body);
+  ASSERT_GE(kept, 0);
+  const testing::RawReply kept_reply = testing::ReadUntilClosed(kept, 1);
+  EXPECT_EQ(kept_reply.bytes.rfind("HTTP/1.1 200", 0), 0u) << kept_reply.bytes.substr(0, 300);
+  const testing::RawReply beside = testing::Exchange(h.port(), head.substr(0, head.size() - 2) + "Connection: close\r\n\r\n" + body);
+  EXPECT_EQ(beside.bytes.rfind("HTTP/1.1 200", 0), 0u) << beside.bytes.substr(0, 300);
+  close(kept);
 }
 
 // A body counts the bytes that arrived, not the length its head declares: two connections that
@@ -547,8 +556,7 @@ TEST(ServerLoadTest, DeclaredButUnsentBodiesDoNotHoldTheBodyBudget) {
 
 // A body that outgrows the room left while it arrives is refused then (503 body_budget, the reply
 // readable: the connection lingers): A declares 800 KB and sends 100 KB, B's 600 KB fit beside
-// that and are answered (its connection, kept alive, still holds them), then A's other 700 KB
-// do not fit.
+// that from its head and B sends all but 10 KB of them, then A's other 700 KB do not fit.
 TEST(ServerLoadTest, ABodyThatOutgrowsTheRoomLeftIsRefusedWhileItArrives) {
   HarnessOptions o;
   o.server.max_body_bytes = 1 << 20;
@@ -562,24 +570,29 @@ TEST(ServerLoadTest, ABodyThatOutgrowsTheRoomLeftIsRefusedWhileItArrives) {
     }
     return true;
   };
-  std::string body_a = R"({"prompt":"hi","max_tokens":2})";
-  body_a.resize(800000, ' ');
-  const std::string request_a = testing::InvokeRequest(body_a);
-  const size_t first_part = request_a.size() - 700000;
+  auto request_of = [](size_t size) {
+    std::string body = R"({"prompt":"hi","max_tokens":2})";
+    body.resize(size, ' ');
+    return testing::InvokeRequest(body);
+  };
+  const std::string request_a = request_of(800000), request_b = request_of(600000);
+  const size_t a_first = request_a.size() - 700000;
   const int a = testing::Connect(h.port());
   ASSERT_GE(a, 0);
-  ASSERT_TRUE(send_all(a, request_a.substr(0, first_part)));
+  ASSERT_TRUE(send_all(a, request_a.substr(0, a_first)));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its 100 KB are read and counted
-  std::string body_b = R"({"prompt":"hi","max_tokens":2})";
-  body_b.resize(600000, ' ');
-  const int b = testing::SendInvoke(h.port(), body_b);
+  const int b = testing::Connect(h.port());
   ASSERT_GE(b, 0);
-  const testing::RawReply reply_b = testing::ReadUntilClosed(b, 2);  // kept alive: read for 2 s
-  EXPECT_EQ(reply_b.bytes.rfind("HTTP/1.1 200", 0), 0u) << reply_b.bytes.substr(0, 300);
-  send_all(a, request_a.substr(first_part));  // may stop early: the refusal can come first
+  ASSERT_TRUE(send_all(b, request_b.substr(0, request_b.size() - 10000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // B's 590 KB are counted
+  send_all(a, request_a.substr(a_first));  // may stop early: the refusal can come first
   const testing::RawReply reply_a = testing::ReadUntilClosed(a, 5);
   EXPECT_EQ(reply_a.bytes.rfind("HTTP/1.1 503", 0), 0u) << reply_a.bytes.substr(0, 300);
   EXPECT_NE(reply_a.bytes.find("body_budget"), std::string::npos) << reply_a.bytes.substr(0, 300);
+  // B, whose room was counted from its head on, completes.
+  ASSERT_TRUE(send_all(b, request_b.substr(request_b.size() - 10000)));
+  const testing::RawReply reply_b = testing::ReadUntilClosed(b, 2);  // kept alive: read for 2 s
+  EXPECT_EQ(reply_b.bytes.rfind("HTTP/1.1 200", 0), 0u) << reply_b.bytes.substr(0, 300);
   close(a);
   close(b);
 }

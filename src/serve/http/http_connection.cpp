@@ -404,8 +404,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       res = front_.handler->FrontRefusal(&request_, 500, "internal_error", "internal error");
       res.status = 500;
     }
-    // Not needed any more; a kept-alive connection must not hold a body of up to --max-body-mb.
+    // Not needed any more; a kept-alive connection must not hold a body of up to --max-body-mb,
+    // nor its count in the body budget (it held it until its next request or its close).
     std::string().swap(request_.body);
+    ReleaseBody();
     const bool keep = keep_alive_ && !res.close;
     if (!res.stream) {
       auto shared = std::make_shared<HttpResponse>(std::move(res));

@@ -32,7 +32,7 @@ struct FrontOptions {
   size_t max_connections = 8192;     // open at once, in total; beyond: 503 and close
   size_t max_connections_per_address = 256;  // from one client address; 0: no cap
   // Request body bytes held at once, over all connections (0: no bound): a body is counted as its
-  // bytes arrive (a step ahead of them) until its connection moves on to the next request or
+  // bytes arrive (a step ahead of them) until its handler is done with it or its connection
   // closes. One whose whole length (its Content-Length, or the route's limit when chunked) does
   // not fit beside the bytes counted gets 503 body_budget from its head, one that outgrows the
   // room left while it arrives gets it then.
