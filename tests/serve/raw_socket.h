@@ -56,6 +56,16 @@ inline int SendInvoke(int port, const std::string& body) {
   return fd;
 }
 
+// Sends all of `bytes` on fd (no SIGPIPE when the server has closed); false when it stops early.
+inline bool SendAll(int fd, const std::string& bytes) {
+  for (size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 struct RawReply {
   std::string bytes;
   bool closed = false;  // the server closed the connection (read returned 0)

@@ -479,26 +479,27 @@ TEST(ServerLoadTest, ProbesAnswerWhileEveryHandlerThreadIsBusy) {
 }
 
 
+// Bodies of up to 1 MiB each, 1 MiB of them held at once (--max-body-mb, --body-budget-mb).
+HarnessOptions BodyBudgetOf1MiB() {
+  HarnessOptions o;
+  o.server.max_body_bytes = 1 << 20;
+  o.server.body_budget_bytes = 1 << 20;
+  return o;
+}
+
 // Bodies held at once are bounded over all connections (--body-budget-mb): with room for one
 // 800 KB body, a second one arriving while the first has sent 700 KB of its own gets 503
 // body_budget from its head, and once the first connection is gone its room is free again. (Each
 // body was bounded alone: a thousand queued requests of 32 MB each could hold 32 GB.)
 TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
-  HarnessOptions o;
-  o.server.max_body_bytes = 1 << 20;
-  o.server.body_budget_bytes = 1 << 20;
-  Harness h(o);
+  Harness h(BodyBudgetOf1MiB());
   const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                            "Content-Length: 800000\r\n\r\n";
   const int first = testing::Connect(h.port());
   ASSERT_GE(first, 0);
   std::string partial = head + "{\"prompt\": ";
   partial.resize(head.size() + 700000, ' ');
-  for (size_t sent = 0; sent < partial.size();) {
-    const ssize_t n = write(first, partial.data() + sent, partial.size() - sent);
-    ASSERT_GT(n, 0);
-    sent += static_cast<size_t>(n);
-  }
+  ASSERT_TRUE(testing::SendAll(first, partial));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its bytes are read and counted
   const testing::RawReply second = testing::Exchange(h.port(), head);
   EXPECT_EQ(second.bytes.rfind("HTTP/1.1 503", 0), 0u) << second.bytes;
@@ -526,10 +527,7 @@ TEST(ServerLoadTest, BodiesHeldAtOnceAreBoundedOverAllConnections) {
 // first of them held 800 KB of it for the whole body timeout; 32 such connections held the
 // default budget).
 TEST(ServerLoadTest, DeclaredButUnsentBodiesDoNotHoldTheBodyBudget) {
-  HarnessOptions o;
-  o.server.max_body_bytes = 1 << 20;
-  o.server.body_budget_bytes = 1 << 20;
-  Harness h(o);
+  Harness h(BodyBudgetOf1MiB());
   const std::string head = "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                            "Content-Length: 800000\r\n\r\n{";
   std::vector<int> stalled;
@@ -558,18 +556,8 @@ TEST(ServerLoadTest, DeclaredButUnsentBodiesDoNotHoldTheBodyBudget) {
 // readable: the connection lingers): A declares 800 KB and sends 100 KB, B's 600 KB fit beside
 // that from its head and B sends all but 10 KB of them, then A's other 700 KB do not fit.
 TEST(ServerLoadTest, ABodyThatOutgrowsTheRoomLeftIsRefusedWhileItArrives) {
-  HarnessOptions o;
-  o.server.max_body_bytes = 1 << 20;
-  o.server.body_budget_bytes = 1 << 20;
-  Harness h(o);
-  auto send_all = [](int fd, const std::string& bytes) {
-    for (size_t sent = 0; sent < bytes.size();) {
-      const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      sent += static_cast<size_t>(n);
-    }
-    return true;
-  };
+  Harness h(BodyBudgetOf1MiB());
+  using testing::SendAll;
   auto request_of = [](size_t size) {
     std::string body = R"({"prompt":"hi","max_tokens":2})";
     body.resize(size, ' ');
@@ -579,18 +567,18 @@ TEST(ServerLoadTest, ABodyThatOutgrowsTheRoomLeftIsRefusedWhileItArrives) {
   const size_t a_first = request_a.size() - 700000;
   const int a = testing::Connect(h.port());
   ASSERT_GE(a, 0);
-  ASSERT_TRUE(send_all(a, request_a.substr(0, a_first)));
+  ASSERT_TRUE(SendAll(a, request_a.substr(0, a_first)));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its 100 KB are read and counted
   const int b = testing::Connect(h.port());
   ASSERT_GE(b, 0);
-  ASSERT_TRUE(send_all(b, request_b.substr(0, request_b.size() - 10000)));
+  ASSERT_TRUE(SendAll(b, request_b.substr(0, request_b.size() - 10000)));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // B's 590 KB are counted
-  send_all(a, request_a.substr(a_first));  // may stop early: the refusal can come first
+  SendAll(a, request_a.substr(a_first));  // may stop early: the refusal can come first
   const testing::RawReply reply_a = testing::ReadUntilClosed(a, 5);
   EXPECT_EQ(reply_a.bytes.rfind("HTTP/1.1 503", 0), 0u) << reply_a.bytes.substr(0, 300);
   EXPECT_NE(reply_a.bytes.find("body_budget"), std::string::npos) << reply_a.bytes.substr(0, 300);
   // B, whose room was counted from its head on, completes.
-  ASSERT_TRUE(send_all(b, request_b.substr(request_b.size() - 10000)));
+  ASSERT_TRUE(SendAll(b, request_b.substr(request_b.size() - 10000)));
   const testing::RawReply reply_b = testing::ReadUntilClosed(b, 2);  // kept alive: read for 2 s
   EXPECT_EQ(reply_b.bytes.rfind("HTTP/1.1 200", 0), 0u) << reply_b.bytes.substr(0, 300);
   close(a);
