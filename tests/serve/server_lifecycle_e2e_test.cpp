@@ -84,6 +84,37 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="failed"})"), 1);
 }
 
+// Two admin reloads of one model at once each change only their own keys, applied to whatever
+// version serves when their turn comes: a file change and a label change sent together keep the
+// new files whichever runs second (the second was built from the version the first replaced, and
+// put the old files back).
+TEST(ServerGuard, ConcurrentReloadsOfOneModelKeepEachOthersChanges) {
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {FixtureSpec("m", "v1")});
+  const ModelSpec other = FixtureSpec("m", "", "tiny-llava");
+  const json files{{"model", other.text_path}, {"mmproj", other.mmproj_path}};
+  const json label{{"version", "v9"}};
+  int status[2] = {0, 0};
+  std::thread first([&] {
+    auto r = ClientOf(*server)->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), files.dump(),
+                                     "application/json");
+    status[0] = r ? r->status : -1;
+  });
+  std::thread second([&] {
+    auto r = ClientOf(*server)->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), label.dump(),
+                                     "application/json");
+    status[1] = r ? r->status : -1;
+  });
+  first.join();
+  second.join();
+  EXPECT_EQ(status[0], 200);
+  EXPECT_EQ(status[1], 200);
+  const auto serving = server->router().Get("m");
+  EXPECT_EQ(serving->spec().text_path, other.text_path);
+  EXPECT_EQ(serving->spec().mmproj_path, other.mmproj_path);
+}
+
 TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   const ModelSpec spec = FixtureSpec("m", "v1");
   auto unlimited = StartServer({}, {spec});

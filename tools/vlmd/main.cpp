@@ -271,8 +271,12 @@ int main(int argc, char** argv) {
     }
     // SIGHUP: hot-swap every model from its files (same paths, re-read), one at a time.
     spdlog::info("SIGHUP: reloading every model");
-    for (const auto& m : server.router().Models()) {
-      (void)server.ReloadModel(m->spec().name);  // a failure is logged; the old one keeps serving
+    // By name: holding the models' list through the loop kept every replaced version alive (and
+    // counted in the memory budget) until the last reload, which then failed the budget.
+    std::vector<std::string> names;
+    for (const auto& m : server.router().Models()) names.push_back(m->spec().name);
+    for (const std::string& name : names) {
+      (void)server.ReloadModel(name);  // a failure is logged; the old one keeps serving
     }
   }
   server.Stop();

@@ -489,15 +489,35 @@ void LogLoadedWeights(const ModelHost& model) {
   }
 }
 
-Status Server::ReloadModel(const std::string& name, std::optional<ModelSpec> spec,
+Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
                            std::string* previous_version) {
   std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
   std::shared_ptr<ModelHost> old = router_.Get(name);
   if (!old) return NotFoundError("no model '" + name + "'");
   if (previous_version != nullptr) *previous_version = old->spec().version;
-  ModelSpec next = spec ? *spec : old->spec();
+  ModelSpec next = old->spec();
   next.name = name;
-  if (!spec && old->spec().version_from_hash) next.version.clear();  // derived again from the files
+  bool files_changed = false;
+  if (patch != nullptr) {
+    if (patch->text_path) {
+      files_changed |= *patch->text_path != next.text_path;
+      next.text_path = *patch->text_path;
+    }
+    if (patch->mmproj_path) {
+      files_changed |= *patch->mmproj_path != next.mmproj_path;
+      next.mmproj_path = *patch->mmproj_path;
+    }
+    if (patch->version) {
+      next.version = *patch->version;
+      next.version_from_hash = false;
+    }
+    if (files_changed) next.demo = false;
+  }
+  // A hash-derived version is derived again from the files (new files without a new label get
+  // theirs); a configured or given label is kept.
+  if ((patch == nullptr || !patch->version) && (files_changed || next.version_from_hash)) {
+    next.version.clear();
+  }
   spdlog::info("reloading model '{}' from {}", name, next.text_path);
   auto loaded = ModelHost::Load(next, metrics_.get());
   Status s = loaded.ok() ? Status::Ok() : loaded.status();

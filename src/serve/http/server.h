@@ -63,14 +63,20 @@ class Server {
   Status AddModel(std::shared_ptr<ModelHost> model);
   // /ready answers 200 once every configured model is loaded (the caller says when).
   void SetReady(bool ready) { ready_.store(ready); }
-  // Hot swap (SPEC P7): loads `spec` (default: the model's current spec, i.e. the same files
+  // Hot swap (SPEC P7): loads the model's current spec, patched (default: the same files
   // re-read; a hash-derived version is derived again, a configured label kept) beside the
   // serving version (within the memory budget, beside it), runs a self-check on it (one token from text, and from an image when the
   // serving version has vision: the new one must keep it), and only then switches new requests
   // to it; in-flight requests finish on the old one. On any failure the old version keeps
   // serving and the error is returned. One reload at a time. Thread-safe. `previous_version`,
   // when given, receives the version that was replaced.
-  Status ReloadModel(const std::string& name, std::optional<ModelSpec> spec = std::nullopt,
+  // `patch` (the admin API's) changes only the keys it gives, applied to the serving version's
+  // spec under the reload lock: two reloads at once each see the other's result (the second
+  // had undone the first, built from the version the first replaced).
+  struct ModelPatch {
+    std::optional<std::string> text_path, mmproj_path, version;
+  };
+  Status ReloadModel(const std::string& name, const ModelPatch* patch = nullptr,
                      std::string* previous_version = nullptr);
   // Graceful shutdown, first half: /ready turns 503 and new generation requests get 503
   // "shutting_down", while requests already accepted (queued, running, streaming) finish. Returns

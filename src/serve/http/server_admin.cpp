@@ -91,36 +91,29 @@ void Server::Handlers::RegisterAdmin() {
                         error, body.value("message", std::string())});
       }
     };
-    const auto current = s_.router_.Get(name);
-    if (!current) return answer(404, {{"message", "no model '" + name + "'"}}, "model_not_found");
-    // Only the keys given change; new files without a new version get a hash-derived one.
-    std::optional<ModelSpec> spec;
+    // Not held across the reload: a reference to the serving version would keep it alive, and
+    // counted in the memory budget, beside the old and new versions of a concurrent reload.
+    if (!s_.router_.Get(name)) return answer(404, {{"message", "no model '" + name + "'"}}, "model_not_found");
+    // Only the keys given change (applied under the reload lock, to whatever version serves
+    // then); new files without a new version get a hash-derived one.
+    Server::ModelPatch patch;
     const json body = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
     if (!body.is_object()) return answer(400, {{"message", "body: expected a JSON object"}}, "invalid_request");
-    if (!body.empty()) {
-      spec = current->spec();
-      bool files_changed = false;
-      for (const auto& [k, v] : body.items()) {
-        if (!v.is_string()) return answer(400, {{"message", k + ": expected a string"}}, "invalid_request");
-        const std::string value = v.get<std::string>();
-        if (k == "model") {
-          files_changed |= value != spec->text_path;
-          spec->text_path = value;
-        } else if (k == "mmproj") {
-          files_changed |= value != spec->mmproj_path;
-          spec->mmproj_path = value;
-        } else if (k == "version") {
-          spec->version = value;
-          spec->version_from_hash = false;
-        } else {
-          return answer(400, {{"message", "unknown key (model, mmproj, version)"}}, "invalid_request");
-        }
+    for (const auto& [k, v] : body.items()) {
+      if (!v.is_string()) return answer(400, {{"message", k + ": expected a string"}}, "invalid_request");
+      const std::string value = v.get<std::string>();
+      if (k == "model") {
+        patch.text_path = value;
+      } else if (k == "mmproj") {
+        patch.mmproj_path = value;
+      } else if (k == "version") {
+        patch.version = value;
+      } else {
+        return answer(400, {{"message", "unknown key (model, mmproj, version)"}}, "invalid_request");
       }
-      if (!body.contains("version") && (files_changed || spec->version_from_hash)) spec->version.clear();
-      if (files_changed) spec->demo = false;
     }
     std::string previous;
-    Status s = s_.ReloadModel(name, spec, &previous);
+    Status s = s_.ReloadModel(name, &patch, &previous);
     // 409: the reload failed and the old version still serves.
     if (!s.ok()) return answer(409, {{"message", s.message()}}, "reload_failed");
     const auto now = s_.router_.Get(name);
