@@ -105,6 +105,25 @@ TEST(HostileVocabTest, GarbageMergesLoadAndTokenize) {
   EXPECT_EQ(*ids, (std::vector<TokenId>{3, 2}));
 }
 
+// A byte-level BPE token of characters outside the byte alphabet decodes to markers naming
+// their bytes, the token's text once: a crafted 20,000-character token repeated its text per
+// character (1.2 GB of pieces, quadratic, at load).
+TEST(HostileVocabTest, LongTokensOutsideTheByteAlphabetStayLinear) {
+  std::string cjk;
+  for (int i = 0; i < 20000; ++i) cjk += "\xE4\xB8\xAD";  // U+4E2D
+  VocabData d;
+  d.model = "gpt2";
+  d.pre = "gpt-2";
+  d.tokens = {"a", "b", cjk};
+  d.merges = std::vector<std::string>{"a b"};
+  auto tok = Tokenizer::FromVocabData(d);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::string_view piece = tok->TokenToPiece(2, false);
+  EXPECT_EQ(piece.rfind("[UNK_BYTE_0xe4b8ad" + cjk + "]", 0), 0u);
+  // The text once, then each further character's own marker.
+  EXPECT_EQ(piece.size(), cjk.size() + 20000 * std::string("[UNK_BYTE_0xe4b8ad]").size());
+}
+
 TEST(HostileVocabTest, RandomBytesGiveValidIds) {
   const Tokenizer bpe = test::Build(MakeBpeVocab({"Ġt", "he"}, {"Ġ t", "h e"}, {"<c>"}, {"<u>"}));
   const Tokenizer spm = test::Build(MakeSpmVocab({{"▁", -3}, {"a", -4}, {"▁a", -1}}));
