@@ -220,6 +220,18 @@ TEST(GgufHostile, TensorPlacement) {
   RawGguf g;
   g.Header(3, 1, 0).TensorInfo("e", {0}, kF32, 0);
   EXPECT_GGUF_ERROR(g.bytes(), StatusCode::kDataLoss, "starts past end of file");
+  // Two tensors sharing bytes (a sealed model wiped one's pages once the other was packed: it
+  // then read zeros); back to back they are fine.
+  auto two = [](uint64_t second_offset) {
+    RawGguf t;
+    t.Header(3, 2, 0).TensorInfo("a", {16}, kF32, 0).TensorInfo("b", {8}, kF32, second_offset);
+    t.PadTo(32).Zeros(128);
+    return t.bytes();
+  };
+  EXPECT_GGUF_ERROR(two(32), StatusCode::kDataLoss,
+                    "tensors 'a' [offset 0, 64 bytes] and 'b' [offset 32] overlap");
+  EXPECT_GGUF_ERROR(two(0), StatusCode::kDataLoss, "overlap");
+  EXPECT_TRUE(Parse(two(64)).ok());
 }
 
 TEST(GgufHostile, EdgeCasesThatAreValid) {

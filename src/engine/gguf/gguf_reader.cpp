@@ -242,6 +242,7 @@ struct GgufFile::Impl {
                     const OpenOptions& opts, MetadataValue* out);
   Status ParseTensorInfo(ByteCursor& cur, uint64_t index, const OpenOptions& opts);
   Status CheckTensorData(TensorInfo& t);
+  Status CheckNoOverlap() const;
 };
 
 Status GgufFile::Impl::ParseValue(ByteCursor& cur, std::string_view key, uint32_t raw_type,
@@ -358,6 +359,29 @@ Status GgufFile::Impl::ParseTensorInfo(ByteCursor& cur, uint64_t index, const Op
   return Status::Ok();
 }
 
+// No two tensors share bytes (llama.cpp's writer lays them out back to back, and its loader
+// refuses anything else): the loader releases a tensor's pages once it is packed, which in a
+// sealed model's memory wipes them, and a tensor that overlapped it then read zeros (wrong
+// answers, no error).
+Status GgufFile::Impl::CheckNoOverlap() const {
+  std::vector<const TensorInfo*> by_offset;
+  for (const TensorInfo& t : tensors) {
+    if (t.nbytes > 0) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    if (b.offset - a.offset < a.nbytes) {  // both within the file: no overflow
+      return DataLossError("tensors " + Quote(a.name) + " [offset " + std::to_string(a.offset) + ", " +
+                           std::to_string(a.nbytes) + " bytes] and " + Quote(b.name) + " [offset " +
+                           std::to_string(b.offset) + "] overlap");
+    }
+  }
+  return Status::Ok();
+}
+
 Status GgufFile::Impl::CheckTensorData(TensorInfo& t) {
   const std::string who = "tensor " + Quote(t.name);
   if (t.offset % alignment != 0) {
@@ -454,6 +478,7 @@ Status GgufFile::Impl::Parse(const OpenOptions& opts) {
                          " starts past end of file (size " + std::to_string(size) + ")");
   }
   for (TensorInfo& t : tensors) VLMD_RETURN_IF_ERROR(CheckTensorData(t));
+  VLMD_RETURN_IF_ERROR(CheckNoOverlap());
   looked_up = std::make_unique<std::atomic<bool>[]>(tensors.size());
   return Status::Ok();
 }
