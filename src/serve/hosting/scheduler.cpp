@@ -70,15 +70,26 @@ Scheduler::Scheduler(engine::runtime::VlmEngine* engine, ImageCache* cache, Serv
   thread_ = std::thread([this] { Run(); });
 }
 
-Scheduler::~Scheduler() {
+Scheduler::~Scheduler() { Shutdown(); }
+
+void Scheduler::Shutdown() {
+  std::lock_guard<std::mutex> one_caller(shutdown_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
+  if (!thread_.joinable()) return;  // already shut down
   thread_.join();
-  for (auto& job : queue_) job->Fail(Status(StatusCode::kUnavailable, "server shutting down"));
+  // The thread is gone: the active slots are this caller's; Submit queues nothing more (stop_).
+  std::deque<std::shared_ptr<Job>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(queue_);
+  }
+  for (auto& job : queued) job->Fail(Status(StatusCode::kUnavailable, "server shutting down"));
   for (auto& slot : active_) slot.job->Fail(Status(StatusCode::kUnavailable, "server shutting down"));
+  active_.clear();
 }
 
 Status Scheduler::Submit(std::shared_ptr<Job> job) {

@@ -46,6 +46,10 @@ class Scheduler {
             SchedulerOptions options);
   // Stops the thread; jobs still queued or running fail with UNAVAILABLE.
   ~Scheduler();
+  // The same, now (the destructor then has nothing left to do): a server past its drain timeout
+  // answers the requests still in flight instead of waiting for them. Later Submits fail with
+  // UNAVAILABLE. Thread-safe; idempotent.
+  void Shutdown();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -108,6 +112,7 @@ class Scheduler {
   ServerMetrics* metrics_;
   const SchedulerOptions options_;
 
+  std::mutex shutdown_mu_;  // Shutdown's callers, one at a time
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;

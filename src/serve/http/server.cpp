@@ -564,6 +564,18 @@ void Server::Stop() {
   // (the front runs them at Stop), not left to a model that is going away.
   draining_.store(true);
   ready_.store(false);
+  // Requests still in flight (past the drain's timeout) end now with 503 shutting_down (a stream
+  // with its error event): the front's Stop joins the handler threads, which waited for their
+  // jobs to finish however long they ran (--drain-timeout was not kept).
+  std::vector<std::shared_ptr<ModelHost>> hosts = router_.Models();
+  {
+    std::lock_guard<std::mutex> lock(replaced_mu_);
+    for (const auto& weak : replaced_) {
+      if (auto host = weak.lock()) hosts.push_back(std::move(host));
+    }
+  }
+  for (const auto& host : hosts) host->scheduler().Shutdown();
+  hosts.clear();
   if (front_) front_->Stop();
   router_.Clear();
 }
