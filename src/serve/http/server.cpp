@@ -389,6 +389,9 @@ Status Server::CheckMemoryBudget(const ModelHost& candidate) {
 }
 
 Status Server::AddModel(std::shared_ptr<ModelHost> model) {
+  // The budget's check and the add as one step against a reload's (the admin routes are live
+  // while the configured models still load): each could pass without counting the other's model.
+  std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
   VLMD_RETURN_IF_ERROR(CheckMemoryBudget(*model));
   if (const auto& ro = model->spec().redact; ro && ro->enabled() && !RedactorFor(*ro)) {
     return UnavailableError("model '" + model->spec().name + "': redaction detectors cannot load (see the log)");

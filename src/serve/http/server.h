@@ -121,7 +121,7 @@ class Server {
   std::mutex redactors_mu_;
   std::map<std::string, std::shared_ptr<const redact::Redactor>> redactors_;  // by setting
   ConcurrencyLimit redaction_slots_;  // requests redacting at once (max_concurrent_redactions)
-  std::mutex reload_mu_;
+  std::mutex reload_mu_;  // reloads and adds, one at a time (each checks the memory budget)
   // Versions a reload replaced: alive until their last request lets go (memory budget).
   std::mutex replaced_mu_;
   std::vector<std::weak_ptr<ModelHost>> replaced_;
