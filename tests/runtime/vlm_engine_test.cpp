@@ -153,6 +153,9 @@ TEST_F(VlmEngineTest, TextHeldForAStopStringIsKeptAtEndOfGeneration) {
   force(tok.eos());
   EXPECT_EQ((*seq)->finish_reason(), "stop");
   EXPECT_EQ((*seq)->text(), "hello");
+  // The end-of-generation token spells no text: logprobs do not list it (it was an empty entry).
+  EXPECT_EQ((*seq)->tokens().size(), hello->size() + 1);
+  EXPECT_EQ((*seq)->text_tokens(), hello->size());
 }
 
 TEST_F(VlmEngineTest, CallbackCancels) {

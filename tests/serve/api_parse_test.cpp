@@ -306,6 +306,9 @@ INSTANTIATE_TEST_SUITE_P(
         RuleCase{R"("min_p":-0.5)", StatusCode::kInvalidArgument, "min_p: must be in [0, 1]"},
         RuleCase{R"("repeat_penalty":0)", StatusCode::kInvalidArgument,
                  "repeat_penalty: must be in"},
+        // Near float's smallest the penalized logits were infinite (NaN probabilities).
+        RuleCase{R"("repeat_penalty":1e-40)", StatusCode::kInvalidArgument,
+                 "repeat_penalty: must be in [0.001, 10]"},
         RuleCase{R"("seed":-1.5)", StatusCode::kInvalidArgument, "seed: not an integer"},
         RuleCase{R"("repeat_last_n":-2)", StatusCode::kInvalidArgument,
                  "repeat_last_n: must be at least -1"},

@@ -21,8 +21,8 @@ Status ValidateSamplingParams(const SamplingParams& p) {
   if (p.top_k < 0) return InvalidArgumentError("top_k must be >= 0");
   if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return InvalidArgumentError("top_p must be in [0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return InvalidArgumentError("min_p must be in [0, 1]");
-  if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= 10.0f)) {
-    return InvalidArgumentError("repeat_penalty must be in (0, 10]");
+  if (!(p.repeat_penalty >= 0.001f && p.repeat_penalty <= 10.0f)) {
+    return InvalidArgumentError("repeat_penalty must be in [0.001, 10]");
   }
   if (p.repeat_last_n < 0) return InvalidArgumentError("repeat_last_n must be >= 0");
   return Status::Ok();

@@ -56,6 +56,8 @@ void Sequence::Accept(std::span<const float> logits) {
   }
   history_.push_back(tok);
   if (!params_.ignore_eos && tok_.IsEog(tok)) {
+    // It spells no text: logprobs do not list it (OpenAI's do not; it was an empty last entry).
+    text_tokens_ = std::min(text_tokens_, tokens_.size() - 1);
     Finish("stop");
     return;
   }

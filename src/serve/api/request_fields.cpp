@@ -94,8 +94,10 @@ Status ParseSampling(const Json& obj, std::string_view prefix, const RequestLimi
   VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "top_p", 0.0, false, 1.0, "[0, 1]", &s.top_p));
   VLMD_RETURN_IF_ERROR(
       ReadBoundedNumber(obj, prefix, "min_p", 0.0, false, 1.0, "[0, 1]", &s.min_p));
-  VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "repeat_penalty", 0.0, true,
-                                         kMaxRepeatPenalty, "(0, 10]", &s.repeat_penalty));
+  // From 0.001: a penalty near float's smallest made the penalized logits infinite (NaN
+  // probabilities, the last token always chosen), and one below it became 0 as a float.
+  VLMD_RETURN_IF_ERROR(ReadBoundedNumber(obj, prefix, "repeat_penalty", kMinRepeatPenalty, false,
+                                         kMaxRepeatPenalty, "[0.001, 10]", &s.repeat_penalty));
   if (const Json* v = FindField(obj, "top_k")) {
     const std::string path = FieldPath(prefix, "top_k");
     VLMD_ASSIGN_OR_RETURN(const int64_t k, ReadInteger(*v, path));

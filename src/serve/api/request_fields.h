@@ -12,6 +12,7 @@ namespace vlmd::serve::api::internal {
 
 // Bounds not configurable through RequestLimits (they follow OpenAI's documented ranges).
 inline constexpr double kMaxTemperature = 2.0;
+inline constexpr double kMinRepeatPenalty = 0.001;
 inline constexpr double kMaxRepeatPenalty = 10.0;
 inline constexpr int64_t kMaxTopLogprobs = 20;
 inline constexpr size_t kMaxModelNameBytes = 256;
