@@ -567,9 +567,9 @@ void Server::Stop() {
   // (the front runs them at Stop), not left to a model that is going away.
   draining_.store(true);
   ready_.store(false);
-  // Requests still in flight (past the drain's timeout) end now with 503 shutting_down (a stream
-  // with its error event): the front's Stop joins the handler threads, which waited for their
-  // jobs to finish however long they ran (--drain-timeout was not kept).
+  // Requests still in flight (past the drain's timeout) end now with a 503 "server shutting
+  // down" (a stream with its error event): the front's Stop joins the handler threads, which
+  // waited for their jobs to finish however long they ran (--drain-timeout was not kept).
   std::vector<std::shared_ptr<ModelHost>> hosts = router_.Models();
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);
