@@ -64,6 +64,7 @@ TEST(ApiChat, OpenAiNpmClientBody) {
   EXPECT_EQ(r->images[0], kPng);
   EXPECT_TRUE(r->image_urls.empty());
   EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->sampling.max_tokens, 64);
   EXPECT_FLOAT_EQ(r->sampling.temperature, 0.2f);
   EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);

@@ -176,6 +176,16 @@ Result<GenerationRequest> ParseChatImpl(std::string_view body, const RequestLimi
   VLMD_RETURN_IF_ERROR(RefuseUnimplementedFields(obj));
   GenerationRequest req;
   VLMD_RETURN_IF_ERROR(internal::ParseSharedFields(obj, "", limits, &req));
+  if (const Json* so = FindField(obj, "stream_options")) {
+    const auto usage = so->is_object() ? so->find("include_usage") : so->end();
+    if (!so->is_object() || (usage != so->end() && !usage->is_boolean())) {
+      return InvalidArgumentError("stream_options: expected {\"include_usage\": true|false}");
+    }
+    if (!req.stream) {  // as OpenAI answers
+      return InvalidArgumentError("stream_options: only allowed when \"stream\" is true");
+    }
+    req.include_usage = usage != so->end() && usage->get<bool>();
+  }
   const Json* messages = FindField(obj, "messages");
   if (messages == nullptr) return InvalidArgumentError("messages: missing");
   if (!messages->is_array()) return InvalidArgumentError("messages: not an array");

@@ -62,6 +62,7 @@ struct GenerationRequest {
   std::vector<int32_t> image_url_positions;
   SamplingRequest sampling;
   bool stream = false;
+  bool include_usage = false;               // chat: stream_options.include_usage (stream only)
   std::string stream_id;                    // optional client stream (camera) id
   // Optional with stream_id: the client's count of frames it sent on the stream before this one
   // (0 for the first). A server that holds none of them says the stream was lost (a restart, a

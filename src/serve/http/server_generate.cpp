@@ -41,8 +41,9 @@ Result<double> Complexity(const api::GenerationRequest& request, const ModelHost
   constexpr size_t kScoredTextBytes = 64 << 10;
   std::string text;
   for (const api::ChatMessage& m : request.messages) {
-    text += m.text + "\n";
     if (text.size() >= kScoredTextBytes) break;
+    text.append(m.text, 0, kScoredTextBytes + 1 - text.size());  // one byte past: the cut below
+    text += '\n';
   }
   if (text.size() > kScoredTextBytes) {
     size_t cut = kScoredTextBytes;
@@ -208,24 +209,7 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   }
   if (auto e = Resolve(call.get())) return fail(*e);
   const ModelSpec& spec = call->model->spec();
-  if (kind == Kind::kChat) {
-    const json body = json::parse(req.body, nullptr, false);  // valid: the parser accepted it
-    if (body.is_object() && body.contains("stream_options") && !body["stream_options"].is_null()) {
-      const json& so = body["stream_options"];
-      if (!so.is_object() || (so.contains("include_usage") && !so["include_usage"].is_boolean())) {
-        return fail({400, "invalid_request_error", "invalid_request",
-                     "stream_options: expected {\"include_usage\": true|false}"});
-      }
-      // The parsed request's flag: "stream": null reads as absent there, and body.value() threw
-      // on it (a 500 without the request's audit line).
-      if (!call->request.stream) {  // as OpenAI answers
-        return fail({400, "invalid_request_error", "invalid_request",
-                     "stream_options: only allowed when \"stream\" is true"});
-      }
-      call->include_usage = so.value("include_usage", false);
-      call->reply.include_usage = call->include_usage;
-    }
-  }
+  call->reply.include_usage = call->request.include_usage;  // chat's stream_options
   // Redaction: the route's setting, else the model's, else the server's.
   // (A model's own setting is what holds when clients name the model directly.)
   std::shared_ptr<const redact::Redactor> redactor;
@@ -556,7 +540,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
           send(api::ErrorBody({500, "server_error", "audit_unavailable", "the audit log cannot be written"}));
         } else if (call->kind == Kind::kChat) {
           send(ChatFinishChunk(call->reply, r, call->model->engine().tokenizer()));
-          if (call->include_usage) send(ChatUsageChunk(call->reply, r));
+          if (call->request.include_usage) send(ChatUsageChunk(call->reply, r));
         } else {
           KeepStreamFrame(*call, r);  // audited: the frame joins its stream
           // The final event repeats the whole reply, as the client saw it (filtered).

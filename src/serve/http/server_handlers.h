@@ -95,7 +95,6 @@ class Server::Handlers : public FrontHandler {
     std::unique_ptr<policy::StreamFilter> filter;  // nullptr: no word filter
     std::string sent_text;       // streamed text so far (after the filter)
     std::shared_ptr<void> in_flight;  // counts the call in Server::in_flight_ until destroyed
-    bool include_usage = false;  // chat stream_options.include_usage
     // Tracing (SPEC O2): the trace this call belongs to, the caller's span (zero when the trace
     // started here), this request's server span, whether the trace is recorded.
     obs::TraceId trace_id{};
