@@ -11,6 +11,10 @@
 
 namespace vlmd {
 
+// The most threads any option may ask for: far above any CPU's cores, far below where creating
+// the workers fails (std::thread's constructor throws, which aborted the tools at -t 100000).
+inline constexpr int kMaxThreads = 4096;
+
 class ThreadPool {
  public:
   // `n_threads` counts the caller: n_threads - 1 worker threads are started (n_threads >= 1).

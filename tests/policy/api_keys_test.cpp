@@ -171,5 +171,13 @@ TEST_F(ApiKeyFileTest, MissingFileIsNotFound) {
   EXPECT_EQ(store.status().code(), StatusCode::kNotFound);
 }
 
+// A directory given as the key file aborted the server at start (std::ifstream's buffer threw).
+TEST_F(ApiKeyFileTest, DirectoryIsRefusedWithAnError) {
+  auto store = ApiKeyStore::LoadFile(::testing::TempDir());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("is a directory"), std::string::npos) << store.status().message();
+}
+
 }  // namespace
 }  // namespace vlmd::serve::policy

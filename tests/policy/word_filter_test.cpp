@@ -404,7 +404,8 @@ TEST_F(WordFilterFile, ErrorsNamePathAndLine) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   auto dir = WordFilter::LoadFile(testing::TempDir());
   ASSERT_FALSE(dir.ok());
-  EXPECT_EQ(dir.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos) << dir.status().message();
 }
 
 // Random small alphabets (ASCII of both cases and 2-, 3- and 4-byte characters) so words overlap

@@ -5,6 +5,7 @@
 // connections), `seal` (sealed-model load time), `redact` (redaction's detectors).
 #include <CLI/CLI.hpp>
 
+#include "core/thread_pool.h"
 #include "kernels_bench.h"
 #include "model_bench.h"
 #include "redact_bench.h"
@@ -16,7 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   vlmd::bench::KernelsBenchOptions kopts;
   CLI::App* kernels = app.add_subcommand("kernels", "matmul paths vs bandwidth and FMA peak");
-  kernels->add_option("-t,--threads", kopts.threads, "thread counts to run (default: 1 2)");
+  kernels->add_option("-t,--threads", kopts.threads, "thread counts to run (default: 1 2)")
+      ->check(CLI::Range(1, vlmd::kMaxThreads));
   kernels->add_flag("--quick", kopts.quick, "fewer shapes and repetitions");
   kernels->add_option("--json", kopts.json_path, "also write JSON to this file ('-' = stdout)");
   vlmd::bench::ModelBenchOptions mopts;
@@ -24,12 +26,20 @@ int main(int argc, char** argv) {
   model->add_option("-m,--model", mopts.model_path, "text model GGUF")->required();
   model->add_option("--mmproj", mopts.mmproj_path, "vision GGUF: also measure image encoding");
   model->add_option("--image-size", mopts.image_side, "side of the square test image (pixels)")
+      ->check(CLI::Range(1, 16384))
       ->capture_default_str();
   model->add_option("--image-height", mopts.image_height,
-                    "height of the test image (default: square); --image-size is then its width");
-  model->add_option("-t,--threads", mopts.threads, "thread counts to run (default: 1 2)");
-  model->add_option("-p,--prompt-tokens", mopts.prompt_tokens, "prefill length")->capture_default_str();
-  model->add_option("-n,--gen-tokens", mopts.gen_tokens, "decode length")->capture_default_str();
+                    "height of the test image (default: square); --image-size is then its width")
+      ->check(CLI::Range(1, 16384));
+  model->add_option("-t,--threads", mopts.threads, "thread counts to run (default: 1 2)")
+      ->check(CLI::Range(1, vlmd::kMaxThreads));
+  model->add_option("-p,--prompt-tokens", mopts.prompt_tokens, "prefill length")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  // Decode speed counts the steps after the first token (the first comes from the prefill).
+  model->add_option("-n,--gen-tokens", mopts.gen_tokens, "decode length")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
   model->add_option("-r,--reps", mopts.reps, "repetitions (median)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
@@ -42,7 +52,8 @@ int main(int argc, char** argv) {
   CLI::App* seal = app.add_subcommand("seal", "load time of sealed (SM4) model files against the plain ones");
   seal->add_option("-m,--model", seal_opts.model_path, "text model GGUF")->required();
   seal->add_option("--mmproj", seal_opts.mmproj_path, "vision GGUF");
-  seal->add_option("-t,--threads", seal_opts.threads, "thread counts to run (default: 1 2)");
+  seal->add_option("-t,--threads", seal_opts.threads, "thread counts to run (default: 1 2)")
+      ->check(CLI::Range(1, vlmd::kMaxThreads));
   seal->add_option("-r,--reps", seal_opts.reps, "repetitions (median)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();

@@ -5,11 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <opencv2/imgproc.hpp>
 
+#include "core/read_file.h"
 #include "serve/redact/plate_scene.h"
 #include "serve/redact/redactor.h"
 
@@ -21,8 +20,9 @@ using engine::image::Image;
 
 // scikit-image's lfw_subset.npy: a NumPy v1 file of float64 [200, 25, 25] in [0, 1].
 bool ReadLfw(const std::string& path, std::vector<double>* pixels) {
-  std::ifstream f(path, std::ios::binary);
-  const std::string b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto file = ReadWholeFile(path);
+  if (!file.ok()) return false;
+  const std::string& b = *file;
   if (b.size() < 10 || b.compare(1, 5, "NUMPY") != 0) return false;
   const size_t header = 10 + (uint8_t(b[8]) | (uint8_t(b[9]) << 8));
   const std::string dict = b.substr(10, header - 10);
@@ -116,9 +116,9 @@ int RunRedactBench(const RedactBenchOptions& opts) {
     }
   }
   for (const std::string& path : opts.images) {
-    std::ifstream f(path, std::ios::binary);
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    auto img = engine::image::DecodeImage(bytes);
+    auto file = ReadWholeFile(path);
+    auto img = file.ok() ? engine::image::DecodeImage(std::span(reinterpret_cast<const uint8_t*>(file->data()), file->size()))
+                         : Result<Image>(file.status());
     if (!img.ok()) {
       std::fprintf(stderr, "vlmd-bench redact: %s: %s\n", path.c_str(), img.status().ToString().c_str());
       return 1;

@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -27,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_features.h"
+#include "core/read_file.h"
 #include "core/status.h"
 #include "engine/image/image.h"
 
@@ -81,9 +81,7 @@ std::string CpuModel() {
 }
 
 Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open " + path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  VLMD_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   if (bytes.empty()) return InvalidArgumentError(path + " is empty");
   return bytes;
 }

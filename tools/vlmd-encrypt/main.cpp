@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -35,11 +36,15 @@ int main(int argc, char** argv) {
   app.add_option("--key-command", key_source.command,
                  "command printing the key (run by /bin/sh with VLMD_KEY_ID set); else env VLMD_MODEL_KEY");
   app.add_option("--key-id", opts.key_id, "name of the key, stored in the header for the loader's KMS");
-  app.add_option("-t,--threads", threads, "threads")->capture_default_str();
+  app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(0, vlmd::kMaxThreads))->capture_default_str();
   app.add_option("--inspect", inspect, "print a sealed file's header and exit");
   CLI11_PARSE(app, argc, argv);
 
   if (!inspect.empty()) {
+    if (!in_path.empty() || !out_path.empty()) {
+      std::fprintf(stderr, "vlmd-encrypt: error: --inspect FILE only prints a header; give it without INPUT and OUTPUT\n");
+      return 2;
+    }
     auto h = vlmd::ReadSealedHeader(inspect);
     if (!h.ok()) return Fail(h.status());
     const nlohmann::json j{{"scheme", h->scheme},
@@ -69,6 +74,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "vlmd-encrypt: error: %s is not a GGUF file (sealed already?)\n", in_path.c_str());
       return 2;
     }
+  }
+  const char* env_key = std::getenv(vlmd::kModelKeyEnv);
+  if (key_source.file.empty() && key_source.command.empty() && (env_key == nullptr || *env_key == '\0')) {
+    // ResolveModelKey's own message names vlmd's --model-key-* options.
+    std::fprintf(stderr, "vlmd-encrypt: error: no key: give it with --key-file, --key-command or %s\n",
+                 vlmd::kModelKeyEnv);
+    return 2;
   }
   auto key = vlmd::ResolveModelKey(key_source, opts.key_id);
   if (!key.ok()) return Fail(key.status());

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "core/thread_pool.h"
+
 namespace vlmd::tools::quantize {
 
 int Fail(const std::string& what) {
@@ -12,7 +14,9 @@ int Fail(const std::string& what) {
 }
 
 void AddEngineFlags(CLI::App& app, EngineFlags* flags) {
-  app.add_option("-t,--threads", flags->threads, "threads (0 = all cores)")->capture_default_str();
+  app.add_option("-t,--threads", flags->threads, "threads (0 = all cores)")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
   app.add_option("-c,--ctx-size", flags->n_ctx, "context positions per sample")->capture_default_str();
   app.add_option("--precision", flags->precision, "exact or fast")->capture_default_str();
 }

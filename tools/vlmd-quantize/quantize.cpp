@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "commands.h"
+#include "core/thread_pool.h"
 #include "common.h"
+#include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/imatrix.h"
 #include "engine/gguf/quantize_model.h"
 #include "engine/tensor/quantize.h"
@@ -93,6 +95,22 @@ int QuantizeFile(const std::string& in, const std::string& out, const gguf::Quan
   return 0;
 }
 
+// The --text/--vision form's files where they belong: swapped, the vision encoder was written as
+// text.gguf and the text model as mmproj.gguf, and vlmd refused the folder only at load.
+// Empty when `path` fits its role (or cannot be opened: QuantizeModel then says why).
+std::string RoleMismatch(const std::string& path, bool vision) {
+  auto f = gguf::GgufFile::Open(path);
+  if (!f.ok()) return "";
+  auto arch = (*f)->GetString("general.architecture");
+  const std::string name = arch.ok() ? std::string(*arch) : "none";
+  const bool clip = name == "clip";
+  if (vision && !clip) {
+    return "--mmproj " + path + " is not a vision encoder (general.architecture '" + name + "', not 'clip')";
+  }
+  if (!vision && clip) return "-m " + path + " is a vision encoder (general.architecture 'clip'); give it as --mmproj";
+  return "";
+}
+
 }  // namespace
 
 int RunQuantize(int argc, char** argv) {
@@ -114,7 +132,7 @@ int RunQuantize(int argc, char** argv) {
   app.add_option("-m,--model", model, "text model GGUF (with --text)");
   app.add_option("--mmproj", mmproj, "vision GGUF (with --vision)");
   app.add_option("-o,--out-dir", out_dir, "folder for text.gguf and mmproj.gguf (with --text)");
-  app.add_option("-t,--threads", threads, "threads")->capture_default_str();
+  app.add_option("-t,--threads", threads, "threads")->check(CLI::Range(0, kMaxThreads))->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "print only the summary");
   app.add_option("--imatrix", imatrix_path,
                  "importance matrix (llama.cpp's GGUF or legacy .dat imatrix, or vlmd-quantize "
@@ -189,6 +207,9 @@ int RunQuantize(int argc, char** argv) {
 
   const auto vt = engine::ParseDType(vision_type);
   if (!vt) return Fail("unknown type '" + vision_type + "'");
+  for (const std::string& mismatch : {RoleMismatch(model, false), RoleMismatch(mmproj, true)}) {
+    if (!mismatch.empty()) return Fail(mismatch);
+  }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Fail("cannot create " + out_dir + ": " + ec.message());

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <set>
 
+#include "core/read_file.h"
 #include "serve/api/requests.h"
 
 namespace vlmd::tools::quantize {
@@ -15,13 +15,7 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kDefaultPrompt = "Describe this image.";
 
-Result<std::string> ReadFile(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return UnavailableError("cannot read " + path.string());
-  std::string bytes(std::istreambuf_iterator<char>(f), {});
-  if (f.bad()) return UnavailableError("error reading " + path.string());
-  return bytes;
-}
+Result<std::string> ReadFile(const fs::path& path) { return ReadWholeFile(path.string()); }
 
 std::string LowerExtension(const fs::path& p) {
   std::string ext = p.extension().string();

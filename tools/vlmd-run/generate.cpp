@@ -1,12 +1,10 @@
 // vlmd-run generation and tokenization commands: load the model, build the prompt (chat template
 // from the GGUF unless --raw-prompt), generate, print text or JSON with timings.
 #include <cstdio>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/read_file.h"
 #include "core/temp_file.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/model_file.h"
@@ -28,11 +26,6 @@ int Fail(std::ostream& err, const Status& s) {
   return kExitError;
 }
 
-Result<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError("cannot read " + path);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 // Atomically: a failed write (a full disk) leaves no truncated file, and an old one as it was.
 Status WriteF32(const std::string& path, const std::vector<float>& v) {
@@ -41,9 +34,8 @@ Status WriteF32(const std::string& path, const std::vector<float>& v) {
 }
 
 Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError("cannot read " + path);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  VLMD_ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
 // How the matrices were packed (ops::PackingSummary), in --json output.
@@ -65,7 +57,7 @@ int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   if (!tok.ok()) return Fail(err, tok.status());
   std::string text = opts.tokenize_text;
   if (!opts.tokenize_file.empty()) {
-    auto t = ReadTextFile(opts.tokenize_file);
+    auto t = ReadWholeFile(opts.tokenize_file);
     if (!t.ok()) return Fail(err, t.status());
     text = *t;
   }
@@ -78,7 +70,7 @@ int RunTokenize(const RunOptions& opts, std::ostream& out, std::ostream& err) {
 int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
   std::string text = opts.prompt;
   if (!opts.prompt_file.empty()) {
-    auto t = ReadTextFile(opts.prompt_file);
+    auto t = ReadWholeFile(opts.prompt_file);
     if (!t.ok()) return Fail(err, t.status());
     text = *t;
   }

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "core/thread_pool.h"
 #include "vlmd-run/commands.h"
 
 int main(int argc, char** argv) {
@@ -34,7 +35,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", opts.seed, "Sampling seed")->capture_default_str();
   app.add_option("--stop", opts.stop, "Stop string (repeatable)");
-  app.add_option("-t,--threads", opts.threads, "Threads (0 = all cores)")->capture_default_str();
+  app.add_option("-t,--threads", opts.threads, "Threads (0 = all cores)")
+      ->check(CLI::Range(0, vlmd::kMaxThreads))
+      ->capture_default_str();
   app.add_option("-c,--ctx", opts.n_ctx, "Context positions")->capture_default_str();
   app.add_option("--precision", opts.precision,
                  "exact: the parity reference; fast: float weights as int8 blocks too")

@@ -2,10 +2,13 @@
 // as the server does (serve/redact), and --save-redacted to look at what the model gets.
 #include <png.h>
 
-#include <fstream>
-#include <iterator>
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/read_file.h"
+#include "core/temp_file.h"
 #include "vlmd-run/commands.h"
 
 namespace vlmd::tools {
@@ -14,16 +17,43 @@ namespace redact = serve::redact;
 
 namespace {
 
+// Encoded in memory, then written atomically: a failed write leaves no half PNG.
 Status WritePng(const std::string& path, const engine::image::Image& img) {
   png_image png{};
   png.version = PNG_IMAGE_VERSION;
   png.width = static_cast<png_uint_32>(img.width);
   png.height = static_cast<png_uint_32>(img.height);
   png.format = PNG_FORMAT_RGB;
-  if (!png_image_write_to_file(&png, path.c_str(), 0, img.rgb.data(), 0, nullptr)) {
+  png_alloc_size_t size = 0;
+  std::vector<uint8_t> bytes;
+  bool ok = png_image_write_to_memory(&png, nullptr, &size, 0, img.rgb.data(), 0, nullptr);
+  if (ok) {
+    bytes.resize(size);
+    ok = png_image_write_to_memory(&png, bytes.data(), &size, 0, img.rgb.data(), 0, nullptr);
+  }
+  if (!ok) {
     const std::string why = png.message;
     png_image_free(&png);
-    return UnavailableError("cannot write " + path + ": " + why);
+    return UnavailableError("cannot encode the PNG for " + path + ": " + why);
+  }
+  bytes.resize(size);
+  return WriteFileAtomically(path, bytes);
+}
+
+// --save-redacted writes a PNG, and never over an input (the covered copy would replace the
+// original, or a later run would redact the copy).
+Status CheckSaveRedactedPath(const std::string& save_to, const std::vector<std::string>& images) {
+  std::string ext = std::filesystem::path(save_to).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ext != ".png") {
+    return InvalidArgumentError("--save-redacted " + save_to + ": the covered image is written as PNG; name it *.png");
+  }
+  for (const std::string& image : images) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(save_to, image, ec)) {
+      return InvalidArgumentError("--save-redacted " + save_to + " is the input image " + image +
+                                  "; write the covered copy to another file");
+    }
   }
   return Status::Ok();
 }
@@ -35,6 +65,7 @@ Result<std::optional<redact::RedactOptions>> RedactOptionsOf(const RunOptions& o
     if (!opts.save_redacted.empty()) return InvalidArgumentError("--save-redacted needs --redact");
     return std::optional<redact::RedactOptions>();
   }
+  if (!opts.save_redacted.empty()) VLMD_RETURN_IF_ERROR(CheckSaveRedactedPath(opts.save_redacted, opts.images));
   redact::RedactOptions o;
   VLMD_RETURN_IF_ERROR(redact::ParseRedactKinds(opts.redact, &o));
   VLMD_RETURN_IF_ERROR(redact::ParseRedactStyle(opts.redact_style, &o.style));
@@ -44,9 +75,8 @@ Result<std::optional<redact::RedactOptions>> RedactOptionsOf(const RunOptions& o
 
 Result<engine::image::Image> LoadRedacted(const std::string& path, const redact::Redactor& redactor,
                                           const std::string& save_to, nlohmann::json* report) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError("cannot read " + path);
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  VLMD_ASSIGN_OR_RETURN(const std::string file, ReadWholeFile(path));
+  const std::vector<uint8_t> bytes(file.begin(), file.end());
   auto img = engine::image::DecodeImage(bytes);
   if (!img.ok()) return img.status().WithContext(path);
   VLMD_ASSIGN_OR_RETURN(const redact::Redaction r, redactor.Apply(&*img));

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
+#include "core/read_file.h"
 #include "core/temp_file.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/gguf_writer.h"
@@ -202,10 +201,9 @@ Result<ImportanceMatrix> ParseImatrix(std::span<const uint8_t> bytes) {
 }
 
 Result<ImportanceMatrix> ReadImatrixFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open imatrix file '" + path + "'");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto m = ParseImatrix(bytes);
+  auto file = ReadWholeFile(path);
+  if (!file.ok()) return file.status().WithContext("imatrix file");
+  auto m = ParseImatrix(std::span(reinterpret_cast<const uint8_t*>(file->data()), file->size()));
   if (!m.ok()) return Status(m.status().code(), path + ": " + m.status().message());
   return m;
 }

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <tuple>
 
+#include "core/read_file.h"
 #include "serve/api/image_inputs.h"
 #include "serve/config/config_section.h"
 
@@ -438,12 +438,10 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
 }
 
 Result<VlmdConfig> LoadConfigFile(const std::string& path, VlmdConfig defaults) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read config file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto file = ReadWholeFile(path);
+  if (!file.ok()) return file.status().WithContext("config file");
   const std::string base_dir = fs::absolute(fs::path(path)).parent_path().string();
-  auto c = ParseConfig(ss.str(), base_dir, std::move(defaults));
+  auto c = ParseConfig(*file, base_dir, std::move(defaults));
   if (!c.ok()) return Status(c.status().code(), path + ": " + c.status().message());
   return c;
 }

@@ -14,6 +14,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/read_file.h"
+
 namespace vlmd::serve {
 namespace {
 
@@ -107,9 +109,9 @@ std::optional<policy::DriftBaseline> DriftMonitor::ReadBaselineFile(const std::s
   const std::string path = BaselinePath(model, version);
   std::error_code ec;
   if (path.empty() || !std::filesystem::exists(path, ec)) return std::nullopt;
-  std::ifstream in(path);
-  const json j = json::parse(in, nullptr, false);
-  auto parsed = policy::BaselineFromJson(j);
+  auto file = ReadWholeFile(path);
+  const json j = file.ok() ? json::parse(*file, nullptr, false) : json();
+  auto parsed = file.ok() ? policy::BaselineFromJson(j) : Result<policy::DriftBaseline>(file.status());
   if (!parsed.ok()) {
     spdlog::warn("drift: model '{}' version {}: baseline file {} is not usable ({}); the first {} replies "
                  "form the baseline",

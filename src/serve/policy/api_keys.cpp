@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <span>
+
+#include "core/read_file.h"
 
 namespace vlmd::serve::policy {
 namespace {
@@ -54,10 +54,9 @@ Status ReadNumber(const nlohmann::json& entry, const char* field, const std::str
 }  // namespace
 
 Result<std::unique_ptr<ApiKeyStore>> ApiKeyStore::LoadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("api key file " + path + ": cannot open for reading");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return NotFoundError("api key file " + path + ": read error");
+  auto file = ReadWholeFile(path);
+  if (!file.ok()) return file.status().WithContext("api key file");
+  const std::string& text = *file;
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);

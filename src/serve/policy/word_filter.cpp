@@ -3,10 +3,9 @@
 #include "serve/policy/word_filter.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <utility>
+
+#include "core/read_file.h"
 
 namespace vlmd::serve::policy {
 namespace {
@@ -105,14 +104,9 @@ Result<std::shared_ptr<const WordFilter>> WordFilter::Compile(std::span<const st
 }
 
 Result<std::shared_ptr<const WordFilter>> WordFilter::LoadFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return NotFoundError(path + ": cannot read word list (not a regular file)");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot read word list");
-  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return NotFoundError(path + ": read error");
+  auto file = ReadWholeFile(path);
+  if (!file.ok()) return file.status().WithContext("word list");
+  const std::string& content = *file;
 
   std::vector<std::string> words;
   std::string w;
