@@ -288,10 +288,10 @@ TEST(MatmulOpTest, RejectsBadShapesAndTypes) {
   ops::WeightView bad_k{DType::kQ4_0, 1, 48, w.data(), 0};
   EXPECT_EQ(ops::MatMul(kt, nullptr, bad_k, a.data(), 1, 48, out.data(), 1, &scratch).code(),
             StatusCode::kInvalidArgument);
-  // A type without a matmul (Q2_K has none in vlmd).
-  ops::WeightView q2k{DType::kQ2_K, 1, 256, w.data(), 0};
+  // A type without a matmul (Q8_K is only ever an activation format).
+  ops::WeightView q8k{DType::kQ8_K, 1, 256, w.data(), 0};
   std::vector<float> a256(256, 0.0f);
-  EXPECT_EQ(ops::MatMul(kt, nullptr, q2k, a256.data(), 1, 256, out.data(), 1, &scratch).code(),
+  EXPECT_EQ(ops::MatMul(kt, nullptr, q8k, a256.data(), 1, 256, out.data(), 1, &scratch).code(),
             StatusCode::kUnimplemented);
   // Leading dimensions too small, short row_bytes, missing scratch.
   ops::WeightView q40{DType::kQ4_0, 2, 32, w.data(), 0};

@@ -31,6 +31,7 @@ using kernels::Isa;
 using kernels::KernelTable;
 using kernels::PackedMatrix;
 using packed_test::PackedWeight;
+using packed_test::RandomBlocks;
 using packed_test::RandomFloats;
 using packed_test::Rows;
 
@@ -425,6 +426,16 @@ TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
   for (DType type : {DType::kQ5_K, DType::kQ6_K}) {  // their values as Q8_0 blocks: fast only
     EXPECT_FALSE(packed_for(type, ops::Precision::kExact, &kt));
     EXPECT_TRUE(packed_for(type, ops::Precision::kFast, &kt));
+  }
+  // The formats with only the scalar reference dot: their values as Q8_0 blocks, fast only.
+  for (DType type : {DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS}) {
+    const std::vector<uint8_t> rows = RandomBlocks(type, n, k, 9);
+    for (ops::Precision precision : {ops::Precision::kExact, ops::Precision::kFast}) {
+      ops::WeightView w{type, n, k, rows.data(), 0};
+      ops::PackedStore store;
+      EXPECT_TRUE(ops::PackWeight({&kt, precision}, &w, &store).ok());
+      EXPECT_EQ(w.packed != nullptr, precision == ops::Precision::kFast) << DTypeName(type);
+    }
   }
   EXPECT_FALSE(packed_for(DType::kQ4_1, ops::Precision::kFast, &kt));  // keeps its own kernel
   EXPECT_FALSE(packed_for(DType::kQ8_0, ops::Precision::kFast, nullptr));

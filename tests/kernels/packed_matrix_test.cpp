@@ -29,6 +29,7 @@ using kernels::Isa;
 using kernels::KernelTable;
 using kernels::PackedMatrix;
 using packed_test::PackedWeight;
+using packed_test::RandomBlocks;
 using packed_test::RandomFloats;
 using packed_test::Rows;
 
@@ -57,18 +58,21 @@ TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule
   const int64_t n = 37;
   const std::vector<std::pair<DType, int64_t>> type_k = {
       {DType::kQ8_0, 96}, {DType::kQ5_0, 96}, {DType::kQ4_0, 96}, {DType::kF16, 96},
-      {DType::kBF16, 96}, {DType::kF32, 96},  {DType::kQ5_K, 512}, {DType::kQ6_K, 512}};
+      {DType::kBF16, 96}, {DType::kF32, 96},  {DType::kQ5_K, 512}, {DType::kQ6_K, 512},
+      {DType::kQ5_1, 96}, {DType::kIQ4_NL, 96}, {DType::kQ2_K, 512}, {DType::kQ3_K, 512},
+      {DType::kIQ4_XS, 512}};
   for (const auto& [type, k] : type_k) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     const std::vector<float> wf = RandomFloats(n * k, 7);
-    const std::vector<uint8_t> rows = Rows(type, wf, n, k);
+    const std::vector<uint8_t> rows =
+        FindQuantizeRowFn(type) != nullptr ? Rows(type, wf, n, k) : RandomBlocks(type, n, k, 7);
     auto pm = PackedMatrix::Pack(type, rows.data(), *RowBytes(type, k), n, k);
     ASSERT_TRUE(pm.ok()) << pm.status().ToString();
     EXPECT_EQ((*pm)->panels(), 3);
     const bool float_rows = type == DType::kF16 || type == DType::kBF16 || type == DType::kF32;
     EXPECT_EQ((*pm)->format() == kernels::PackedFormat::kQ8Col, float_rows);
     // What the packed matrix must hold: the GGUF values, or their Q8_0 quantization (Q5_K,
-    // Q6_K), or their quantization with one scale per column (float types).
+    // Q6_K and the read-only formats), or their quantization with one scale per column (floats).
     std::vector<float> want(n * k), row(k);
     for (int64_t c = 0; c < n; ++c) {
       ASSERT_TRUE(DequantizeRow(type, rows.data() + c * *RowBytes(type, k), row.data(), k).ok());

@@ -2,7 +2,10 @@
 // weights, their rows in a GGUF type, and a packed weight read back from the layout.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -25,6 +28,35 @@ inline std::vector<uint8_t> Rows(DType type, const std::vector<float>& x, int64_
   std::vector<uint8_t> out(rb * rows);
   for (int64_t r = 0; r < rows; ++r) {
     EXPECT_TRUE(QuantizeRow(type, x.data() + r * k, out.data() + r * rb, k).ok());
+  }
+  return out;
+}
+
+// rows x k values of a format vlmd reads but cannot write (Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS):
+// random bytes, every f16 scale then set to a finite value in +-[2^-8, 2^-4] (a random f16 may
+// be inf or NaN; Q5_1's min takes either sign).
+inline std::vector<uint8_t> RandomBlocks(DType type, int64_t rows, int64_t k, uint32_t seed) {
+  const auto& traits = GetDTypeTraits(type);
+  std::vector<size_t> scale_offsets;
+  switch (type) {
+    case DType::kQ5_1: scale_offsets = {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)}; break;
+    case DType::kIQ4_NL: scale_offsets = {offsetof(BlockIQ4_NL, d)}; break;
+    case DType::kQ2_K: scale_offsets = {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}; break;
+    case DType::kQ3_K: scale_offsets = {offsetof(BlockQ3_K, d)}; break;
+    case DType::kIQ4_XS: scale_offsets = {offsetof(BlockIQ4_XS, d)}; break;
+    default: ADD_FAILURE() << "RandomBlocks: not a read-only format"; return {};
+  }
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(*RowBytes(type, k) * static_cast<size_t>(rows));
+  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> magnitude(1.0f / 256, 1.0f / 16);
+  for (size_t block = 0; block < out.size() / static_cast<size_t>(traits.block_bytes); ++block) {
+    for (size_t off : scale_offsets) {
+      // d and dmin of the K formats stay positive (llama.cpp writes them so); Q5_1's m is signed.
+      const bool negative = type == DType::kQ5_1 && off == offsetof(BlockQ5_1, m) && (rng() & 1);
+      const uint16_t h = F32ToF16(negative ? -magnitude(rng) : magnitude(rng));
+      std::memcpy(out.data() + block * traits.block_bytes + off, &h, sizeof(h));
+    }
   }
   return out;
 }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -14,6 +16,7 @@
 #include "engine/kernels/ref/vec_dot_ref.h"
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quantize.h"
+#include "kernels/packed_test_util.h"
 
 namespace vlmd::engine::kernels {
 namespace {
@@ -28,6 +31,9 @@ const Case kCases[] = {
     {DType::kQ4_0, DType::kQ8_0}, {DType::kQ4_1, DType::kQ8_1}, {DType::kQ5_0, DType::kQ8_0},
     {DType::kQ8_0, DType::kQ8_0}, {DType::kQ4_K, DType::kQ8_K}, {DType::kQ5_K, DType::kQ8_K},
     {DType::kQ6_K, DType::kQ8_K},
+    // Read-only formats (no quantizer: random blocks, packed_test::RandomBlocks).
+    {DType::kQ5_1, DType::kQ8_1}, {DType::kIQ4_NL, DType::kQ8_0}, {DType::kQ2_K, DType::kQ8_K},
+    {DType::kQ3_K, DType::kQ8_K}, {DType::kIQ4_XS, DType::kQ8_K},
 };
 
 std::vector<float> Gaussian(int64_t n, uint32_t seed) {
@@ -46,7 +52,7 @@ TEST(RefMatmulTest, TableMapsWeightTypesToGgmlActivationFormats) {
     EXPECT_EQ(t.act_type[w], c.act) << DTypeName(c.weight);
     EXPECT_NE(t.convert_act[a], nullptr) << DTypeName(c.act);
   }
-  EXPECT_EQ(t.matmul[static_cast<size_t>(DType::kQ5_1)], nullptr);  // no kernel: load refused
+  EXPECT_EQ(t.matmul[static_cast<size_t>(DType::kQ8_1)], nullptr);  // no kernel: load refused
 }
 
 // out[m, n] vs sum_k W[n, k] A[m, k] over dequantized rows in double. The reference computes
@@ -65,7 +71,11 @@ void CheckShape(const Case& c, int64_t m_rows, int64_t n_rows, int64_t k) {
   const auto a_f32 = Gaussian(m_rows * k, 23 + static_cast<uint32_t>(m_rows));
   const size_t w_row = *RowBytes(c.weight, k), a_row = *RowBytes(c.act, k);
   std::vector<uint8_t> w(n_rows * w_row), a(m_rows * a_row);
-  ASSERT_TRUE(QuantizeTensor(c.weight, w_f32.data(), n_rows, k, w.data()).ok());
+  if (FindQuantizeRowFn(c.weight) != nullptr) {
+    ASSERT_TRUE(QuantizeTensor(c.weight, w_f32.data(), n_rows, k, w.data()).ok());
+  } else {
+    w = packed_test::RandomBlocks(c.weight, n_rows, k, 11 + static_cast<uint32_t>(k));
+  }
   for (int64_t m = 0; m < m_rows; ++m) convert(a_f32.data() + m * k, a.data() + m * a_row, k);
 
   // What the kernel sees, as floats.
@@ -101,14 +111,19 @@ void CheckShape(const Case& c, int64_t m_rows, int64_t n_rows, int64_t k) {
       // the dequantized row uses: allow |m_x| times that f16 rounding, per block.
       double s_slack = 0;
       if (c.act == DType::kQ8_1) {
-        const auto* xb = reinterpret_cast<const BlockQ4_1*>(w.data() + n * w_row);
+        // Q4_1 and Q5_1 share the leading d, m of a block (the offset term's m).
+        static_assert(offsetof(BlockQ4_1, m) == offsetof(BlockQ5_1, m));
+        const uint8_t* x_row = w.data() + n * w_row;
+        const size_t x_block = GetDTypeTraits(c.weight).block_bytes;
         const auto* yb = reinterpret_cast<const BlockQ8_1*>(a.data() + m * a_row);
         for (int64_t b = 0; b < k / 32; ++b) {
           int sum_q = 0;
           for (int j = 0; j < 32; ++j) sum_q += yb[b].qs[j];
           const double d = F16ToF32(yb[b].d);
           const double rel = 2.0 / 2048, abs_min = std::ldexp(2.0, -25);
-          s_slack += std::fabs(F16ToF32(xb[b].m)) *
+          uint16_t m_x;
+          std::memcpy(&m_x, x_row + b * x_block + offsetof(BlockQ4_1, m), sizeof(m_x));
+          s_slack += std::fabs(F16ToF32(m_x)) *
                      (std::abs(sum_q) * std::max(d * rel, abs_min) +
                       std::max(std::fabs(d * sum_q) * rel, abs_min));
         }

@@ -439,7 +439,7 @@ TEST(QuantizeTest, CheckedApiRejectsBadArguments) {
   EXPECT_EQ(QuantizeRow(DType::kQ8_0, x.data(), y.data(), -32).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(QuantizeRow(DType::kQ8_0, nullptr, y.data(), 32).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(QuantizeRow(DType::kQ5_1, x.data(), y.data(), 32).code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(DequantizeRow(DType::kIQ4_NL, y.data(), x.data(), 32).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(DequantizeRow(DType::kI8, y.data(), x.data(), 32).code(), StatusCode::kUnimplemented);
   EXPECT_TRUE(QuantizeRow(DType::kQ8_0, nullptr, nullptr, 0).ok());
   auto r = QuantizeTensor(DType::kQ8_0, x.data(), -1, 32, y.data());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);

@@ -37,7 +37,9 @@ inline uint8_t Q4Nibble(const BlockQ4_0& b, int e) {
 bool PackedMatrix::CanPack(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 ||
          dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K ||
-         dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+         dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         dtype == DType::kQ5_1 || dtype == DType::kIQ4_NL || dtype == DType::kQ2_K ||
+         dtype == DType::kQ3_K || dtype == DType::kIQ4_XS;
 }
 
 PackedFormat PackedFormatOf(DType dtype) {
@@ -233,7 +235,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
     return SourceRow{&s, row, static_cast<const uint8_t*>(s.data) + static_cast<size_t>(row) * s.row_bytes};
   };
   const int64_t nb = (k + kPackBlock - 1) / kPackBlock;
-  // A float, Q5_K or Q6_K row's values into f32_row (nb * 32 values: the tail stays zero) and
+  // A float, Q5_K, Q6_K or read-only format's row's values into f32_row (nb * 32 values: the tail stays zero) and
   // their Q8_0 blocks into q8_row (Q8_0's round-to-nearest); an error names the tensor and row.
   auto quantize_row = [&](const SourceRow& src, std::vector<float>& f32_row,
                           std::vector<BlockQ8_0>& q8_row) {
@@ -351,7 +353,7 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
             }
           }
           blocks = q8_row.data();
-        } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K
+        } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K, the read-only formats
           Status s = quantize_row(src, f32_row, q8_row);
           if (!s.ok()) {
             errors[static_cast<size_t>(thread)] = std::move(s);

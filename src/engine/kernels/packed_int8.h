@@ -38,7 +38,9 @@
 // Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
 // integers and scales as the GGUF blocks). The values of Q5_K and Q6_K rows are quantized to
 // Q8_0 blocks (round to nearest, ggml's rule) first (an error of at most 1/254 of a 32-value
-// block's largest weight, where Q6_K's own reaches 1/64 of a 16-value sub-block's). F32/F16/BF16
+// block's largest weight, where Q6_K's own reaches 1/64 of a 16-value sub-block's), and so are
+// those of the formats vlmd has no kernel for (Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS: 8.5 bits per
+// weight packed, where the file held 2.6-6). F32/F16/BF16
 // rows (the vision towers' weights as the mmproj files ship them) are quantized per column
 // instead, d = the column's largest |w| / 127 for all of k (kQ8Col), when that costs every column
 // at most kColumnScaleErrorRatio times the squared error of the Q8_0 blocks; otherwise (a column
@@ -107,7 +109,8 @@ struct PackSource {
 class PackedMatrix {
  public:
   // Packs n rows of k elements (row r at data + r * row_bytes) of `dtype`: kQ4 from Q4_0, kQ4K
-  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, kQ8Col or kQ8 from F32, F16 or BF16 (see
+  // from Q4_K, kQ8 from Q8_0, Q5_0, Q5_K, Q6_K, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS, kQ8Col or kQ8
+  // from F32, F16 or BF16 (see
   // kColumnScaleErrorRatio). INVALID_ARGUMENT for other
   // types, k < 1, a block type's k not a multiple of its block (32; 256 for the K-quants), n < 1,
   // or row_bytes too small; RESOURCE_EXHAUSTED when the buffer cannot be allocated.

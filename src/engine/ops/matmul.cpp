@@ -347,6 +347,13 @@ std::optional<Precision> ParsePrecision(std::string_view name) {
 }
 
 namespace {
+// Formats read from llama.cpp's files with no SIMD kernel: `exact` runs the scalar reference dot
+// (kernels/ref), `fast` their values requantized to int8 blocks.
+bool HasOnlyScalarKernel(DType t) {
+  return t == DType::kQ5_1 || t == DType::kIQ4_NL || t == DType::kQ2_K || t == DType::kQ3_K ||
+         t == DType::kIQ4_XS;
+}
+
 // The packing source of *w when PackWeight's rules pack it, else nullopt.
 std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, const WeightView& w) {
   if (packing.kt == nullptr || packing.kt->packed_matmul == nullptr) return std::nullopt;
@@ -360,7 +367,7 @@ std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, 
   const bool float_rows =
       w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   const bool fast_repack = float_rows || w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K ||
-                           w.dtype == DType::kQ6_K;
+                           w.dtype == DType::kQ6_K || HasOnlyScalarKernel(w.dtype);
   if (!(exact_repack || (fast_repack && packing.precision == Precision::kFast))) {
     return std::nullopt;
   }

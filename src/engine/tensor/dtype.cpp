@@ -9,22 +9,23 @@ namespace vlmd::engine {
 namespace {
 
 // {type, name, block elements, block bytes, quantized, vlmd computes with it}
-constexpr std::array<DTypeTraits, 21> kTraits = {{
+constexpr std::array<DTypeTraits, 22> kTraits = {{
     {DType::kF32, "f32", 1, 4, false, true},
     {DType::kF16, "f16", 1, 2, false, true},
     {DType::kQ4_0, "q4_0", 32, 18, true, true},     // half d; u8 qs[16]
     {DType::kQ4_1, "q4_1", 32, 20, true, true},     // half d, m; u8 qs[16]
     {DType::kQ5_0, "q5_0", 32, 22, true, true},     // half d; u8 qh[4]; u8 qs[16]
-    {DType::kQ5_1, "q5_1", 32, 24, true, false},    // half d, m; u8 qh[4]; u8 qs[16]
+    {DType::kQ5_1, "q5_1", 32, 24, true, true},     // half d, m; u8 qh[4]; u8 qs[16]
     {DType::kQ8_0, "q8_0", 32, 34, true, true},     // half d; i8 qs[32]
     {DType::kQ8_1, "q8_1", 32, 36, true, false},    // half d, s; i8 qs[32]
-    {DType::kQ2_K, "q2_K", 256, 84, true, false},
-    {DType::kQ3_K, "q3_K", 256, 110, true, false},
+    {DType::kQ2_K, "q2_K", 256, 84, true, true},    // u8 scales[16]; u8 qs[64]; half d, dmin
+    {DType::kQ3_K, "q3_K", 256, 110, true, true},   // u8 hmask[32]; u8 qs[64]; u8 scales[12]; half d
     {DType::kQ4_K, "q4_K", 256, 144, true, true},   // half d, dmin; u8 scales[12]; u8 qs[128]
     {DType::kQ5_K, "q5_K", 256, 176, true, true},   // + u8 qh[32]
     {DType::kQ6_K, "q6_K", 256, 210, true, true},   // u8 ql[128]; u8 qh[64]; i8 scales[16]; half d
     {DType::kQ8_K, "q8_K", 256, 292, true, false},  // f32 d; i8 qs[256]; i16 bsums[16]
-    {DType::kIQ4_NL, "iq4_nl", 32, 18, true, false},
+    {DType::kIQ4_NL, "iq4_nl", 32, 18, true, true},  // half d; u8 qs[16]
+    {DType::kIQ4_XS, "iq4_xs", 256, 136, true, true},  // half d; u16 scales_h; u8 scales_l[4]; u8 qs[128]
     {DType::kI8, "i8", 1, 1, false, false},
     {DType::kI16, "i16", 1, 2, false, false},
     {DType::kI32, "i32", 1, 4, false, false},

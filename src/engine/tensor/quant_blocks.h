@@ -28,6 +28,18 @@ struct BlockQ5_0 {
   uint8_t qh[4];
   uint8_t qs[kQK4_0 / 2];
 };
+// Q5_1: x = d * q + m, q in [0, 31]; bits as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK4_0 / 2];
+};
+// IQ4_NL: x = d * kIq4NlValues[q], q in [0, 15]; nibbles as in Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK4_0 / 2];
+};
 // Q8_0: x = d * q.
 struct BlockQ8_0 {
   uint16_t d;
@@ -61,6 +73,34 @@ struct BlockQ6_K {
   int8_t scales[kQK_K / 16];
   uint16_t d;
 };
+// Q2_K: 16 sub-blocks of 16; x = d * (scales_i & 15) * q - dmin * (scales_i >> 4), q 2-bit.
+// Element 128 h + 32 j + l (half h, j = 0..3, l = 0..31) is bits 2j..2j+1 of qs[32 h + l].
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+// Q3_K: 16 sub-blocks of 16; x = d * (s_i - 32) * (q - 4 * !hbit), q 2-bit as in Q2_K; the high
+// bit of element 128 h + 32 j + l is bit 4 h + j of hmask[l]; s_i 6-bit: its low 4 bits in
+// scales[i % 8] >> (4 * (i / 8)), its high 2 in scales[8 + i % 4] >> (2 * (i / 4)).
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[kKScaleBytes];
+  uint16_t d;
+};
+// IQ4_XS: 8 sub-blocks of 32; x = d * (s_i - 32) * kIq4NlValues[q], s_i 6-bit (low nibble in
+// scales_l, high 2 bits in scales_h), nibbles of each sub-block as in Q4_0.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+// The 16 levels of IQ4_NL and IQ4_XS (a non-uniform grid, denser near zero).
+inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
 // Q8_K: activation format of the k-quants; bsums[i] = sum of qs[16 i .. 16 i + 15].
 struct BlockQ8_K {
   float d;
@@ -71,6 +111,11 @@ struct BlockQ8_K {
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ4_K) == 144);

@@ -104,6 +104,11 @@ DequantizeRowFn FindDequantizeRowFn(DType type) {
     case DType::kQ5_K: return DequantizeAdapter<BlockQ5_K, DequantizeRowQ5_K>;
     case DType::kQ6_K: return DequantizeAdapter<BlockQ6_K, DequantizeRowQ6_K>;
     case DType::kQ8_K: return DequantizeAdapter<BlockQ8_K, DequantizeRowQ8_K>;
+    case DType::kQ5_1: return DequantizeAdapter<BlockQ5_1, DequantizeRowQ5_1>;
+    case DType::kIQ4_NL: return DequantizeAdapter<BlockIQ4_NL, DequantizeRowIQ4_NL>;
+    case DType::kQ2_K: return DequantizeAdapter<BlockQ2_K, DequantizeRowQ2_K>;
+    case DType::kQ3_K: return DequantizeAdapter<BlockQ3_K, DequantizeRowQ3_K>;
+    case DType::kIQ4_XS: return DequantizeAdapter<BlockIQ4_XS, DequantizeRowIQ4_XS>;
     default: return nullptr;
   }
 }

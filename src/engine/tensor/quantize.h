@@ -31,7 +31,8 @@ using DequantizeRowFn = void (*)(const void* x, float* y, int64_t k);
 // Weight quantizer of `type` (ggml *_ref semantics): F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
 // Q8_1, Q4_K, Q5_K, Q6_K, Q8_K; nullptr for any other type.
 QuantizeRowFn FindQuantizeRowFn(DType type);
-// Dequantizer of `type` (same set as above); nullptr for any other type.
+// Dequantizer of `type`: the set above plus Q5_1, IQ4_NL, Q2_K, Q3_K and IQ4_XS, which vlmd
+// reads from llama.cpp's files but does not write; nullptr for any other type.
 DequantizeRowFn FindDequantizeRowFn(DType type);
 // Activation quantizer for an activation format (the KernelTable act_type of a weight type):
 // Q8_0 and Q8_1 with ggml-cpu x86 semantics, Q8_K (= reference), F16, BF16, F32 (a copy);
@@ -101,6 +102,17 @@ void DequantizeRowQ4_K(const BlockQ4_K* x, float* y, int64_t k);
 void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t k);
 void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t k);
 void DequantizeRowQ8_K(const BlockQ8_K* x, float* y, int64_t k);
+// Formats vlmd reads from files but does not write (dequantize_read_only.cpp).
+void DequantizeRowQ5_1(const BlockQ5_1* x, float* y, int64_t k);
+void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t k);
+void DequantizeRowQ2_K(const BlockQ2_K* x, float* y, int64_t k);
+void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t k);
+void DequantizeRowIQ4_XS(const BlockIQ4_XS* x, float* y, int64_t k);
+// The signed 6-bit scale (s - 32) of sub-block i (0..15) of a Q3_K block, and the signed level
+// (-4..3) of its element e (0..255); the same for IQ4_XS's sub-block i (0..7).
+int Q3KScale(const BlockQ3_K& b, int i);
+int Q3KLevel(const BlockQ3_K& b, int e);
+int IQ4XSScale(const BlockIQ4_XS& b, int i);
 
 // The packed 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: sub-blocks 0-3 keep
 // them in the low 6 bits of bytes j and j + 4; sub-blocks 4-7 keep the low 4 bits in the nibbles

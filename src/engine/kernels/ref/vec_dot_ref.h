@@ -57,6 +57,30 @@ inline int32_t BlockDotQ5_0Q8_0(const BlockQ5_0& x, const BlockQ8_0& y) {
   return sum;
 }
 
+// sum q5 * q8 with the unsigned levels q5 in [0, 31] (the offset m is applied via y.s).
+inline int32_t BlockDotQ5_1Q8_1(const BlockQ5_1& x, const BlockQ8_1& y) {
+  uint32_t qh;
+  std::memcpy(&qh, x.qh, sizeof(qh));
+  int32_t sum = 0;
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    const int lo = (x.qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4);
+    const int hi = (x.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    sum += lo * y.qs[j];
+    sum += hi * y.qs[j + kQK4_0 / 2];
+  }
+  return sum;
+}
+
+// sum kIq4NlValues[q] * q8.
+inline int32_t BlockDotIQ4_NLQ8_0(const BlockIQ4_NL& x, const BlockQ8_0& y) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    sum += kIq4NlValues[x.qs[j] & 0xF] * y.qs[j];
+    sum += kIq4NlValues[x.qs[j] >> 4] * y.qs[j + kQK4_0 / 2];
+  }
+  return sum;
+}
+
 inline int32_t BlockDotQ8_0Q8_0(const BlockQ8_0& x, const BlockQ8_0& y) {
   int32_t sum = 0;
   for (int j = 0; j < kQK8_0; ++j) sum += x.qs[j] * y.qs[j];
@@ -85,6 +109,23 @@ inline float VecDotQ5_0Q8_0(int64_t n, const BlockQ5_0* x, const BlockQ8_0* y) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(BlockDotQ5_0Q8_0(x[i], y[i]));
+  }
+  return sum;
+}
+
+inline float VecDotQ5_1Q8_1(int64_t n, const BlockQ5_1* x, const BlockQ8_1* y) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(BlockDotQ5_1Q8_1(x[i], y[i])) +
+           F16ToF32(x[i].m) * F16ToF32(y[i].s);
+  }
+  return sum;
+}
+
+inline float VecDotIQ4_NLQ8_0(int64_t n, const BlockIQ4_NL* x, const BlockQ8_0* y) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    sum += (F16ToF32(y[i].d) * F16ToF32(x[i].d)) * static_cast<float>(BlockDotIQ4_NLQ8_0(x[i], y[i]));
   }
   return sum;
 }
@@ -166,6 +207,15 @@ inline KBlockDot BlockDotQ6_KQ8_K(const BlockQ6_K& x, const BlockQ8_K& y) {
   return r;
 }
 
+// Q3_K: lanes hold sum (s_j - 32) * level * q8 over 16 sub-blocks of 16; min_dot stays 0.
+inline KBlockDot BlockDotQ3_KQ8_K(const BlockQ3_K& x, const BlockQ8_K& y) {
+  KBlockDot r;
+  int scale[kQK_K / 16];
+  for (int j = 0; j < kQK_K / 16; ++j) scale[j] = quant::Q3KScale(x, j);
+  for (int e = 0; e < kQK_K; ++e) r.lanes[e % 8] += scale[e / 16] * (quant::Q3KLevel(x, e) * y.qs[e]);
+  return r;
+}
+
 // sum over blocks, f32: lanes scaled by d into 8 running sums, mins subtracted from a separate
 // running sum, the 8 lanes added last (ggml's generic association).
 template <typename Block, KBlockDot (*BlockDot)(const Block&, const BlockQ8_K&), bool kHasMin>
@@ -193,6 +243,50 @@ inline float VecDotQ5_KQ8_K(int64_t n, const BlockQ5_K* x, const BlockQ8_K* y) {
 }
 inline float VecDotQ6_KQ8_K(int64_t n, const BlockQ6_K* x, const BlockQ8_K* y) {
   return VecDotKQuant<BlockQ6_K, BlockDotQ6_KQ8_K, false>(n, x, y);
+}
+inline float VecDotQ3_KQ8_K(int64_t n, const BlockQ3_K* x, const BlockQ8_K* y) {
+  return VecDotKQuant<BlockQ3_K, BlockDotQ3_KQ8_K, false>(n, x, y);
+}
+
+// Q2_K: per super-block, the integer sum of scale_j * q2 * q8 over the 16 sub-blocks and the
+// integer sum of min_j * bsums_j, scaled by d and dmin once each (ggml's generic association).
+inline float VecDotQ2_KQ8_K(int64_t n, const BlockQ2_K* x, const BlockQ8_K* y) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int32_t min_dot = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) min_dot += y[i].bsums[j] * (x[i].scales[j] >> 4);
+    int32_t dot = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      int32_t sub = 0;
+      for (int e = 16 * j; e < 16 * j + 16; ++e) {
+        const int h = e / 128, shift = 2 * ((e % 128) / 32), l = e % 32;
+        sub += y[i].qs[e] * ((x[i].qs[32 * h + l] >> shift) & 3);
+      }
+      dot += (x[i].scales[j] & 0xF) * sub;
+    }
+    const float dall = y[i].d * F16ToF32(x[i].d), dmin = y[i].d * F16ToF32(x[i].dmin);
+    sum += dall * static_cast<float>(dot) - dmin * static_cast<float>(min_dot);
+  }
+  return sum;
+}
+
+// IQ4_XS: each 32-value sub-block's integer dot scaled by d_x d_y (s_j - 32), summed in f32.
+inline float VecDotIQ4_XSQ8_K(int64_t n, const BlockIQ4_XS* x, const BlockQ8_K* y) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = F16ToF32(x[i].d) * y[i].d;
+    for (int s = 0; s < kQK_K / 32; ++s) {
+      const uint8_t* qs = x[i].qs + 16 * s;
+      const int8_t* q8 = y[i].qs + 32 * s;
+      int32_t dot = 0;
+      for (int j = 0; j < 16; ++j) {
+        dot += q8[j] * kIq4NlValues[qs[j] & 0xF];
+        dot += q8[j + 16] * kIq4NlValues[qs[j] >> 4];
+      }
+      sum += (d * static_cast<float>(quant::IQ4XSScale(x[i], s))) * static_cast<float>(dot);
+    }
+  }
+  return sum;
 }
 
 // ---- plain floats: f32 products summed in double --------------------------------------------
