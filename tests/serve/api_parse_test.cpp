@@ -360,6 +360,13 @@ TEST(ApiChat, OpenAiAndLlamaCppValuesAreAccepted) {
   ASSERT_TRUE(random.ok()) << random.status().ToString();
   EXPECT_FALSE(random->sampling.has_seed);
   EXPECT_EQ(random->sampling.max_tokens, 9);  // max_tokens wins over n_predict
+  // The same values written as floats (clients that keep every number as a double).
+  auto as_floats = ParseChatCompletion(Chat(R"("seed":-1.0)"), RequestLimits{});
+  ASSERT_TRUE(as_floats.ok()) << as_floats.status().ToString();
+  EXPECT_FALSE(as_floats->sampling.has_seed);
+  auto minus_five = ParseChatCompletion(Chat(R"("seed":-5.0)"), RequestLimits{});
+  ASSERT_TRUE(minus_five.ok()) << minus_five.status().ToString();
+  EXPECT_EQ(minus_five->sampling.seed, static_cast<uint64_t>(int64_t{-5}));
   auto defaults = ParseChatCompletion(Chat(R"("n_predict":-1,"repeat_last_n":0)"), RequestLimits{});
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
   EXPECT_FALSE(defaults->sampling.has_max_tokens);

@@ -87,6 +87,13 @@ TEST(HostileVocabTest, StructuralErrors) {
     d.add_bos = true;
     ExpectError(d, StatusCode::kDataLoss, "BOS");
   }
+  {
+    VocabData d = MakeSpmVocab({});
+    d.tokens.resize((size_t{1} << 20) + 1);  // empty tokens past the bound
+    d.scores.clear();
+    d.token_types.clear();
+    ExpectError(d, StatusCode::kDataLoss, "more than the 1048576");
+  }
 }
 
 TEST(HostileVocabTest, GarbageMergesLoadAndTokenize) {

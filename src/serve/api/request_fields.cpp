@@ -115,7 +115,11 @@ Status ParseSampling(const Json& obj, std::string_view prefix, const RequestLimi
   }
   if (const Json* v = FindField(obj, "seed")) {
     const std::string path = FieldPath(prefix, "seed");
-    if (v->is_number_integer() && !v->is_number_unsigned()) {
+    // A negative seed, written as an integer or as a float of integer value (-1.0 from a client
+    // that keeps numbers as doubles).
+    const bool negative = (v->is_number_integer() && !v->is_number_unsigned()) ||
+                          (v->is_number_float() && v->get<double>() < 0);
+    if (negative) {
       // OpenAI's seed is any 64-bit integer; llama.cpp's -1 asks for a random one (as absent).
       VLMD_ASSIGN_OR_RETURN(const int64_t seed, ReadInteger(*v, path));
       if (seed != -1) {
