@@ -150,12 +150,45 @@ TEST_F(VlmEngineTest, TextHeldForAStopStringIsKeptAtEndOfGeneration) {
   };
   for (int32_t id : *hello) force(id);
   EXPECT_EQ((*seq)->text(), "") << "held: it begins the stop string";
+  EXPECT_EQ((*seq)->released_tokens(), 0u) << "their text is held: a stream lists none yet";
   force(tok.eos());
   EXPECT_EQ((*seq)->finish_reason(), "stop");
   EXPECT_EQ((*seq)->text(), "hello");
   // The end-of-generation token spells no text: logprobs do not list it (it was an empty entry).
   EXPECT_EQ((*seq)->tokens().size(), hello->size() + 1);
   EXPECT_EQ((*seq)->text_tokens(), hello->size());
+  EXPECT_EQ((*seq)->released_tokens(), hello->size());
+}
+
+// released_tokens (what a stream lists logprobs for) follows the released text: a token counts
+// once its whole text is out, never before.
+TEST_F(VlmEngineTest, ReleasedTokensFollowTheReleasedText) {
+  const auto& tok = engine_->tokenizer();
+  auto words = tok.Tokenize("one two three", false, false);
+  ASSERT_TRUE(words.ok() && words->size() >= 3);
+  GenerateParams p;
+  p.max_tokens = 20;
+  p.stop = {"xyzzy"};  // nothing here begins it, but "x" would
+  PromptRows rows;
+  rows.tokens = prompt_;
+  auto seq = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+  const int64_t n_vocab = engine_->model().config().n_vocab;
+  auto force = [&](int32_t id) {
+    std::vector<float> logits(static_cast<size_t>(n_vocab), 0.0f);
+    logits[static_cast<size_t>(id)] = 100.0f;
+    (*seq)->Accept(logits);
+  };
+  for (size_t i = 0; i < words->size(); ++i) {
+    force((*words)[i]);
+    EXPECT_EQ((*seq)->released_tokens(), i + 1) << "every piece is out at once";
+  }
+  auto x = tok.Tokenize("x", false, false);
+  ASSERT_TRUE(x.ok() && x->size() == 1);
+  force((*x)[0]);
+  EXPECT_EQ((*seq)->released_tokens(), words->size()) << "'x' may begin the stop string: held";
+  force((*words)[0]);
+  EXPECT_EQ((*seq)->released_tokens(), words->size() + 2) << "'x' was not the stop string";
 }
 
 TEST_F(VlmEngineTest, CallbackCancels) {

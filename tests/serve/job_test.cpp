@@ -7,6 +7,7 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace vlmd::serve {
 namespace {
@@ -45,6 +46,35 @@ TEST(JobTest, StreamingWaitDrainsTextInOrderAndFailureIsFinal) {
 
 // Once the scheduler has an image's embeddings, the job drops that image's pixels and keeps the
 // rest (its cache key and layout are still read).
+// Tokens travel with their text, in order; a token without new text (a piece that spells
+// nothing) wakes a waiter that takes tokens, and not one that takes only text.
+TEST(JobTest, TokensTravelWithTheirTextInOrder) {
+  Job job(JobInput{});
+  StreamedToken a, b, c;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  a.stats.logprob = -0.5f;
+  job.PushText("x", {a, b});
+  std::string text;
+  std::vector<StreamedToken> tokens;
+  EXPECT_FALSE(job.Wait(Clock::now() + std::chrono::seconds(1), &text, &tokens));
+  EXPECT_EQ(text, "x");
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0].id, 1);
+  EXPECT_EQ(tokens[0].stats.logprob, -0.5f);
+  EXPECT_EQ(tokens[1].id, 2);
+  job.PushText("", {c});
+  const auto t0 = Clock::now();
+  std::string only_text;
+  EXPECT_FALSE(job.Wait(t0 + std::chrono::milliseconds(100), &only_text));
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(90)) << "woke for a token it does not take";
+  tokens.clear();
+  EXPECT_FALSE(job.Wait(Clock::now() + std::chrono::seconds(1), &text, &tokens));
+  ASSERT_EQ(tokens.size(), 1u);
+  EXPECT_EQ(tokens[0].id, 3);
+}
+
 TEST(JobTest, ReleaseImagePixelsDropsOnlyThatImagesPixels) {
   JobInput in;
   for (int i = 0; i < 2; ++i) {

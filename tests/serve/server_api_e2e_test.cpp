@@ -573,22 +573,34 @@ TEST_F(ServerApiTest, TopLogprobsListTheBestTokensBestFirst) {
     EXPECT_DOUBLE_EQ(t["logprob"].get<double>(), top[0]["logprob"].get<double>());
     EXPECT_LE(top[0]["logprob"].get<double>(), 0.0);
   }
-  // Streamed, the chunks' logprobs lists together are the same tokens (here in the final chunk).
+  // Streamed, each chunk lists the tokens whose text it completes (as OpenAI's do): never ahead
+  // of the text sent so far, all of them once the text is out (the final chunk lists none), and
+  // together the same tokens as the reply above.
   json streamed = req;
   streamed["stream"] = true;
   auto sr = c->Post("/v1/chat/completions", streamed.dump(), "application/json");
   ASSERT_TRUE(sr);
   ASSERT_EQ(sr->status, 200) << sr->body;
   json all = json::array();
+  std::string text_so_far, tokens_so_far;
   for (size_t at = sr->body.find("data: {"); at != std::string::npos;
        at = sr->body.find("data: {", at + 1)) {
     const json chunk = json::parse(sr->body.substr(at + 6, sr->body.find("\n\n", at) - at - 6));
     if (chunk["choices"].empty()) continue;
-    const json& lp = chunk["choices"][0]["logprobs"];
+    const json& choice = chunk["choices"][0];
+    if (choice["delta"].contains("content")) text_so_far += choice["delta"]["content"].get<std::string>();
+    const json& lp = choice["logprobs"];
+    if (!choice["finish_reason"].is_null()) EXPECT_TRUE(lp.is_null()) << sr->body;
     if (lp.is_object()) {
-      for (const json& t : lp["content"]) all.push_back(t);
+      for (const json& t : lp["content"]) {
+        all.push_back(t);
+        for (const json& b : t["bytes"]) tokens_so_far += static_cast<char>(b.get<int>());
+      }
     }
+    EXPECT_EQ(text_so_far.compare(0, tokens_so_far.size(), tokens_so_far), 0)
+        << "tokens ahead of the text: '" << tokens_so_far << "' vs '" << text_so_far << "'";
   }
+  EXPECT_EQ(tokens_so_far, text_so_far);
   ASSERT_EQ(all.size(), content.size()) << sr->body;
   for (size_t i = 0; i < all.size(); ++i) {
     EXPECT_EQ(all[i]["token"], content[i]["token"]) << i;

@@ -111,6 +111,17 @@ void Sequence::Finish(std::string_view reason, bool keep_held) {
   pending_.clear();
 }
 
+size_t Sequence::released_tokens() const {
+  if (finished()) return text_tokens();
+  if (token_starts_.empty()) return 0;
+  // Token i ends where token i + 1 starts; the last one where the decoded text ends.
+  const size_t released = text_.size();
+  const size_t ended_before_last = static_cast<size_t>(
+      std::upper_bound(token_starts_.begin() + 1, token_starts_.end(), released) - (token_starts_.begin() + 1));
+  const bool last_released = ended_before_last + 1 == token_starts_.size() && pending_.empty();
+  return std::min(ended_before_last + (last_released ? 1 : 0), tokens_.size());
+}
+
 std::string Sequence::TakeNewText() {
   std::string out;
   out.swap(unread_);

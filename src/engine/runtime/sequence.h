@@ -72,6 +72,11 @@ class Sequence {
   // the text; then those that began before the cut (the rest spelled the stop string). What
   // logprobs list, as llama-server leaves the stop word's tokens out.
   size_t text_tokens() const { return std::min(text_tokens_, tokens_.size()); }
+  // How many of tokens() have spelled all of their text into text() (a stream sends their
+  // logprobs with it): while running, those that end at or before the released text's end (a
+  // token whose bytes are held, as a possible stop string's start or a partial UTF-8 character,
+  // waits); once finished, text_tokens().
+  size_t released_tokens() const;
   const std::string& text() const { return text_; }               // all text released so far
   const std::vector<TokenStats>& token_stats() const { return token_stats_; }
   models::KvCache* cache() { return cache_.get(); }

@@ -3,11 +3,12 @@
 
 namespace vlmd::serve {
 
-void Job::PushText(const std::string& text) {
-  if (text.empty()) return;
+void Job::PushText(const std::string& text, std::vector<StreamedToken> tokens) {
+  if (text.empty() && tokens.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     unread_ += text;
+    for (StreamedToken& t : tokens) unread_tokens_.push_back(std::move(t));
   }
   cv_.notify_all();
 }
@@ -32,13 +33,19 @@ void Job::Fail(Status status) {
   cv_.notify_all();
 }
 
-bool Job::Wait(Clock::time_point until, std::string* text) {
+bool Job::Wait(Clock::time_point until, std::string* text, std::vector<StreamedToken>* tokens) {
   std::unique_lock<std::mutex> lock(mu_);
   // Without a text sink only the end matters (text keeps accumulating until result()).
-  cv_.wait_until(lock, until, [&] { return over_ || (text != nullptr && !unread_.empty()); });
+  cv_.wait_until(lock, until, [&] {
+    return over_ || (text != nullptr && (!unread_.empty() || (tokens != nullptr && !unread_tokens_.empty())));
+  });
   if (text != nullptr) {
     text->append(unread_);
     unread_.clear();
+  }
+  if (tokens != nullptr) {
+    for (StreamedToken& t : unread_tokens_) tokens->push_back(std::move(t));
+    unread_tokens_.clear();
   }
   return over_;
 }

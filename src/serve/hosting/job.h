@@ -31,10 +31,19 @@ struct JobInput {
   std::vector<ContextFrame> context;
   engine::runtime::GenerateParams params;
   Clock::time_point deadline = Clock::time_point::max();
+  // The scheduler sends each generated token's id and stats with its text (Job::Wait's tokens):
+  // a chat stream with logprobs lists them per chunk, as OpenAI's does.
+  bool stream_tokens = false;
   // Whose request this is (the client key's id; "" when authentication is off): prefix reuse and
   // the visual-embedding cache stay within one tenant, so that no client learns from a reused
   // prefix's length, a cache hit or their timings what another client sent.
   std::string tenant;
+};
+
+// A generated token as a stream sends it (JobInput::stream_tokens).
+struct StreamedToken {
+  int32_t id = 0;
+  engine::runtime::TokenStats stats;
 };
 
 struct JobResult {
@@ -81,15 +90,15 @@ class Job {
   void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
-  // Producer side.
-  void PushText(const std::string& text);
+  // Producer side. `tokens`: those whose text is now all out (JobInput::stream_tokens).
+  void PushText(const std::string& text, std::vector<StreamedToken> tokens = {});
   void Complete(JobResult result);
   void Fail(Status status);
 
-  // Consumer: waits until new text (only when `text` is given), completion or failure, or
-  // `until`. Moves unread text into *text. Returns true once the job is over (then
-  // result()/status() are final).
-  bool Wait(Clock::time_point until, std::string* text);
+  // Consumer: waits until new text or tokens (only when `text` is given), completion or failure,
+  // or `until`. Moves unread text into *text and unread tokens into *tokens (when given).
+  // Returns true once the job is over (then result()/status() are final).
+  bool Wait(Clock::time_point until, std::string* text, std::vector<StreamedToken>* tokens = nullptr);
   // True once the job is over (without waiting; then result()/status() are final).
   bool done() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,6 +114,7 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string unread_;
+  std::vector<StreamedToken> unread_tokens_;
   bool over_ = false;
   JobResult result_;
   Status status_;

@@ -314,7 +314,14 @@ bool Scheduler::Publish(Slot* slot) {
       seq.Finish("deadline");
     }
   }
-  slot->job->PushText(seq.TakeNewText());
+  std::vector<StreamedToken> released;
+  if (slot->job->input().stream_tokens) {
+    const size_t n = std::min(seq.released_tokens(), seq.token_stats().size());
+    for (; slot->tokens_streamed < n; ++slot->tokens_streamed) {
+      released.push_back({seq.tokens()[slot->tokens_streamed], seq.token_stats()[slot->tokens_streamed]});
+    }
+  }
+  slot->job->PushText(seq.TakeNewText(), std::move(released));
   if (!seq.finished()) return false;
   JobResult& r = slot->result;
   r.tokens = seq.tokens();

@@ -76,6 +76,7 @@ class Scheduler {
     std::vector<uint64_t> row_ids;  // identity of each prompt row (see RowIds)
     JobResult result;
     Clock::time_point decode_start;
+    size_t tokens_streamed = 0;  // tokens sent to the job (JobInput::stream_tokens)
   };
   // A finished sequence kept for prefix reuse: its cache holds K/V for the rows in row_ids (its
   // prompt rows; Park says why not the generated ones).

@@ -25,16 +25,23 @@ json TokenLogprobJson(const engine::tokenizer::Tokenizer& tok, int32_t id, float
   return {{"token", piece}, {"logprob", logprob}, {"bytes", bytes}};
 }
 
-// OpenAI logprobs.content: one entry per generated token the text holds (not those of a stop
-// string: JobResult::text_tokens), with its top_logprobs alternatives when the request asked.
-json LogprobsJson(const JobResult& r, const engine::tokenizer::Tokenizer& tok) {
+// One entry of OpenAI's logprobs.content, with its top_logprobs alternatives when the request
+// asked.
+json LogprobEntryJson(const engine::tokenizer::Tokenizer& tok, int32_t id,
+                      const engine::runtime::TokenStats& stats) {
+  json entry = TokenLogprobJson(tok, id, stats.logprob);
+  json top = json::array();
+  for (const auto& t : stats.top) top.push_back(TokenLogprobJson(tok, t.token, t.logprob));
+  entry["top_logprobs"] = std::move(top);
+  return entry;
+}
+
+// OpenAI logprobs: the generated tokens [from, the last the text holds) (not those of a stop
+// string: JobResult::text_tokens).
+json LogprobsJson(const JobResult& r, const engine::tokenizer::Tokenizer& tok, size_t from = 0) {
   json content = json::array();
-  for (size_t i = 0; i < r.logprob_tokens(); ++i) {
-    json entry = TokenLogprobJson(tok, r.tokens[i], r.token_stats[i].logprob);
-    json top = json::array();
-    for (const auto& t : r.token_stats[i].top) top.push_back(TokenLogprobJson(tok, t.token, t.logprob));
-    entry["top_logprobs"] = std::move(top);
-    content.push_back(std::move(entry));
+  for (size_t i = from; i < r.logprob_tokens(); ++i) {
+    content.push_back(LogprobEntryJson(tok, r.tokens[i], r.token_stats[i]));
   }
   return json{{"content", content}};
 }
@@ -143,13 +150,20 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
 }
 
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
-                      std::optional<std::string_view> content) {
+                      std::optional<std::string_view> content, std::span<const StreamedToken> tokens,
+                      const engine::tokenizer::Tokenizer* tok) {
   json delta = json::object();
   if (role) delta["role"] = std::string(*role);
   if (content) delta["content"] = std::string(*content);
+  json logprobs = nullptr;
+  if (!tokens.empty() && tok != nullptr) {
+    json entries = json::array();
+    for (const StreamedToken& t : tokens) entries.push_back(LogprobEntryJson(*tok, t.id, t.stats));
+    logprobs = json{{"content", std::move(entries)}};
+  }
   json choice{{"index", 0},
               {"delta", delta},
-              {"logprobs", nullptr},
+              {"logprobs", std::move(logprobs)},
               {"finish_reason", nullptr}};
   json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
   if (ctx.include_usage) j["usage"] = nullptr;
@@ -157,10 +171,12 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
 }
 
 std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
-                            const engine::tokenizer::Tokenizer& tok) {
+                            const engine::tokenizer::Tokenizer& tok, size_t tokens_sent) {
+  // The tokens no text chunk listed; none left after some were: null, as OpenAI's last chunk.
+  const bool rest = ctx.logprobs && (tokens_sent == 0 || tokens_sent < r.logprob_tokens());
   json choice{{"index", 0},
               {"delta", json::object()},
-              {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)},
+              {"logprobs", rest ? LogprobsJson(r, tok, tokens_sent) : json(nullptr)},
               {"finish_reason", std::string(OpenAiFinishReason(r.finish_reason))}};
   json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
   if (ctx.include_usage) j["usage"] = nullptr;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -45,15 +46,18 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
 // OpenAI chat.completion (non-streaming).
 std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
                       const engine::tokenizer::Tokenizer& tok);
-// One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`.
+// One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`, and the
+// logprobs of `tokens` (those whose text the chunk completes; null when none).
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
-                      std::optional<std::string_view> content);
-// The final chunk (finish_reason, and "trust" when the context has it): with the request's logprobs, logprobs.content lists every token
-// of the reply here, so that a client that concatenates the chunks' lists gets them all (the text
-// chunks pass the word filter, which may hold text back across tokens, so tokens are not tied to
-// the chunks that carry their text).
+                      std::optional<std::string_view> content, std::span<const StreamedToken> tokens = {},
+                      const engine::tokenizer::Tokenizer* tok = nullptr);
+// The final chunk (finish_reason, and "trust" when the context has it). With the request's
+// logprobs, logprobs.content lists the reply's tokens from `tokens_sent` on (those no text chunk
+// listed), so that a client that concatenates the chunks' lists gets them all: text chunks list
+// their tokens as they go, except with a word filter, which holds text back across tokens and
+// may cut it: then every token is listed here (tokens_sent 0), or none when the filter matched.
 std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
-                            const engine::tokenizer::Tokenizer& tok);
+                            const engine::tokenizer::Tokenizer& tok, size_t tokens_sent = 0);
 // The extra last chunk of a stream with stream_options.include_usage: "choices": [] and usage.
 std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r);
 // OpenAI finish_reason for a sequence's reason ("stop", "length"; others pass through).

@@ -281,6 +281,10 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   call->reply.version = spec.version;
   call->reply.logprobs = call->request.sampling.logprobs;
   call->filter = s_.guard_->NewFilter();
+  // A chat stream with logprobs lists each token's with the chunk that completes its text. A word
+  // filter holds text back across tokens and may cut it: then they all wait for the last chunk.
+  call->prepared.input.stream_tokens =
+      kind == Kind::kChat && call->request.stream && call->reply.logprobs && !call->filter;
   s_.metrics_->route_version
       .With({call->reply.route.empty() ? spec.name : call->reply.route, spec.name, spec.version})
       .Inc();
@@ -506,17 +510,24 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
   res.content_type = "text/event-stream";
   res.stream = [this, call, peer_closed = req.peer_closed](ChunkWriter& out) {
     auto send = [&](const std::string& payload) { return out.Write("data: " + payload + "\n\n"); };
+    const auto& tok = call->model->engine().tokenizer();
+    std::vector<StreamedToken> tokens;  // whose text the next chunk completes (stream_tokens)
+    size_t tokens_sent = 0;
     auto send_text = [&](const std::string& text) {
-      if (text.empty()) return !(peer_closed && peer_closed());
+      if (text.empty() && tokens.empty()) return !(peer_closed && peer_closed());
       const std::string payload =
-          call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text)
+          call->kind == Kind::kChat ? ChatChunk(call->reply, std::nullopt, text, tokens, &tok)
                                     : json{{"text", text}}.dump(-1, ' ', false, json::error_handler_t::replace);
+      tokens_sent += tokens.size();
+      tokens.clear();
       return send(payload);
     };
     bool ok = call->kind != Kind::kChat || send(ChatChunk(call->reply, "assistant", ""));
+    const bool stream_tokens = call->prepared.input.stream_tokens;
     for (bool over = false; ok && !over;) {
       std::string text;
-      over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text);
+      over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text,
+                             stream_tokens ? &tokens : nullptr);
       ok = send_text(PassText(*call, std::move(text)));
     }
     if (ok) {
@@ -539,7 +550,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
           call->status = 500;
           send(api::ErrorBody({500, "server_error", "audit_unavailable", "the audit log cannot be written"}));
         } else if (call->kind == Kind::kChat) {
-          send(ChatFinishChunk(call->reply, r, call->model->engine().tokenizer()));
+          send(ChatFinishChunk(call->reply, r, tok, tokens_sent));
           if (call->request.include_usage) send(ChatUsageChunk(call->reply, r));
         } else {
           KeepStreamFrame(*call, r);  // audited: the frame joins its stream
