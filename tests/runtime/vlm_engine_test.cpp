@@ -33,6 +33,12 @@ class VlmEngineTest : public ::testing::Test {
     ASSERT_TRUE(ids.ok());
     prompt_ = *ids;
   }
+  // Feeds `seq` logits that make `id` the token it samples.
+  void Force(Sequence& seq, int32_t id) {
+    std::vector<float> logits(static_cast<size_t>(engine_->model().config().n_vocab), 0.0f);
+    logits[static_cast<size_t>(id)] = 100.0f;
+    seq.Accept(logits);
+  }
   std::unique_ptr<VlmEngine> engine_;
   std::vector<int32_t> prompt_;
 };
@@ -142,12 +148,7 @@ TEST_F(VlmEngineTest, TextHeldForAStopStringIsKeptAtEndOfGeneration) {
   rows.tokens = prompt_;
   auto seq = engine_->BeginSequence(rows, p);
   ASSERT_TRUE(seq.ok()) << seq.status().ToString();
-  const int64_t n_vocab = engine_->model().config().n_vocab;
-  auto force = [&](int32_t id) {
-    std::vector<float> logits(static_cast<size_t>(n_vocab), 0.0f);
-    logits[static_cast<size_t>(id)] = 100.0f;
-    (*seq)->Accept(logits);
-  };
+  auto force = [&](int32_t id) { Force(**seq, id); };
   for (int32_t id : *hello) force(id);
   EXPECT_EQ((*seq)->text(), "") << "held: it begins the stop string";
   EXPECT_EQ((*seq)->released_tokens(), 0u) << "their text is held: a stream lists none yet";
@@ -173,12 +174,7 @@ TEST_F(VlmEngineTest, ReleasedTokensFollowTheReleasedText) {
   rows.tokens = prompt_;
   auto seq = engine_->BeginSequence(rows, p);
   ASSERT_TRUE(seq.ok()) << seq.status().ToString();
-  const int64_t n_vocab = engine_->model().config().n_vocab;
-  auto force = [&](int32_t id) {
-    std::vector<float> logits(static_cast<size_t>(n_vocab), 0.0f);
-    logits[static_cast<size_t>(id)] = 100.0f;
-    (*seq)->Accept(logits);
-  };
+  auto force = [&](int32_t id) { Force(**seq, id); };
   for (size_t i = 0; i < words->size(); ++i) {
     force((*words)[i]);
     EXPECT_EQ((*seq)->released_tokens(), i + 1) << "every piece is out at once";

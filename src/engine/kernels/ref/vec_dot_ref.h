@@ -95,47 +95,33 @@ inline float VecDotQ4_0Q8_0(int64_t n, const BlockQ4_0* x, const BlockQ8_0* y) {
   return sum;
 }
 
-// d_x d_y sum(q4 q8) + m_x s_y, where s_y = d_y sum(q8) was stored by the activation quantizer.
+// Sum over 32-value blocks of (d_x d_y) * the block's integer dot, plus m_x s_y for the formats
+// with a min (Q4_1, Q5_1: s_y = d_y sum(q8) was stored by the activation quantizer).
+template <typename X, typename Y, int32_t (*BlockDot)(const X&, const Y&)>
+inline float VecDotBlocks32(int64_t n, const X* x, const Y* y) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    float term = (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(BlockDot(x[i], y[i]));
+    if constexpr (requires(const X& b) { b.m; }) term += F16ToF32(x[i].m) * F16ToF32(y[i].s);
+    sum += term;
+  }
+  return sum;
+}
+
 inline float VecDotQ4_1Q8_1(int64_t n, const BlockQ4_1* x, const BlockQ8_1* y) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(BlockDotQ4_1Q8_1(x[i], y[i])) +
-           F16ToF32(x[i].m) * F16ToF32(y[i].s);
-  }
-  return sum;
+  return VecDotBlocks32<BlockQ4_1, BlockQ8_1, BlockDotQ4_1Q8_1>(n, x, y);
 }
-
 inline float VecDotQ5_0Q8_0(int64_t n, const BlockQ5_0* x, const BlockQ8_0* y) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(BlockDotQ5_0Q8_0(x[i], y[i]));
-  }
-  return sum;
+  return VecDotBlocks32<BlockQ5_0, BlockQ8_0, BlockDotQ5_0Q8_0>(n, x, y);
 }
-
 inline float VecDotQ5_1Q8_1(int64_t n, const BlockQ5_1* x, const BlockQ8_1* y) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    sum += (F16ToF32(x[i].d) * F16ToF32(y[i].d)) * static_cast<float>(BlockDotQ5_1Q8_1(x[i], y[i])) +
-           F16ToF32(x[i].m) * F16ToF32(y[i].s);
-  }
-  return sum;
+  return VecDotBlocks32<BlockQ5_1, BlockQ8_1, BlockDotQ5_1Q8_1>(n, x, y);
 }
-
 inline float VecDotIQ4_NLQ8_0(int64_t n, const BlockIQ4_NL* x, const BlockQ8_0* y) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    sum += (F16ToF32(y[i].d) * F16ToF32(x[i].d)) * static_cast<float>(BlockDotIQ4_NLQ8_0(x[i], y[i]));
-  }
-  return sum;
+  return VecDotBlocks32<BlockIQ4_NL, BlockQ8_0, BlockDotIQ4_NLQ8_0>(n, x, y);
 }
-
 inline float VecDotQ8_0Q8_0(int64_t n, const BlockQ8_0* x, const BlockQ8_0* y) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQK8_0; ++i) {
-    sum += static_cast<float>(BlockDotQ8_0Q8_0(x[i], y[i])) * (F16ToF32(x[i].d) * F16ToF32(y[i].d));
-  }
-  return sum;
+  return VecDotBlocks32<BlockQ8_0, BlockQ8_0, BlockDotQ8_0Q8_0>(n, x, y);
 }
 
 // ---- k-quants against Q8_K -------------------------------------------------------------------
