@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace vlmd {
 namespace {
@@ -16,11 +18,15 @@ Status OpenError(const std::string& path, int err) {
   return err == ENOENT ? NotFoundError(std::move(m)) : UnavailableError(std::move(m));
 }
 
+Status TooLarge(const std::string& path, uint64_t max_bytes) {
+  return InvalidArgumentError("cannot read '" + path + "': more than the limit of " +
+                              std::to_string(max_bytes) + " bytes");
+}
+
 }  // namespace
 
 Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
-  // O_NONBLOCK: opening a FIFO with no writer must not hang; fstat then refuses it.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return OpenError(path, errno);
   struct Closer {
     int fd;
@@ -28,24 +34,28 @@ Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) return OpenError(path, errno);
-  if (!S_ISREG(st.st_mode)) {
-    return InvalidArgumentError("cannot read '" + path + "': " +
-                                (S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file"));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > max_bytes) {
-    return InvalidArgumentError("cannot read '" + path + "': " + std::to_string(size) +
-                                " bytes, over the limit of " + std::to_string(max_bytes));
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
+  if (S_ISDIR(st.st_mode)) return InvalidArgumentError("cannot read '" + path + "': it is a directory");
+  // Read to the end, whatever the size said: /proc files report 0, a pipe or /dev/stdin none.
+  const uint64_t size_hint = S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
+  if (size_hint > max_bytes) return TooLarge(path, max_bytes);
+  // One byte of room past the expected end, so that a regular file's end is seen without growing
+  // the buffer; a stream grows it by doubling, to at most max_bytes + 1 (which means too large).
+  const uint64_t most = max_bytes == std::numeric_limits<uint64_t>::max() ? max_bytes : max_bytes + 1;
+  std::string bytes;
+  bytes.resize(static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(size_hint + 1, 4096), most)));
   size_t done = 0;
-  while (done < bytes.size()) {
+  for (;;) {
+    if (done == bytes.size()) {
+      if (done > max_bytes) return TooLarge(path, max_bytes);
+      bytes.resize(static_cast<size_t>(std::min<uint64_t>(uint64_t{bytes.size()} * 2, most)));
+    }
     const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return OpenError(path, errno);
-    if (n == 0) break;  // the file shrank while read: what is there is what it holds
+    if (n == 0) break;
     done += static_cast<size_t>(n);
   }
+  if (done > max_bytes) return TooLarge(path, max_bytes);
   bytes.resize(done);
   return bytes;
 }

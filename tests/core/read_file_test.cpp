@@ -1,6 +1,7 @@
-// ReadWholeFile: a regular file's bytes; a missing path, a directory, a FIFO and a file over the
-// limit are errors that name the path (a directory used to abort the tools: std::ifstream's
-// buffer throws from inside istreambuf_iterator).
+// ReadWholeFile: a regular file's bytes, a pipe's and a /proc file's (whose size says 0) to their
+// end; a missing path, a directory and a file over the limit are errors that name the path (a
+// directory used to abort the tools: std::ifstream's buffer throws from inside
+// istreambuf_iterator).
 #include "core/read_file.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace vlmd {
 namespace {
@@ -39,7 +41,20 @@ TEST_F(ReadFileTest, ReadsEveryByteOfARegularFile) {
   EXPECT_TRUE(e->empty());
 }
 
-TEST_F(ReadFileTest, MissingDirectoryFifoAndOversizedAreErrorsNamingThePath) {
+TEST_F(ReadFileTest, ReadsPipesAndProcFilesToTheirEnd) {
+  ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0600), 0);
+  const std::string sent(100000, 'p');  // more than a pipe's buffer: the writer waits for the reader
+  std::thread writer([&] { std::ofstream(Path("fifo"), std::ios::binary) << sent; });
+  auto fifo = ReadWholeFile(Path("fifo"));
+  writer.join();
+  ASSERT_TRUE(fifo.ok()) << fifo.status().ToString();
+  EXPECT_EQ(*fifo, sent);
+  auto proc = ReadWholeFile("/proc/self/status");
+  ASSERT_TRUE(proc.ok()) << proc.status().ToString();
+  EXPECT_NE(proc->find("Pid:"), std::string::npos) << "a /proc file's size is 0: read to its end";
+}
+
+TEST_F(ReadFileTest, MissingDirectoryAndOversizedAreErrorsNamingThePath) {
   auto missing = ReadWholeFile(Path("none"));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find(Path("none")), std::string::npos);
@@ -48,16 +63,13 @@ TEST_F(ReadFileTest, MissingDirectoryFifoAndOversizedAreErrorsNamingThePath) {
   EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos) << dir.status().message();
 
-  ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0600), 0);
-  auto fifo = ReadWholeFile(Path("fifo"));  // no writer: must not block
-  EXPECT_EQ(fifo.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(fifo.status().message().find("not a regular file"), std::string::npos);
-
   std::ofstream(Path("big"), std::ios::binary) << std::string(101, 'x');
   auto big = ReadWholeFile(Path("big"), 100);
   EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(big.status().message().find("101 bytes"), std::string::npos) << big.status().message();
+  EXPECT_NE(big.status().message().find("limit of 100 bytes"), std::string::npos) << big.status().message();
   EXPECT_TRUE(ReadWholeFile(Path("big"), 101).ok());
+  auto proc = ReadWholeFile("/proc/self/status", 10);  // size 0, yet over the limit once read
+  EXPECT_EQ(proc.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -331,9 +331,10 @@ TEST(PackedMatmulTest, AgreesWithTheGgufLayoutPath) {
   const KernelTable& ref = kernels::GetKernelTable(Isa::kRef);
   ops::MatmulScratch scratch;
   const int64_t m = 6, n = 45, k = 512;
-  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0}) {
+  for (DType type : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_0, DType::kIQ4_NL}) {
     SCOPED_TRACE(std::string(DTypeName(type)));
-    const std::vector<uint8_t> rows = Rows(type, RandomFloats(n * k, 3), n, k);
+    const std::vector<uint8_t> rows = type == DType::kIQ4_NL ? RandomBlocks(type, n, k, 3)
+                                                             : Rows(type, RandomFloats(n * k, 3), n, k);
     const std::vector<float> a = RandomFloats(m * k, 4);
     ops::WeightView plain{type, n, k, rows.data(), 0};
     ops::PackedStore store;
@@ -427,14 +428,16 @@ TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
     EXPECT_FALSE(packed_for(type, ops::Precision::kExact, &kt));
     EXPECT_TRUE(packed_for(type, ops::Precision::kFast, &kt));
   }
-  // The formats with only the scalar reference dot: their values as Q8_0 blocks, fast only.
+  // The formats with only the scalar reference dot: their values as Q8_0 blocks, fast only;
+  // IQ4_NL's levels are bytes: repacked exactly, in both.
   for (DType type : {DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS}) {
     const std::vector<uint8_t> rows = RandomBlocks(type, n, k, 9);
     for (ops::Precision precision : {ops::Precision::kExact, ops::Precision::kFast}) {
       ops::WeightView w{type, n, k, rows.data(), 0};
       ops::PackedStore store;
       EXPECT_TRUE(ops::PackWeight({&kt, precision}, &w, &store).ok());
-      EXPECT_EQ(w.packed != nullptr, precision == ops::Precision::kFast) << DTypeName(type);
+      EXPECT_EQ(w.packed != nullptr, precision == ops::Precision::kFast || type == DType::kIQ4_NL)
+          << DTypeName(type);
     }
   }
   EXPECT_FALSE(packed_for(DType::kQ4_1, ops::Precision::kFast, &kt));  // keeps its own kernel

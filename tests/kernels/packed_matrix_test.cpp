@@ -78,7 +78,8 @@ TEST(PackedMatrixTest, RepacksIntegerFormatsExactlyAndQuantizesFloatsByTheQ8Rule
       ASSERT_TRUE(DequantizeRow(type, rows.data() + c * *RowBytes(type, k), row.data(), k).ok());
       if (float_rows) {
         row = ColumnRule(row);
-      } else if (type != DType::kQ8_0 && type != DType::kQ5_0 && type != DType::kQ4_0) {
+      } else if (type != DType::kQ8_0 && type != DType::kQ5_0 && type != DType::kQ4_0 &&
+                 type != DType::kIQ4_NL) {
         row = BlockRule(row);
       }
       std::copy(row.begin(), row.end(), want.begin() + c * k);

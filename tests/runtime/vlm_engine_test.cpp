@@ -187,6 +187,39 @@ TEST_F(VlmEngineTest, ReleasedTokensFollowTheReleasedText) {
   EXPECT_EQ((*seq)->released_tokens(), words->size() + 2) << "'x' was not the stop string";
 }
 
+// A token whose bytes end inside a UTF-8 character is released with the token that completes it;
+// a sequence that fails drops its held text, and the tokens that spelled it are not released.
+TEST_F(VlmEngineTest, ReleasedTokensWaitForWholeCharactersAndFailureDropsHeldOnes) {
+  const auto& tok = engine_->tokenizer();
+  auto euro = tok.Tokenize("\xE2\x82\xAC", false, false);  // the byte-level vocabulary splits it
+  ASSERT_TRUE(euro.ok() && euro->size() >= 2) << "the fixture's vocabulary no longer splits the character";
+  GenerateParams p;
+  p.max_tokens = 20;
+  PromptRows rows;
+  rows.tokens = prompt_;
+  auto seq = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+  for (size_t i = 0; i + 1 < euro->size(); ++i) {
+    Force(**seq, (*euro)[i]);
+    EXPECT_EQ((*seq)->released_tokens(), 0u) << "a part of a character";
+  }
+  Force(**seq, euro->back());
+  EXPECT_EQ((*seq)->text(), "\xE2\x82\xAC");
+  EXPECT_EQ((*seq)->released_tokens(), euro->size());
+
+  auto say = tok.Tokenize("say", false, false), hello = tok.Tokenize(" hello", false, false);
+  ASSERT_TRUE(say.ok() && hello.ok());
+  p.stop = {" hello world"};
+  auto failing = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(failing.ok());
+  for (int32_t id : *say) Force(**failing, id);
+  for (int32_t id : *hello) Force(**failing, id);
+  EXPECT_EQ((*failing)->released_tokens(), say->size()) << "' hello' is held: it begins the stop string";
+  (*failing)->Fail(InternalError("the step failed"));
+  EXPECT_EQ((*failing)->text(), "say");
+  EXPECT_EQ((*failing)->released_tokens(), say->size()) << "the held tokens were dropped, not released";
+}
+
 TEST_F(VlmEngineTest, CallbackCancels) {
   GenerateParams p;
   p.max_tokens = 20;

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
                     "height of the test image (default: square); --image-size is then its width")
       ->check(CLI::Range(1, 16384));
   model->add_option("-t,--threads", mopts.threads, "thread counts to run (default: 1 2)")
-      ->check(CLI::Range(1, vlmd::kMaxThreads));
+      ->check(CLI::Range(0, vlmd::kMaxThreads));
   model->add_option("-p,--prompt-tokens", mopts.prompt_tokens, "prefill length")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

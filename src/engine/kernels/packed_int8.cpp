@@ -353,6 +353,18 @@ Result<std::unique_ptr<PackedMatrix>> PackedMatrix::PackConcat(std::span<const P
             }
           }
           blocks = q8_row.data();
+        } else if (dtype == DType::kIQ4_NL) {
+          // IQ4_NL is d * kIq4NlValues[q]: every level fits a byte, so it is a Q8_0 block of the
+          // same scale (nibbles as in Q4_0: value j < 16 low, j + 16 high).
+          const auto* nl = reinterpret_cast<const BlockIQ4_NL*>(row);
+          for (int64_t b = 0; b < nb; ++b) {
+            q8_row[b].d = nl[b].d;
+            for (int j = 0; j < 16; ++j) {
+              q8_row[b].qs[j] = kIq4NlValues[nl[b].qs[j] & 0x0F];
+              q8_row[b].qs[j + 16] = kIq4NlValues[nl[b].qs[j] >> 4];
+            }
+          }
+          blocks = q8_row.data();
         } else if (dtype != DType::kQ8_0) {  // float rows, Q5_K, Q6_K, the read-only formats
           Status s = quantize_row(src, f32_row, q8_row);
           if (!s.ok()) {

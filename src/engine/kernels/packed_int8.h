@@ -35,12 +35,12 @@
 // the padding contributes 0. Vision towers have such widths: Qwen2.5-VL's FFN is 3420 wide and
 // SigLIP-so400m's (Gemma 3) 4304, and their down projections ran on f32 FMAs without it.
 //
-// Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte) and Q4_0 rows repack bit for bit (the same
-// integers and scales as the GGUF blocks). The values of Q5_K and Q6_K rows are quantized to
+// Exactness: Q8_0, Q5_0 (as kQ8: q - 16 fits a byte), IQ4_NL (as kQ8: its 16 levels are bytes)
+// and Q4_0 rows repack bit for bit (the same integers and scales as the GGUF blocks). The values of Q5_K and Q6_K rows are quantized to
 // Q8_0 blocks (round to nearest, ggml's rule) first (an error of at most 1/254 of a 32-value
 // block's largest weight, where Q6_K's own reaches 1/64 of a 16-value sub-block's), and so are
-// those of the formats vlmd has no kernel for (Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS: 8.5 bits per
-// weight packed, where the file held 2.6-6). F32/F16/BF16
+// those of the formats vlmd has no kernel for (Q5_1, Q2_K, Q3_K, IQ4_XS: 8.5 bits per weight
+// packed, where the file held 2.6-6). F32/F16/BF16
 // rows (the vision towers' weights as the mmproj files ship them) are quantized per column
 // instead, d = the column's largest |w| / 127 for all of k (kQ8Col), when that costs every column
 // at most kColumnScaleErrorRatio times the squared error of the Q8_0 blocks; otherwise (a column

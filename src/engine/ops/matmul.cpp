@@ -347,23 +347,22 @@ std::optional<Precision> ParsePrecision(std::string_view name) {
 }
 
 namespace {
-// Formats read from llama.cpp's files with no SIMD kernel: `exact` runs the scalar reference dot
-// (kernels/ref), `fast` their values requantized to int8 blocks.
+// Formats read from llama.cpp's files with no SIMD kernel of their own: `exact` runs the scalar
+// reference dot (kernels/ref), `fast` their values requantized to int8 blocks.
 bool HasOnlyScalarKernel(DType t) {
-  return t == DType::kQ5_1 || t == DType::kIQ4_NL || t == DType::kQ2_K || t == DType::kQ3_K ||
-         t == DType::kIQ4_XS;
+  return t == DType::kQ5_1 || t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kIQ4_XS;
 }
 
 // The packing source of *w when PackWeight's rules pack it, else nullopt.
 std::optional<kernels::PackSource> PackableSource(const WeightPacking& packing, const WeightView& w) {
   if (packing.kt == nullptr || packing.kt->packed_matmul == nullptr) return std::nullopt;
   if (w.data == nullptr) return std::nullopt;
-  // Q8_0 / Q5_0 / Q4_0 repack exactly; float types and the K-quants change numerics
+  // Q8_0 / Q5_0 / Q4_0 / IQ4_NL repack exactly; float types and the K-quants change numerics
   // (packed_int8.h): fast only. Q5_K and Q6_K (Q4_K_M files hold Q6_K for half the layers'
   // ffn_down and attn_v and for the output) ran their prompt rows on the GGUF-row kernel: on a
   // Qwen2.5-VL-3B Q4_K_M-like file that was a third of the prefill (bench/RESULTS.md, session 33).
-  const bool exact_repack =
-      w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 || w.dtype == DType::kQ4_0;
+  const bool exact_repack = w.dtype == DType::kQ8_0 || w.dtype == DType::kQ5_0 ||
+                            w.dtype == DType::kQ4_0 || w.dtype == DType::kIQ4_NL;
   const bool float_rows =
       w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   const bool fast_repack = float_rows || w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K ||

@@ -100,6 +100,10 @@ void Sequence::Fail(Status status) {
 
 void Sequence::Finish(std::string_view reason, bool keep_held) {
   if (finished()) return;
+  if (reason == "error") {
+    // The held bytes are dropped: the tokens that spelled them are not the text's.
+    text_tokens_ = std::min(text_tokens_, ReleasedWhileRunning());
+  }
   finish_reason_ = std::string(reason);
   if (keep_held && finish_reason_ != "error") {
     // Held-back bytes that never became a stop string belong to the text, however the sequence
@@ -112,13 +116,18 @@ void Sequence::Finish(std::string_view reason, bool keep_held) {
 }
 
 size_t Sequence::released_tokens() const {
-  if (finished()) return text_tokens();
+  return finished() ? text_tokens() : ReleasedWhileRunning();
+}
+
+size_t Sequence::ReleasedWhileRunning() const {
   if (token_starts_.empty()) return 0;
-  // Token i ends where token i + 1 starts; the last one where the decoded text ends.
+  // Token i ends where token i + 1 starts; the last one where its bytes end, once none of them
+  // is held (as a possible stop string's start, or in the UTF-8 decoder as part of a character).
   const size_t released = text_.size();
   const size_t ended_before_last = static_cast<size_t>(
       std::upper_bound(token_starts_.begin() + 1, token_starts_.end(), released) - (token_starts_.begin() + 1));
-  const bool last_released = ended_before_last + 1 == token_starts_.size() && pending_.empty();
+  const bool last_released =
+      ended_before_last + 1 == token_starts_.size() && pending_.empty() && utf8_.pending_bytes() == 0;
   return std::min(ended_before_last + (last_released ? 1 : 0), tokens_.size());
 }
 

@@ -99,6 +99,8 @@ class Sequence {
   std::string finish_reason_;
   Status error_;
 
+  size_t ReleasedWhileRunning() const;  // released_tokens() before the sequence finished
+
   // Chunked prefill state, owned by VlmEngine (BeginSequence / PrefillChunk).
   friend class VlmEngine;
   std::unique_ptr<PromptRows> prefill_;  // the prompt; released once it is all in the cache

@@ -49,18 +49,6 @@ void DequantizeRowQ2_K(const BlockQ2_K* x, float* y, int64_t k) {
   }
 }
 
-int Q3KScale(const BlockQ3_K& b, int i) {
-  const int low = (b.scales[i % 8] >> (4 * (i / 8))) & 0xF;
-  const int high = (b.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
-  return (low | (high << 4)) - 32;
-}
-
-int Q3KLevel(const BlockQ3_K& b, int e) {
-  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-  const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
-  return (b.hmask[l] >> (4 * h + j)) & 1 ? low : low - 4;
-}
-
 void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t k) {
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     const float d = F16ToF32(x[i].d);
@@ -69,12 +57,6 @@ void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t k) {
       *y++ = dl * static_cast<float>(Q3KLevel(x[i], e));
     }
   }
-}
-
-int IQ4XSScale(const BlockIQ4_XS& b, int i) {
-  const int low = (b.scales_l[i / 2] >> (4 * (i % 2))) & 0xF;
-  const int high = (b.scales_h >> (2 * i)) & 3;
-  return (low | (high << 4)) - 32;
 }
 
 void DequantizeRowIQ4_XS(const BlockIQ4_XS* x, float* y, int64_t k) {

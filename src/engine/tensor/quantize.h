@@ -109,10 +109,23 @@ void DequantizeRowQ2_K(const BlockQ2_K* x, float* y, int64_t k);
 void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t k);
 void DequantizeRowIQ4_XS(const BlockIQ4_XS* x, float* y, int64_t k);
 // The signed 6-bit scale (s - 32) of sub-block i (0..15) of a Q3_K block, and the signed level
-// (-4..3) of its element e (0..255); the same for IQ4_XS's sub-block i (0..7).
-int Q3KScale(const BlockQ3_K& b, int i);
-int Q3KLevel(const BlockQ3_K& b, int e);
-int IQ4XSScale(const BlockIQ4_XS& b, int i);
+// (-4..3) of its element e (0..255); the same for IQ4_XS's sub-block i (0..7). Inline: the
+// reference dots call them per weight.
+inline int Q3KScale(const BlockQ3_K& b, int i) {
+  const int low = (b.scales[i % 8] >> (4 * (i / 8))) & 0xF;
+  const int high = (b.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+inline int Q3KLevel(const BlockQ3_K& b, int e) {
+  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+  const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
+  return (b.hmask[l] >> (4 * h + j)) & 1 ? low : low - 4;
+}
+inline int IQ4XSScale(const BlockIQ4_XS& b, int i) {
+  const int low = (b.scales_l[i / 2] >> (4 * (i % 2))) & 0xF;
+  const int high = (b.scales_h >> (2 * i)) & 3;
+  return (low | (high << 4)) - 32;
+}
 
 // The packed 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: sub-blocks 0-3 keep
 // them in the low 6 bits of bytes j and j + 4; sub-blocks 4-7 keep the low 4 bits in the nibbles

@@ -171,12 +171,13 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
 }
 
 std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
-                            const engine::tokenizer::Tokenizer& tok, size_t tokens_sent) {
-  // The tokens no text chunk listed; none left after some were: null, as OpenAI's last chunk.
-  const bool rest = ctx.logprobs && (tokens_sent == 0 || tokens_sent < r.logprob_tokens());
+                            const engine::tokenizer::Tokenizer& tok, std::optional<size_t> tokens_sent) {
+  // Streamed: the tokens no text chunk listed, null when none is left (OpenAI's last chunk);
+  // otherwise all of them.
+  const bool rest = ctx.logprobs && (!tokens_sent || *tokens_sent < r.logprob_tokens());
   json choice{{"index", 0},
               {"delta", json::object()},
-              {"logprobs", rest ? LogprobsJson(r, tok, tokens_sent) : json(nullptr)},
+              {"logprobs", rest ? LogprobsJson(r, tok, tokens_sent.value_or(0)) : json(nullptr)},
               {"finish_reason", std::string(OpenAiFinishReason(r.finish_reason))}};
   json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
   if (ctx.include_usage) j["usage"] = nullptr;

@@ -52,12 +52,13 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
                       std::optional<std::string_view> content, std::span<const StreamedToken> tokens = {},
                       const engine::tokenizer::Tokenizer* tok = nullptr);
 // The final chunk (finish_reason, and "trust" when the context has it). With the request's
-// logprobs, logprobs.content lists the reply's tokens from `tokens_sent` on (those no text chunk
-// listed), so that a client that concatenates the chunks' lists gets them all: text chunks list
-// their tokens as they go, except with a word filter, which holds text back across tokens and
-// may cut it: then every token is listed here (tokens_sent 0), or none when the filter matched.
+// logprobs, so that a client that concatenates the chunks' lists gets them all: when the text
+// chunks listed their tokens as they went (`tokens_sent` of them), the reply's tokens past those
+// (null when none is left); without `tokens_sent` (a word filter, which holds text back across
+// tokens and may cut it, was on) every token, or none once the filter matched.
 std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
-                            const engine::tokenizer::Tokenizer& tok, size_t tokens_sent = 0);
+                            const engine::tokenizer::Tokenizer& tok,
+                            std::optional<size_t> tokens_sent = std::nullopt);
 // The extra last chunk of a stream with stream_options.include_usage: "choices": [] and usage.
 std::string ChatUsageChunk(const ReplyContext& ctx, const JobResult& r);
 // OpenAI finish_reason for a sequence's reason ("stop", "length"; others pass through).

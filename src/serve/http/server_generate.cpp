@@ -550,7 +550,8 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
           call->status = 500;
           send(api::ErrorBody({500, "server_error", "audit_unavailable", "the audit log cannot be written"}));
         } else if (call->kind == Kind::kChat) {
-          send(ChatFinishChunk(call->reply, r, tok, tokens_sent));
+          send(ChatFinishChunk(call->reply, r, tok,
+                               stream_tokens ? std::optional<size_t>(tokens_sent) : std::nullopt));
           if (call->request.include_usage) send(ChatUsageChunk(call->reply, r));
         } else {
           KeepStreamFrame(*call, r);  // audited: the frame joins its stream

@@ -43,7 +43,8 @@ void FillRefMatmulKernels(KernelTable* t) {
   Register(t, DType::kQ5_K, DType::kQ8_K, MatmulRef<BlockQ5_K, BlockQ8_K, VecDotQ5_KQ8_K>);
   Register(t, DType::kQ6_K, DType::kQ8_K, MatmulRef<BlockQ6_K, BlockQ8_K, VecDotQ6_KQ8_K>);
   // Formats with no SIMD kernel: this scalar dot is their `exact` path on every table; `fast`
-  // packs them into int8 blocks at load (ops::PackWeight).
+  // packs them into int8 blocks at load (ops::PackWeight), and so does `exact` for IQ4_NL,
+  // whose levels are bytes (an exact repack).
   Register(t, DType::kQ5_1, DType::kQ8_1, MatmulRef<BlockQ5_1, BlockQ8_1, VecDotQ5_1Q8_1>);
   Register(t, DType::kIQ4_NL, DType::kQ8_0, MatmulRef<BlockIQ4_NL, BlockQ8_0, VecDotIQ4_NLQ8_0>);
   Register(t, DType::kQ2_K, DType::kQ8_K, MatmulRef<BlockQ2_K, BlockQ8_K, VecDotQ2_KQ8_K>);
