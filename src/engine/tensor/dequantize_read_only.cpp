@@ -37,24 +37,31 @@ void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t k) {
   }
 }
 
+// Element 128 h + 32 j + l is bits 2j of qs[32 h + l] (quant_blocks.h); sub-block s = e / 16.
 void DequantizeRowQ2_K(const BlockQ2_K* x, float* y, int64_t k) {
   for (int64_t i = 0; i < k / kQK_K; ++i) {
     const float d = F16ToF32(x[i].d), dmin = F16ToF32(x[i].dmin);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-      const uint8_t sc = x[i].scales[e / 16];
-      const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
-      *y++ = dl * static_cast<float>((x[i].qs[32 * h + l] >> (2 * j)) & 3) - ml;
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < 4; ++j) {
+        for (int half = 0; half < 2; ++half, y += 16) {
+          const uint8_t sc = x[i].scales[8 * h + 2 * j + half];
+          const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+          const uint8_t* q = x[i].qs + 32 * h + 16 * half;
+          for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>((q[l] >> (2 * j)) & 3) - ml;
+        }
+      }
     }
   }
 }
 
 void DequantizeRowQ3_K(const BlockQ3_K* x, float* y, int64_t k) {
-  for (int64_t i = 0; i < k / kQK_K; ++i) {
+  int8_t level[kQK_K];
+  for (int64_t i = 0; i < k / kQK_K; ++i, y += kQK_K) {
     const float d = F16ToF32(x[i].d);
-    for (int e = 0; e < kQK_K; ++e) {
-      const float dl = d * static_cast<float>(Q3KScale(x[i], e / 16));
-      *y++ = dl * static_cast<float>(Q3KLevel(x[i], e));
+    Q3KLevels(x[i], level);
+    for (int s = 0; s < kQK_K / 16; ++s) {
+      const float dl = d * static_cast<float>(Q3KScale(x[i], s));
+      for (int l = 0; l < 16; ++l) y[16 * s + l] = dl * static_cast<float>(level[16 * s + l]);
     }
   }
 }

@@ -121,6 +121,19 @@ inline int Q3KLevel(const BlockQ3_K& b, int e) {
   const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
   return (b.hmask[l] >> (4 * h + j)) & 1 ? low : low - 4;
 }
+// All 256 levels of a Q3_K block in element order (Q3KLevel of each, without its per-element
+// index arithmetic).
+inline void Q3KLevels(const BlockQ3_K& b, int8_t* level) {
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      const int bit = 1 << (4 * h + j);
+      for (int l = 0; l < 32; ++l) {
+        const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
+        level[128 * h + 32 * j + l] = static_cast<int8_t>((b.hmask[l] & bit) ? low : low - 4);
+      }
+    }
+  }
+}
 inline int IQ4XSScale(const BlockIQ4_XS& b, int i) {
   const int low = (b.scales_l[i / 2] >> (4 * (i % 2))) & 0xF;
   const int high = (b.scales_h >> (2 * i)) & 3;

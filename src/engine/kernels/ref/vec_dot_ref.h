@@ -196,9 +196,12 @@ inline KBlockDot BlockDotQ6_KQ8_K(const BlockQ6_K& x, const BlockQ8_K& y) {
 // Q3_K: lanes hold sum (s_j - 32) * level * q8 over 16 sub-blocks of 16; min_dot stays 0.
 inline KBlockDot BlockDotQ3_KQ8_K(const BlockQ3_K& x, const BlockQ8_K& y) {
   KBlockDot r;
-  int scale[kQK_K / 16];
-  for (int j = 0; j < kQK_K / 16; ++j) scale[j] = quant::Q3KScale(x, j);
-  for (int e = 0; e < kQK_K; ++e) r.lanes[e % 8] += scale[e / 16] * (quant::Q3KLevel(x, e) * y.qs[e]);
+  int8_t level[kQK_K];
+  quant::Q3KLevels(x, level);
+  for (int s = 0; s < kQK_K / 16; ++s) {
+    const int scale = quant::Q3KScale(x, s);
+    for (int l = 0; l < 16; ++l) r.lanes[l % 8] += scale * (level[16 * s + l] * y.qs[16 * s + l]);
+  }
   return r;
 }
 
@@ -242,13 +245,17 @@ inline float VecDotQ2_KQ8_K(int64_t n, const BlockQ2_K* x, const BlockQ8_K* y) {
     int32_t min_dot = 0;
     for (int j = 0; j < kQK_K / 16; ++j) min_dot += y[i].bsums[j] * (x[i].scales[j] >> 4);
     int32_t dot = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      int32_t sub = 0;
-      for (int e = 16 * j; e < 16 * j + 16; ++e) {
-        const int h = e / 128, shift = 2 * ((e % 128) / 32), l = e % 32;
-        sub += y[i].qs[e] * ((x[i].qs[32 * h + l] >> shift) & 3);
+    // Sub-block 8 h + 2 j + half holds elements 128 h + 32 j + 16 half + l, l < 16.
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < 4; ++j) {
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* q2 = x[i].qs + 32 * h + 16 * half;
+          const int8_t* q8 = y[i].qs + 128 * h + 32 * j + 16 * half;
+          int32_t sub = 0;
+          for (int l = 0; l < 16; ++l) sub += q8[l] * ((q2[l] >> (2 * j)) & 3);
+          dot += (x[i].scales[8 * h + 2 * j + half] & 0xF) * sub;
+        }
       }
-      dot += (x[i].scales[j] & 0xF) * sub;
     }
     const float dall = y[i].d * F16ToF32(x[i].d), dmin = y[i].d * F16ToF32(x[i].dmin);
     sum += dall * static_cast<float>(dot) - dmin * static_cast<float>(min_dot);
