@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -363,11 +364,23 @@ TEST(ServerShutdown, RequestsStillThereAtStopGet503) {
     EXPECT_GE(fd, 0);
     return fd;
   };
+  // Waits (at most 30 s: sanitizer builds on a loaded host) for `ready`.
+  auto wait_for = [](const std::function<bool()>& ready) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!ready() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return ready();
+  };
   // ~0.6 s per 4000 tokens on a 2-core Zen 5: 16000 run for seconds.
   const int running = send(json{{"prompt", "write a very long story"}, {"max_tokens", 16000}}.dump());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // on the only handler thread
+  ASSERT_TRUE(wait_for([&] { return server->in_flight() == 1; })) << "on the only handler thread";
   const int waiting = send(json{{"prompt", "hi"}, {"max_tokens", 2}}.dump());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // queued for it
+  // (Fixed 100 ms sleeps here let a loaded host Stop before the second head was read: closed
+  // with no reply, as an unread request is.)
+  ASSERT_TRUE(wait_for([&] { return server->queued_requests() == 1; })) << "queued for that thread";
+  // /metrics is a probe, answered beside the busy handler thread.
+  EXPECT_EQ(testing::MetricValue(ClientOf(*server)->Get("/metrics")->body, "vlm_http_queued_requests"), 1);
   EXPECT_FALSE(server->Drain(std::chrono::milliseconds(50)));
   server->Stop();
   const std::string reply = testing::ReadUntilClosed(waiting, 30).bytes;

@@ -18,6 +18,11 @@ bool HandlerPool::TryPost(std::function<void()> task) {
   return true;
 }
 
+size_t HandlerPool::queued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
 void HandlerPool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -21,6 +21,8 @@ class HandlerPool {
 
   // False (and `task` dropped) when the queue is full or the pool stopped.
   bool TryPost(std::function<void()> task);
+  // Tasks waiting for a thread now.
+  size_t queued();
   // No new tasks; the queued ones run too, then the threads end (a request accepted into the
   // queue gets an answer: a stopping server answers it as shutting down, where dropping it
   // closed its connection with nothing). Idempotent.

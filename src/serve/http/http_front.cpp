@@ -189,6 +189,8 @@ int HttpFront::port() const { return impl_->port; }
 
 bool HttpFront::tls() const { return !impl_->options.tls_cert_file.empty(); }
 
+size_t HttpFront::queued_requests() const { return impl_->pool ? impl_->pool->queued() : 0; }
+
 Status HttpFront::Start() {
   Impl& f = *impl_;
   // Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.

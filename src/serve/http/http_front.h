@@ -92,6 +92,8 @@ class HttpFront {
   Status Start();
   int port() const;
   bool tls() const;
+  // Requests read and waiting for a handler thread (probes not counted).
+  size_t queued_requests() const;
   // Stops accepting, closes idle connections, lets handlers running and requests queued for one
   // finish (their replies are written), then closes everything. Idempotent.
   void Stop();

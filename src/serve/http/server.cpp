@@ -85,6 +85,7 @@ void Server::Handlers::Register() {
     s_.streams_->ExpireIdle();  // an idle server's forgotten streams leave the gauges too
     s_.metrics_->streams.With().Set(static_cast<double>(s_.streams_->streams()));
     s_.metrics_->stream_bytes.With().Set(static_cast<double>(s_.streams_->bytes()));
+    s_.metrics_->http_queued.With().Set(static_cast<double>(s_.queued_requests()));
     if (s_.drift_) s_.drift_->Refresh();  // replies older than a window slide out
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -560,6 +561,8 @@ bool Server::Drain(std::chrono::milliseconds timeout) {
   }
   return true;
 }
+
+size_t Server::queued_requests() const { return front_ ? front_->queued_requests() : 0; }
 
 void Server::Stop() {
   if (stopped_.exchange(true)) return;

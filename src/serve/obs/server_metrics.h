@@ -52,6 +52,7 @@ struct ServerMetrics {
   // itself by reason (head_timeout, payload_too_large, too_many_connections, ...), connections
   // it dropped without a reply by reason (idle_reaped, write_timeout, accept_failed).
   obs::GaugeFamily& http_connections;
+  obs::GaugeFamily& http_queued;  // requests read and waiting for a handler thread
   obs::CounterFamily& http_refusals;
   obs::CounterFamily& http_dropped;
   obs::CounterFamily& http_tls_reloads;  // {result = ok | failed}
