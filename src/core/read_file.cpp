@@ -8,14 +8,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <limits>
 
 namespace vlmd {
 namespace {
 
 Status OpenError(const std::string& path, int err) {
-  std::string m = "cannot read '" + path + "': " + std::strerror(err);
-  return err == ENOENT ? NotFoundError(std::move(m)) : UnavailableError(std::move(m));
+  return NotFoundError("cannot open '" + path + "': " + std::strerror(err));
+}
+
+Status ReadError(const std::string& path, int err) {
+  return UnavailableError("cannot read '" + path + "': " + std::strerror(err));
 }
 
 Status TooLarge(const std::string& path, uint64_t max_bytes) {
@@ -33,7 +37,7 @@ Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return OpenError(path, errno);
+  if (::fstat(fd, &st) != 0) return ReadError(path, errno);
   if (S_ISDIR(st.st_mode)) return InvalidArgumentError("cannot read '" + path + "': it is a directory");
   // Read to the end, whatever the size said: /proc files report 0, a pipe or /dev/stdin none.
   const uint64_t size_hint = S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
@@ -42,16 +46,28 @@ Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
   // the buffer; a stream grows it by doubling, to at most max_bytes + 1 (which means too large).
   const uint64_t most = max_bytes == std::numeric_limits<uint64_t>::max() ? max_bytes : max_bytes + 1;
   std::string bytes;
-  bytes.resize(static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(size_hint + 1, 4096), most)));
+  auto grow = [&](uint64_t size) {
+    try {
+      bytes.resize(static_cast<size_t>(size));
+      return true;
+    } catch (const std::exception&) {  // bad_alloc, length_error
+      return false;
+    }
+  };
+  auto no_memory = [&] {
+    return ResourceExhaustedError("cannot read '" + path + "': no memory for " +
+                                  std::to_string(bytes.size()) + "+ bytes");
+  };
+  if (!grow(std::min<uint64_t>(std::max<uint64_t>(size_hint + 1, 4096), most))) return no_memory();
   size_t done = 0;
   for (;;) {
     if (done == bytes.size()) {
       if (done > max_bytes) return TooLarge(path, max_bytes);
-      bytes.resize(static_cast<size_t>(std::min<uint64_t>(uint64_t{bytes.size()} * 2, most)));
+      if (!grow(std::min<uint64_t>(uint64_t{bytes.size()} * 2, most))) return no_memory();
     }
     const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return OpenError(path, errno);
+    if (n < 0) return ReadError(path, errno);
     if (n == 0) break;
     done += static_cast<size_t>(n);
   }

@@ -70,6 +70,10 @@ TEST_F(ReadFileTest, MissingDirectoryAndOversizedAreErrorsNamingThePath) {
   EXPECT_TRUE(ReadWholeFile(Path("big"), 101).ok());
   auto proc = ReadWholeFile("/proc/self/status", 10);  // size 0, yet over the limit once read
   EXPECT_EQ(proc.status().code(), StatusCode::kInvalidArgument);
+  // A path that never ends stops at the limit instead of taking all memory (kDefaultMaxFileBytes
+  // when the caller gives none).
+  auto endless = ReadWholeFile("/dev/zero", 1 << 20);
+  EXPECT_EQ(endless.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

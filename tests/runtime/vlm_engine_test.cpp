@@ -207,6 +207,37 @@ TEST_F(VlmEngineTest, ReleasedTokensWaitForWholeCharactersAndFailureDropsHeldOne
   EXPECT_EQ((*seq)->text(), "\xE2\x82\xAC");
   EXPECT_EQ((*seq)->released_tokens(), euro->size());
 
+  // Split over three tokens, one byte each: the first two start where the third does.
+  auto byte_token = [&](char byte) {
+    for (int32_t id = 0; id < engine_->model().config().n_vocab; ++id) {
+      if (tok.TokenToPiece(id, false) == std::string(1, byte)) return id;
+    }
+    return int32_t{-1};
+  };
+  const int32_t b0 = byte_token('\xE2'), b1 = byte_token('\x82'), b2 = byte_token('\xAC');
+  ASSERT_GE(std::min({b0, b1, b2}), 0) << "the fixture's vocabulary has no token per byte";
+  auto bytes = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(bytes.ok());
+  Force(**bytes, b0);
+  Force(**bytes, b1);
+  EXPECT_EQ((*bytes)->released_tokens(), 0u) << "two bytes of three: nothing is out";
+  Force(**bytes, b2);
+  EXPECT_EQ((*bytes)->released_tokens(), 3u);
+
+  // A split character held as a stop string's start: none of its tokens is out, and when the
+  // stop string completes, none of them is the text's (the stream must not have listed one).
+  p.stop = {"\xE2\x82\xAC!"};
+  auto stopped = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(stopped.ok());
+  for (int32_t id : *euro) Force(**stopped, id);
+  EXPECT_EQ((*stopped)->released_tokens(), 0u) << "held as the stop string's start";
+  auto bang = tok.Tokenize("!", false, false);
+  ASSERT_TRUE(bang.ok() && bang->size() == 1);
+  Force(**stopped, bang->front());
+  EXPECT_EQ((*stopped)->finish_reason(), "stop");
+  EXPECT_EQ((*stopped)->text_tokens(), 0u);
+  EXPECT_EQ((*stopped)->released_tokens(), 0u);
+
   auto say = tok.Tokenize("say", false, false), hello = tok.Tokenize(" hello", false, false);
   ASSERT_TRUE(say.ok() && hello.ok());
   p.stop = {" hello world"};

@@ -128,7 +128,13 @@ size_t Sequence::ReleasedWhileRunning() const {
       std::upper_bound(token_starts_.begin() + 1, token_starts_.end(), released) - (token_starts_.begin() + 1));
   const bool last_released =
       ended_before_last + 1 == token_starts_.size() && pending_.empty() && utf8_.pending_bytes() == 0;
-  return std::min(ended_before_last + (last_released ? 1 : 0), tokens_.size());
+  // ... and only tokens that start before the released end: a token whose bytes all went to a
+  // character the next tokens complete (or whose piece is empty) starts where the next one does,
+  // and must wait with it. Every counted token is then before any later stop string's cut
+  // (which is at or past `released`), so the stream never lists one the text leaves out.
+  const size_t started = static_cast<size_t>(
+      std::lower_bound(token_starts_.begin(), token_starts_.end(), released) - token_starts_.begin());
+  return std::min({ended_before_last + (last_released ? 1 : 0), started, tokens_.size()});
 }
 
 std::string Sequence::TakeNewText() {

@@ -438,7 +438,7 @@ Result<VlmdConfig> ParseConfig(std::string_view doc, const std::string& base_dir
 }
 
 Result<VlmdConfig> LoadConfigFile(const std::string& path, VlmdConfig defaults) {
-  auto file = ReadWholeFile(path);
+  auto file = ReadWholeFile(path, uint64_t{16} << 20);  // a config is kilobytes
   if (!file.ok()) return file.status().WithContext("config file");
   const std::string base_dir = fs::absolute(fs::path(path)).parent_path().string();
   auto c = ParseConfig(*file, base_dir, std::move(defaults));

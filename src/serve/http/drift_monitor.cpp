@@ -109,7 +109,7 @@ std::optional<policy::DriftBaseline> DriftMonitor::ReadBaselineFile(const std::s
   const std::string path = BaselinePath(model, version);
   std::error_code ec;
   if (path.empty() || !std::filesystem::exists(path, ec)) return std::nullopt;
-  auto file = ReadWholeFile(path);
+  auto file = ReadWholeFile(path, uint64_t{16} << 20);  // a baseline is a few histograms
   const json j = file.ok() ? json::parse(*file, nullptr, false) : json();
   auto parsed = file.ok() ? policy::BaselineFromJson(j) : Result<policy::DriftBaseline>(file.status());
   if (!parsed.ok()) {

@@ -54,7 +54,7 @@ Status ReadNumber(const nlohmann::json& entry, const char* field, const std::str
 }  // namespace
 
 Result<std::unique_ptr<ApiKeyStore>> ApiKeyStore::LoadFile(const std::string& path) {
-  auto file = ReadWholeFile(path);
+  auto file = ReadWholeFile(path, uint64_t{16} << 20);  // ~100k keys
   if (!file.ok()) return file.status().WithContext("api key file");
   const std::string& text = *file;
   nlohmann::json doc;

@@ -104,7 +104,8 @@ Result<std::shared_ptr<const WordFilter>> WordFilter::Compile(std::span<const st
 }
 
 Result<std::shared_ptr<const WordFilter>> WordFilter::LoadFile(const std::string& path) {
-  auto file = ReadWholeFile(path);
+  // kMaxWords lines of kMaxWordBytes, with room for blank lines and comments.
+  auto file = ReadWholeFile(path, uint64_t{4} * kMaxWords * kMaxWordBytes);
   if (!file.ok()) return file.status().WithContext("word list");
   const std::string& content = *file;
 
