@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/status.h"
@@ -20,5 +21,11 @@ inline constexpr uint64_t kDefaultMaxFileBytes = uint64_t{1} << 30;
 // had; UNAVAILABLE for a read error. Every message names the path. A FIFO without a writer
 // blocks, as any read of it does.
 Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes = kDefaultMaxFileBytes);
+
+// The bytes of `s` (what ReadWholeFile returned) as the byte span the decoders and parsers take,
+// without a copy.
+inline std::span<const uint8_t> BytesOf(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
 
 }  // namespace vlmd

@@ -117,8 +117,7 @@ int RunRedactBench(const RedactBenchOptions& opts) {
   }
   for (const std::string& path : opts.images) {
     auto file = ReadWholeFile(path);
-    auto img = file.ok() ? engine::image::DecodeImage(std::span(reinterpret_cast<const uint8_t*>(file->data()), file->size()))
-                         : Result<Image>(file.status());
+    auto img = file.ok() ? engine::image::DecodeImage(BytesOf(*file)) : Result<Image>(file.status());
     if (!img.ok()) {
       std::fprintf(stderr, "vlmd-bench redact: %s: %s\n", path.c_str(), img.status().ToString().c_str());
       return 1;

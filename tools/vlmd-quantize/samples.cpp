@@ -15,7 +15,6 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kDefaultPrompt = "Describe this image.";
 
-Result<std::string> ReadFile(const fs::path& path) { return ReadWholeFile(path.string()); }
 
 std::string LowerExtension(const fs::path& p) {
   std::string ext = p.extension().string();
@@ -50,7 +49,7 @@ Result<std::vector<Sample>> LoadFolder(const fs::path& dir) {
     std::string text(kDefaultPrompt);
     const fs::path prompt_file = image ? fs::path(stem).concat(".txt") : f;
     if (fs::exists(prompt_file, ec)) {
-      VLMD_ASSIGN_OR_RETURN(text, ReadFile(prompt_file));
+      VLMD_ASSIGN_OR_RETURN(text, ReadWholeFile(prompt_file.string()));
     }
     if (image) {
       s.image_files.push_back(f.string());
@@ -113,15 +112,14 @@ Result<engine::runtime::PromptRows> SampleRows(engine::runtime::VlmEngine& engin
                                                const Sample& sample) {
   std::vector<std::string> read;  // the folder's image files, now
   for (const std::string& path : sample.image_files) {
-    VLMD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    VLMD_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
     read.push_back(std::move(bytes));
   }
   std::vector<engine::runtime::EncodedImage> images;
   for (const std::string& bytes : sample.image_files.empty() ? sample.images : read) {
     VLMD_ASSIGN_OR_RETURN(
         engine::runtime::EncodedImage img,
-        engine.EncodeImage(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-                           nullptr));
+        engine.EncodeImage(BytesOf(bytes), nullptr));
     images.push_back(std::move(img));
   }
   const std::string prompt = sample.raw ? (sample.messages.empty() ? std::string()

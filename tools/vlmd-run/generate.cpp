@@ -33,10 +33,6 @@ Status WriteF32(const std::string& path, const std::vector<float>& v) {
       path, std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)));
 }
 
-Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
-  VLMD_ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
-  return std::vector<uint8_t>(bytes.begin(), bytes.end());
-}
 
 // How the matrices were packed (ops::PackingSummary), in --json output.
 nlohmann::json PackingJson(const engine::ops::PackingSummary& p) {
@@ -107,9 +103,9 @@ int RunGenerate(const RunOptions& opts, std::ostream& out, std::ostream& err) {
       if (!prepared.ok()) return Fail(err, prepared.status().WithContext(path));
       encoded = (*engine)->EncodePrepared(*prepared, &t);
     } else {
-      auto bytes = ReadBinaryFile(path);
+      auto bytes = ReadWholeFile(path);
       if (!bytes.ok()) return Fail(err, bytes.status());
-      encoded = (*engine)->EncodeImage(*bytes, &t);
+      encoded = (*engine)->EncodeImage(BytesOf(*bytes), &t);
     }
     if (!encoded.ok()) return Fail(err, encoded.status().WithContext(path));
     image_timings.decode_ms += t.decode_ms;

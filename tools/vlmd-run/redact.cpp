@@ -76,8 +76,7 @@ Result<std::optional<redact::RedactOptions>> RedactOptionsOf(const RunOptions& o
 Result<engine::image::Image> LoadRedacted(const std::string& path, const redact::Redactor& redactor,
                                           const std::string& save_to, nlohmann::json* report) {
   VLMD_ASSIGN_OR_RETURN(const std::string file, ReadWholeFile(path));
-  const std::vector<uint8_t> bytes(file.begin(), file.end());
-  auto img = engine::image::DecodeImage(bytes);
+  auto img = engine::image::DecodeImage(BytesOf(file));
   if (!img.ok()) return img.status().WithContext(path);
   VLMD_ASSIGN_OR_RETURN(const redact::Redaction r, redactor.Apply(&*img));
   nlohmann::json regions = nlohmann::json::array();

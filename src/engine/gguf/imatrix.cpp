@@ -203,7 +203,7 @@ Result<ImportanceMatrix> ParseImatrix(std::span<const uint8_t> bytes) {
 Result<ImportanceMatrix> ReadImatrixFile(const std::string& path) {
   auto file = ReadWholeFile(path);
   if (!file.ok()) return file.status().WithContext("imatrix file");
-  auto m = ParseImatrix(std::span(reinterpret_cast<const uint8_t*>(file->data()), file->size()));
+  auto m = ParseImatrix(BytesOf(*file));
   if (!m.ok()) return Status(m.status().code(), path + ": " + m.status().message());
   return m;
 }

@@ -2,7 +2,6 @@
 // and Q2_K, Q3_K, IQ4_XS (256-value super-blocks), which llama.cpp's Q2_K, Q3_K_*, IQ4_XS and
 // IQ4_NL files hold. Each value is computed as ggml's dequantize_row_* computes it (the same
 // products in the same order, so the same floats): layouts in quant_blocks.h.
-#include <cstring>
 
 #include "engine/tensor/fp16.h"
 #include "engine/tensor/quantize.h"
@@ -16,14 +15,9 @@ namespace vlmd::engine::quant {
 void DequantizeRowQ5_1(const BlockQ5_1* x, float* y, int64_t k) {
   for (int64_t i = 0; i < k / kQK4_0; ++i, y += kQK4_0) {
     const float d = F16ToF32(x[i].d), m = F16ToF32(x[i].m);
-    uint32_t qh;
-    std::memcpy(&qh, x[i].qh, sizeof(qh));
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int lo = (x[i].qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4);
-      const int hi = (x[i].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-      y[j] = static_cast<float>(lo) * d + m;
-      y[j + kQK4_0 / 2] = static_cast<float>(hi) * d + m;
-    }
+    uint8_t level[kQK4_0];
+    Q5Levels(x[i].qs, x[i].qh, level);
+    for (int j = 0; j < kQK4_0; ++j) y[j] = static_cast<float>(level[j]) * d + m;
   }
 }
 

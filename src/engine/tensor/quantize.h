@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/status.h"
 #include "engine/tensor/dtype.h"
@@ -120,6 +121,16 @@ inline int Q3KLevel(const BlockQ3_K& b, int e) {
   const int h = e / 128, j = (e % 128) / 32, l = e % 32;
   const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
   return (b.hmask[l] >> (4 * h + j)) & 1 ? low : low - 4;
+}
+// The 32 unsigned 5-bit levels of a Q5_0 or Q5_1 block (its qs and qh) in element order: low
+// nibbles of qs are elements 0-15, high ones 16-31, bit j of qh (u32 LE) is element j's fifth.
+inline void Q5Levels(const uint8_t* qs, const uint8_t* qh, uint8_t* level) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof(bits));
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    level[j] = static_cast<uint8_t>((qs[j] & 0xF) | (((bits >> j) & 1u) << 4));
+    level[j + kQK4_0 / 2] = static_cast<uint8_t>((qs[j] >> 4) | (((bits >> (j + 16)) & 1u) << 4));
+  }
 }
 // All 256 levels of a Q3_K block in element order (Q3KLevel of each, without its per-element
 // index arithmetic).

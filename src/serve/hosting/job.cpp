@@ -1,6 +1,8 @@
 // Job: the scheduler -> handler channel (see job.h).
 #include "serve/hosting/job.h"
 
+#include <iterator>
+
 namespace vlmd::serve {
 
 void Job::PushText(const std::string& text, std::vector<StreamedToken> tokens) {
@@ -8,7 +10,8 @@ void Job::PushText(const std::string& text, std::vector<StreamedToken> tokens) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     unread_ += text;
-    for (StreamedToken& t : tokens) unread_tokens_.push_back(std::move(t));
+    unread_tokens_.insert(unread_tokens_.end(), std::make_move_iterator(tokens.begin()),
+                          std::make_move_iterator(tokens.end()));
   }
   cv_.notify_all();
 }
@@ -44,7 +47,8 @@ bool Job::Wait(Clock::time_point until, std::string* text, std::vector<StreamedT
     unread_.clear();
   }
   if (tokens != nullptr) {
-    for (StreamedToken& t : unread_tokens_) tokens->push_back(std::move(t));
+    tokens->insert(tokens->end(), std::make_move_iterator(unread_tokens_.begin()),
+                   std::make_move_iterator(unread_tokens_.end()));
     unread_tokens_.clear();
   }
   return over_;

@@ -45,29 +45,19 @@ inline int32_t BlockDotQ4_1Q8_1(const BlockQ4_1& x, const BlockQ8_1& y) {
 
 // sum (q5 - 16) * q8.
 inline int32_t BlockDotQ5_0Q8_0(const BlockQ5_0& x, const BlockQ8_0& y) {
-  uint32_t qh;
-  std::memcpy(&qh, x.qh, sizeof(qh));
+  uint8_t level[kQK4_0];
+  quant::Q5Levels(x.qs, x.qh, level);
   int32_t sum = 0;
-  for (int j = 0; j < kQK4_0 / 2; ++j) {
-    const int lo = (x.qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4);
-    const int hi = (x.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-    sum += (lo - 16) * y.qs[j];
-    sum += (hi - 16) * y.qs[j + kQK4_0 / 2];
-  }
+  for (int j = 0; j < kQK4_0; ++j) sum += (level[j] - 16) * y.qs[j];
   return sum;
 }
 
 // sum q5 * q8 with the unsigned levels q5 in [0, 31] (the offset m is applied via y.s).
 inline int32_t BlockDotQ5_1Q8_1(const BlockQ5_1& x, const BlockQ8_1& y) {
-  uint32_t qh;
-  std::memcpy(&qh, x.qh, sizeof(qh));
+  uint8_t level[kQK4_0];
+  quant::Q5Levels(x.qs, x.qh, level);
   int32_t sum = 0;
-  for (int j = 0; j < kQK4_0 / 2; ++j) {
-    const int lo = (x.qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4);
-    const int hi = (x.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-    sum += lo * y.qs[j];
-    sum += hi * y.qs[j + kQK4_0 / 2];
-  }
+  for (int j = 0; j < kQK4_0; ++j) sum += level[j] * y.qs[j];
   return sum;
 }
 
