@@ -403,6 +403,73 @@ TEST(PackedMatmulTest, PackedQ4KIsWithinActivationRoundingOfTheExactProduct) {
   }
 }
 
+// The load's memory cap (ops::PackedBytesCap): each matrix is charged the most its layout can
+// take before it is packed and settles at what it took, so that the cap ends holding exactly the
+// store's bytes; one that does not fit is refused before anything is packed.
+TEST(PackWeightTest, CapChargesTheMostBeforePackingAndSettlesAtWhatWasTaken) {
+  const std::vector<Isa> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";
+  const KernelTable& kt = kernels::GetKernelTable(isas.back());
+  const int64_t n = 40;  // not a whole number of panels or panel groups
+  for (const int64_t k : {int64_t{32}, int64_t{256}}) {
+    const std::vector<float> wf = RandomFloats(n * k, 21);
+    for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ2_K}) {
+      if ((type == DType::kQ4_K || type == DType::kQ2_K) && k % 256 != 0) continue;
+      SCOPED_TRACE(std::string(DTypeName(type)) + " k=" + std::to_string(k));
+      const std::vector<uint8_t> rows =
+          type == DType::kQ2_K ? RandomBlocks(type, n, k, 3) : Rows(type, wf, n, k);
+      ops::PackedBytesCap roomy(uint64_t{1} << 40);
+      ASSERT_TRUE(roomy.Charge(1000, "earlier").ok());
+      ops::WeightView w{type, n, k, rows.data(), 0};
+      w.name = "blk.0.ffn_up.weight";
+      ops::PackedStore store;
+      ASSERT_TRUE(ops::PackWeight({.kt = &kt, .precision = ops::Precision::kFast, .cap = &roomy}, &w, &store).ok());
+      ASSERT_NE(w.packed, nullptr);
+      EXPECT_EQ(roomy.charged(), 1000 + ops::PackedBytes(store));
+      EXPECT_EQ(w.packed->bytes(), PackedMatrix::BytesFor(w.packed->format(), n, k));
+      // The cap one byte short of the most this matrix could take: refused, nothing packed.
+      const uint64_t most =
+          std::max(PackedMatrix::BytesFor(kernels::PackedFormatOf(type), n, k),
+                   type == DType::kQ4_0 || type == DType::kQ4_K
+                       ? 0
+                       : PackedMatrix::BytesFor(kernels::PackedFormat::kQ8Col, n, k));
+      EXPECT_GE(most, ops::PackedBytes(store));
+      ops::PackedBytesCap tight(1000 + most - 1);
+      ASSERT_TRUE(tight.Charge(1000, "earlier").ok());
+      ops::WeightView w2{type, n, k, rows.data(), 0};
+      w2.name = "blk.0.ffn_up.weight";
+      ops::PackedStore store2;
+      const Status s = ops::PackWeight({.kt = &kt, .precision = ops::Precision::kFast, .cap = &tight}, &w2, &store2);
+      EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+      EXPECT_NE(s.message().find("'blk.0.ffn_up.weight'"), std::string::npos) << s.message();
+      EXPECT_EQ(w2.packed, nullptr);
+      EXPECT_EQ(store2.size(), 0u);
+      EXPECT_EQ(tight.charged(), 1000u);
+      ops::PackedBytesCap exact(1000 + most);
+      ASSERT_TRUE(exact.Charge(1000, "earlier").ok());
+      ops::WeightView w3{type, n, k, rows.data(), 0};
+      ops::PackedStore store3;
+      EXPECT_TRUE(ops::PackWeight({.kt = &kt, .precision = ops::Precision::kFast, .cap = &exact}, &w3, &store3).ok());
+      EXPECT_EQ(exact.charged(), 1000 + ops::PackedBytes(store3));
+    }
+  }
+  // A fused matrix (q, k, v as one) is charged as one.
+  const int64_t k = 64;
+  const std::vector<uint8_t> rows = Rows(DType::kQ8_0, RandomFloats(n * k, 22), n, k);
+  const ops::WeightView part{DType::kQ8_0, n, k, rows.data(), 0};
+  const ops::WeightView* parts[] = {&part, &part, &part};
+  ops::PackedBytesCap cap(PackedMatrix::BytesFor(kernels::PackedFormat::kQ8, 3 * n, k) - 1);
+  ops::PackedStore store;
+  auto fused = ops::PackFusedWeights({.kt = &kt, .precision = ops::Precision::kExact, .cap = &cap}, parts, &store);
+  EXPECT_EQ(fused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.size(), 0u);
+  ops::PackedBytesCap enough(PackedMatrix::BytesFor(kernels::PackedFormat::kQ8, 3 * n, k));
+  fused = ops::PackFusedWeights({.kt = &kt, .precision = ops::Precision::kExact, .cap = &enough}, parts, &store);
+  ASSERT_TRUE(fused.ok());
+  ASSERT_NE(fused->packed, nullptr);
+  EXPECT_EQ(enough.charged(), fused->packed->bytes());
+}
+
 TEST(PackWeightTest, PrecisionDecidesWhichTypesArePacked) {
   const std::vector<Isa> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "no ISA of this CPU has a packed int8 matmul";

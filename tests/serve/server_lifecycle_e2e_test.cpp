@@ -143,13 +143,35 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
     o.memory_budget_bytes = plan.total() + streams - 1;
     o.port = 0;
     Server server(o);
-    auto host = ModelHost::Load(spec, &server.metrics());
-    ASSERT_TRUE(host.ok());
+    // The load's cap (what the budget leaves for the weights and K/V) lets the weights load: the
+    // plan's check after the load refuses it.
+    EXPECT_EQ(server.MemoryLeftForLoad(spec), plan.weights + plan.kv - 1);
+    auto host = ModelHost::Load(spec, &server.metrics(), server.MemoryLeftForLoad(spec));
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
     const Status s = server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
     EXPECT_NE(s.message().find("memory budget"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("K/V"), std::string::npos) << s.message();
     EXPECT_TRUE(server.router().Models().empty());
+  }
+  {  // Far too small: the load itself stops once the packed weights pass what the budget leaves,
+     // before it has taken the memory (a Q2_K file packs to ~3x its size).
+    ServerOptions o;
+    o.streams.max_bytes = streams;
+    o.memory_budget_bytes = streams + spec.image_cache_bytes + 4096;
+    o.port = 0;
+    Server server(o);
+    ModelSpec fast = spec;
+    fast.engine.precision = engine::ops::Precision::kFast;  // every matrix packed
+    EXPECT_EQ(server.MemoryLeftForLoad(fast), 4096u);
+    auto host = ModelHost::Load(fast, &server.metrics(), server.MemoryLeftForLoad(fast));
+    EXPECT_EQ(host.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(host.status().message().find("loading stopped"), std::string::npos) << host.status().message();
+    EXPECT_NE(host.status().message().find("--memory-budget-mb"), std::string::npos) << host.status().message();
+    ServerOptions none = o;
+    none.memory_budget_bytes = streams + spec.image_cache_bytes - 1;
+    EXPECT_EQ(Server(none).MemoryLeftForLoad(fast), 0u);
+    EXPECT_EQ(Server(ServerOptions{}).MemoryLeftForLoad(fast), UINT64_MAX);
   }
   // Room for one version, not two: the model serves, a reload (both versions held until the old
   // one's requests finish) is refused and the old version keeps serving.

@@ -48,7 +48,7 @@ Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) 
     if (spec.name.empty()) spec.name = fs::path(spec.text_path).stem().string();
     spdlog::info("loading '{}': {}{}", spec.name, spec.text_path,
                  spec.mmproj_path.empty() ? "" : " + " + spec.mmproj_path);
-    auto host = serve::ModelHost::Load(spec, &server.metrics());
+    auto host = serve::ModelHost::Load(spec, &server.metrics(), server.MemoryLeftForLoad(spec));
     if (!host.ok()) {
       return Status(host.status().code(), "model '" + spec.name + "': " + host.status().message());
     }

@@ -48,13 +48,14 @@ PackedFormat PackedFormatOf(DType dtype) {
   return PackedFormat::kQ8;
 }
 
-size_t PackedMatrix::bytes() const {
-  const size_t units = Units();
+size_t PackedMatrix::BytesFor(PackedFormat f, int64_t n, int64_t k) {
+  const int64_t g = GroupPanels(f), panels = (n + kPanelCols - 1) / kPanelCols;
+  const size_t units = static_cast<size_t>((panels + g - 1) / g * g * ((k + kPackBlock - 1) / kPackBlock));
   const size_t per_scale_set = kPanelCols * sizeof(uint16_t);
-  const size_t scale_sets = (scales_ ? 1 : 0) + (mins_ ? 1 : 0);
+  const size_t scale_sets = f == PackedFormat::kQ8Col ? 0 : f == PackedFormat::kQ4K ? 2 : 1;
   const size_t column_scales =
-      column_scales_ ? static_cast<size_t>(panels_) * kPanelCols * sizeof(float) : 0;
-  return units * (qs_bytes_per_block() + per_scale_set * scale_sets) + column_scales;
+      f == PackedFormat::kQ8Col ? static_cast<size_t>(panels) * kPanelCols * sizeof(float) : 0;
+  return units * (QsBytesPerBlock(f) + per_scale_set * scale_sets) + column_scales;
 }
 
 namespace {

@@ -158,7 +158,10 @@ class PackedMatrix {
   const uint16_t* mins(int64_t panel, int64_t block) const {
     return mins_ ? mins_.get() + Unit(panel, block) * kPanelCols : nullptr;
   }
-  size_t bytes() const;  // memory held
+  size_t bytes() const { return BytesFor(format_, n_, k_); }  // memory held
+  // What a matrix of n columns of k values takes in format f (a loader's memory cap asks before
+  // packing; kQ8 is the most a float matrix can take: kQ8Col is smaller).
+  static size_t BytesFor(PackedFormat f, int64_t n, int64_t k);
   // Unique in the process and never reused (unlike an address): the key of a kernel's cache of
   // data derived from this matrix, which never changes once packed.
   uint64_t serial() const { return serial_; }

@@ -68,7 +68,8 @@ class TileBf16Matrix {
   static int64_t PaddedK(int64_t k) { return (k + kTileK - 1) / kTileK * kTileK; }
   int64_t panels() const { return (n_ + kTileCols - 1) / kTileCols; }
   const uint16_t* data() const { return data_.get(); }
-  size_t bytes() const { return PanelElements(n_, k_padded()) * sizeof(uint16_t); }
+  size_t bytes() const { return BytesFor(n_, k_); }
+  static size_t BytesFor(int64_t n, int64_t k) { return PanelElements(n, PaddedK(k)) * sizeof(uint16_t); }
 
  private:
   TileBf16Matrix() = default;

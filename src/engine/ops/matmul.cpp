@@ -390,6 +390,42 @@ PackedTileRoute TileRouteFor(const WeightPacking& packing, int64_t k) {
 }
 }  // namespace
 
+Status PackedBytesCap::Charge(uint64_t bytes, std::string_view name) {
+  if (bytes <= cap_ && charged_ <= cap_ - bytes) {
+    charged_ += bytes;
+    return Status::Ok();
+  }
+  const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
+  return ResourceExhaustedError(
+      "the packed weights pass the " + mib(cap_) + " MiB this load may take at " +
+      (name.empty() ? std::string("a matrix") : "'" + std::string(name) + "'") + " (" + mib(bytes) +
+      " MiB, after " + mib(charged_) + " MiB of packed weights); loading stopped");
+}
+
+namespace {
+// Charges the cap (if any) `most` bytes before a matrix is packed; Settle gives back what the
+// packed matrix took less.
+struct CapCharge {
+  PackedBytesCap* cap;
+  uint64_t most;
+  void Settle(uint64_t took) const {
+    if (cap != nullptr && took < most) cap->Refund(most - took);
+  }
+};
+// The most an int8 packing of n columns of k `dtype` values takes: its format, or for float rows
+// the column-scaled variant where that is larger (one block per column).
+uint64_t MostPackedBytes(DType dtype, int64_t n, int64_t k) {
+  const kernels::PackedFormat f = kernels::PackedFormatOf(dtype);
+  const uint64_t bytes = kernels::PackedMatrix::BytesFor(f, n, k);
+  if (f != kernels::PackedFormat::kQ8) return bytes;
+  return std::max<uint64_t>(bytes, kernels::PackedMatrix::BytesFor(kernels::PackedFormat::kQ8Col, n, k));
+}
+Result<CapCharge> ChargeCap(const WeightPacking& packing, uint64_t most, std::string_view name) {
+  if (packing.cap != nullptr) VLMD_RETURN_IF_ERROR(packing.cap->Charge(most, name));
+  return CapCharge{packing.cap, most};
+}
+}  // namespace
+
 Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* store) {
   // bf16 rounds the weights (Q8_0's d * q included): fast precision only. Any k (the panels are
   // padded with zeros to whole tile steps).
@@ -397,10 +433,13 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   if (packing.kt != nullptr && packing.bf16_tiles && packing.precision == Precision::kFast &&
       packing.kt->tile_bf16_matmul != nullptr && packing.kt->to_bf16 != nullptr &&
       kernels::TileBf16Matrix::CanPack(w->dtype) && w->data != nullptr && row_bytes) {
+    VLMD_ASSIGN_OR_RETURN(const CapCharge charge,
+                          ChargeCap(packing, kernels::TileBf16Matrix::BytesFor(w->n, w->k), w->name));
     VLMD_ASSIGN_OR_RETURN(
         std::unique_ptr<kernels::TileBf16Matrix> tm,
         kernels::TileBf16Matrix::Pack(w->dtype, w->data,
                                       w->row_bytes != 0 ? w->row_bytes : *row_bytes, w->n, w->k));
+    charge.Settle(tm->bytes());
     w->tiles = tm.get();
     store->bf16.push_back(std::move(tm));
     return Status::Ok();
@@ -408,8 +447,12 @@ Status PackWeight(const WeightPacking& packing, WeightView* w, PackedStore* stor
   const auto source = PackableSource(packing, *w);
   if (!source) return Status::Ok();
   VLMD_ASSIGN_OR_RETURN(
+      const CapCharge charge,
+      ChargeCap(packing, MostPackedBytes(w->dtype, w->n, w->k), w->name));
+  VLMD_ASSIGN_OR_RETURN(
       std::unique_ptr<kernels::PackedMatrix> pm,
       kernels::PackedMatrix::PackConcat(std::span(&*source, 1), w->k, packing.pool));
+  charge.Settle(pm->bytes());
   w->packed = pm.get();
   w->packed_tile_route = TileRouteFor(packing, w->k);
   store->int8.push_back(std::move(pm));
@@ -430,8 +473,12 @@ Result<WeightView> PackFusedWeights(const WeightPacking& packing,
     sources.push_back(*source);
     fused.n += w->n;
   }
+  VLMD_ASSIGN_OR_RETURN(
+      const CapCharge charge,
+      ChargeCap(packing, MostPackedBytes(parts[0]->dtype, fused.n, parts[0]->k), parts[0]->name));
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::PackedMatrix> pm,
                         kernels::PackedMatrix::PackConcat(sources, parts[0]->k, packing.pool));
+  charge.Settle(pm->bytes());
   fused.dtype = parts[0]->dtype;
   fused.k = parts[0]->k;
   fused.packed = pm.get();

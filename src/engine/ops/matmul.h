@@ -82,11 +82,34 @@ std::optional<Precision> ParsePrecision(std::string_view name);
 // bf16_tiles: in kFast, F32/F16/BF16/Q8_0 matrices become bf16 tiles instead of int8 panels when
 // the table has the tile kernel. Worth it for compute-bound users (the vision encoder: hundreds of
 // rows per matmul); a decoder streaming weights once per token reads half the bytes as int8.
+//
+// A cap on the memory a model's packed copies may take while it loads (the server's memory budget
+// less what it holds; SPEC S9): each matrix is charged the most its layout can take before it is
+// packed, then what it took. A load that would pass the cap stops with RESOURCE_EXHAUSTED before
+// it writes the pages, where the budget's check after the load came too late (a Q2_K or Q3_K
+// file packs to 2.5-3.3x its size in kFast). One load's loaders pack one matrix at a time: not
+// thread-safe.
+class PackedBytesCap {
+ public:
+  explicit PackedBytesCap(uint64_t cap) : cap_(cap) {}
+  // Charges `bytes` for the matrix `name`; RESOURCE_EXHAUSTED (nothing charged) past the cap.
+  Status Charge(uint64_t bytes, std::string_view name);
+  // Gives back what a charge over-estimated.
+  void Refund(uint64_t bytes) { charged_ -= bytes < charged_ ? bytes : charged_; }
+  uint64_t charged() const { return charged_; }
+  uint64_t cap() const { return cap_; }
+
+ private:
+  uint64_t cap_;
+  uint64_t charged_ = 0;
+};
+
 struct WeightPacking {
   const kernels::KernelTable* kt = nullptr;
   Precision precision = Precision::kExact;
   bool bf16_tiles = false;
   ThreadPool* pool = nullptr;  // packs each int8 matrix's panel groups in parallel (load time)
+  PackedBytesCap* cap = nullptr;  // nullptr: no cap
 };
 // Owner of a model's packed matrices (the views point into it). Its special members are defined
 // in matmul.cpp, where the packed types are complete.

@@ -40,6 +40,9 @@ struct EngineOptions {
   ModelKeySource model_key;
   // Compute files_sha256() while loading (the server's model_hash); off for one-shot tools.
   bool hash_files = false;
+  // The most the packed copies of the weights may take (ops::PackedBytesCap; the server passes
+  // what its memory budget leaves): past it the load stops with RESOURCE_EXHAUSTED.
+  uint64_t max_packed_bytes = UINT64_MAX;
 };
 
 struct GenerateResult {

@@ -27,7 +27,8 @@ std::string MemoryPlan::ToString(int32_t n_ctx) const {
          std::to_string(CeilMiB(image_cache)) + ")";
 }
 
-Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, ServerMetrics* metrics) {
+Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, ServerMetrics* metrics,
+                                                   uint64_t max_packed_bytes) {
   if (spec.scheduler.max_batch < 1 || spec.scheduler.queue_size < 1 ||
       spec.scheduler.prefill_chunk < 1 || spec.scheduler.encode_tiles < 1) {
     return InvalidArgumentError("max batch, queue size, prefill chunk and encode tiles must be >= 1");
@@ -37,7 +38,16 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   engine::runtime::EngineOptions eo = spec.engine;
   eo.mmproj_path = spec.mmproj_path;
   eo.hash_files = true;  // model_hash: the plaintexts' SHA-256, sealed or not
-  VLMD_ASSIGN_OR_RETURN(h->engine_, engine::runtime::VlmEngine::Load(spec.text_path, eo));
+  eo.max_packed_bytes = max_packed_bytes;
+  auto engine = engine::runtime::VlmEngine::Load(spec.text_path, eo);
+  if (!engine.ok() && engine.status().code() == StatusCode::kResourceExhausted &&
+      max_packed_bytes != UINT64_MAX) {
+    return ResourceExhaustedError(engine.status().message() +
+                                  ". A load may take what the memory budget leaves beside the loaded "
+                                  "models, the stream windows and its image cache: raise --memory-budget-mb");
+  }
+  if (!engine.ok()) return engine.status();
+  h->engine_ = std::move(*engine);
   h->hash_ = h->engine_->files_sha256();
   h->spec_.version_from_hash = h->spec_.version.empty();
   if (h->spec_.version_from_hash) h->spec_.version = h->hash_.substr(0, 12);

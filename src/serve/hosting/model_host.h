@@ -55,8 +55,11 @@ struct MemoryPlan {
 
 class ModelHost {
  public:
-  // Loads and validates the files, hashes them, starts the scheduler. Errors from the loaders.
-  static Result<std::unique_ptr<ModelHost>> Load(const ModelSpec& spec, ServerMetrics* metrics);
+  // Loads and validates the files, hashes them, starts the scheduler. Errors from the loaders;
+  // RESOURCE_EXHAUSTED as soon as the packed weights would pass `max_packed_bytes` (what the
+  // server's memory budget leaves: Server::MemoryLeftForLoad).
+  static Result<std::unique_ptr<ModelHost>> Load(const ModelSpec& spec, ServerMetrics* metrics,
+                                                 uint64_t max_packed_bytes = UINT64_MAX);
 
   const ModelSpec& spec() const { return spec_; }
   const std::string& hash() const { return hash_; }  // hex SHA-256 over text then mmproj bytes

@@ -375,6 +375,13 @@ uint64_t Server::HeldMemory() {
   return held;
 }
 
+uint64_t Server::MemoryLeftForLoad(const ModelSpec& spec) {
+  const uint64_t budget = options_.memory_budget_bytes;
+  if (budget == 0) return UINT64_MAX;
+  const uint64_t held = SaturatingAdd(HeldMemory(), spec.image_cache_bytes);
+  return held < budget ? budget - held : 0;
+}
+
 Status Server::CheckMemoryBudget(const ModelHost& candidate) {
   const uint64_t budget = options_.memory_budget_bytes;
   if (budget == 0) return Status::Ok();
@@ -523,7 +530,7 @@ Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
     next.version.clear();
   }
   spdlog::info("reloading model '{}' from {}", name, next.text_path);
-  auto loaded = ModelHost::Load(next, metrics_.get());
+  auto loaded = ModelHost::Load(next, metrics_.get(), MemoryLeftForLoad(next));
   Status s = loaded.ok() ? Status::Ok() : loaded.status();
   if (s.ok() && old->engine().vision() != nullptr && (*loaded)->engine().vision() == nullptr) {
     s = FailedPreconditionError("the new version has no vision encoder (mmproj); the serving one has");

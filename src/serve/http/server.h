@@ -63,6 +63,11 @@ class Server {
   // Adds (or replaces) a served model; /ready stays as it was. RESOURCE_EXHAUSTED (and the model
   // is not added) when its memory plan does not fit the memory budget beside the loaded models.
   Status AddModel(std::shared_ptr<ModelHost> model);
+  // What the memory budget leaves for the packed weights of a model of `spec` loaded now, beside
+  // the loaded models, the stream windows and its own image cache (UINT64_MAX without a budget):
+  // ModelHost::Load's cap, so that a model too large stops loading before it takes the memory.
+  // AddModel's check of the whole plan stays the one that decides.
+  uint64_t MemoryLeftForLoad(const ModelSpec& spec);
   // /ready answers 200 once every configured model is loaded (the caller says when).
   void SetReady(bool ready) { ready_.store(ready); }
   // Hot swap (SPEC P7): loads the model's current spec, patched (default: the same files
