@@ -79,6 +79,20 @@ TEST_F(AllowlistTest, BadLineNamesPathAndLine) {
   }
 }
 
+TEST_F(AllowlistTest, LastLineNeedsNoNewlineAndADirectoryIsAnError) {
+  WriteFile(path_, a_ + "\n" + b_);
+  auto list = ImageAllowlist::Load(path_);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ((*list)->size(), 2u);
+  EXPECT_TRUE((*list)->Contains(b_));
+  // Named as a directory (it was a "read error").
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  auto d = ImageAllowlist::Load(dir);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find(dir), std::string::npos) << d.status().message();
+}
+
 TEST_F(AllowlistTest, MissingFileIsNotFound) {
   auto list = ImageAllowlist::Load(path_ + ".absent");
   ASSERT_FALSE(list.ok());

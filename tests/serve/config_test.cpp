@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "serve/config/config.h"
 #include "test_util.h"
@@ -284,6 +287,32 @@ TEST(Config, SealedModelKeysArePerModelOverTheCommandLine) {
   EXPECT_NE(both.status().message().find("models[0].key_file: give key_file or key_command, not both"),
             std::string::npos) << both.status().message();
   EXPECT_FALSE(ParseConfig(R"({"models": [{"name": "a", "model": "x", "key_file": 7}]})", "/etc", {}).ok());
+}
+
+TEST(Config, AdminKeyFileGivesItsFirstLineAndRefusesWhatHoldsNoKey) {
+  const std::string dir = ::testing::TempDir() + "/vlmd_admin_key_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/a-directory");
+  std::ofstream(dir + "/key") << "admin-key-0123456789abcdef  \nsecond line\n";
+  std::ofstream(dir + "/empty") << "";
+  std::ofstream(dir + "/blank-first") << "\nadmin-key-0123456789abcdef\n";
+  auto c = ParseConfig(R"({"security": {"admin_key_file": "key"}})", dir, {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.guard.admin_key, "admin-key-0123456789abcdef");
+  // An empty key would have turned the admin routes off without a word.
+  for (const char* file : {"empty", "blank-first"}) {
+    auto r = ParseConfig(std::string(R"({"security": {"admin_key_file": ")") + file + "\"}}", dir, {});
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << file;
+    EXPECT_NE(r.status().message().find("no key on its first line"), std::string::npos) << r.status().message();
+  }
+  auto d = ParseConfig(R"({"security": {"admin_key_file": "a-directory"}})", dir, {});
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("security.admin_key_file"), std::string::npos) << d.status().message();
+  auto m = ParseConfig(R"({"security": {"admin_key_file": "missing"}})", dir, {});
+  EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
+  // A path that never ends stops at the file's bound instead of taking the memory line by line.
+  auto z = ParseConfig(R"({"security": {"admin_key_file": "/dev/zero"}})", dir, {});
+  EXPECT_EQ(z.status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Config, MissingFileIsNotFound) {

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -223,12 +222,15 @@ Status ParseSecurity(const Section& s, const std::string& base_dir, GuardOptions
   std::string admin_key_file;
   VLMD_RETURN_IF_ERROR(s.Get("admin_key_file", &admin_key_file));
   if (!admin_key_file.empty()) {
-    std::ifstream in(Resolve(base_dir, admin_key_file));
-    if (!in || !std::getline(in, g->admin_key)) {
-      return NotFoundError(s.path("admin_key_file") + ": cannot read " + admin_key_file);
-    }
+    // A key file holds one line; 64 KiB bounds a path that never ends (/dev/zero).
+    auto text = ReadWholeFile(Resolve(base_dir, admin_key_file), uint64_t{64} << 10);
+    if (!text.ok()) return Status(text.status().code(), s.path("admin_key_file") + ": " + text.status().message());
+    g->admin_key = text->substr(0, text->find('\n'));
     while (!g->admin_key.empty() && std::isspace(static_cast<unsigned char>(g->admin_key.back()))) {
       g->admin_key.pop_back();
+    }
+    if (g->admin_key.empty()) {  // it would have turned the admin routes off
+      return InvalidArgumentError(s.path("admin_key_file") + ": " + admin_key_file + " has no key on its first line");
     }
   }
   if (!g->admin_key.empty() && g->admin_key.size() < 16) {

@@ -3,10 +3,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string_view>
+
+#include "core/read_file.h"
 
 namespace vlmd::serve::policy {
 namespace {
@@ -93,13 +95,18 @@ Status ImageAllowlist::ReadLocked() {
     return NotFoundError("image allowlist " + path_ + ": " + std::strerror(errno));
   }
   const FileStamp new_stamp{st.st_mtim, st.st_ctim, int64_t(st.st_size), uint64_t(st.st_ino)};
-  std::ifstream in(path_);
-  if (!in) return NotFoundError("image allowlist " + path_ + ": cannot open for reading");
+  // Read whole (at most 1 GiB: ~16 million digests), so that a path that never ends or a line
+  // without an end cannot take the memory line by line.
+  auto text = ReadWholeFile(path_);
+  if (!text.ok()) return Status(text.status().code(), "image allowlist: " + text.status().message());
   std::unordered_set<std::string> fresh;
-  std::string line, digest;
+  std::string digest;
   size_t line_no = 0;
   Status error;
-  while (std::getline(in, line)) {
+  for (size_t at = 0; at < text->size();) {
+    const size_t end = std::min(text->find('\n', at), text->size());
+    const std::string_view line = std::string_view(*text).substr(at, end - at);
+    at = end + 1;
     ++line_no;
     if (!ParseLine(line, digest)) {
       error = InvalidArgumentError(path_ + ":" + std::to_string(line_no) +
@@ -109,7 +116,6 @@ Status ImageAllowlist::ReadLocked() {
     }
     if (!digest.empty()) fresh.insert(digest);
   }
-  if (error.ok() && in.bad()) error = NotFoundError("image allowlist " + path_ + ": read error");
   // Remember the stamp even for a bad file so that it is reported once, not at every check.
   stamp_ = new_stamp;
   if (!error.ok()) return error;
