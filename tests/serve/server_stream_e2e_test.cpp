@@ -3,9 +3,12 @@
 // private to a client key.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "core/sha256.h"
 #include "serve/api/requests.h"
 #include "server_harness.h"
 
@@ -144,6 +147,61 @@ TEST(ServerStream, TheTokenBudgetDropsTheOldestEarlierFramesFirst) {
   EXPECT_EQ(r["stream"]["dropped_for_budget"], 1);
   EXPECT_EQ(r["usage"]["image_tokens"], 2 * frame);
   EXPECT_FALSE(r.contains("budget"));  // the new frame kept its tiling
+}
+
+// A frame kept while its image was on the allowlist is no context once the image leaves it: the
+// list decides what reaches the model, not only what a request may send.
+TEST(ServerStream, FramesWhoseImageLeftTheAllowlistAreLeftOut) {
+  const auto dir = std::filesystem::temp_directory_path() / ("vlmd-stream-allow-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string a = SplitFrame(8), b = SplitFrame(56), c = SplitFrame(10), d = SplitFrame(50);
+  const auto hex = [](const std::string& bytes) {
+    return DigestHex(Sha256Of({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}));
+  };
+  const auto list = [&](const std::vector<std::string>& images) {
+    std::string text;
+    for (const std::string& i : images) text += hex(i) + "\n";
+    std::ofstream(dir / "allow.txt", std::ios::trunc) << text;
+  };
+  list({a, b, c, d});
+  HarnessOptions o;
+  o.server.streams.max_frames = 3;
+  o.server.guard.image_allowlist_file = (dir / "allow.txt").string();
+  o.server.guard.allowlist_mode = AllowlistMode::kEnforce;
+  Harness h(o);
+  auto client = h.Client();
+  ASSERT_EQ(Post(*client, Invoke({a}, "cam"))["http"], 200);
+  json r = Post(*client, Invoke({b}, "cam"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 1);
+  EXPECT_EQ(r["stream"]["dropped_for_allowlist"], 0);
+  const int64_t one_frame = r["usage"]["image_tokens"].get<int64_t>() / 2;
+
+  list({b, c, d});  // a leaves the list (re-read at most once a second)
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  r = Post(*client, Invoke({c}, "cam"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["window"], 3);
+  EXPECT_EQ(r["stream"]["context_frames"], 1);  // b; a left out
+  EXPECT_EQ(r["stream"]["dropped_for_allowlist"], 1);
+  EXPECT_EQ(r["usage"]["image_tokens"], 2 * one_frame);
+
+  list({d});  // b and c leave it too
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  r = Post(*client, Invoke({d}, "cam"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 0);
+  EXPECT_EQ(r["stream"]["dropped_for_allowlist"], 2);
+  EXPECT_EQ(r["stream"]["no_context_reason"], "allowlist");
+  EXPECT_EQ(r["usage"]["image_tokens"], one_frame);
+  // A question without a frame: the frames kept since (d alone) and nothing of the others.
+  r = Post(*client, Invoke({}, "cam"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 1);
+  EXPECT_EQ(r["stream"]["dropped_for_allowlist"], 1);  // c is still held, not offered
+  const std::string metrics = client->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="allowlist"})"), 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServerStream, StreamsArePrivateToTheirClientKey) {

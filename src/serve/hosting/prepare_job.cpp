@@ -18,6 +18,7 @@ std::string NoContextReason(const StreamPart& part, int held_frames, bool expire
   if (held_frames == 0) return client_frame > 0 ? "lost" : "first_frame";
   if (expired) return "expired";
   if (part.dropped_for_budget > 0) return "budget";
+  if (part.dropped_for_allowlist > 0) return "allowlist";
   return "still";  // a window of one frame: the scene has not moved
 }
 
@@ -224,6 +225,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     part.window = view.window;
     part.thumbnail = view.thumbnail;
     part.sequence = view.sequence;
+    part.dropped_for_allowlist = view.withdrawn;
     // The reason needs the view whole: computed below from part and the view's counts.
     const int held_frames = view.held_frames;
     const bool expired = view.expired;

@@ -37,11 +37,12 @@ struct StreamPart {
   int window = 1;              // frames the window spans, the new one included
   int context_frames = 0;      // earlier frames in the prompt
   int dropped_for_budget = 0;  // earlier frames left out to fit the token budget (oldest first)
+  int dropped_for_allowlist = 0;  // earlier frames left out: their image left the allowlist
   // Why the prompt has no earlier frame (context_frames 0), else empty: "first_frame" (the
   // stream is new here), "lost" (new here, but the client says it sent frames before: a
   // restart, a rebalance to this replica, a hot swap or an idle stream forgotten), "still" (the
-  // scene has not moved), "expired" (its frames are older than max_age), "budget" (left out to
-  // fit the token budget).
+  // scene has not moved), "expired" (its frames are older than max_age), "allowlist" (their
+  // images left the allowlist), "budget" (left out to fit the token budget).
   std::string no_context_reason;
   // The new frame, for StreamWindows::Push once the request succeeded (no frame: tokens 0).
   int64_t frame_tokens = 0;    // prompt tokens of the new frame (visual and wrapper)

@@ -56,6 +56,9 @@ struct ContextFrame {
   FrameThumbnail thumbnail{};
   uint64_t sequence = 0;
   std::chrono::steady_clock::time_point kept{};  // set by Push
+  // SHA-256 (hex) of the frame's encoded bytes, as the image allowlist knows it: a frame whose
+  // image leaves the list is no context from then on (the server leaves it out).
+  std::string image_sha256;
 };
 // 16 x 16 box-averaged luma of the image (sampled with a stride on large images).
 FrameThumbnail Thumbnail(const engine::image::Image& image);
@@ -71,6 +74,9 @@ struct StreamView {
   FrameThumbnail thumbnail{};         // the new frame's (for Push)
   int held_frames = 0;                // earlier frames the stream holds here, of any age
   bool expired = false;               // ... and the newest of them is past max_age
+  // Earlier frames the caller took out of `context`: their image is no longer allowed (the
+  // allowlist changed since they were kept).
+  int withdrawn = 0;
 };
 
 class StreamWindows {

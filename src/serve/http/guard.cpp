@@ -200,6 +200,14 @@ Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<st
   return Status::Ok();
 }
 
+bool Guard::ImageStillAllowed(const std::string& sha256) {
+  if (!allowlist_ || options_.allowlist_mode != AllowlistMode::kEnforce) return true;
+  if (Status s = allowlist_->ReloadIfChanged(); !s.ok()) {
+    spdlog::error("image allowlist reload failed, keeping the previous list: {}", s.ToString());
+  }
+  return allowlist_->Contains(sha256);
+}
+
 std::unique_ptr<policy::StreamFilter> Guard::NewFilter() const {
   if (!filter_) return nullptr;
   return std::make_unique<policy::StreamFilter>(filter_, options_.filter_action, options_.filter_mask);

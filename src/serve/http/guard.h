@@ -62,6 +62,11 @@ class Guard {
   Status CheckImages(const std::vector<std::string>& images, std::vector<std::string>* hashes,
                      const char** decision);
 
+  // Whether an image seen before (its hex SHA-256) may still go into a prompt: false only when
+  // the allowlist enforces and no longer lists it (a stream's kept frames). Reloads the list
+  // when its file changed.
+  bool ImageStillAllowed(const std::string& sha256);
+
   // A fresh per-reply filter; nullptr when no words are configured.
   std::unique_ptr<policy::StreamFilter> NewFilter() const;
   // Whether `text` contains a filtered word (false without a filter).

@@ -118,7 +118,8 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
                    {"context_frames", s.context_frames},
                    {"window", s.window},
                    {"motion", s.motion},
-                   {"dropped_for_budget", s.dropped_for_budget}};
+                   {"dropped_for_budget", s.dropped_for_budget},
+                   {"dropped_for_allowlist", s.dropped_for_allowlist}};
     if (!s.no_context_reason.empty()) j["stream"]["no_context_reason"] = s.no_context_reason;
   }
   if (prepared.redaction) j["timings"]["redact_ms"] = prepared.redaction->detect_ms;

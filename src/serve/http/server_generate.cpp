@@ -241,7 +241,11 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
                        redact_scope + "\n" +
                        call->request.stream_id;
     stream = [this, key = call->stream_key](const engine::image::Image* frame) {
-      return frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
+      StreamView view = frame != nullptr ? s_.streams_->Arrive(key, Thumbnail(*frame)) : s_.streams_->Peek(key);
+      // A kept frame whose image has left the allowlist since is no context any more.
+      view.withdrawn = static_cast<int>(std::erase_if(
+          view.context, [&](const ContextFrame& f) { return !s_.guard_->ImageStillAllowed(f.image_sha256); }));
+      return view;
     };
   }
   // The detectors take a core each for the whole decode + detection: a bounded number at once.
@@ -319,9 +323,10 @@ void Server::Handlers::KeepStreamFrame(const Call& call, const JobResult& r) {
   // (A prepared stream part means the request named a stream: stream_key is set.)
   if (call.prepared.input.images.empty() || r.encoded_images.empty()) return;
   const StreamPart& part = *call.prepared.stream;
-  s_.streams_->Push(call.stream_key, {call.prepared.input.images.front().key,
-                                      r.encoded_images.front(), part.frame_tokens, part.thumbnail,
-                                      part.sequence});
+  ContextFrame frame{call.prepared.input.images.front().key, r.encoded_images.front(),
+                     part.frame_tokens, part.thumbnail, part.sequence};
+  frame.image_sha256 = call.image_hashes.front();
+  s_.streams_->Push(call.stream_key, std::move(frame));
 }
 
 std::string Server::Handlers::PassText(Call& call, std::string text) {
