@@ -198,8 +198,7 @@ Result<SecretKey> ResolveModelKey(const ModelKeySource& source, const std::strin
   if (const char* env = std::getenv(kModelKeyEnv); env != nullptr && *env != '\0') {
     return ParseHexKey(env, std::string("the environment variable ") + kModelKeyEnv);
   }
-  return NotFoundError("no model key: give it with --model-key-file, --model-key-command or " +
-                       std::string(kModelKeyEnv) + " (in a config file: key_file or key_command)");
+  return NotFoundError("no model key: give it with " + source.how_to_give);
 }
 
 }  // namespace vlmd

@@ -16,6 +16,10 @@ struct ModelKeySource {
   std::string file;     // --model-key-file
   std::string command;  // --model-key-command: run by /bin/sh with VLMD_KEY_ID set, stdout read
   int command_timeout_ms = 30000;
+  // How the user gives a key, for the error when none is given (a tool with options of its own
+  // names them here).
+  std::string how_to_give =
+      "--model-key-file, --model-key-command or VLMD_MODEL_KEY (in a config file: key_file or key_command)";
   bool empty() const { return file.empty() && command.empty(); }
 };
 

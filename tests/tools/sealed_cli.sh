@@ -19,6 +19,10 @@ cmp -s "$fx/tiny-smolvlm/text.gguf" "$dir/text.sealed" && fail "the sealed file 
 "$bin/vlmd-encrypt" "$dir/text.sealed" "$dir/twice.sealed" --key-file "$dir/model.key" 2>/dev/null
 test $? -eq 2 || fail "sealing a sealed file should fail with exit 2"
 test -e "$dir/twice.sealed" && fail "sealing a sealed file wrote an output"
+# No key given: the error names vlmd-encrypt's own options.
+err=$(env -u VLMD_MODEL_KEY "$bin/vlmd-encrypt" "$fx/tiny-smolvlm/text.gguf" "$dir/nokey.sealed" 2>&1 >/dev/null)
+test $? -eq 2 || fail "sealing without a key should fail with exit 2"
+printf '%s' "$err" | grep -q 'give it with --key-file, --key-command or VLMD_MODEL_KEY$' || fail "no key: $err"
 
 inspect=$("$bin/vlmd-encrypt" --inspect "$dir/text.sealed") || fail "--inspect"
 want_sha=$(sha256sum "$fx/tiny-smolvlm/text.gguf" | cut -d' ' -f1)

@@ -74,14 +74,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  key_source.how_to_give = std::string("--key-file, --key-command or ") + vlmd::kModelKeyEnv;
   auto key = vlmd::ResolveModelKey(key_source, opts.key_id);
-  if (!key.ok() && key.status().code() == vlmd::StatusCode::kNotFound && key_source.file.empty() &&
-      key_source.command.empty()) {
-    // No key anywhere: ResolveModelKey's message names vlmd's --model-key-* options.
-    std::fprintf(stderr, "vlmd-encrypt: error: no key: give it with --key-file, --key-command or %s\n",
-                 vlmd::kModelKeyEnv);
-    return 2;
-  }
   if (!key.ok()) return Fail(key.status());
   vlmd::ThreadPool pool(threads < 1 ? 1 : threads);
   if (vlmd::Status s = vlmd::SealFile(in_path, out_path, *key, opts, &pool); !s.ok()) return Fail(s);
