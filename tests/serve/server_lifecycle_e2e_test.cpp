@@ -146,10 +146,9 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
     // The load's cap (what the budget leaves for the weights and K/V) lets the weights load: the
     // plan's check after the load refuses it.
     EXPECT_EQ(server.MemoryLeftForLoad(spec), plan.weights + plan.kv - 1);
-    auto host = ModelHost::Load(spec, &server.metrics(), server.MemoryLeftForLoad(spec));
-    ASSERT_TRUE(host.ok()) << host.status().ToString();
-    const Status s = server.AddModel(std::shared_ptr<ModelHost>(std::move(*host)));
+    const Status s = server.LoadModel(spec).status();
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(s.message().find("loading stopped"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("memory budget"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("K/V"), std::string::npos) << s.message();
     EXPECT_TRUE(server.router().Models().empty());
@@ -164,10 +163,11 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
     ModelSpec fast = spec;
     fast.engine.precision = engine::ops::Precision::kFast;  // every matrix packed
     EXPECT_EQ(server.MemoryLeftForLoad(fast), 4096u);
-    auto host = ModelHost::Load(fast, &server.metrics(), server.MemoryLeftForLoad(fast));
-    EXPECT_EQ(host.status().code(), StatusCode::kResourceExhausted);
-    EXPECT_NE(host.status().message().find("loading stopped"), std::string::npos) << host.status().message();
-    EXPECT_NE(host.status().message().find("--memory-budget-mb"), std::string::npos) << host.status().message();
+    const Status s = server.LoadModel(fast).status();
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(s.message().find("loading stopped"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("--memory-budget-mb"), std::string::npos) << s.message();
+    EXPECT_TRUE(server.router().Models().empty());
     ServerOptions none = o;
     none.memory_budget_bytes = streams + spec.image_cache_bytes - 1;
     EXPECT_EQ(Server(none).MemoryLeftForLoad(fast), 0u);

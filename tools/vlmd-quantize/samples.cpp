@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "core/read_file.h"
@@ -66,15 +67,14 @@ Result<std::vector<Sample>> LoadFolder(const fs::path& dir) {
 // The requests' images are decoded from base64 and held until the run ends (a JSONL of images
 // is as large in memory as on disk).
 Result<std::vector<Sample>> LoadJsonl(const fs::path& file) {
-  VLMD_ASSIGN_OR_RETURN(const std::string text, ReadWholeFile(file.string()));
+  std::ifstream lines(file, std::ios::binary);
+  if (!lines) return UnavailableError("cannot read " + file.string());
   serve::api::RequestLimits limits;
   limits.max_images = 64;
   limits.max_image_bytes = 64u << 20;
   std::vector<Sample> samples;
-  for (size_t at = 0, n = 1; at < text.size(); ++n) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    const std::string line = text.substr(at, end - at);
-    at = end + 1;
+  std::string line;
+  for (int64_t n = 1; std::getline(lines, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const bool chat = line.find("\"messages\"") != std::string::npos;
     auto request = chat ? serve::api::ParseChatCompletion(line, limits)
@@ -94,6 +94,7 @@ Result<std::vector<Sample>> LoadJsonl(const fs::path& file) {
     s.images = std::move(request->images);
     samples.push_back(std::move(s));
   }
+  if (lines.bad()) return UnavailableError("error reading " + file.string());
   if (samples.empty()) return InvalidArgumentError(file.string() + " holds no request");
   return samples;
 }

@@ -48,12 +48,11 @@ Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) 
     if (spec.name.empty()) spec.name = fs::path(spec.text_path).stem().string();
     spdlog::info("loading '{}': {}{}", spec.name, spec.text_path,
                  spec.mmproj_path.empty() ? "" : " + " + spec.mmproj_path);
-    auto host = serve::ModelHost::Load(spec, &server.metrics(), server.MemoryLeftForLoad(spec));
-    if (!host.ok()) {
-      return Status(host.status().code(), "model '" + spec.name + "': " + host.status().message());
+    auto loaded = server.LoadModel(spec);
+    if (!loaded.ok()) {
+      return Status(loaded.status().code(), "model '" + spec.name + "': " + loaded.status().message());
     }
-    std::shared_ptr<serve::ModelHost> model(std::move(*host));
-    VLMD_RETURN_IF_ERROR(server.AddModel(model));
+    const std::shared_ptr<serve::ModelHost>& model = *loaded;
     spdlog::info("model '{}' ready: version {}, sha256 {}, memory at most {}", spec.name,
                  model->spec().version, model->hash(),
                  model->memory_plan().ToString(spec.engine.n_ctx));

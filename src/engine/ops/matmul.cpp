@@ -399,7 +399,8 @@ Status PackedBytesCap::Charge(uint64_t bytes, std::string_view name) {
   return ResourceExhaustedError(
       "the packed weights pass the " + mib(cap_) + " MiB this load may take at " +
       (name.empty() ? std::string("a matrix") : "'" + std::string(name) + "'") + " (" + mib(bytes) +
-      " MiB, after " + mib(charged_) + " MiB of packed weights); loading stopped");
+      " MiB, after " + mib(charged_) + " MiB of packed weights); loading stopped" +
+      (hint_.empty() ? "" : ". " + hint_));
 }
 
 namespace {

@@ -91,7 +91,8 @@ std::optional<Precision> ParsePrecision(std::string_view name);
 // thread-safe.
 class PackedBytesCap {
  public:
-  explicit PackedBytesCap(uint64_t cap) : cap_(cap) {}
+  // `hint`: where the cap comes from and how to raise it, for the refusal's message.
+  explicit PackedBytesCap(uint64_t cap, std::string hint = {}) : cap_(cap), hint_(std::move(hint)) {}
   // Charges `bytes` for the matrix `name`; RESOURCE_EXHAUSTED (nothing charged) past the cap.
   Status Charge(uint64_t bytes, std::string_view name);
   // Gives back what a charge over-estimated.
@@ -101,6 +102,7 @@ class PackedBytesCap {
 
  private:
   uint64_t cap_;
+  std::string hint_;
   uint64_t charged_ = 0;
 };
 

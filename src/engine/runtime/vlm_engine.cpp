@@ -64,7 +64,7 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   // The loaders pack the matrices on the engine's threads.
-  ops::PackedBytesCap cap(opts.max_packed_bytes);
+  ops::PackedBytesCap cap(opts.max_packed_bytes, opts.max_packed_bytes_hint);
   const ops::WeightPacking packing{.kt = e->ctx_.kernels, .precision = opts.precision,
                                    .pool = e->pool_.get(), .cap = &cap};
   VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, packing, opts.n_ctx));

@@ -43,6 +43,7 @@ struct EngineOptions {
   // The most the packed copies of the weights may take (ops::PackedBytesCap; the server passes
   // what its memory budget leaves): past it the load stops with RESOURCE_EXHAUSTED.
   uint64_t max_packed_bytes = UINT64_MAX;
+  std::string max_packed_bytes_hint;  // where that cap comes from, for its error
 };
 
 struct GenerateResult {

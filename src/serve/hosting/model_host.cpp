@@ -39,15 +39,10 @@ Result<std::unique_ptr<ModelHost>> ModelHost::Load(const ModelSpec& spec, Server
   eo.mmproj_path = spec.mmproj_path;
   eo.hash_files = true;  // model_hash: the plaintexts' SHA-256, sealed or not
   eo.max_packed_bytes = max_packed_bytes;
-  auto engine = engine::runtime::VlmEngine::Load(spec.text_path, eo);
-  if (!engine.ok() && engine.status().code() == StatusCode::kResourceExhausted &&
-      max_packed_bytes != UINT64_MAX) {
-    return ResourceExhaustedError(engine.status().message() +
-                                  ". A load may take what the memory budget leaves beside the loaded "
-                                  "models, the stream windows and its image cache: raise --memory-budget-mb");
-  }
-  if (!engine.ok()) return engine.status();
-  h->engine_ = std::move(*engine);
+  eo.max_packed_bytes_hint =
+      "A load may take what the memory budget leaves beside the loaded models, the stream windows and "
+      "its image cache: raise --memory-budget-mb, or lower --image-cache-mb or streams.max_mb";
+  VLMD_ASSIGN_OR_RETURN(h->engine_, engine::runtime::VlmEngine::Load(spec.text_path, eo));
   h->hash_ = h->engine_->files_sha256();
   h->spec_.version_from_hash = h->spec_.version.empty();
   if (h->spec_.version_from_hash) h->spec_.version = h->hash_.substr(0, 12);

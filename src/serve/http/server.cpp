@@ -400,6 +400,19 @@ Status Server::AddModel(std::shared_ptr<ModelHost> model) {
   // The budget's check and the add as one step against a reload's (the admin routes are live
   // while the configured models still load): each could pass without counting the other's model.
   std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
+  return AddModelLocked(std::move(model));
+}
+
+Result<std::shared_ptr<ModelHost>> Server::LoadModel(const ModelSpec& spec) {
+  std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
+  VLMD_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> loaded,
+                        ModelHost::Load(spec, metrics_.get(), MemoryLeftForLoad(spec)));
+  std::shared_ptr<ModelHost> model(std::move(loaded));
+  VLMD_RETURN_IF_ERROR(AddModelLocked(model));
+  return model;
+}
+
+Status Server::AddModelLocked(std::shared_ptr<ModelHost> model) {
   VLMD_RETURN_IF_ERROR(CheckMemoryBudget(*model));
   if (const auto& ro = model->spec().redact; ro && ro->enabled() && !RedactorFor(*ro)) {
     return UnavailableError("model '" + model->spec().name + "': redaction detectors cannot load (see the log)");

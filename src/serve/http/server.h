@@ -63,6 +63,10 @@ class Server {
   // Adds (or replaces) a served model; /ready stays as it was. RESOURCE_EXHAUSTED (and the model
   // is not added) when its memory plan does not fit the memory budget beside the loaded models.
   Status AddModel(std::shared_ptr<ModelHost> model);
+  // Loads `spec` within what the memory budget leaves (MemoryLeftForLoad) and adds it, one load,
+  // add or reload at a time: two loads at once (a configured model while an admin reloads
+  // another) could each take all that is left.
+  Result<std::shared_ptr<ModelHost>> LoadModel(const ModelSpec& spec);
   // What the memory budget leaves for the packed weights of a model of `spec` loaded now, beside
   // the loaded models, the stream windows and its own image cache (UINT64_MAX without a budget):
   // ModelHost::Load's cap, so that a model too large stops loading before it takes the memory.
@@ -106,6 +110,8 @@ class Server {
   // the same name: a reload holds both versions) and every replaced version still finishing its
   // requests.
   Status CheckMemoryBudget(const ModelHost& candidate);
+  // AddModel under reload_mu_.
+  Status AddModelLocked(std::shared_ptr<ModelHost> model);
   // The plans of the served models and of replaced versions still alive (prunes the gone), plus
   // the stream windows' limit.
   uint64_t HeldMemory();
