@@ -85,6 +85,42 @@ TEST_F(SealedModelTest, AnswersAsThePlainFilesInBothPrecisions) {
   }
 }
 
+// The server's memory cap on a load (EngineOptions::max_packed_bytes) counts a sealed model's
+// decrypted files beside the packed copies, less the pages the loaders give back as they pack:
+// the plain files' pages are the kernel's page cache, the decrypted ones the process's memory.
+TEST_F(SealedModelTest, TheLoadCapCountsTheDecryptedFilesLessWhatTheLoadersGaveBack) {
+  EngineOptions o;
+  o.threads = 1;
+  o.precision = ops::Precision::kFast;
+  o.mmproj_path = Path("mmproj.gguf");
+  o.model_key.file = Path("model.key");
+  auto unlimited = VlmEngine::Load(Path("text.gguf"), o);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
+  const uint64_t packed = (*unlimited)->model().packing().bytes + (*unlimited)->vision()->packing().bytes;
+  const uint64_t plaintext = fs::file_size(FixturePath("tiny-smolvlm/text.gguf")) +
+                             fs::file_size(FixturePath("tiny-smolvlm/mmproj.gguf"));
+  ASSERT_GT(packed, 0u);
+  ASSERT_LT(packed, plaintext);
+  unlimited->reset();
+  // The decrypted files alone pass the cap: refused before anything is packed. The plain files
+  // load under it (only their packed copies count).
+  o.max_packed_bytes = plaintext - 1;
+  auto refused = VlmEngine::Load(Path("text.gguf"), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("decrypted model files"), std::string::npos) << refused.status().message();
+  EngineOptions plain = o;
+  plain.mmproj_path = FixturePath("tiny-smolvlm/mmproj.gguf");
+  plain.model_key = {};
+  EXPECT_TRUE(VlmEngine::Load(FixturePath("tiny-smolvlm/text.gguf"), plain).ok());
+  // One byte short of the decrypted files plus every packed copy: it loads, because the rows
+  // packed so far were given back before the last matrices were charged.
+  o.max_packed_bytes = plaintext + packed - 1;
+  auto loaded = VlmEngine::Load(Path("text.gguf"), o);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_GT((*loaded)->model().released_bytes(), 0u);
+}
+
 TEST_F(SealedModelTest, MixedPlainAndSealedFilesHashAsThePlainOnes) {
   EngineOptions o;
   o.hash_files = true;

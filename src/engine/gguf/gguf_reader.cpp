@@ -220,6 +220,7 @@ struct GgufFile::Impl {
   SecureBuffer secure;        // decrypted sealed file (wiped on destruction)
   const uint8_t* base = nullptr;
   uint64_t size = 0;
+  std::atomic<uint64_t> released{0};  // ReleasePages' sum
 
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
@@ -580,7 +581,15 @@ std::vector<std::string_view> GgufFile::TensorsNeverLookedUp() const {
   return names;
 }
 
+uint64_t GgufFile::released_bytes() const { return impl_->released.load(std::memory_order_relaxed); }
+
 uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {
+  const uint64_t released = ReleasePagesOf(data, size);
+  impl_->released.fetch_add(released, std::memory_order_relaxed);
+  return released;
+}
+
+uint64_t GgufFile::ReleasePagesOf(const void* data, uint64_t size) const {
   if (impl_->secure.data() != nullptr) return impl_->secure.ReleaseRange(data, size);
   if (impl_->mapping == nullptr || data == nullptr || size == 0) return 0;
   const auto begin = reinterpret_cast<uintptr_t>(data);

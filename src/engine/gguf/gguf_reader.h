@@ -138,8 +138,11 @@ class GgufFile {
   // range not inside the mapping. A decrypted image's pages are wiped and given back (they read
   // as zeros afterwards: nothing can fault them back in).
   uint64_t ReleasePages(const void* data, uint64_t size) const;
+  // What ReleasePages has released so far (a decrypted image: memory given back).
+  uint64_t released_bytes() const;
 
  private:
+  uint64_t ReleasePagesOf(const void* data, uint64_t size) const;
   struct Impl;
   explicit GgufFile(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -391,16 +391,23 @@ PackedTileRoute TileRouteFor(const WeightPacking& packing, int64_t k) {
 }  // namespace
 
 Status PackedBytesCap::Charge(uint64_t bytes, std::string_view name) {
-  if (bytes <= cap_ && charged_ <= cap_ - bytes) {
+  const uint64_t held = held_ ? held_() : 0;
+  const uint64_t used = charged_ > UINT64_MAX - held ? UINT64_MAX : charged_ + held;
+  if (bytes <= cap_ && used <= cap_ - bytes) {
     charged_ += bytes;
     return Status::Ok();
   }
   const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
+  if (bytes == 0) {  // what the load holds besides, before any packing
+    return ResourceExhaustedError("the decrypted model files (" + mib(held) + " MiB) pass the " + mib(cap_) +
+                                  " MiB this load may take; loading stopped" + (hint_.empty() ? "" : ". " + hint_));
+  }
   return ResourceExhaustedError(
       "the packed weights pass the " + mib(cap_) + " MiB this load may take at " +
       (name.empty() ? std::string("a matrix") : "'" + std::string(name) + "'") + " (" + mib(bytes) +
-      " MiB, after " + mib(charged_) + " MiB of packed weights); loading stopped" +
-      (hint_.empty() ? "" : ". " + hint_));
+      " MiB, after " + mib(charged_) + " MiB of packed weights" +
+      (held > 0 ? " and " + mib(held) + " MiB of decrypted model files" : std::string()) +
+      "); loading stopped" + (hint_.empty() ? "" : ". " + hint_));
 }
 
 namespace {

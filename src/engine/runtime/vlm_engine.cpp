@@ -65,6 +65,18 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   // The loaders pack the matrices on the engine's threads.
   ops::PackedBytesCap cap(opts.max_packed_bytes, opts.max_packed_bytes_hint);
+  // A sealed model's decrypted files are the process's memory until the loaders give their
+  // packed rows back: counted beside the packed copies.
+  if (e->decrypted_) {
+    cap.CountHeld([&opened] {
+      uint64_t held = 0;
+      for (const gguf::OpenedFile& f : opened) {
+        if (f.file->decrypted()) held += f.file->file_size() - std::min(f.file->released_bytes(), f.file->file_size());
+      }
+      return held;
+    });
+    VLMD_RETURN_IF_ERROR(cap.Charge(0, "the decrypted model files"));
+  }
   const ops::WeightPacking packing{.kt = e->ctx_.kernels, .precision = opts.precision,
                                    .pool = e->pool_.get(), .cap = &cap};
   VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, packing, opts.n_ctx));
