@@ -140,6 +140,16 @@ void FreeLarge(void* p) {
     const auto sized = s.shared_sizes.find(addr);
     if (sized != s.shared_sizes.end()) {
       if (s.protect) explicit_bzero(p, sized->second);
+      // Its space is not handed out again before the chunk empties: while other buffers keep
+      // the chunk, the whole huge pages inside this one go back to the OS now (a float matrix's
+      // column-scaled try that a column failed, a loader's copy). Not the partial ones:
+      // splitting a huge page would cost the buffers that share it their TLB reach. Locked
+      // pages (protected mode) refuse; they were wiped above.
+      const uintptr_t first = RoundUp(addr, kHugePage);
+      const uintptr_t last = (addr + sized->second) / kHugePage * kHugePage;
+      if (c.live > 1 && last > first) {
+        (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+      }
       s.shared_sizes.erase(sized);
     }
   }

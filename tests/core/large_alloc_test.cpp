@@ -61,6 +61,34 @@ TEST(LargeAlloc, FullChunksAreUnmappedWithTheirLastBuffer) {
   EXPECT_LE(LargeAllocMappedBytes(), before + (size_t{36} << 20));
 }
 
+// A shared buffer freed while its chunk lives on (its space is not reused before the chunk
+// empties) gives the whole huge pages inside it back at once: a float matrix's column-scaled try
+// that failed stayed resident for the model's lifetime.
+TEST(LargeAlloc, AFreedSharedBufferGivesBackTheHugePagesInsideIt) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t bytes = size_t{12} << 20;  // shared (under 16 MiB), spans whole huge pages
+  void* p = AllocateLarge(bytes);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x5A, bytes);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  void* keep = AllocateLarge(64);  // right after it in the same chunk, which it keeps alive
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(keep), addr + bytes);
+  const uintptr_t first = (addr + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
+  const size_t span = size_t{8} << 20;  // whole huge pages certainly inside [p, p + 12 MiB)
+  ASSERT_LE(first + span, addr + bytes);
+  auto resident = [&] {
+    std::vector<unsigned char> in(span / page);
+    EXPECT_EQ(::mincore(reinterpret_cast<void*>(first), span, in.data()), 0);
+    size_t n = 0;
+    for (unsigned char v : in) n += v & 1;
+    return n;
+  };
+  EXPECT_EQ(resident(), span / page);
+  FreeLarge(p);
+  EXPECT_EQ(resident(), 0u);
+  FreeLarge(keep);
+}
+
 // Two threads allocating, filling, checking and freeing buffers of mixed sizes at once (shared
 // chunks and dedicated mappings): no buffer is handed out twice, none is corrupted, and the
 // mapped total returns to at most one chunk above where it started.
