@@ -102,13 +102,17 @@ TEST_F(SealedModelTest, TheLoadCapCountsTheDecryptedFilesLessWhatTheLoadersGaveB
   ASSERT_GT(packed, 0u);
   ASSERT_LT(packed, plaintext);
   unlimited->reset();
-  // The decrypted files alone pass the cap: refused before anything is packed. The plain files
+  // The decrypted files alone pass the cap: refused before any is decrypted. The plain files
   // load under it (only their packed copies count).
   o.max_packed_bytes = plaintext - 1;
   auto refused = VlmEngine::Load(Path("text.gguf"), o);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("decrypted model files"), std::string::npos) << refused.status().message();
+  // ... from the sealed headers, before a key is asked for or anything is decrypted.
+  EngineOptions no_key = o;
+  no_key.model_key = {};
+  EXPECT_EQ(VlmEngine::Load(Path("text.gguf"), no_key).status().code(), StatusCode::kResourceExhausted);
   EngineOptions plain = o;
   plain.mmproj_path = FixturePath("tiny-smolvlm/mmproj.gguf");
   plain.model_key = {};

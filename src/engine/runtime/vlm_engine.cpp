@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/large_alloc.h"
+#include "core/sealed_file.h"
 #include "engine/gguf/gguf_reader.h"
 #include "engine/gguf/model_file.h"
 #include "engine/image/image.h"
@@ -36,6 +37,18 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   e->ctx_.pool = e->pool_.get();
   e->vision_ctx_.kernels = e->ctx_.kernels;
   e->vision_ctx_.pool = e->pool_.get();
+  ops::PackedBytesCap cap(opts.max_packed_bytes, opts.max_packed_bytes_hint);
+  if (opts.max_packed_bytes != UINT64_MAX) {
+    // Sealed files decrypt into the process's memory: their headers' plaintext sizes against the
+    // cap before any is decrypted (a file that is not sealed, or not readable, fails below).
+    uint64_t plaintext = 0;
+    for (const std::string* path : {&model_path, &opts.mmproj_path}) {
+      if (path->empty() || !IsSealedFile(*path)) continue;
+      if (auto header = ReadSealedHeader(*path); header.ok()) plaintext += header->plaintext_bytes;
+    }
+    cap.CountHeld([plaintext] { return plaintext; });
+    VLMD_RETURN_IF_ERROR(cap.Charge(0, "the decrypted model files"));
+  }
   // Both files are opened (a sealed one decrypted) and hashed before any loader releases pages.
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
                         gguf::OpenModelFile(model_path, opts.model_key, e->pool_.get()));
@@ -64,19 +77,15 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
   VLMD_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::FromGguf(*shared));
   e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   // The loaders pack the matrices on the engine's threads.
-  ops::PackedBytesCap cap(opts.max_packed_bytes, opts.max_packed_bytes_hint);
   // A sealed model's decrypted files are the process's memory until the loaders give their
   // packed rows back: counted beside the packed copies.
-  if (e->decrypted_) {
-    cap.CountHeld([&opened] {
-      uint64_t held = 0;
-      for (const gguf::OpenedFile& f : opened) {
-        if (f.file->decrypted()) held += f.file->file_size() - std::min(f.file->released_bytes(), f.file->file_size());
-      }
-      return held;
-    });
-    VLMD_RETURN_IF_ERROR(cap.Charge(0, "the decrypted model files"));
-  }
+  cap.CountHeld([&opened] {
+    uint64_t held = 0;
+    for (const gguf::OpenedFile& f : opened) {
+      if (f.file->decrypted()) held += f.file->file_size() - std::min(f.file->released_bytes(), f.file->file_size());
+    }
+    return held;
+  });
   const ops::WeightPacking packing{.kt = e->ctx_.kernels, .precision = opts.precision,
                                    .pool = e->pool_.get(), .cap = &cap};
   VLMD_ASSIGN_OR_RETURN(e->model_, models::TextDecoder::Load(shared, packing, opts.n_ctx));
