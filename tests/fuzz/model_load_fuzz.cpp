@@ -90,13 +90,14 @@ const gguf::GgufFile* Base(size_t i) {
 }
 
 int64_t InterestingInt(FuzzedDataProvider& in, int64_t was) {
+  const auto wrap = [](uint64_t x) { return static_cast<int64_t>(x); };  // no signed overflow here
   switch (in.ConsumeIntegralInRange(0, 9)) {
     case 0: return 0;
     case 1: return -1;
     case 2: return 1;
-    case 3: return was + 1;
-    case 4: return was - 1;
-    case 5: return was * 2;
+    case 3: return wrap(static_cast<uint64_t>(was) + 1);
+    case 4: return wrap(static_cast<uint64_t>(was) - 1);
+    case 5: return wrap(static_cast<uint64_t>(was) * 2);
     case 6: return int64_t{1} << in.ConsumeIntegralInRange(8, 62);
     case 7: return std::numeric_limits<int32_t>::max();
     case 8: return std::numeric_limits<int64_t>::min();
@@ -232,7 +233,8 @@ std::unique_ptr<gguf::GgufFile> Edited(const gguf::GgufFile& base, FuzzedDataPro
         if (tensors.empty()) break;
         TensorEdit& t = edits[in.ConsumeIntegralInRange<size_t>(0, tensors.size() - 1)];
         const int d = in.ConsumeIntegralInRange(0, 3);
-        t.ne[d] = in.ConsumeBool() ? t.ne[d] + in.ConsumeIntegralInRange(-2, 2)
+        // (Never below 0: a range's bounds must stay ordered for a later edit of it.)
+        t.ne[d] = in.ConsumeBool() ? std::max<int64_t>(0, t.ne[d] + in.ConsumeIntegralInRange(-2, 2))
                                    : in.ConsumeIntegralInRange<int64_t>(0, 2 * t.ne[d] + 1);
         t.n_dims = std::max(t.n_dims, d + 1);
         t.changed = true;
@@ -349,7 +351,7 @@ void RunVision(std::shared_ptr<const gguf::GgufFile> file, const vlmd::engine::o
   const int32_t width = in.ConsumeIntegralInRange(1, 160), height = in.ConsumeIntegralInRange(1, 160);
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 7 + width);
-  const int32_t level = in.ConsumeIntegralInRange(0, e.MaxShrinkLevel(width, height));
+  const int32_t level = in.ConsumeIntegralInRange(0, std::max(0, e.MaxShrinkLevel(width, height)));
   const models::ImagePlan plan = e.PlanImage(width, height, level);
   // A plan of more rows than a small model could ever be asked for is the loader's to refuse;
   // bounded here so that the input does not spend its time on a legal but huge image.
