@@ -398,7 +398,7 @@ Status PackedBytesCap::Charge(uint64_t bytes, std::string_view name) {
     return Status::Ok();
   }
   const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
-  if (bytes == 0) {  // what the load holds besides, before any packing
+  if (bytes == 0) {  // CheckHeld: what the load holds besides, before any packing
     return ResourceExhaustedError("the decrypted model files (" + mib(held) + " MiB) pass the " + mib(cap_) +
                                   " MiB this load may take; loading stopped" + (hint_.empty() ? "" : ". " + hint_));
   }

@@ -95,15 +95,15 @@ class PackedBytesCap {
   // `hint`: where the cap comes from and how to raise it, for the refusal's message.
   explicit PackedBytesCap(uint64_t cap, std::string hint = {}) : cap_(cap), hint_(std::move(hint)) {}
   // Charges `bytes` for the matrix `name`; RESOURCE_EXHAUSTED (nothing charged) past the cap.
-  // Charge(0, ...) checks what the load holds besides (CountHeld) against the cap.
   Status Charge(uint64_t bytes, std::string_view name);
+  // RESOURCE_EXHAUSTED when what the load holds besides (CountHeld) passes the cap alone.
+  Status CheckHeld() { return Charge(0, {}); }
   // Counts `held()` (asked at each charge) beside the packed copies: the memory a load holds
   // otherwise, e.g. a sealed model's decrypted files less the pages the loaders gave back.
   void CountHeld(std::function<uint64_t()> held) { held_ = std::move(held); }
   // Gives back what a charge over-estimated.
   void Refund(uint64_t bytes) { charged_ -= bytes < charged_ ? bytes : charged_; }
   uint64_t charged() const { return charged_; }
-  uint64_t cap() const { return cap_; }
 
  private:
   uint64_t cap_;

@@ -47,7 +47,7 @@ Result<std::unique_ptr<VlmEngine>> VlmEngine::Load(const std::string& model_path
       if (auto header = ReadSealedHeader(*path); header.ok()) plaintext += header->plaintext_bytes;
     }
     cap.CountHeld([plaintext] { return plaintext; });
-    VLMD_RETURN_IF_ERROR(cap.Charge(0, "the decrypted model files"));
+    VLMD_RETURN_IF_ERROR(cap.CheckHeld());
   }
   // Both files are opened (a sealed one decrypted) and hashed before any loader releases pages.
   VLMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,

@@ -178,9 +178,7 @@ Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<st
   }
   *decision = images.empty() ? "none" : allowlist_ ? "allow" : "off";
   if (!allowlist_ || images.empty()) return Status::Ok();
-  if (Status s = allowlist_->ReloadIfChanged(); !s.ok()) {
-    spdlog::error("image allowlist reload failed, keeping the previous list: {}", s.ToString());
-  }
+  RefreshAllowlist();
   for (size_t i = 0; i < hashes->size(); ++i) {
     if (allowlist_->Contains((*hashes)[i])) {
       Count("allowlist", "allow");
@@ -200,11 +198,15 @@ Status Guard::CheckImages(const std::vector<std::string>& images, std::vector<st
   return Status::Ok();
 }
 
-bool Guard::ImageStillAllowed(const std::string& sha256) {
-  if (!allowlist_ || options_.allowlist_mode != AllowlistMode::kEnforce) return true;
+void Guard::RefreshAllowlist() {
   if (Status s = allowlist_->ReloadIfChanged(); !s.ok()) {
     spdlog::error("image allowlist reload failed, keeping the previous list: {}", s.ToString());
   }
+}
+
+bool Guard::ImageStillAllowed(const std::string& sha256) {
+  if (!allowlist_ || options_.allowlist_mode != AllowlistMode::kEnforce) return true;
+  RefreshAllowlist();
   return allowlist_->Contains(sha256);
 }
 

@@ -93,6 +93,8 @@ class Guard {
  private:
   Guard(GuardOptions options, ServerMetrics* metrics);
   void Count(const char* policy, const char* decision);
+  // Reloads the allowlist when its file changed; a broken new file is logged, the old list kept.
+  void RefreshAllowlist();
   void WriteRefusalSummaries(double now_s);  // the refusal intervals over by now_s
 
   GuardOptions options_;
