@@ -179,5 +179,31 @@ TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
   EXPECT_EQ((*mem)->ReleasePages(t->data, t->nbytes), 0u);
 }
 
+// Each page counts once in released_bytes (the memory cap subtracts it from a decrypted file's
+// size): a range released again counts nothing, an overlapping one only its new pages.
+TEST(GgufFixtures, ReleasedPagesCountOnce) {
+  auto f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
+  ASSERT_NE(f, nullptr);
+  const TensorInfo* biggest = nullptr;
+  for (const TensorInfo& t : f->tensors()) {
+    if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
+  }
+  ASSERT_NE(biggest, nullptr);
+  const uint64_t page = 4096;
+  ASSERT_GT(biggest->nbytes, 4 * page) << "the fixture's largest tensor spans too few pages";
+  const uint64_t half = biggest->nbytes / 2;
+  const uint64_t first_half = f->ReleasePages(biggest->data, half);
+  EXPECT_GT(first_half, 0u);
+  EXPECT_EQ(f->released_bytes(), first_half);
+  EXPECT_EQ(f->ReleasePages(biggest->data, half), 0u);
+  EXPECT_EQ(f->released_bytes(), first_half);
+  const uint64_t whole = f->ReleasePages(biggest->data, biggest->nbytes);
+  EXPECT_GT(whole, 0u);
+  EXPECT_EQ(f->released_bytes(), first_half + whole);
+  EXPECT_LE(f->released_bytes(), biggest->nbytes);
+  EXPECT_EQ(f->ReleasePages(biggest->data + page, 2 * page), 0u);
+  EXPECT_EQ(f->released_bytes(), first_half + whole);
+}
+
 }  // namespace
 }  // namespace vlmd::engine::gguf

@@ -19,8 +19,11 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace vlmd::engine::gguf {
 
@@ -220,7 +223,11 @@ struct GgufFile::Impl {
   SecureBuffer secure;        // decrypted sealed file (wiped on destruction)
   const uint8_t* base = nullptr;
   uint64_t size = 0;
-  std::atomic<uint64_t> released{0};  // ReleasePages' sum
+  // The pages ReleasePages has given back, as disjoint [begin, end) address ranges (key: begin),
+  // so that a range released twice or overlapping an earlier one counts once.
+  std::mutex released_mu;
+  std::map<uintptr_t, uintptr_t> released_ranges;
+  std::atomic<uint64_t> released{0};  // the bytes in released_ranges
 
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
@@ -583,27 +590,52 @@ std::vector<std::string_view> GgufFile::TensorsNeverLookedUp() const {
 
 uint64_t GgufFile::released_bytes() const { return impl_->released.load(std::memory_order_relaxed); }
 
-uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {
-  const uint64_t released = ReleasePagesOf(data, size);
-  impl_->released.fetch_add(released, std::memory_order_relaxed);
-  return released;
+// Adds [begin, end) to a set of disjoint ranges (key: begin, value: end), merging the ranges it
+// overlaps or touches; returns how many of its bytes the set did not hold before.
+static uint64_t AddToRangeSet(std::map<uintptr_t, uintptr_t>* set, uintptr_t begin, uintptr_t end) {
+  if (end <= begin) return 0;
+  uint64_t already = 0;
+  uintptr_t merged_begin = begin, merged_end = end;
+  auto it = set->upper_bound(begin);
+  if (it != set->begin() && std::prev(it)->second >= begin) --it;
+  while (it != set->end() && it->first <= end) {  // overlapping or touching: merge
+    const uintptr_t lo = std::max(it->first, begin), hi = std::min(it->second, end);
+    if (hi > lo) already += hi - lo;
+    merged_begin = std::min(merged_begin, it->first);
+    merged_end = std::max(merged_end, it->second);
+    it = set->erase(it);
+  }
+  set->emplace(merged_begin, merged_end);
+  return (end - begin) - already;
 }
 
-uint64_t GgufFile::ReleasePagesOf(const void* data, uint64_t size) const {
-  if (impl_->secure.data() != nullptr) return impl_->secure.ReleaseRange(data, size);
-  if (impl_->mapping == nullptr || data == nullptr || size == 0) return 0;
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  const auto map_begin = reinterpret_cast<uintptr_t>(impl_->base);
-  if (begin < map_begin || begin - map_begin > impl_->size || size > impl_->size ||
-      begin - map_begin + size > impl_->size) {
+uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {
+  const auto [first, last] = PagesInside(data, size);
+  if (last <= first) return 0;
+  if (impl_->secure.data() != nullptr) {
+    if (impl_->secure.ReleaseRange(reinterpret_cast<const void*>(first), last - first) == 0) return 0;
+  } else if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) {
     return 0;
   }
+  std::lock_guard<std::mutex> lock(impl_->released_mu);
+  const uint64_t added = AddToRangeSet(&impl_->released_ranges, first, last);
+  impl_->released.fetch_add(added, std::memory_order_relaxed);
+  return added;
+}
+
+std::pair<uintptr_t, uintptr_t> GgufFile::PagesInside(const void* data, uint64_t size) const {
+  const uint8_t* image = impl_->secure.data() != nullptr ? impl_->secure.data()
+                         : impl_->mapping != nullptr     ? impl_->base
+                                                         : nullptr;
+  if (image == nullptr || data == nullptr || size == 0) return {0, 0};
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const auto image_begin = reinterpret_cast<uintptr_t>(image);
+  if (begin < image_begin || begin - image_begin > impl_->size || size > impl_->size ||
+      begin - image_begin + size > impl_->size) {
+    return {0, 0};
+  }
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (begin + page - 1) / page * page;
-  const uintptr_t last = (begin + size) / page * page;
-  if (last <= first) return 0;
-  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
-  return last - first;
+  return {(begin + page - 1) / page * page, (begin + size) / page * page};
 }
 
 }  // namespace vlmd::engine::gguf

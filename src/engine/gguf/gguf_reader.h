@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -134,15 +135,17 @@ class GgufFile {
   // Drops the resident pages wholly inside [data, data + size) of the mapping (madvise
   // MADV_DONTNEED): for tensors the engine has copied into its own layout and will not read
   // again. Only resident memory changes: a later read faults the bytes back in from the file.
-  // Returns the bytes released (page-rounded inward); 0 for an in-memory image (FromBytes) or a
-  // range not inside the mapping. A decrypted image's pages are wiped and given back (they read
+  // Returns the bytes released that no earlier call released (page-rounded inward); 0 for an
+  // in-memory image (FromBytes) or a range not inside the mapping. A decrypted image's pages are wiped and given back (they read
   // as zeros afterwards: nothing can fault them back in).
   uint64_t ReleasePages(const void* data, uint64_t size) const;
-  // What ReleasePages has released so far (a decrypted image: memory given back).
+  // What ReleasePages has released so far, each page once (a decrypted image: memory given back).
   uint64_t released_bytes() const;
 
  private:
-  uint64_t ReleasePagesOf(const void* data, uint64_t size) const;
+  // The whole pages inside [data, data + size) as [first, last), empty ({0, 0}) when the range
+  // is not inside the file's mapped or decrypted image.
+  std::pair<uintptr_t, uintptr_t> PagesInside(const void* data, uint64_t size) const;
   struct Impl;
   explicit GgufFile(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
