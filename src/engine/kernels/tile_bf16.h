@@ -91,7 +91,9 @@ class TileBf16Matrix {
 // out_bf16 set, the values are rounded to bf16 into out_bf16 (row m at out_bf16 + m * ldo_bf16)
 // instead of going to out: the next tile product reads them without a conversion pass
 // (accumulate must then be false).
-using TileActFn = void (*)(const float* x, float* y, int64_t n);  // elementwise, x == y allowed
+// Elementwise, x == y allowed. Never uses the tile unit: the AMX kernel calls it between the
+// tile instructions of its next block (a vector kernel of the table, e.g. gelu_tanh_fast).
+using TileActFn = void (*)(const float* x, float* y, int64_t n);
 struct TileBf16Args {
   const uint16_t* a = nullptr;
   int64_t lda = 0;

@@ -4,7 +4,9 @@
 // accumulator tiles, which is all 8 tile registers. Per 32-value k step that is 4 tile loads for
 // 4 `tdpbf16ps` (each 16 x 16 x 32 multiply-adds). A whole 16 x 16 accumulator is stored straight
 // into the output; edges (fewer rows or columns) and epilogues (bias, activation, accumulation,
-// bf16 output) go through a 1 KB stack buffer per tile, so they need no special tile shapes.
+// bf16 output) go through a 1 KB buffer per tile, so they need no special tile shapes. A block's
+// epilogue runs a few rows at a time between the k steps of the next block, where the vector
+// work overlaps the tile unit's (run after its own block, the tile unit idled through it).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -30,33 +32,33 @@ struct BlockPlace {
   int rows = 0, cols = 0;
 };
 
-// The epilogue (tile_bf16.h) on one buffered 16 x 16 block, then its valid values written (or
-// added) to their place in the output.
-void FinishBlock(const TileBf16Args& args, float* block, const BlockPlace& place) {
+// The epilogue (tile_bf16.h) on rows [r0, r1) of one buffered 16 x 16 block, then their valid
+// values written (or added) to their place in the output.
+void FinishRows(const TileBf16Args& args, float* block, const BlockPlace& place, int r0, int r1) {
   const int64_t row = place.row, col0 = place.col0;
-  const int rows = place.rows, cols = place.cols;
+  const int cols = place.cols;
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
   const bool scaled = args.scale != 1.0f;
   if (scaled || args.bias != nullptr) {
     const __m512 bias = args.bias != nullptr ? _mm512_maskz_loadu_ps(mask, args.bias + col0)
                                              : _mm512_setzero_ps();
-    for (int r = 0; r < rows; ++r) {
+    for (int r = r0; r < r1; ++r) {
       __m512 v = _mm512_load_ps(block + r * 16);
       if (scaled) v = _mm512_mul_ps(v, _mm512_set1_ps(args.scale));
       _mm512_store_ps(block + r * 16, _mm512_add_ps(v, bias));
     }
   }
-  // Whole rows of the block at once (the columns past `cols` hold products with zero padding).
-  if (args.act != nullptr) args.act(block, block, 16 * rows);
+  // Whole rows at once (the columns past `cols` hold products with zero padding).
+  if (args.act != nullptr) args.act(block + r0 * 16, block + r0 * 16, 16 * (r1 - r0));
   if (args.out_bf16 != nullptr) {
-    for (int r = 0; r < rows; ++r) {
+    for (int r = r0; r < r1; ++r) {
       const __m256bh b = _mm512_cvtneps_pbh(_mm512_load_ps(block + r * 16));
       _mm256_mask_storeu_epi16(args.out_bf16 + (row + r) * args.ldo_bf16 + col0, mask,
                                reinterpret_cast<const __m256i&>(b));
     }
     return;
   }
-  for (int r = 0; r < rows; ++r) {
+  for (int r = r0; r < r1; ++r) {
     __m512 v = _mm512_load_ps(block + r * 16);
     float* o = args.out + (row + r) * args.ldo + col0;
     if (args.accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, o));
@@ -64,12 +66,48 @@ void FinishBlock(const TileBf16Args& args, float* block, const BlockPlace& place
   }
 }
 
+// The buffered accumulator tiles of the last block whose epilogue has not run yet, finished a
+// few rows at a time. The activation is a call between tile instructions: TileActFn never
+// touches the tile unit (tile_bf16.h), so the accumulators and the configuration stay.
+struct PendingEpilogue {
+  alignas(64) float buf[4][256];
+  BlockPlace place[4];
+  bool buffered[4] = {};
+  int tile = 4;  // the next tile to finish, 4 when none is left
+  int row = 0;   // its next row
+
+  bool active() const { return tile < 4; }
+  // After the accumulators went to buf (buffered[t] set for those that did).
+  void Start() {
+    tile = 0;
+    row = 0;
+  }
+  // Finishes up to `rows` more rows.
+  void Advance(const TileBf16Args& args, int rows) {
+    while (rows > 0 && tile < 4) {
+      if (!buffered[tile]) {
+        ++tile;
+        continue;
+      }
+      const int n = std::min(rows, place[tile].rows - row);
+      FinishRows(args, buf[tile], place[tile], row, row + n);
+      row += n;
+      rows -= n;
+      if (row == place[tile].rows) {
+        buffered[tile] = false;
+        ++tile;
+        row = 0;
+      }
+    }
+  }
+  void Finish(const TileBf16Args& args) { Advance(args, 4 * 16); }
+};
+
 // Stores one accumulator tile (row tile i of the block at row m, panel p): a whole 16 x 16 block
 // without an epilogue goes straight into the output rows and false is returned; edges (fewer rows
-// or columns) and epilogues go to `buf` (then true: FinishBlock must follow, once every tile of
-// the block is stored, because the epilogue's activation is a call that may clobber tile
-// registers). store(dst, stride_bytes) stores the tile (the tile register must be a literal in
-// the intrinsic, hence the callable).
+// or columns) and epilogues go to `buf` (then true: its epilogue is pending). store(dst,
+// stride_bytes) stores the tile (the tile register must be a literal in the intrinsic, hence the
+// callable).
 template <typename Store>
 inline bool StoreAccumulator(const TileBf16Args& args, bool plain, int64_t m, int64_t m1,
                              int64_t p, int i, float* buf, BlockPlace* place, Store store) {
@@ -87,10 +125,14 @@ inline bool StoreAccumulator(const TileBf16Args& args, bool plain, int64_t m, in
   return true;
 }
 
-// One block of MA x 16 rows by NB x 16 columns, starting at row m and panel p.
+// One block of MA x 16 rows by NB x 16 columns, starting at row m and panel p; the previous
+// block's pending epilogue runs between its k steps, and its own becomes the pending one.
 template <int MA, int NB>
-void TileBlock(const TileBf16Args& args, bool plain, int64_t m, int64_t m1, int64_t p) {
+void TileBlock(const TileBf16Args& args, bool plain, int64_t m, int64_t m1, int64_t p,
+               PendingEpilogue* pending) {
   const int64_t steps = args.k / kTileK;
+  // Rows of the pending epilogue per k step: all 64 by the last step.
+  const int rows_per_step = static_cast<int>((4 * 16 + steps - 1) / steps);
   const size_t a_stride = static_cast<size_t>(args.lda) * sizeof(uint16_t);
   const uint16_t* a0 = args.a + m * args.lda;
   const uint16_t* a1 = a0 + 16 * args.lda;
@@ -111,27 +153,27 @@ void TileBlock(const TileBf16Args& args, bool plain, int64_t m, int64_t m1, int6
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (NB == 2) _tile_dpbf16ps(3, 5, 7);
     }
+    if (pending->active()) pending->Advance(args, rows_per_step);
   }
-  alignas(64) float buf[4][256];
-  BlockPlace place[4];
-  bool pending[4] = {};
-  pending[0] = StoreAccumulator(args, plain, m, m1, p, 0, buf[0], &place[0],
-                                [](float* d, size_t s) { _tile_stored(0, d, s); });
+  pending->Finish(args);  // its buffers take this block's accumulators next
+  float(*buf)[256] = pending->buf;
+  BlockPlace* place = pending->place;
+  bool* buffered = pending->buffered;
+  buffered[0] = StoreAccumulator(args, plain, m, m1, p, 0, buf[0], &place[0],
+                                 [](float* d, size_t s) { _tile_stored(0, d, s); });
   if constexpr (NB == 2) {
-    pending[1] = StoreAccumulator(args, plain, m, m1, p + 1, 0, buf[1], &place[1],
-                                  [](float* d, size_t s) { _tile_stored(1, d, s); });
+    buffered[1] = StoreAccumulator(args, plain, m, m1, p + 1, 0, buf[1], &place[1],
+                                   [](float* d, size_t s) { _tile_stored(1, d, s); });
   }
   if constexpr (MA == 2) {
-    pending[2] = StoreAccumulator(args, plain, m, m1, p, 1, buf[2], &place[2],
-                                  [](float* d, size_t s) { _tile_stored(2, d, s); });
+    buffered[2] = StoreAccumulator(args, plain, m, m1, p, 1, buf[2], &place[2],
+                                   [](float* d, size_t s) { _tile_stored(2, d, s); });
   }
   if constexpr (MA == 2 && NB == 2) {
-    pending[3] = StoreAccumulator(args, plain, m, m1, p + 1, 1, buf[3], &place[3],
-                                  [](float* d, size_t s) { _tile_stored(3, d, s); });
+    buffered[3] = StoreAccumulator(args, plain, m, m1, p + 1, 1, buf[3], &place[3],
+                                   [](float* d, size_t s) { _tile_stored(3, d, s); });
   }
-  for (int t = 0; t < 4; ++t) {
-    if (pending[t]) FinishBlock(args, buf[t], place[t]);
-  }
+  pending->Start();
 }
 
 // Rows [m0, m1) x panels [p0, p1): panel pairs outside, row pairs inside, so that a pair of B
@@ -139,21 +181,23 @@ void TileBlock(const TileBf16Args& args, bool plain, int64_t m, int64_t m1, int6
 void TileBf16MatmulAmx(const TileBf16Args& args, int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
   ConfigureTiles();
   const bool plain = args.PlainStore();
+  PendingEpilogue pending;
   for (int64_t p = p0; p < p1; p += 2) {
     const bool two_panels = p + 1 < p1;
     for (int64_t m = m0; m < m1; m += 32) {
       const bool two_rows = m1 - m > 16;
       if (two_rows && two_panels) {
-        TileBlock<2, 2>(args, plain, m, m1, p);
+        TileBlock<2, 2>(args, plain, m, m1, p, &pending);
       } else if (two_rows) {
-        TileBlock<2, 1>(args, plain, m, m1, p);
+        TileBlock<2, 1>(args, plain, m, m1, p, &pending);
       } else if (two_panels) {
-        TileBlock<1, 2>(args, plain, m, m1, p);
+        TileBlock<1, 2>(args, plain, m, m1, p, &pending);
       } else {
-        TileBlock<1, 1>(args, plain, m, m1, p);
+        TileBlock<1, 1>(args, plain, m, m1, p, &pending);
       }
     }
   }
+  pending.Finish(args);
   _tile_release();
 }
 
