@@ -83,8 +83,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       WaitForRequest();
     }
   }
+  // At Stop: only a connection with no request head read yet closes. One whose head was read
+  // (its body may still be arriving) gets its answer, a 503 shutting_down at the latest: closed
+  // mid-body, a request the server had taken got no reply at all.
   void CloseIfIdle() override {
-    if (phase_ != Phase::kHeadCheck && phase_ != Phase::kHandling && phase_ != Phase::kWriting) Close();
+    if (phase_ == Phase::kIdle || phase_ == Phase::kHead) Close();
   }
   void ForceClose() override { Close(); }
   // On the I/O thread: a handler thread's blocking write of one piece of a streamed reply.

@@ -245,7 +245,7 @@ void HttpFront::Stop() {
   if (f.stopped || !f.io_thread.joinable()) return;
   f.stopped = true;
   f.stopping.store(true);
-  // 1. No new connections; idle ones closed; ones whose request a handler owns finish it.
+  // 1. No new connections; idle ones (no request head read) closed; the others get their answer.
   asio::post(f.io, [&f] {
     error_code ignored;
     f.acceptor->close(ignored);
