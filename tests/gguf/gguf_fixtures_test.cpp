@@ -148,16 +148,22 @@ TEST(GgufFixtures, TokenizerVocabs) {
   }
 }
 
+// The file's largest tensor (nullptr when it has none): the one spanning the most pages.
+const TensorInfo* LargestTensor(const GgufFile& f) {
+  const TensorInfo* biggest = nullptr;
+  for (const TensorInfo& t : f.tensors()) {
+    if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
+  }
+  return biggest;
+}
+
 // ReleasePages drops whole pages inside a tensor and nothing else: the bytes read back unchanged
 // (faulted in again from the file), a range outside the mapping or an in-memory image releases
 // nothing.
 TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
   auto f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
   ASSERT_NE(f, nullptr);
-  const TensorInfo* biggest = nullptr;
-  for (const TensorInfo& t : f->tensors()) {
-    if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
-  }
+  const TensorInfo* biggest = LargestTensor(*f);
   ASSERT_NE(biggest, nullptr);
   ASSERT_GT(biggest->nbytes, 3u * 4096u) << "the fixture's largest tensor spans too few pages";
   const std::vector<uint8_t> before(biggest->data, biggest->data + biggest->nbytes);
@@ -184,10 +190,7 @@ TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
 TEST(GgufFixtures, ReleasedPagesCountOnce) {
   auto f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
   ASSERT_NE(f, nullptr);
-  const TensorInfo* biggest = nullptr;
-  for (const TensorInfo& t : f->tensors()) {
-    if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
-  }
+  const TensorInfo* biggest = LargestTensor(*f);
   ASSERT_NE(biggest, nullptr);
   const uint64_t page = 4096;
   ASSERT_GT(biggest->nbytes, 4 * page) << "the fixture's largest tensor spans too few pages";
