@@ -131,8 +131,8 @@ template <int MA, int NB>
 void TileBlock(const TileBf16Args& args, bool plain, int64_t m, int64_t m1, int64_t p,
                PendingEpilogue* pending) {
   const int64_t steps = args.k / kTileK;
-  // Rows of the pending epilogue per k step: all 64 by the last step.
-  const int rows_per_step = static_cast<int>((4 * 16 + steps - 1) / steps);
+  // Rows of the pending epilogue per k step: all 64 by the last step (no step: Finish below).
+  const int rows_per_step = steps > 0 ? static_cast<int>((4 * 16 + steps - 1) / steps) : 0;
   const size_t a_stride = static_cast<size_t>(args.lda) * sizeof(uint16_t);
   const uint16_t* a0 = args.a + m * args.lda;
   const uint16_t* a1 = a0 + 16 * args.lda;
