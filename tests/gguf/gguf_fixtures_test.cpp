@@ -1,6 +1,7 @@
 // Reads every GGUF under tests/fixtures and checks it against golden.json ("files": size, tensor
 // count per type, which tensor has which type) and the documented hyperparameters (README.md).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -165,7 +166,8 @@ TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
   ASSERT_NE(f, nullptr);
   const TensorInfo* biggest = LargestTensor(*f);
   ASSERT_NE(biggest, nullptr);
-  ASSERT_GT(biggest->nbytes, 3u * 4096u) << "the fixture's largest tensor spans too few pages";
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  ASSERT_GT(biggest->nbytes, 3 * page) << "the fixture's largest tensor spans too few pages";
   const std::vector<uint8_t> before(biggest->data, biggest->data + biggest->nbytes);
   const uint64_t released = f->ReleasePages(biggest->data, biggest->nbytes);
   EXPECT_GT(released, 0u);
@@ -192,7 +194,7 @@ TEST(GgufFixtures, ReleasedPagesCountOnce) {
   ASSERT_NE(f, nullptr);
   const TensorInfo* biggest = LargestTensor(*f);
   ASSERT_NE(biggest, nullptr);
-  const uint64_t page = 4096;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   ASSERT_GT(biggest->nbytes, 4 * page) << "the fixture's largest tensor spans too few pages";
   const uint64_t half = biggest->nbytes / 2;
   const uint64_t first_half = f->ReleasePages(biggest->data, half);

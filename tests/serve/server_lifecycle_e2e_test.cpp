@@ -418,23 +418,36 @@ TEST(ServerShutdown, RequestsStillThereAtStopGet503) {
 // A request whose head the server has read and whose body is still arriving when Stop begins is
 // answered 503 shutting_down once its body is in (Stop closed such a connection with no reply:
 // the race behind a rare failure of the test above, whose queued request may be mid-body then).
+// No sleeps decide the order: the head asks for 100 Continue, which the server sends once it
+// waits for the body, and Stop's pass over the connections runs on the I/O thread in the step
+// that closes the listening socket, so a refused connect means that pass has been made.
 TEST(ServerShutdown, RequestMidBodyAtStopGets503) {
   auto server = StartServer({});
   const std::string body = json{{"prompt", "hi"}, {"max_tokens", 2}}.dump();
   const std::string request = testing::InvokeRequest(body);
-  const size_t head_and_some = request.size() - body.size() + 3;
+  const std::string head = request.substr(0, request.size() - body.size() - 2) +
+                           "Expect: 100-continue\r\n\r\n";
   const int fd = testing::Connect(server->port());
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(testing::SendAll(fd, request.substr(0, head_and_some)));
-  // The head check runs on a handler thread, then the body is read: give it the time.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(testing::SendAll(fd, head));
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string interim;
+  char c;
+  while (interim.find("\r\n\r\n") == std::string::npos && read(fd, &c, 1) == 1) interim += c;
+  ASSERT_EQ(interim.rfind("HTTP/1.1 100", 0), 0u) << interim;
   std::thread stopper([&] { server->Stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const bool rest_sent = testing::SendAll(fd, request.substr(head_and_some));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int probe; (probe = testing::Connect(server->port())) >= 0;) {
+    close(probe);
+    if (std::chrono::steady_clock::now() > give_up) break;  // the reply check below fails
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const bool body_sent = testing::SendAll(fd, body);
   const std::string reply = testing::ReadUntilClosed(fd, 30).bytes;
   stopper.join();
   close(fd);
-  EXPECT_TRUE(rest_sent) << "the connection was closed before its body was in";
+  EXPECT_TRUE(body_sent) << "the connection was closed before its body was in";
   EXPECT_EQ(reply.rfind("HTTP/1.1 503", 0), 0u) << reply;
   EXPECT_NE(reply.find("shutting_down"), std::string::npos) << reply;
 }

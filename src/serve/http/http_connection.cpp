@@ -84,8 +84,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     }
   }
   // At Stop: only a connection with no request head read yet closes. One whose head was read
-  // (its body may still be arriving) gets its answer, a 503 shutting_down at the latest: closed
-  // mid-body, a request the server had taken got no reply at all.
+  // is answered once its body is in (503 shutting_down when the handlers have stopped; closed
+  // mid-body, a request the server had taken got no reply at all), unless the body timeout
+  // refuses it first or Stop's grace (kStopGrace) ends. One closing after its reply (kClosing)
+  // lingers as it would without Stop.
   void CloseIfIdle() override {
     if (phase_ == Phase::kIdle || phase_ == Phase::kHead) Close();
   }

@@ -245,7 +245,8 @@ void HttpFront::Stop() {
   if (f.stopped || !f.io_thread.joinable()) return;
   f.stopped = true;
   f.stopping.store(true);
-  // 1. No new connections; idle ones (no request head read) closed; the others get their answer.
+  // 1. No new connections; idle ones (no request head read) closed; the others get their answer
+  // (a body still arriving is read first: step 3 waits for it, at most kStopGrace).
   asio::post(f.io, [&f] {
     error_code ignored;
     f.acceptor->close(ignored);
