@@ -136,8 +136,8 @@ class GgufFile {
   // MADV_DONTNEED): for tensors the engine has copied into its own layout and will not read
   // again. Only resident memory changes: a later read faults the bytes back in from the file.
   // Returns the bytes released that no earlier call released (page-rounded inward); 0 for an
-  // in-memory image (FromBytes) or a range not inside the mapping. A decrypted image's pages are wiped and given back (they read
-  // as zeros afterwards: nothing can fault them back in).
+  // in-memory image (FromBytes) or a range not inside the mapping. A decrypted image's pages are
+  // wiped and given back (they read as zeros afterwards: nothing can fault them back in).
   uint64_t ReleasePages(const void* data, uint64_t size) const;
   // What ReleasePages has released so far, each page once (a decrypted image: memory given back).
   uint64_t released_bytes() const;
