@@ -149,25 +149,28 @@ TEST(GgufFixtures, TokenizerVocabs) {
   }
 }
 
-// The file's largest tensor (nullptr when it has none): the one spanning the most pages.
-const TensorInfo* LargestTensor(const GgufFile& f) {
-  const TensorInfo* biggest = nullptr;
-  for (const TensorInfo& t : f.tensors()) {
-    if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
+// The ReleasePages tests: tiny-llava's text file and its largest tensor (the one spanning the
+// most pages), at least three pages long.
+class ReleasedPages : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
+    ASSERT_NE(f, nullptr);
+    for (const TensorInfo& t : f->tensors()) {
+      if (biggest == nullptr || t.nbytes > biggest->nbytes) biggest = &t;
+    }
+    ASSERT_NE(biggest, nullptr);
+    ASSERT_GT(biggest->nbytes, 3 * page) << "the fixture's largest tensor spans too few pages";
   }
-  return biggest;
-}
+  std::unique_ptr<GgufFile> f;
+  const TensorInfo* biggest = nullptr;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+};
 
 // ReleasePages drops whole pages inside a tensor and nothing else: the bytes read back unchanged
 // (faulted in again from the file), a range outside the mapping or an in-memory image releases
 // nothing.
-TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
-  auto f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
-  ASSERT_NE(f, nullptr);
-  const TensorInfo* biggest = LargestTensor(*f);
-  ASSERT_NE(biggest, nullptr);
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  ASSERT_GT(biggest->nbytes, 3 * page) << "the fixture's largest tensor spans too few pages";
+TEST_F(ReleasedPages, ReadBackUnchanged) {
   const std::vector<uint8_t> before(biggest->data, biggest->data + biggest->nbytes);
   const uint64_t released = f->ReleasePages(biggest->data, biggest->nbytes);
   EXPECT_GT(released, 0u);
@@ -189,12 +192,7 @@ TEST(GgufFixtures, ReleasedPagesReadBackUnchanged) {
 
 // Each page counts once in released_bytes (the memory cap subtracts it from a decrypted file's
 // size): a range released again counts nothing, an overlapping one only its new pages.
-TEST(GgufFixtures, ReleasedPagesCountOnce) {
-  auto f = OpenOrFail(FixturePath("tiny-llava/text.gguf"));
-  ASSERT_NE(f, nullptr);
-  const TensorInfo* biggest = LargestTensor(*f);
-  ASSERT_NE(biggest, nullptr);
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+TEST_F(ReleasedPages, CountOnce) {
   ASSERT_GT(biggest->nbytes, 4 * page) << "the fixture's largest tensor spans too few pages";
   const uint64_t half = biggest->nbytes / 2;
   const uint64_t first_half = f->ReleasePages(biggest->data, half);

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "core/byte_counts.h"
 #include "engine/kernels/packed_int8.h"
 #include "engine/kernels/tile_bf16.h"
 #include "engine/ops/parallel.h"
@@ -388,25 +389,30 @@ PackedTileRoute TileRouteFor(const WeightPacking& packing, int64_t k) {
                      packing.kt->tile_bf16_matmul != nullptr;
   return tiles ? PackedTileRoute::kManyRows : PackedTileRoute::kNever;
 }
+
+// Whole MiB rounded up, for the cap's messages.
+std::string Mib(uint64_t bytes) { return std::to_string(CeilMiB(bytes)); }
 }  // namespace
+
+Status PackedBytesCap::CheckHeld() const {
+  const uint64_t held = held_ ? held_() : 0;
+  if (SaturatingAdd(charged_, held) <= cap_) return Status::Ok();
+  return ResourceExhaustedError("the decrypted model files (" + Mib(held) + " MiB) pass the " + Mib(cap_) +
+                                " MiB this load may take; loading stopped" + (hint_.empty() ? "" : ". " + hint_));
+}
 
 Status PackedBytesCap::Charge(uint64_t bytes, std::string_view name) {
   const uint64_t held = held_ ? held_() : 0;
-  const uint64_t used = charged_ > UINT64_MAX - held ? UINT64_MAX : charged_ + held;
+  const uint64_t used = SaturatingAdd(charged_, held);
   if (bytes <= cap_ && used <= cap_ - bytes) {
     charged_ += bytes;
     return Status::Ok();
   }
-  const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
-  if (bytes == 0) {  // CheckHeld: what the load holds besides, before any packing
-    return ResourceExhaustedError("the decrypted model files (" + mib(held) + " MiB) pass the " + mib(cap_) +
-                                  " MiB this load may take; loading stopped" + (hint_.empty() ? "" : ". " + hint_));
-  }
   return ResourceExhaustedError(
-      "the packed weights pass the " + mib(cap_) + " MiB this load may take at " +
-      (name.empty() ? std::string("a matrix") : "'" + std::string(name) + "'") + " (" + mib(bytes) +
-      " MiB, after " + mib(charged_) + " MiB of packed weights" +
-      (held > 0 ? " and " + mib(held) + " MiB of decrypted model files" : std::string()) +
+      "the packed weights pass the " + Mib(cap_) + " MiB this load may take at " +
+      (name.empty() ? std::string("a matrix") : "'" + std::string(name) + "'") + " (" + Mib(bytes) +
+      " MiB, after " + Mib(charged_) + " MiB of packed weights" +
+      (held > 0 ? " and " + Mib(held) + " MiB of decrypted model files" : std::string()) +
       "); loading stopped" + (hint_.empty() ? "" : ". " + hint_));
 }
 

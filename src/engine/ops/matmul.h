@@ -97,7 +97,7 @@ class PackedBytesCap {
   // Charges `bytes` for the matrix `name`; RESOURCE_EXHAUSTED (nothing charged) past the cap.
   Status Charge(uint64_t bytes, std::string_view name);
   // RESOURCE_EXHAUSTED when what the load holds besides (CountHeld) passes the cap alone.
-  Status CheckHeld() { return Charge(0, {}); }
+  Status CheckHeld() const;
   // Counts `held()` (asked at each charge) beside the packed copies: the memory a load holds
   // otherwise, e.g. a sealed model's decrypted files less the pages the loaders gave back.
   void CountHeld(std::function<uint64_t()> held) { held_ = std::move(held); }

@@ -7,9 +7,6 @@
 
 namespace vlmd::serve {
 
-uint64_t CeilMiB(uint64_t bytes) { return bytes / (1u << 20) + (bytes % (1u << 20) != 0); }
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-
 namespace {
 
 uint64_t SaturatingMul(uint64_t a, uint64_t b) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "core/byte_counts.h"
 #include "core/status.h"
 #include "engine/runtime/vlm_engine.h"
 #include "serve/hosting/image_cache.h"
@@ -35,12 +36,8 @@ struct ModelSpec {
 // mapped files less the pages packed copies replaced, plus those copies), the K/V caches of a full
 // batch and of the parked prompt prefixes at the full context, and its visual-embedding cache's
 // limit. Not in it: the forward pass's activations and scratch (the encoder's ~1024-row buffers,
-// the prefill attention's), which /metrics reports as they are allocated.
-// Byte counts of memory plans: whole MiB rounded up, and a sum capped at UINT64_MAX (absurd
-// settings must not wrap around into a plan that fits).
-uint64_t CeilMiB(uint64_t bytes);
-uint64_t SaturatingAdd(uint64_t a, uint64_t b);
-
+// the prefill attention's), which /metrics reports as they are allocated. Sums saturate
+// (SaturatingAdd, core/byte_counts.h).
 struct MemoryPlan {
   uint64_t weights = 0;
   uint64_t kv = 0;           // kv_sequences x kv_per_sequence
