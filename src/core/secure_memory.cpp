@@ -5,9 +5,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <utility>
 
+#include "core/disjoint_ranges.h"
+
 namespace vlmd {
+
+struct SecureBuffer::ReleasedPages {
+  std::mutex mu;
+  DisjointRanges ranges;
+};
 
 void WipeBytes(void* data, size_t bytes) {
   if (data != nullptr && bytes != 0) OPENSSL_cleanse(data, bytes);
@@ -30,16 +38,19 @@ Result<SecureBuffer> SecureBuffer::Allocate(size_t bytes) {
   (void)::madvise(m, mapped, MADV_DONTDUMP);  // best effort: core dumps must not hold plaintext
 #endif
   b.locked_ = ::mlock(m, mapped) == 0;
+  b.released_ = std::make_unique<ReleasedPages>();
   return b;
 }
 
+SecureBuffer::SecureBuffer() = default;
 SecureBuffer::~SecureBuffer() { Reset(); }
 
 SecureBuffer::SecureBuffer(SecureBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, 0)),
-      locked_(std::exchange(other.locked_, false)) {}
+      locked_(std::exchange(other.locked_, false)),
+      released_(std::move(other.released_)) {}
 
 SecureBuffer& SecureBuffer::operator=(SecureBuffer&& other) noexcept {
   if (this != &other) {
@@ -48,13 +59,18 @@ SecureBuffer& SecureBuffer::operator=(SecureBuffer&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     mapped_ = std::exchange(other.mapped_, 0);
     locked_ = std::exchange(other.locked_, false);
+    released_ = std::move(other.released_);
   }
   return *this;
 }
 
 void SecureBuffer::Reset() {
   if (data_ == nullptr) return;
-  WipeBytes(data_, size_);
+  const auto base = reinterpret_cast<uintptr_t>(data_);
+  for (const auto& [first, last] : released_->ranges.Gaps(base, base + size_)) {
+    WipeBytes(reinterpret_cast<void*>(first), last - first);
+  }
+  released_.reset();
   if (locked_) ::munlock(data_, mapped_);
   ::munmap(data_, mapped_);
   data_ = nullptr;
@@ -73,10 +89,20 @@ size_t SecureBuffer::ReleaseRange(const void* p, size_t n) {
   const uintptr_t first = (begin + page - 1) / page * page;
   const uintptr_t last = (begin + n) / page * page;
   if (last <= first) return 0;
-  WipeBytes(reinterpret_cast<void*>(first), last - first);
-  if (locked_) ::munlock(reinterpret_cast<void*>(first), last - first);
-  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
-  return last - first;
+  std::vector<DisjointRanges::Range> claimed;  // the pages this call wipes and releases
+  {
+    std::lock_guard<std::mutex> lock(released_->mu);
+    claimed = released_->ranges.Gaps(first, last);
+    released_->ranges.Add(first, last);
+  }
+  size_t released = 0;
+  for (const auto& [lo, hi] : claimed) {
+    WipeBytes(reinterpret_cast<void*>(lo), hi - lo);
+    if (locked_) ::munlock(reinterpret_cast<void*>(lo), hi - lo);
+    // Wiped either way, so the final wipe may skip it; counted only when given back.
+    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) == 0) released += hi - lo;
+  }
+  return released;
 }
 
 }  // namespace vlmd

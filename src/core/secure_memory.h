@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/status.h"
@@ -18,7 +19,7 @@ void WipeBytes(void* data, size_t bytes);
 
 class SecureBuffer {
  public:
-  SecureBuffer() = default;
+  SecureBuffer();
   // `bytes` of zeroed anonymous memory; RESOURCE_EXHAUSTED when it cannot be mapped.
   static Result<SecureBuffer> Allocate(size_t bytes);
   ~SecureBuffer();
@@ -38,15 +39,21 @@ class SecureBuffer {
 
   // Wipes the whole pages inside [p, p + n) and gives them back to the kernel (MADV_DONTNEED;
   // they read as zeros afterwards). For weights the engine has copied into its own layout.
-  // Returns the bytes released, 0 when the range is not inside the buffer.
+  // Returns the bytes released that no earlier call released (a page is wiped and released
+  // once), 0 when the range is not inside the buffer. Calls may run concurrently with each
+  // other, not with a move or the destruction.
   size_t ReleaseRange(const void* p, size_t n);
 
  private:
+  struct ReleasedPages;  // the ranges ReleaseRange gave back, and their lock
   void Reset();
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   size_t mapped_ = 0;  // size_ rounded up to whole pages
   bool locked_ = false;
+  // Kept so that the final wipe skips them: writing a released page would fault it back in,
+  // and wiping a large model's released image would map all of it again just before the unmap.
+  std::unique_ptr<ReleasedPages> released_;
 };
 
 // A symmetric key (SM4 is 128 bits), wiped on destruction.

@@ -3,6 +3,7 @@
 // every count is bounded by the bytes left before anything is allocated for it.
 #include "engine/gguf/gguf_reader.h"
 
+#include "core/disjoint_ranges.h"
 #include "core/secure_memory.h"
 
 #include <fcntl.h>
@@ -19,7 +20,6 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -223,11 +223,11 @@ struct GgufFile::Impl {
   SecureBuffer secure;        // decrypted sealed file (wiped on destruction)
   const uint8_t* base = nullptr;
   uint64_t size = 0;
-  // The pages ReleasePages has given back, as disjoint [begin, end) address ranges (key: begin),
-  // so that a range released twice or overlapping an earlier one counts once.
+  // The pages ReleasePages has given back of a mapped file, so that a range released twice or
+  // overlapping an earlier one counts once (a SecureBuffer keeps its own).
   std::mutex released_mu;
-  std::map<uintptr_t, uintptr_t> released_ranges;
-  std::atomic<uint64_t> released{0};  // the bytes in released_ranges
+  DisjointRanges mapped_released;
+  std::atomic<uint64_t> released{0};  // the bytes given back, each page once
 
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
@@ -590,35 +590,17 @@ std::vector<std::string_view> GgufFile::TensorsNeverLookedUp() const {
 
 uint64_t GgufFile::released_bytes() const { return impl_->released.load(std::memory_order_relaxed); }
 
-// Adds [begin, end) to a set of disjoint ranges (key: begin, value: end), merging the ranges it
-// overlaps or touches; returns how many of its bytes the set did not hold before.
-static uint64_t AddToRangeSet(std::map<uintptr_t, uintptr_t>* set, uintptr_t begin, uintptr_t end) {
-  if (end <= begin) return 0;
-  uint64_t already = 0;
-  uintptr_t merged_begin = begin, merged_end = end;
-  auto it = set->upper_bound(begin);
-  if (it != set->begin() && std::prev(it)->second >= begin) --it;
-  while (it != set->end() && it->first <= end) {  // overlapping or touching: merge
-    const uintptr_t lo = std::max(it->first, begin), hi = std::min(it->second, end);
-    if (hi > lo) already += hi - lo;
-    merged_begin = std::min(merged_begin, it->first);
-    merged_end = std::max(merged_end, it->second);
-    it = set->erase(it);
-  }
-  set->emplace(merged_begin, merged_end);
-  return (end - begin) - already;
-}
-
 uint64_t GgufFile::ReleasePages(const void* data, uint64_t size) const {
   const auto [first, last] = PagesInside(data, size);
   if (last <= first) return 0;
+  uint64_t added = 0;
   if (impl_->secure.data() != nullptr) {
-    if (impl_->secure.ReleaseRange(reinterpret_cast<const void*>(first), last - first) == 0) return 0;
-  } else if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) {
-    return 0;
+    added = impl_->secure.ReleaseRange(reinterpret_cast<const void*>(first), last - first);
+  } else {
+    if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+    std::lock_guard<std::mutex> lock(impl_->released_mu);
+    added = impl_->mapped_released.Add(first, last);
   }
-  std::lock_guard<std::mutex> lock(impl_->released_mu);
-  const uint64_t added = AddToRangeSet(&impl_->released_ranges, first, last);
   impl_->released.fetch_add(added, std::memory_order_relaxed);
   return added;
 }
