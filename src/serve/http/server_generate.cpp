@@ -323,10 +323,12 @@ void Server::Handlers::KeepStreamFrame(const Call& call, const JobResult& r) {
   // (A prepared stream part means the request named a stream: stream_key is set.)
   if (call.prepared.input.images.empty() || r.encoded_images.empty()) return;
   const StreamPart& part = *call.prepared.stream;
-  ContextFrame frame{call.prepared.input.images.front().key, r.encoded_images.front(),
-                     part.frame_tokens, part.thumbnail, part.sequence};
-  frame.image_sha256 = call.image_hashes.front();
-  s_.streams_->Push(call.stream_key, std::move(frame));
+  s_.streams_->Push(call.stream_key, ContextFrame{.key = call.prepared.input.images.front().key,
+                                                  .encoded = r.encoded_images.front(),
+                                                  .prompt_tokens = part.frame_tokens,
+                                                  .thumbnail = part.thumbnail,
+                                                  .sequence = part.sequence,
+                                                  .image_sha256 = call.image_hashes.front()});
 }
 
 std::string Server::Handlers::PassText(Call& call, std::string text) {
