@@ -27,7 +27,7 @@ PACKAGES=(
   libdlib-dev           # redaction: dlib's HOG frontal-face detector
   libblas-dev liblapack-dev  # dlib's CMake package links libblas.so / liblapack.so by path
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libbenchmark-dev
   curl                  # the README's examples (scripts/smoke_run.sh), shell tests
   haproxy               # replicas behind the shipped load-balancer config (tests/deploy)
 )
