@@ -251,6 +251,28 @@ TEST_F(VlmEngineTest, ReleasedTokensWaitForWholeCharactersAndFailureDropsHeldOne
   EXPECT_EQ((*failing)->released_tokens(), say->size()) << "the held tokens were dropped, not released";
 }
 
+// A sequence ended while its prompt is being prefilled (the client left, the deadline passed)
+// lets go of the prompt's rows, image embeddings included: the scheduler parks it for prefix
+// reuse with only its K/V, and the rows would stay with it unseen by any memory count.
+TEST_F(VlmEngineTest, SequenceEndedWhilePrefillingLetsGoOfItsPromptRows) {
+  ASSERT_GE(prompt_.size(), 3u);
+  GenerateParams p;
+  p.max_tokens = 4;
+  PromptRows rows;
+  rows.tokens = prompt_;
+  auto seq = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+  ASSERT_TRUE(engine_->PrefillChunk(seq->get(), 2).ok());
+  ASSERT_TRUE((*seq)->prefilling());
+  EXPECT_EQ((*seq)->prefill_rows_left(), static_cast<int64_t>(prompt_.size()) - 2);
+  (*seq)->Finish("cancelled");
+  EXPECT_FALSE((*seq)->prefilling()) << "the prompt rows are still held";
+  EXPECT_EQ((*seq)->prefill_rows_left(), 0);
+  EXPECT_EQ((*seq)->cache()->n_filled(), 2) << "the rows computed stay reusable";
+  EXPECT_TRUE(engine_->PrefillChunk(seq->get(), 2).ok()) << "nothing left to do: not an error";
+  EXPECT_EQ((*seq)->cache()->n_filled(), 2);
+}
+
 TEST_F(VlmEngineTest, CallbackCancels) {
   GenerateParams p;
   p.max_tokens = 20;

@@ -113,6 +113,10 @@ void Sequence::Finish(std::string_view reason, bool keep_held) {
     unread_ += tail;
   }
   pending_.clear();
+  // Ended while prefilling: the prompt's rows (image embeddings included) are not needed any
+  // more, and a sequence parked for prefix reuse keeps only its K/V.
+  prefill_.reset();
+  prefill_next_ = 0;
 }
 
 size_t Sequence::released_tokens() const {

@@ -54,7 +54,7 @@ class Sequence {
 
   bool finished() const { return !finish_reason_.empty(); }
   // True from VlmEngine::BeginSequence until PrefillChunk computed the last prompt row (and
-  // sampled the first token): not yet ready for DecodeStep.
+  // sampled the first token), or the sequence finished: not yet ready for DecodeStep.
   bool prefilling() const { return prefill_ != nullptr; }
   // Prompt rows still to compute while prefilling (0 otherwise).
   int64_t prefill_rows_left() const;
