@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -320,6 +321,42 @@ TEST(ServerFamilyBudget, EveryShrunkImageIsNamed) {
   // (140x140: 25 against 24).
   EXPECT_EQ(a["budget"]["downsampled_from"], images[1]["downsampled_from"]);
   EXPECT_EQ(a["budget"]["to"], images[1]["to"]);
+}
+
+// Each image is one query of the visual-embedding cache however many steps it waits for its
+// encoding to start (hits / queries is the ratio operators watch): the second image waits one
+// step behind the first (one ViT work unit per step), which counted it twice. Once the reply is
+// out the scheduler is idle, and its memory gauges say what it holds then: no K/V, since
+// nothing is parked for prefix reuse (they kept the last step's values).
+TEST(ServerFamilyCache, EachImageIsOneQueryAndTheIdleGaugesAreCurrent) {
+  HarnessOptions o = FamilyOptions(kQwen25vl);
+  o.scheduler.prefix_cache_entries = 0;
+  Harness h(o);
+  auto c = h.Client();
+  json req{{"prompt", "A <__media__> B <__media__>"},
+           {"max_tokens", 6},  // decoded over several steps: the gauge has its K/V at one
+           {"images_base64",
+            {api::EncodeBase64(FixtureImage("img-168x112.png", kQwen25vl.fixture)),
+             api::EncodeBase64(FixtureImage("img-140x140.png", kQwen25vl.fixture))}}};
+  const json first = Post(*c, "/v1/vlm/invoke", req);
+  ASSERT_EQ(first["http"], 200) << first.dump();
+  ASSERT_GE(first["usage"]["completion_tokens"].get<int>(), 3) << "not decoded over several steps";
+  std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_queries_total"), 2);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_hits_total"), 0);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_success_total"), 2);
+  // The reply can be out before the scheduler's step has ended: the gauge is read until it
+  // shows no K/V (it never did without the idle update), for up to two seconds.
+  double kv = -1;
+  for (int i = 0; i < 200 && kv != 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kv = testing::MetricValue(c->Get("/metrics")->body, "vlm_memory_bytes{kind=\"kv\"}");
+  }
+  EXPECT_EQ(kv, 0);
+  ASSERT_EQ(Post(*c, "/v1/vlm/invoke", req)["http"], 200);
+  metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_queries_total"), 4);
+  EXPECT_EQ(testing::MetricValue(metrics, "vlm_embedding_cache_hits_total"), 2);
 }
 
 TEST(ServerFamilyBudget, Llava16PicksFewerSlicesThenTheOverview) {

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <new>
 #include <string_view>
+
+#include <spdlog/spdlog.h>
 
 namespace vlmd::serve {
 namespace {
@@ -152,9 +155,10 @@ void Scheduler::EncodeSome() {
     while (slot.next_image < in.images.size()) {
       const engine::runtime::PreparedImage& img = in.images[slot.next_image];
       if (!slot.encoding) {
-        // Looked up when its encoding would start: an image another job encoded meanwhile hits.
-        metrics_->embedding_cache_queries.With().Inc();
+        // Looked up at every step until its encoding starts (an image another job encoded
+        // meanwhile hits), counted once: as a hit, or as a miss when the encoding starts.
         if (ImageCache::Entry entry = cache_->Lookup(CacheKey(in, img.key))) {
+          metrics_->embedding_cache_queries.With().Inc();
           metrics_->embedding_cache_hits.With().Inc();
           ++slot.cache_hits;
           slot.encoded.push_back(*entry);  // BuildPrompt copies rows anyway
@@ -166,6 +170,7 @@ void Scheduler::EncodeSome() {
       }
       if (budget <= 0) break;  // this step's share of encoder time is spent
       if (!slot.encoding) {
+        metrics_->embedding_cache_queries.With().Inc();
         auto begun = engine_->BeginEncode(img);
         if (!begun.ok()) {
           s = begun.status();
@@ -378,7 +383,7 @@ void Scheduler::UpdateMemoryGauges() {
 void Scheduler::Run() {
   std::vector<engine::runtime::Sequence*> batch;
   while (true) {
-    std::vector<std::shared_ptr<Job>> admit, dead;
+    std::vector<std::shared_ptr<Job>> admit, dead;  // taken from the queue for this step
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !active_.empty(); });
@@ -390,49 +395,79 @@ void Scheduler::Run() {
       }
       queue_depth_share_.Set(static_cast<double>(queue_.size()));
     }
-    for (auto& job : dead) FailUnstarted(*job, Clock::now());
-    for (auto& job : admit) {
-      const auto now = Clock::now();
-      if (FailUnstarted(*job, now)) continue;
-      Slot slot;
-      slot.job = job;
-      slot.result.queue_ms = MsBetween(job->submitted(), now);
-      if (job->input().images.empty()) {  // else EncodeSome starts it once its images are in
-        if (Status s = StartSequence(&slot); !s.ok()) {
-          job->Fail(std::move(s));
-          continue;
-        }
-      }
-      if (!Publish(&slot)) active_.push_back(std::move(slot));
+    try {
+      Step(dead, admit, batch);
+    } catch (const std::bad_alloc&) {
+      AbandonStep(dead, admit, Status(StatusCode::kUnavailable,
+                                      "the server ran out of memory while running this request; retry later"));
+    } catch (const std::exception& e) {
+      AbandonStep(dead, admit, InternalError(std::string("the scheduler's step failed: ") + e.what()));
     }
+  }
+}
+
+void Scheduler::AbandonStep(const std::vector<std::shared_ptr<Job>>& dead,
+                            const std::vector<std::shared_ptr<Job>>& admit, const Status& status) {
+  spdlog::error("scheduler: a step threw; its {} running and {} admitted jobs fail: {}", active_.size(),
+                admit.size(), status.message());
+  // Job::Fail keeps the first outcome: the jobs already answered in this step are not changed.
+  for (const auto& job : dead) job->Fail(status);
+  for (const auto& job : admit) job->Fail(status);
+  for (Slot& slot : active_) slot.job->Fail(status);
+  active_.clear();  // their sequences and caches go with them
+  parked_.clear();  // and the parked caches: memory, should that be what ran out
+  batch_share_.Set(0.0);
+  UpdateMemoryGauges();
+}
+
+void Scheduler::Step(const std::vector<std::shared_ptr<Job>>& dead, const std::vector<std::shared_ptr<Job>>& admit,
+                     std::vector<engine::runtime::Sequence*>& batch) {
+  for (auto& job : dead) FailUnstarted(*job, Clock::now());
+  for (auto& job : admit) {
+    const auto now = Clock::now();
+    if (FailUnstarted(*job, now)) continue;
+    Slot slot;
+    slot.job = job;
+    slot.result.queue_ms = MsBetween(job->submitted(), now);
+    if (job->input().images.empty()) {  // else EncodeSome starts it once its images are in
+      if (Status s = StartSequence(&slot); !s.ok()) {
+        job->Fail(std::move(s));
+        continue;
+      }
+    }
+    if (!Publish(&slot)) active_.push_back(std::move(slot));
+  }
+  UpdateMemoryGauges();
+  if (active_.empty()) return;
+  // One step: a share of image encoding, a share of prompt prefill, one token for every
+  // sequence past both. The shares bound how long the decoding sequences wait per token.
+  EncodeSome();
+  PrefillSome();
+  batch.clear();
+  for (Slot& s : active_) {
+    if (s.seq && !s.failed && !s.seq->prefilling() && !s.seq->finished()) {
+      batch.push_back(s.seq.get());
+    }
+  }
+  batch_share_.Set(static_cast<double>(batch.size()));
+  Status s = Status::Ok();
+  if (!batch.empty()) {
+    metrics_->decode_steps.With().Inc();
+    s = engine_->DecodeStep(batch);
+  }
+  if (!s.ok()) {
+    // Not a numerical failure (those end only their own sequence, in Publish): the step itself
+    // could not run, so every sequence in it ends with the error.
+    for (Slot& slot : active_) slot.job->Fail(s);
+    active_.clear();
+    batch_share_.Set(0.0);
     UpdateMemoryGauges();
-    if (active_.empty()) continue;
-    // One step: a share of image encoding, a share of prompt prefill, one token for every
-    // sequence past both. The shares bound how long the decoding sequences wait per token.
-    EncodeSome();
-    PrefillSome();
-    batch.clear();
-    for (Slot& s : active_) {
-      if (s.seq && !s.failed && !s.seq->prefilling() && !s.seq->finished()) {
-        batch.push_back(s.seq.get());
-      }
-    }
-    batch_share_.Set(static_cast<double>(batch.size()));
-    Status s = Status::Ok();
-    if (!batch.empty()) {
-      metrics_->decode_steps.With().Inc();
-      s = engine_->DecodeStep(batch);
-    }
-    if (!s.ok()) {
-      // Not a numerical failure (those end only their own sequence, in Publish): the step itself
-      // could not run, so every sequence in it ends with the error.
-      for (Slot& slot : active_) slot.job->Fail(s);
-      active_.clear();
-      batch_share_.Set(0.0);
-      continue;
-    }
-    std::erase_if(active_, [&](Slot& slot) { return Publish(&slot); });
-    if (active_.empty()) batch_share_.Set(0.0);  // idle now: no batch (it kept the last size)
+    return;
+  }
+  std::erase_if(active_, [&](Slot& slot) { return Publish(&slot); });
+  if (active_.empty()) {  // idle now: else the gauges keep this step's values until the next job
+    batch_share_.Set(0.0);
+    UpdateMemoryGauges();
   }
 }
 

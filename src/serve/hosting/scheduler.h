@@ -87,6 +87,14 @@ class Scheduler {
   };
 
   void Run();
+  // One step of Run: fails `dead`, admits `admit`, then encodes, prefills and decodes a share.
+  void Step(const std::vector<std::shared_ptr<Job>>& dead, const std::vector<std::shared_ptr<Job>>& admit,
+            std::vector<engine::runtime::Sequence*>& batch);
+  // A step threw (std::bad_alloc when memory ran out, or a defect): every job it held fails with
+  // `status`, running and parked sequences are dropped, and Run goes on with the next jobs.
+  // Without it the exception would end the process and every request in it without a reply.
+  void AbandonStep(const std::vector<std::shared_ptr<Job>>& dead, const std::vector<std::shared_ptr<Job>>& admit,
+                   const Status& status);
   // Queued jobs whose client went away or whose deadline passed, taken out of the queue (mu_
   // held): they would keep a --queue slot, and count in vlm_queue_depth, until admitted. The
   // caller fails them (FailUnstarted) once mu_ is released.
