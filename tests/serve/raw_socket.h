@@ -101,4 +101,26 @@ inline RawReply Exchange(int port, const std::string& raw) {
   return r;
 }
 
+// A POST of `body` (JSON) to `path` with `headers` (each "Name: value\r\n") that asks the server
+// to close the connection after its reply.
+inline std::string PostRequest(const std::string& path, const std::string& body, const std::string& headers = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + headers +
+         "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Sends `raw` from the loopback address `source` (another client, see Connect) and returns the
+// reply's body: what follows its head ("" when no reply came within 10 s).
+inline std::string BodyFrom(int port, const std::string& source, const std::string& raw) {
+  const int fd = Connect(port, source);
+  if (fd < 0) return "";
+  if (!SendAll(fd, raw)) {
+    close(fd);
+    return "";
+  }
+  const RawReply r = ReadUntilClosed(fd, 10);
+  close(fd);
+  const size_t at = r.bytes.find("\r\n\r\n");
+  return at == std::string::npos ? "" : r.bytes.substr(at + 4);
+}
+
 }  // namespace vlmd::serve::testing

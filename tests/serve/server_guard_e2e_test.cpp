@@ -658,6 +658,34 @@ TEST(ServerGuard, WeightedSplitIsStickyPerKeyAndFollowsWeightChanges) {
   EXPECT_EQ(server->router().GetRoute("vision")->split[0].model, "vision-v1");
 }
 
+// The single --api-key is every client's: a split keys its clients by address then, as it does
+// anonymous ones (it keyed them all by the key id "default": one bucket, an 80/20 split sent
+// everyone to one version). Clients here come from 40 loopback addresses.
+TEST(ServerGuard, WeightedSplitWithTheSharedKeyIsStickyPerAddress) {
+  ServerOptions o;
+  o.guard.api_key = "shared-client-key-0123456789";
+  auto server = StartServer(o, {FixtureSpec("vision-v1", "1.0"), FixtureSpec("vision-v2", "2.0")});
+  server->router().SetRoutes({SplitRoute("vision", {{"vision-v1", 50}, {"vision-v2", 50}})}, "vision");
+  const std::string body = json{{"prompt", "hi"}, {"max_tokens", 1}}.dump();
+  const std::string request =
+      testing::PostRequest("/v1/vlm/invoke", body, "Authorization: Bearer " + o.guard.api_key + "\r\n");
+  auto version_from = [&](const std::string& address) -> std::string {
+    const std::string reply = testing::BodyFrom(server->port(), address, request);
+    const json j = json::parse(reply, nullptr, false);
+    return j.is_object() && j.contains("version") ? j["version"].get<std::string>() : reply;
+  };
+  std::map<std::string, int> versions;
+  for (int i = 2; i < 42; ++i) {
+    const std::string address = "127.0.0." + std::to_string(i);
+    const std::string v = version_from(address);
+    ASSERT_TRUE(v == "1.0" || v == "2.0") << address << ": " << v;
+    ++versions[v];
+    if (i < 6) EXPECT_EQ(version_from(address), v) << address << ": not sticky";
+  }
+  EXPECT_GE(versions["1.0"], 5) << "one bucket for every client";
+  EXPECT_GE(versions["2.0"], 5) << "one bucket for every client";
+}
+
 // An admin action whose audit line cannot be written does not happen: 500 audit_unavailable
 // and the weights as they were (it changed them, answered 200 and left no line). The log cannot
 // rotate here: its one kept file's name is taken by a non-empty directory.

@@ -10,6 +10,7 @@
 
 #include "core/sha256.h"
 #include "serve/api/requests.h"
+#include "raw_socket.h"
 #include "server_harness.h"
 
 namespace vlmd::serve {
@@ -231,6 +232,26 @@ TEST(ServerStream, StreamsArePrivateToTheirClientKey) {
   EXPECT_EQ(rec["stream"]["id"], "lobby");
   EXPECT_EQ(rec["stream"]["context_frames"], 1);
   std::filesystem::remove_all(dir);
+}
+
+// The single shared --api-key names no client: its clients' streams are kept per address, as
+// anonymous ones are (they were all one client "default", and a stream id another client used
+// got that client's frames as context).
+TEST(ServerStream, StreamsOfTheSharedKeyArePrivateToTheirAddress) {
+  HarnessOptions o;
+  o.server.guard.api_key = "shared-client-key-0123456789";
+  Harness h(o);
+  const std::string auth = "Authorization: Bearer " + o.server.guard.api_key + "\r\n";
+  auto post = [&](const std::string& address, const json& body) {
+    const std::string reply = testing::BodyFrom(h.port(), address, testing::PostRequest("/v1/vlm/invoke", body.dump(), auth));
+    return json::parse(reply, nullptr, false);
+  };
+  const json first = post("127.0.0.2", Invoke({SplitFrame(8)}, "lobby"));
+  ASSERT_TRUE(first.contains("stream")) << first.dump();
+  const json other = post("127.0.0.3", Invoke({}, "lobby"));
+  ASSERT_TRUE(other.contains("stream")) << other.dump();
+  EXPECT_EQ(other["stream"]["context_frames"], 0) << "another address saw the first one's frame";
+  EXPECT_EQ(post("127.0.0.2", Invoke({}, "lobby"))["stream"]["context_frames"], 1);
 }
 
 }  // namespace

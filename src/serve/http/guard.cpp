@@ -138,6 +138,7 @@ Result<Client> Guard::Admit(std::string_view authorization, double* retry_after_
     client.key_id = key->id;
   } else if (token && !options_.api_key.empty() && SameSecret(*token, options_.api_key)) {
     client.key_id = "default";
+    client.shared_key = true;
   } else {
     Count("auth", "deny");
     return Status(StatusCode::kFailedPrecondition, "missing or wrong API key");

@@ -31,6 +31,10 @@ class RateLimiter;
 
 struct Client {
   std::string key_id;  // "" when authentication is off; "default" for the single --api-key
+  // Whether the key names one client (a keys-file key): the single --api-key is shared by every
+  // client, so it tells them apart no more than no key does.
+  bool key_is_client() const { return !key_id.empty() && !shared_key; }
+  bool shared_key = false;  // authenticated with the single --api-key
 };
 
 class Guard {

@@ -99,9 +99,10 @@ std::optional<api::ApiError> Server::Handlers::Resolve(Call* call) {
   call->reply.route = route->name;
   std::string target;
   if (route->is_split()) {
-    // Sticky per client: the key id, else the client's address (anonymous clients behind one
-    // proxy share a bucket; give them keys for a real split).
-    const std::string who = call->client.key_id.empty() ? call->remote_addr : call->client.key_id;
+    // Sticky per client: the key id of a client's own key, else the client's address (clients
+    // of the single shared --api-key, or anonymous ones, behind one proxy share a bucket: give
+    // them keys of their own for a real split).
+    const std::string who = call->client.key_is_client() ? call->client.key_id : call->remote_addr;
     std::vector<double> weights;
     for (const RouteTarget& t : route->split) weights.push_back(t.weight);
     const int pick = policy::PickWeighted(weights, policy::StickyBucket(route->name, who));
@@ -233,9 +234,10 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   if (!call->request.stream_id.empty()) {
     // Scoped by client and model files: one client cannot see another's frames, and visual
     // tokens of one model version never reach another.
-    // Without API keys, by client address (clients behind one proxy then share streams).
+    // Without keys of their own (no API keys, or the single shared --api-key), by client
+    // address (clients behind one proxy then share streams).
     const std::string client =
-        call->client.key_id.empty() ? "addr:" + call->remote_addr : "key:" + call->client.key_id;
+        call->client.key_is_client() ? "key:" + call->client.key_id : "addr:" + call->remote_addr;
     // ... and by redaction setting: frames kept without redaction never join a redacted prompt.
     call->stream_key = client + "\n" + call->model->hash() + "\n" +
                        redact_scope + "\n" +
