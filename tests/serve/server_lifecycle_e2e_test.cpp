@@ -328,6 +328,22 @@ namespace {
 
 // Graceful shutdown: a stream in flight when Drain starts finishes whole; new requests and
 // /ready get 503 meanwhile; Drain returns once nothing is left.
+// A draining server loads no new version: the admin API answers 503 shutting_down and the
+// version serving stays (it loaded, self-checked and swapped the model while Stop waited).
+TEST(ServerShutdown, NoReloadOnceDraining) {
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {FixtureSpec("m", "v1")});
+  ASSERT_TRUE(server->Drain(std::chrono::seconds(5)));
+  auto r = ClientOf(*server)->Post("/admin/models/m/reload", Bearer(o.guard.admin_key),
+                                   json{{"version", "v2"}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "shutting_down");
+  EXPECT_EQ(server->ReloadModel("m").code(), StatusCode::kUnavailable);  // SIGHUP's way
+  EXPECT_EQ(server->router().Get("m")->spec().version, "v1");
+}
+
 TEST(ServerShutdown, DrainLetsAcceptedRequestsFinishAndRefusesNewOnes) {
   auto server = StartServer({});
   std::string streamed_body;

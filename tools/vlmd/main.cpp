@@ -1,10 +1,15 @@
 // vlmd: the HTTP server. Flag parsing, the demo model, signals; the work lives in src/serve.
 #include <CLI/CLI.hpp>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <pthread.h>
-#include <spdlog/spdlog.h>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "engine/synth/model_presets.h"
 #include "engine/synth/synthetic_model.h"
@@ -258,6 +263,10 @@ int main(int argc, char** argv) {
   }
   server.SetReady(true);
 
+  // SIGHUP's reloads run on their own thread, so that a SIGTERM arriving meanwhile drains at once
+  // (a reload still loading is dropped when it ends: ReloadModel refuses once draining).
+  std::thread reloads;
+  std::atomic<bool> reloading{false};
   for (;;) {
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -268,16 +277,27 @@ int main(int argc, char** argv) {
       }
       break;
     }
+    if (reloading.load()) {
+      spdlog::warn("SIGHUP: the reload of every model asked for earlier is still running; not started again");
+      continue;
+    }
+    if (reloads.joinable()) reloads.join();
     // SIGHUP: hot-swap every model from its files (same paths, re-read), one at a time.
     spdlog::info("SIGHUP: reloading every model");
-    // By name: holding the models' list through the loop kept every replaced version alive (and
-    // counted in the memory budget) until the last reload, which then failed the budget.
-    std::vector<std::string> names;
-    for (const auto& m : server.router().Models()) names.push_back(m->spec().name);
-    for (const std::string& name : names) {
-      (void)server.ReloadModel(name);  // a failure is logged; the old one keeps serving
-    }
+    reloading.store(true);
+    reloads = std::thread([&server, &reloading] {
+      // By name: holding the models' list through the loop kept every replaced version alive
+      // (and counted in the memory budget) until the last reload, which then failed the budget.
+      std::vector<std::string> names;
+      for (const auto& m : server.router().Models()) names.push_back(m->spec().name);
+      for (const std::string& name : names) {
+        if (server.draining()) break;
+        (void)server.ReloadModel(name);  // a failure is logged; the old one keeps serving
+      }
+      reloading.store(false);
+    });
   }
+  if (reloads.joinable()) reloads.join();
   server.Stop();
   return 0;
 }

@@ -516,6 +516,9 @@ void LogLoadedWeights(const ModelHost& model) {
 Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
                            std::string* previous_version) {
   std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
+  // A server draining or stopping loads nothing more: a load takes seconds to minutes that the
+  // shutdown would wait for, and a second copy of the model's memory.
+  if (draining_.load()) return UnavailableError("the server is shutting down: no reloads");
   std::shared_ptr<ModelHost> old = router_.Get(name);
   if (!old) return NotFoundError("no model '" + name + "'");
   if (previous_version != nullptr) *previous_version = old->spec().version;
@@ -550,6 +553,7 @@ Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
   }
   if (s.ok()) s = CheckMemoryBudget(**loaded);
   if (s.ok()) s = SelfCheck(**loaded);
+  if (s.ok() && draining_.load()) s = UnavailableError("the server began shutting down during the reload");
   if (!s.ok()) {
     metrics_->model_reloads.With({name, "failed"}).Inc();
     spdlog::error("reload of '{}' failed, the previous version keeps serving: {}", name, s.ToString());

@@ -80,7 +80,8 @@ class Server {
   // serving version has vision: the new one must keep it), and only then switches new requests
   // to it; in-flight requests finish on the old one. On any failure the old version keeps
   // serving and the error is returned. One reload at a time. Thread-safe. `previous_version`,
-  // when given, receives the version that was replaced.
+  // when given, receives the version that was replaced. UNAVAILABLE once the server drains or
+  // stops (before loading, or after: the new copy is dropped).
   // `patch` (the admin API's) changes only the keys it gives, applied to the serving version's
   // spec under the reload lock: two reloads at once each see the other's result (the second
   // had undone the first, built from the version the first replaced).

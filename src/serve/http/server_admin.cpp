@@ -114,6 +114,9 @@ void Server::Handlers::RegisterAdmin() {
     }
     std::string previous;
     Status s = s_.ReloadModel(name, &patch, &previous);
+    if (s.code() == StatusCode::kUnavailable && s_.draining()) {
+      return answer(503, {{"message", s.message()}}, "shutting_down");
+    }
     // 409: the reload failed and the old version still serves.
     if (!s.ok()) return answer(409, {{"message", s.message()}}, "reload_failed");
     const auto now = s_.router_.Get(name);
