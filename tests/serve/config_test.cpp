@@ -239,6 +239,8 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"drift": {"windows": [3600]}})", "drift.windows: expected an array of strings"},
       {R"({"drift": {"baseline_requests": 5}})", "drift.baseline_requests: must be 10 to 1000000"},
       {R"({"drift": {"min_requests": 0}})", "drift.min_requests: must be 10 to 1000000"},
+      // The default min_requests (200) over a smaller baseline: drift would never be scored.
+      {R"({"drift": {"baseline_requests": 100}})", "drift.min_requests: 200 is more than baseline_requests (100)"},
       {R"({"drift": {"threshold": 0}})", "drift.threshold: must be > 0"},
       {R"({"drift": {"enabled": "yes"}})", "drift.enabled: expected true or false"},
       {R"({"drift": {"webhook": {"url": "ftp://x/y"}}})", "drift.webhook.url: expected an http(s) URL"},
@@ -257,6 +259,11 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
        "the weights must sum to a finite number > 0"},
       {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a", "robust": "a"}, "weights": {"image": 0, "text": 0}}]})",
        "at least one weight must be > 0"},
+      {R"({"models": [{"name": "a", "model": "x"}], "routes": [{"name": "r", "tiers": {"light": "a", "balanced": "a", "robust": "a"}, "weights": {"image": 1e308, "text": 1e308}}]})",
+       "their sum finite"},
+      // A canary without a weight took no traffic.
+      {R"({"models": [{"name": "a", "model": "x"}, {"name": "b", "model": "y"}], "routes": [{"name": "r", "split": [{"model": "a"}, {"model": "b", "weight": 90}]}]})",
+       "routes[0].split[0].weight: required"},
   };
   for (const Case& c : cases) {
     auto r = ParseConfig(c.doc, "/etc", {});

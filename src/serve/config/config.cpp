@@ -169,6 +169,8 @@ Status ParseRoutes(const json& arr, const std::string& base_dir, std::vector<Rou
         VLMD_RETURN_IF_ERROR(t.CheckObject({"model", "weight"}));
         RouteTarget target;
         VLMD_RETURN_IF_ERROR(t.Get("model", &target.model));
+        // Required: a target without one would take no traffic (a canary silently off).
+        if (!t.has("weight")) return InvalidArgumentError(t.path("weight") + ": required (0 turns the target off)");
         VLMD_RETURN_IF_ERROR(t.GetNonNegative("weight", &target.weight));
         if (target.model.empty()) return InvalidArgumentError(t.path("model") + ": required");
         r.split.push_back(std::move(target));
@@ -202,8 +204,9 @@ Status ParseRoutes(const json& arr, const std::string& base_dir, std::vector<Rou
         VLMD_RETURN_IF_ERROR(w.CheckObject({"image", "text"}));
         VLMD_RETURN_IF_ERROR(w.GetNonNegative("image", &r.weights.image));
         VLMD_RETURN_IF_ERROR(w.GetNonNegative("text", &r.weights.text));
-        if (r.weights.image + r.weights.text <= 0) {
-          return InvalidArgumentError(s.path("weights") + ": at least one weight must be > 0");
+        const double sum = r.weights.image + r.weights.text;
+        if (!(sum > 0) || !std::isfinite(sum)) {  // an infinite sum made every score 0 or NaN
+          return InvalidArgumentError(s.path("weights") + ": at least one weight must be > 0, and their sum finite");
         }
       }
     }

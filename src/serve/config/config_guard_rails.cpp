@@ -60,6 +60,12 @@ Status ParseDrift(const Section& s, const std::string& base_dir, DriftOptions* d
   if (d->min_requests < 10 || d->min_requests > 1'000'000) {
     return InvalidArgumentError(s.path("min_requests") + ": must be 10 to 1000000");
   }
+  // A baseline holds at most baseline_requests replies: with more required, no score, no alarm.
+  if (d->min_requests > d->baseline_requests) {
+    return InvalidArgumentError(s.path("min_requests") + ": " + std::to_string(d->min_requests) +
+                                " is more than baseline_requests (" + std::to_string(d->baseline_requests) +
+                                "): a baseline never holds that many replies, so drift would never be scored");
+  }
   VLMD_RETURN_IF_ERROR(s.GetNonNegative("threshold", &d->threshold));
   if (d->threshold <= 0) return InvalidArgumentError(s.path("threshold") + ": must be > 0 (PSI; 0.25 is usual)");
   VLMD_RETURN_IF_ERROR(s.Get("baseline_dir", &d->baseline_dir));
