@@ -89,6 +89,35 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
 // version serves when their turn comes: a file change and a label change sent together keep the
 // new files whichever runs second (the second was built from the version the first replaced, and
 // put the old files back).
+// Names in Hugging Face style ("org/model"): the admin routes take them, slash as is or
+// percent-encoded (they answered 404 "no route": such a model could only be reloaded by SIGHUP).
+TEST(ServerGuard, AdminRoutesTakeNamesWithASlash) {
+  ServerOptions o;
+  o.guard.admin_key = "admin-key-0123456789abcdef";
+  auto server = StartServer(o, {FixtureSpec("org/m", "v1"), FixtureSpec("org/n", "v1")});
+  server->router().SetRoutes({SplitRoute("team/vision", {{"org/m", 50}, {"org/n", 50}})}, "team/vision");
+  auto c = ClientOf(*server);
+  auto r = c->Post("/admin/models/org/m/reload", Bearer(o.guard.admin_key), json{{"version", "v2"}}.dump(),
+                   "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = c->Post("/admin/models/org%2Fn/reload", Bearer(o.guard.admin_key), json{{"version", "v3"}}.dump(),
+              "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(server->router().Get("org/m")->spec().version, "v2");
+  EXPECT_EQ(server->router().Get("org/n")->spec().version, "v3");
+  const json w{{"weights", {{{"model", "org/m"}, {"weight", 0}}, {{"model", "org/n"}, {"weight", 1}}}}};
+  r = c->Post("/admin/routes/team/vision/weights", Bearer(o.guard.admin_key), w.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(server->router().GetRoute("team/vision")->split[0].weight, 0);
+  r = c->Post("/admin/models/org/none/reload", Bearer(o.guard.admin_key), "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;  // no such model, named in the reply
+  EXPECT_NE(r->body.find("org/none"), std::string::npos) << r->body;
+}
+
 TEST(ServerGuard, ConcurrentReloadsOfOneModelKeepEachOthersChanges) {
   ServerOptions o;
   o.guard.admin_key = "admin-key-0123456789abcdef";

@@ -67,13 +67,15 @@ bool Server::Handlers::AuditAdminOutcome(nlohmann::json record, int status, Http
   return false;
 }
 
+// A model or route name may hold '/' (Hugging Face style, "org/model"): the name is everything
+// between the prefix and the action, sent as is or with the slash percent-encoded.
 void Server::Handlers::RegisterAdmin() {
   Get("/admin/models", [this](HttpRequest&, HttpResponse& res) {
     json models = json::array();
     for (const auto& m : s_.router_.Models()) models.push_back(ModelJson(*m, s_.drift_.get()));
     SendJson(res, {{"models", models}});
   });
-  Post(R"(/admin/models/([^/]+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
+  Post(R"(/admin/models/(.+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
     const std::string request_id = s_.NextRequestId();
     const json audit{{"request_id", request_id}, {"key_id", "admin"}, {"remote_addr", req.remote_addr},
@@ -123,7 +125,7 @@ void Server::Handlers::RegisterAdmin() {
     if (!now) return answer(503, {{"message", "the server is stopping"}}, "not_ready");
     answer(200, {{"reloaded", ModelJson(*now, s_.drift_.get())}, {"previous_version", previous}}, "");
   });
-  Post(R"(/admin/models/([^/]+)/baseline)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
+  Post(R"(/admin/models/(.+)/baseline)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
     const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
                      {"remote_addr", req.remote_addr}, {"route", "/admin/models/{name}/baseline"},
@@ -147,7 +149,7 @@ void Server::Handlers::RegisterAdmin() {
     for (const RouteConfig& r : s_.router_.Routes()) routes.push_back(RouteJson(r));
     SendJson(res, {{"routes", routes}, {"default_model", s_.router_.DefaultName()}});
   });
-  Post(R"(/admin/routes/([^/]+)/weights)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
+  Post(R"(/admin/routes/(.+)/weights)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("weights") || !body["weights"].is_array()) {
