@@ -407,6 +407,7 @@ TEST(ServerShutdown, DrainLetsAcceptedRequestsFinishAndRefusesNewOnes) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 503);
   EXPECT_EQ(json::parse(refused->body)["error"]["code"], "shutting_down");
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");  // as every 503 of a generation request
   drainer.join();
   streaming.join();
   EXPECT_TRUE(drained.load());

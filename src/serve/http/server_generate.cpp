@@ -141,6 +141,9 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   s_.in_flight_.fetch_add(1);
   call->in_flight = std::shared_ptr<void>(nullptr, [server = &s_](void*) { server->in_flight_.fetch_sub(1); });
   auto fail = [&](const api::ApiError& e) {
+    // Every 503 here passes (a drain, the decode budget, a model not loaded yet): say when to
+    // come back, as the 429s do.
+    if (e.http_status == 503 && HeaderCount(res.headers, "Retry-After") == 0) res.set_header("Retry-After", "1");
     SendError(res, e);
     // A failed audit write cannot make this worse: the client gets its error either way. A key
     // over its rate is sampled like the refusals before authentication: its refusals cost the
