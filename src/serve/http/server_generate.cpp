@@ -536,13 +536,24 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
     };
     bool ok = call->kind != Kind::kChat || send(ChatChunk(call->reply, "assistant", ""));
     const bool stream_tokens = call->prepared.input.stream_tokens;
-    for (bool over = false; ok && !over;) {
+    // As Reply's: the scheduler enforces the deadline; this guards against a stuck engine.
+    const Clock::time_point give_up = call->prepared.input.deadline + std::chrono::seconds(5);
+    bool over = false;
+    while (ok && !over) {
       std::string text;
-      over = call->job->Wait(Clock::now() + std::chrono::milliseconds(200), &text,
+      over = call->job->Wait(std::min(give_up, Clock::now() + std::chrono::milliseconds(200)), &text,
                              stream_tokens ? &tokens : nullptr);
       ok = send_text(PassText(*call, std::move(text)));
+      if (!over && Clock::now() >= give_up) break;
     }
-    if (ok) {
+    if (ok && !over) {  // past the give-up time: an error event, then the end, as for any error
+      call->job->Cancel();
+      const api::ApiError e{504, "server_error", "deadline_exceeded", "the request did not finish in time"};
+      call->status = e.http_status;
+      (void)AuditCall(*call, e.http_status, nullptr, e.code);
+      send(api::ErrorBody(e));
+      ok = send("[DONE]");
+    } else if (ok) {
       call->reply.latency_ms = SecondsSince(call->t0) * 1000.0;
       if (!call->job->status().ok()) {
         // Headers (200) are already out: the error travels as an event, as OpenAI does.
@@ -555,7 +566,14 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
       } else {
         std::string tail;
         JobResult r = Finalize(*call, &tail);
-        send_text(tail);
+        // A client gone before the last of the text is a client_closed line (below), not a 200.
+        if (!send_text(tail)) {
+          call->job->Cancel();
+          call->status = 499;
+          (void)AuditCall(*call, 499, nullptr, "client_closed");
+          Observe(*call, call->status);
+          return;
+        }
         spdlog::info("{} {} (stream) -> 200 prompt={} image={} completion={} {:.1f} ms", call->reply.id,
                      call->route, r.prompt_tokens, r.image_tokens, r.tokens.size(), call->reply.latency_ms);
         if (Status s = AuditCall(*call, 200, &r, ""); !s.ok()) {
@@ -573,9 +591,11 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
       }
       ok = send("[DONE]");
     }
-    if (!ok) {
+    // A client gone before its reply's end is a 499 ("client closed request", nginx's), unless
+    // its outcome was audited already: the audit line and the metric say the same.
+    if (!ok && !call->audited) {
       call->job->Cancel();
-      call->status = 499;  // nginx's "client closed request"
+      call->status = 499;
     }
     // A client that left before the end still gets its audit line.
     if (!call->audited) (void)AuditCall(*call, call->status, nullptr, "client_closed");
