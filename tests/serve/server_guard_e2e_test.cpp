@@ -299,6 +299,8 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(limited->status, 429);
   EXPECT_EQ(json::parse(limited->body)["error"]["code"], "rate_limited");
   EXPECT_GE(std::stoi(limited->get_header_value("Retry-After")), 1);
+  // The model list takes a token of the key's rate too (its line names the key, below).
+  EXPECT_EQ(c->Get("/v1/models", Bearer(slow))->status, 429);
 
   // Admin: a client key does not open it; the admin key does; admin keys do not open /v1.
   EXPECT_EQ(c->Get("/admin/models", Bearer(fast))->status, 401);
@@ -356,11 +358,12 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
     EXPECT_FALSE(rec.contains("messages"));  // prompts are not logged unless configured
   }
   // 200: 4 generations, the reload and 3 model lists; 401: two generations, /v1/models, two admin
-  // refusals and the admin key on /v1; 429: one; 404, 405, 414: one each.
+  // refusals and the admin key on /v1; 429: a generation and a model list; 404, 405, 414: one
+  // each.
   EXPECT_EQ(by_status[200], 8);
   EXPECT_EQ(model_lists, 3);
   EXPECT_EQ(by_status[401], 6);
-  EXPECT_EQ(by_status[429], 1);
+  EXPECT_EQ(by_status[429], 2);
   EXPECT_EQ(by_status[404], 1);
   EXPECT_EQ(by_status[405], 1);
   EXPECT_EQ(by_status[414], 1);
@@ -369,6 +372,10 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(all.find(fast), std::string::npos);
   EXPECT_EQ(all.find(slow), std::string::npos);
   EXPECT_NE(all.find("\"key_id\":\"team-slow\""), std::string::npos);
+  // The model lists answered are counted as every other request (they were not: only refused ones).
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_requests_total{route="/v1/models",status="200"})"), 3);
+  EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_requests_total{route="/v1/models",status="429"})"), 1);
 }
 
 // With API keys, the visual-embedding cache and prefix reuse stay within one key: a second key

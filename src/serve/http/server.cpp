@@ -90,12 +90,18 @@ void Server::Handlers::Register() {
     res.set_content(s_.registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   Get("/v1/models", [this](HttpRequest& req, HttpResponse& res) {
-    // Audited like every request to the API (Admit took the key's rate token).
+    // Audited and counted like every request to the API (Admit took the key's rate token).
+    const auto t0 = Clock::now();
+    auto count = [&](int status) {
+      s_.metrics_->requests.With({"/v1/models", std::to_string(status)}).Inc();
+      s_.metrics_->request_duration.With({"/v1/models", std::to_string(status)}).Observe(SecondsSince(t0));
+    };
     const std::string id = NextId();
     res.set_header("X-Request-Id", id);
     if (!s_.guard_->Audit({{"request_id", id}, {"key_id", req.key_id}, {"route", "/v1/models"},
                            {"remote_addr", req.remote_addr}, {"status", 200}}).ok()) {
       SendError(res, {500, "server_error", "audit_unavailable", "the audit log cannot be written"});
+      count(500);
       return;
     }
     json data = json::array();
@@ -120,6 +126,7 @@ void Server::Handlers::Register() {
                       {"route", r.is_split() ? "split" : "tiers"}, {"targets", targets}});
     }
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    count(200);
   });
   // The generation endpoints take bodies up to --max-body-mb (the front stops reading past it).
   // (Plain locals, not structured bindings: clang 14, the sanitizer builds', cannot capture those.)
@@ -173,12 +180,12 @@ std::string Server::Handlers::AllowedMethods(const std::string& path) const {
 // identity for routing and the audit log anyway.
 bool Server::Handlers::Admit(HttpRequest& req, HttpResponse& res) {
   const std::string auth(req.header("Authorization"));
-  auto refuse = [&](const api::ApiError& e) {
+  auto refuse = [&](const api::ApiError& e, const std::string& key_id = "") {
     const std::string id = NextId();
     res.set_header("X-Request-Id", id);
     SendError(res, e);
     s_.metrics_->requests.With({RefusedRouteLabel(req.path), std::to_string(e.http_status)}).Inc();
-    (void)s_.guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", req.path},
+    (void)s_.guard_->AuditRefusal({{"request_id", id}, {"key_id", key_id}, {"route", req.path},
                                    {"remote_addr", req.remote_addr}, {"status", e.http_status},
                                    {"error", e.code}},
                                   req.remote_addr);
@@ -200,14 +207,15 @@ bool Server::Handlers::Admit(HttpRequest& req, HttpResponse& res) {
     return refuse(no_key);
   }
   double retry_after_s = 0;
-  auto client = s_.guard_->Admit(auth, &retry_after_s);
+  std::string limited_key;
+  auto client = s_.guard_->Admit(auth, &retry_after_s, &limited_key);
   if (client.ok()) {
     req.key_id = client->key_id;
     return true;
   }
-  if (client.status().code() == StatusCode::kResourceExhausted) {
+  if (client.status().code() == StatusCode::kResourceExhausted) {  // the line names the key
     res.set_header("Retry-After", RetryAfterHeader(retry_after_s));
-    return refuse({429, "rate_limit_error", "rate_limited", client.status().message()});
+    return refuse({429, "rate_limit_error", "rate_limited", client.status().message()}, limited_key);
   }
   return refuse(no_key);
 }
