@@ -183,6 +183,48 @@ TEST(WordFilter, SplitAcrossPiecesIsMasked) {
   EXPECT_FALSE(sf.blocked());
 }
 
+// A reply that continues the client's text (an assistant prefill "the word is pass", a raw
+// prompt's end) completes words begun there: the filter primed with that text catches them and
+// masks the reply's part; words wholly in the client's text are not the reply's.
+TEST(WordFilter, PrimedWithTheClientsTextCatchesWordsItBegan) {
+  auto f = MustCompile({"password", "bomb"});
+  {
+    StreamFilter sf(f, FilterAction::kMask);
+    sf.Prime("the word is pass");
+    EXPECT_EQ(sf.Feed("word here").text, "*** here");
+    EXPECT_EQ(sf.Finish().text, "");
+    EXPECT_EQ(sf.matches(), 1);
+  }
+  {  // byte by byte, and blocking
+    StreamFilter sf(f, FilterAction::kBlock);
+    sf.Prime("make a bo");
+    std::string out;
+    for (const std::string& b : Bytes("mb now")) out += sf.Feed(b).text;
+    EXPECT_TRUE(sf.blocked());
+    EXPECT_EQ(out, "");
+  }
+  {  // a word of the client's own passes, and so does a prefix the reply does not complete
+    StreamFilter sf(f, FilterAction::kMask);
+    sf.Prime("my password is pass");
+    EXPECT_EQ(sf.Feed("port").text, "port");
+    EXPECT_EQ(sf.Feed(" ok").text, " ok");
+    EXPECT_EQ(sf.Finish().text, "");
+    EXPECT_EQ(sf.matches(), 0);
+  }
+  {  // a prefix still open at the end: the reply's bytes of it are released, not the client's
+    StreamFilter sf(f, FilterAction::kMask);
+    sf.Prime("xx pa");
+    EXPECT_EQ(sf.Feed("ss").text, "");
+    EXPECT_EQ(sf.held_bytes(), 4u);
+    EXPECT_EQ(sf.Finish().text, "ss");
+  }
+  {  // a long context: only its tail can begin a word
+    StreamFilter sf(f, FilterAction::kMask);
+    sf.Prime(std::string(10000, 'a') + "passwo");
+    EXPECT_EQ(sf.Feed("rd").text, "***");
+  }
+}
+
 TEST(WordFilter, PartialMatchThatFailsIsReleased) {
   auto f = MustCompile({"password"});
   StreamFilter sf(f, FilterAction::kMask);

@@ -140,6 +140,31 @@ TEST(ServerGuard, WordSplitAcrossTokensIsMaskedInStreamAndReply) {
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_policy_decisions_total{policy="word_filter",decision="mask"})"), 2);
 }
 
+// A client that asks the model to continue its own text (a trailing assistant message) cannot
+// get a word through by writing its first letters: the word begun in the prefill and finished by
+// the reply is masked (the filter saw only the reply's bytes and passed it). The word here is
+// the prefill's last two letters and the reply's first two bytes.
+TEST(ServerGuard, AWordBegunInTheAssistantPrefillIsMasked) {
+  json req = ChatRequest("Tell me a long story about the sea.", 8);
+  req["messages"].push_back({{"role", "assistant"}, {"content", "Once upon a time, zq"}});
+  std::string reply;
+  {
+    auto plain = StartServer({});
+    const json r = json::parse(ClientOf(*plain)->Post("/v1/chat/completions", req.dump(), "application/json")->body);
+    reply = r["choices"][0]["message"]["content"].get<std::string>();
+  }
+  ASSERT_GE(reply.size(), 2u);
+  // Printable ASCII, the second not a space (a word's ends are trimmed).
+  ASSERT_TRUE(reply[0] >= ' ' && reply[0] <= '~' && reply[1] > ' ' && reply[1] <= '~')
+      << "the reply does not start with two printable characters: " << reply;
+  ServerOptions o;
+  o.guard.filter_words = {"zq" + reply.substr(0, 2)};
+  o.guard.filter_action = policy::FilterAction::kMask;
+  auto server = StartServer(o);
+  const json r = json::parse(ClientOf(*server)->Post("/v1/chat/completions", req.dump(), "application/json")->body);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "***" + reply.substr(2)) << r.dump();
+}
+
 TEST(ServerGuard, BlockModeStopsTheReplyWithContentFilter) {
   const json req = ChatRequest("Tell me a long story about the sea.", 24);
   SplitWord sw;

@@ -290,6 +290,9 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   call->reply.version = spec.version;
   call->reply.logprobs = call->request.sampling.logprobs;
   call->filter = s_.guard_->NewFilter();
+  // The reply continues the prompt's end (an assistant message to continue, a raw prompt): a
+  // word begun there and finished by the reply is the reply's to mask.
+  if (call->filter) call->filter->Prime(call->prepared.input.prompt);
   // A chat stream with logprobs lists each token's with the chunk that completes its text. A word
   // filter holds text back across tokens and may cut it: then they all wait for the last chunk.
   call->prepared.input.stream_tokens =

@@ -250,14 +250,17 @@ StreamFilter::Output StreamFilter::Feed(std::string_view piece) {
   const size_t already = buf.size();
   buf.append(piece);
   out.text.reserve(buf.size());
-  size_t start = 0;  // first byte of buf not yet emitted or masked
+  // First byte of buf not yet emitted or masked: after the context's bytes (Prime), which are
+  // the client's and never emitted.
+  size_t start = primed_;
   for (size_t i = already; i < buf.size(); ++i) {
     state_ = f.Next(state_, uint8_t(buf[i]));
     const size_t len = f.MatchLength(state_);
     if (len == 0) continue;
-    // The match lies inside the current partial match, which starts at or after `start`.
+    // The match lies inside the current partial match, which starts at or after `start`, or
+    // in the context (a word the context began): then only its reply part is masked.
     const size_t begin = i + 1 - len;
-    out.text.append(buf, start, begin - start);
+    if (begin > start) out.text.append(buf, start, begin - start);
     ++matches_;
     state_ = 0;
     if (action_ == FilterAction::kBlock) {
@@ -270,16 +273,34 @@ StreamFilter::Output StreamFilter::Feed(std::string_view piece) {
   }
   // Everything before the current partial match can no longer be part of a word.
   const size_t keep = f.Depth(state_);
-  out.text.append(buf, start, buf.size() - keep - start);
+  if (buf.size() - keep > start) out.text.append(buf, start, buf.size() - keep - start);
   held_.assign(buf, buf.size() - keep, keep);
+  primed_ = primed_ > buf.size() - keep ? primed_ - (buf.size() - keep) : 0;
   return out;
+}
+
+void StreamFilter::Prime(std::string_view context) {
+  if (!filter_ || filter_->word_count() == 0) return;
+  const WordFilter& f = *filter_;
+  // Only the last max_word_bytes - 1 bytes can begin a word the reply completes.
+  const size_t tail = f.max_word_bytes() - 1;
+  if (context.size() > tail) context.remove_prefix(context.size() - tail);
+  state_ = 0;
+  for (const char c : context) {
+    state_ = f.Next(state_, uint8_t(c));
+    if (f.MatchLength(state_) > 0) state_ = 0;  // a word of the client's own: the scan goes on after it
+  }
+  const size_t keep = f.Depth(state_);
+  held_.assign(context.substr(context.size() - keep));
+  primed_ = keep;
 }
 
 StreamFilter::Output StreamFilter::Finish() {
   Output out;
   out.blocked = blocked_;
-  if (!blocked_) out.text = std::move(held_);
+  if (!blocked_) out.text = held_.substr(primed_);
   held_.clear();
+  primed_ = 0;
   state_ = 0;
   return out;
 }

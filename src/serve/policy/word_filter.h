@@ -107,6 +107,12 @@ class StreamFilter {
   // or where the input piece itself ended, so output is valid UTF-8 when the input is and pieces
   // hold whole characters; the concatenation of all outputs is valid whenever the input's is.
   Output Feed(std::string_view piece);
+  // Reads `context`, text the client has before this reply (the assistant message it asked to
+  // continue, or the end of its raw prompt), without emitting any of it: a word begun there and
+  // completed by the reply is caught, its reply part masked (or the reply blocked), where it
+  // passed since the filter saw only the reply. Words wholly inside the context are the client's
+  // own text: not counted. Call before the first Feed.
+  void Prime(std::string_view context);
 
   // End of the reply: releases what was held back (it cannot complete a word any more). The
   // stream may be fed again afterwards as if new (matches() keeps counting).
@@ -123,6 +129,7 @@ class StreamFilter {
   std::string mask_;
   WordFilter::State state_ = 0;
   std::string held_;  // the bytes of the current partial match, already read by the automaton
+  size_t primed_ = 0;  // how many of held_'s first bytes are Prime's context (never emitted)
   int matches_ = 0;
   bool blocked_ = false;
 };
