@@ -165,6 +165,54 @@ TEST(ServerGuard, AWordBegunInTheAssistantPrefillIsMasked) {
   EXPECT_EQ(r["choices"][0]["message"]["content"], "***" + reply.substr(2)) << r.dump();
 }
 
+// An alternative in top_logprobs is read after the text before it: one that completes a word
+// with the chosen tokens' last bytes shows the word, so the logprobs are withheld (each
+// alternative was checked on its own). The word here is the last byte of the chosen token i - 1
+// and the first two of an alternative at i, found in a reply without a filter; nowhere else.
+TEST(ServerGuard, AlternativesThatFinishAWordWithTheTextWithholdTheLogprobs) {
+  json req = ChatRequest("Tell me a long story about the sea.", 12);
+  req["top_logprobs"] = 5;
+  json plain_reply;
+  {
+    auto plain = StartServer({});
+    plain_reply = json::parse(ClientOf(*plain)->Post("/v1/chat/completions", req.dump(), "application/json")->body);
+  }
+  const json& content = plain_reply["choices"][0]["logprobs"]["content"];
+  ASSERT_TRUE(content.is_array()) << plain_reply.dump();
+  auto fold = [](std::string t) {
+    for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return t;
+  };
+  const std::string text = fold(plain_reply["choices"][0]["message"]["content"].get<std::string>());
+  std::string alone;  // every alternative on its own line, as the filter saw them before
+  for (const json& t : content) {
+    for (const json& a : t["top_logprobs"]) alone += "\n" + fold(a["token"].get<std::string>());
+  }
+  auto printable = [](char ch) { return ch > ' ' && ch <= '~'; };
+  std::string word;
+  for (size_t i = 1; i < content.size() && word.empty(); ++i) {
+    const std::string prev = content[i - 1]["token"];
+    if (prev.empty() || !printable(prev.back())) continue;
+    for (const json& a : content[i]["top_logprobs"]) {
+      const std::string alt = a["token"];
+      if (alt.size() < 2 || !printable(alt[0]) || !printable(alt[1])) continue;
+      const std::string w = fold(prev.substr(prev.size() - 1) + alt.substr(0, 2));
+      if (text.find(w) == std::string::npos && alone.find(w) == std::string::npos) {
+        word = w;
+        break;
+      }
+    }
+  }
+  ASSERT_FALSE(word.empty()) << "no alternative of two printable bytes after a printable one: " << content.dump();
+  ServerOptions o;
+  o.guard.filter_words = {word};
+  o.guard.filter_action = policy::FilterAction::kMask;
+  auto server = StartServer(o);
+  const json r = json::parse(ClientOf(*server)->Post("/v1/chat/completions", req.dump(), "application/json")->body);
+  EXPECT_EQ(r["choices"][0]["message"]["content"], plain_reply["choices"][0]["message"]["content"]) << word;
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null()) << "'" << word << "' readable in: " << r.dump();
+}
+
 TEST(ServerGuard, BlockModeStopsTheReplyWithContentFilter) {
   const json req = ChatRequest("Tell me a long story about the sea.", 24);
   SplitWord sw;

@@ -220,6 +220,8 @@ bool Guard::ContainsFilteredWord(std::string_view text) const {
   return filter_ && policy::FilterText(filter_, policy::FilterAction::kBlock, text).matches > 0;
 }
 
+size_t Guard::max_filtered_word_bytes() const { return filter_ ? filter_->max_word_bytes() : 0; }
+
 void Guard::CountFilter(const policy::StreamFilter& filter) {
   if (filter.blocked()) {
     Count("word_filter", "block");

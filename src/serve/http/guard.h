@@ -75,6 +75,8 @@ class Guard {
   std::unique_ptr<policy::StreamFilter> NewFilter() const;
   // Whether `text` contains a filtered word (false without a filter).
   bool ContainsFilteredWord(std::string_view text) const;
+  // The longest filtered word in bytes (0 without a filter): how far back a word can begin.
+  size_t max_filtered_word_bytes() const;
   // Counts the filter's outcome for a finished reply.
   void CountFilter(const policy::StreamFilter& filter);
 

@@ -387,18 +387,23 @@ void Server::Handlers::RecordDrift(const Call& call, const JobResult& r) {
   s_.drift_->Record(call.model->spec().name, call.model->hash(), sample);
 }
 
-std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) {
+std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) const {
   std::string pieces;
   const auto& tok = call.model->engine().tokenizer();
   const size_t shown = r.logprob_tokens();
   for (size_t i = 0; i < shown; ++i) pieces += tok.TokenToPiece(r.tokens[i], false);
-  // Each alternative on its own (after a separator no word spans): one that is a filtered word
-  // would show it as well.
+  // Each alternative after the text before it (after a separator no word spans): a client reads
+  // it there, so a word it completes, or that it is, would be shown as well. The text before it
+  // is the prompt's end and the chosen tokens, as far back as a word can begin.
+  const size_t reach = s_.guard_->max_filtered_word_bytes() > 0 ? s_.guard_->max_filtered_word_bytes() - 1 : 0;
+  const std::string& prompt = call.prepared.input.prompt;
+  std::string before = prompt.substr(prompt.size() - std::min(prompt.size(), reach));
   for (size_t i = 0; i < shown; ++i) {
-    const auto& stats = r.token_stats[i];
-    for (const auto& alt : stats.top) {
-      pieces.append("\n").append(tok.TokenToPiece(alt.token, false));
+    for (const auto& alt : r.token_stats[i].top) {
+      pieces.append("\n").append(before).append(tok.TokenToPiece(alt.token, false));
     }
+    before += tok.TokenToPiece(r.tokens[i], false);
+    if (before.size() > reach) before.erase(0, before.size() - reach);
   }
   return pieces;
 }
