@@ -26,15 +26,7 @@ uint64_t DisjointRanges::Add(uintptr_t begin, uintptr_t end) {
 
 std::vector<DisjointRanges::Range> DisjointRanges::Gaps(uintptr_t begin, uintptr_t end) const {
   std::vector<Range> gaps;
-  if (end <= begin) return gaps;
-  uintptr_t at = begin;
-  auto it = ranges_.upper_bound(begin);
-  if (it != ranges_.begin() && std::prev(it)->second > begin) --it;
-  for (; it != ranges_.end() && it->first < end && at < end; ++it) {
-    if (it->first > at) gaps.emplace_back(at, it->first);
-    at = std::max(at, it->second);
-  }
-  if (at < end) gaps.emplace_back(at, end);
+  ForEachGap(begin, end, [&](uintptr_t first, uintptr_t last) { gaps.emplace_back(first, last); });
   return gaps;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <utility>
 #include <vector>
@@ -20,6 +21,19 @@ class DisjointRanges {
 
   // The parts of [begin, end) the set does not hold, in address order.
   std::vector<Range> Gaps(uintptr_t begin, uintptr_t end) const;
+  // The same, each passed to fn(first, last) as found: allocates nothing (for a destructor).
+  template <typename Fn>
+  void ForEachGap(uintptr_t begin, uintptr_t end, Fn&& fn) const {
+    if (end <= begin) return;
+    uintptr_t at = begin;
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second > begin) --it;
+    for (; it != ranges_.end() && it->first < end && at < end; ++it) {
+      if (it->first > at) fn(at, it->first);
+      if (it->second > at) at = it->second;
+    }
+    if (at < end) fn(at, end);
+  }
 
   // The bytes the set holds.
   uint64_t total() const { return total_; }

@@ -24,6 +24,7 @@ void WipeBytes(void* data, size_t bytes) {
 Result<SecureBuffer> SecureBuffer::Allocate(size_t bytes) {
   SecureBuffer b;
   if (bytes == 0) return b;
+  b.released_ = std::make_unique<ReleasedPages>();  // first: Reset needs it once data_ is set
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   if (bytes > SIZE_MAX - page) return ResourceExhaustedError("secure buffer of " + std::to_string(bytes) + " bytes");
   const size_t mapped = (bytes + page - 1) / page * page;
@@ -38,7 +39,6 @@ Result<SecureBuffer> SecureBuffer::Allocate(size_t bytes) {
   (void)::madvise(m, mapped, MADV_DONTDUMP);  // best effort: core dumps must not hold plaintext
 #endif
   b.locked_ = ::mlock(m, mapped) == 0;
-  b.released_ = std::make_unique<ReleasedPages>();
   return b;
 }
 
@@ -67,9 +67,9 @@ SecureBuffer& SecureBuffer::operator=(SecureBuffer&& other) noexcept {
 void SecureBuffer::Reset() {
   if (data_ == nullptr) return;
   const auto base = reinterpret_cast<uintptr_t>(data_);
-  for (const auto& [first, last] : released_->ranges.Gaps(base, base + size_)) {
+  released_->ranges.ForEachGap(base, base + size_, [](uintptr_t first, uintptr_t last) {
     WipeBytes(reinterpret_cast<void*>(first), last - first);
-  }
+  });
   released_.reset();
   if (locked_) ::munlock(data_, mapped_);
   ::munmap(data_, mapped_);

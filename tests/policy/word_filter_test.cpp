@@ -203,13 +203,25 @@ TEST(WordFilter, PrimedWithTheClientsTextCatchesWordsItBegan) {
     EXPECT_TRUE(sf.blocked());
     EXPECT_EQ(out, "");
   }
-  {  // a word of the client's own passes, and so does a prefix the reply does not complete
+  {  // a word of the client's own is not counted, and a prefix the reply does not complete passes
     StreamFilter sf(f, FilterAction::kMask);
-    sf.Prime("my password is pass");
+    sf.Prime("a bomb pass");  // within the 7 bytes read: "mb pass"; the whole "bomb" before
     EXPECT_EQ(sf.Feed("port").text, "port");
     EXPECT_EQ(sf.Feed(" ok").text, " ok");
     EXPECT_EQ(sf.Finish().text, "");
     EXPECT_EQ(sf.matches(), 0);
+    StreamFilter own(f, FilterAction::kMask);
+    own.Prime("bomb");
+    EXPECT_EQ(own.Feed("s away").text, "s away");
+    EXPECT_EQ(own.Finish().text, "");
+    EXPECT_EQ(own.matches(), 0);
+  }
+  {  // a word of the client's own that begins a longer one: the reply finishing it is caught
+    auto nested = MustCompile({"ass", "asshole"});
+    StreamFilter sf(nested, FilterAction::kMask);
+    sf.Prime("you ass");
+    EXPECT_EQ(sf.Feed("hole!").text, "***!");
+    EXPECT_EQ(sf.matches(), 1);
   }
   {  // a prefix still open at the end: the reply's bytes of it are released, not the client's
     StreamFilter sf(f, FilterAction::kMask);

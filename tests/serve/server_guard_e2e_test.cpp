@@ -211,6 +211,16 @@ TEST(ServerGuard, AlternativesThatFinishAWordWithTheTextWithholdTheLogprobs) {
   const json r = json::parse(ClientOf(*server)->Post("/v1/chat/completions", req.dump(), "application/json")->body);
   EXPECT_EQ(r["choices"][0]["message"]["content"], plain_reply["choices"][0]["message"]["content"]) << word;
   EXPECT_TRUE(r["choices"][0]["logprobs"].is_null()) << "'" << word << "' readable in: " << r.dump();
+
+  // A word in the prompt's own end is the client's: it does not withhold the reply's logprobs.
+  ServerOptions own;
+  own.guard.filter_words = {"zqzq"};
+  auto quiet = StartServer(own);
+  json prefilled = req;
+  prefilled["messages"].push_back({{"role", "assistant"}, {"content", "Once upon a zqzq"}});
+  const json q = json::parse(ClientOf(*quiet)->Post("/v1/chat/completions", prefilled.dump(), "application/json")->body);
+  ASSERT_TRUE(q.contains("choices")) << q.dump();
+  EXPECT_TRUE(q["choices"][0]["logprobs"].is_object()) << q.dump();
 }
 
 TEST(ServerGuard, BlockModeStopsTheReplyWithContentFilter) {

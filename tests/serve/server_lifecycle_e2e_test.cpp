@@ -85,10 +85,6 @@ TEST(ServerGuard, HotSwapUnderLoadFailsNoRequest) {
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_model_reloads_total{model="live",result="failed"})"), 1);
 }
 
-// Two admin reloads of one model at once each change only their own keys, applied to whatever
-// version serves when their turn comes: a file change and a label change sent together keep the
-// new files whichever runs second (the second was built from the version the first replaced, and
-// put the old files back).
 // Names in Hugging Face style ("org/model"): the admin routes take them, slash as is or
 // percent-encoded (they answered 404 "no route": such a model could only be reloaded by SIGHUP).
 TEST(ServerGuard, AdminRoutesTakeNamesWithASlash) {
@@ -118,6 +114,10 @@ TEST(ServerGuard, AdminRoutesTakeNamesWithASlash) {
   EXPECT_NE(r->body.find("org/none"), std::string::npos) << r->body;
 }
 
+// Two admin reloads of one model at once each change only their own keys, applied to whatever
+// version serves when their turn comes: a file change and a label change sent together keep the
+// new files whichever runs second (the second was built from the version the first replaced, and
+// put the old files back).
 TEST(ServerGuard, ConcurrentReloadsOfOneModelKeepEachOthersChanges) {
   ServerOptions o;
   o.guard.admin_key = "admin-key-0123456789abcdef";
@@ -355,8 +355,6 @@ TEST(ServerImageUrls, RefusedWithoutAHostAllowlist) {
 namespace vlmd::serve {
 namespace {
 
-// Graceful shutdown: a stream in flight when Drain starts finishes whole; new requests and
-// /ready get 503 meanwhile; Drain returns once nothing is left.
 // A draining server loads no new version: the admin API answers 503 shutting_down and the
 // version serving stays (it loaded, self-checked and swapped the model while Stop waited).
 TEST(ServerShutdown, NoReloadOnceDraining) {
@@ -373,6 +371,8 @@ TEST(ServerShutdown, NoReloadOnceDraining) {
   EXPECT_EQ(server->router().Get("m")->spec().version, "v1");
 }
 
+// Graceful shutdown: a stream in flight when Drain starts finishes whole; new requests and
+// /ready get 503 meanwhile; Drain returns once nothing is left.
 TEST(ServerShutdown, DrainLetsAcceptedRequestsFinishAndRefusesNewOnes) {
   auto server = StartServer({});
   std::string streamed_body;
@@ -457,6 +457,7 @@ TEST(ServerShutdown, RequestsStillThereAtStopGet503) {
   const std::string first = testing::ReadUntilClosed(running, 30).bytes;
   EXPECT_EQ(first.rfind("HTTP/1.1 503", 0), 0u) << first.substr(0, 300);
   EXPECT_NE(first.find("server shutting down"), std::string::npos) << first.substr(0, 300);
+  EXPECT_NE(first.find("\r\nRetry-After: 1\r\n"), std::string::npos) << first.substr(0, 300);
   close(waiting);
   close(running);
 }

@@ -297,7 +297,14 @@ int main(int argc, char** argv) {
       reloading.store(false);
     });
   }
-  if (reloads.joinable()) reloads.join();
+  // Stopped first: every request still there is answered and the port closed. A reload still
+  // loading cannot be cut short; the exit waits for it (its copy is dropped: the server drains),
+  // and a second SIGINT/SIGTERM ends the process at once meanwhile.
   server.Stop();
+  if (reloads.joinable()) {
+    if (reloading.load()) spdlog::info("waiting for a SIGHUP reload still loading (a second signal exits now)");
+    pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
+    reloads.join();
+  }
   return 0;
 }

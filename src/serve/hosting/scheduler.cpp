@@ -413,7 +413,10 @@ void Scheduler::AbandonStep(const std::vector<std::shared_ptr<Job>>& dead,
   // Job::Fail keeps the first outcome: the jobs already answered in this step are not changed.
   for (const auto& job : dead) job->Fail(status);
   for (const auto& job : admit) job->Fail(status);
-  for (Slot& slot : active_) slot.job->Fail(status);
+  // (A throw inside erase_if's Publish leaves moved-from slots behind: no job.)
+  for (Slot& slot : active_) {
+    if (slot.job) slot.job->Fail(status);
+  }
   active_.clear();  // their sequences and caches go with them
   parked_.clear();  // and the parked caches: memory, should that be what ran out
   batch_share_.Set(0.0);

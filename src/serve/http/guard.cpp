@@ -222,6 +222,13 @@ bool Guard::ContainsFilteredWord(std::string_view text) const {
 
 size_t Guard::max_filtered_word_bytes() const { return filter_ ? filter_->max_word_bytes() : 0; }
 
+bool Guard::CompletesFilteredWord(std::string_view before, std::string_view text) const {
+  if (!filter_) return false;
+  policy::StreamFilter stream(filter_, policy::FilterAction::kBlock);
+  stream.Prime(before);
+  return stream.Feed(text).blocked || stream.Finish().blocked;
+}
+
 void Guard::CountFilter(const policy::StreamFilter& filter) {
   if (filter.blocked()) {
     Count("word_filter", "block");

@@ -77,6 +77,9 @@ class Guard {
   bool ContainsFilteredWord(std::string_view text) const;
   // The longest filtered word in bytes (0 without a filter): how far back a word can begin.
   size_t max_filtered_word_bytes() const;
+  // Whether `text`, read after `before`, is or finishes a filtered word (words wholly inside
+  // `before` do not count). False without a filter.
+  bool CompletesFilteredWord(std::string_view before, std::string_view text) const;
   // Counts the filter's outcome for a finished reply.
   void CountFilter(const policy::StreamFilter& filter);
 

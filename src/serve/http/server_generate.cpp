@@ -361,7 +361,7 @@ JobResult Server::Handlers::Finalize(Call& call, std::string* tail) {
     // Token logprobs spell the generated tokens, including what the filter removed: leave them
     // out when their pieces hold a filtered word.
     if (call.reply.logprobs &&
-        (call.filter->matches() > 0 || s_.guard_->ContainsFilteredWord(TokenPieces(call, r)))) {
+        (call.filter->matches() > 0 || LogprobsShowAFilteredWord(call, r))) {
       call.reply.logprobs = false;
     }
     s_.guard_->CountFilter(*call.filter);
@@ -387,25 +387,26 @@ void Server::Handlers::RecordDrift(const Call& call, const JobResult& r) {
   s_.drift_->Record(call.model->spec().name, call.model->hash(), sample);
 }
 
-std::string Server::Handlers::TokenPieces(const Call& call, const JobResult& r) const {
+bool Server::Handlers::LogprobsShowAFilteredWord(const Call& call, const JobResult& r) const {
   std::string pieces;
   const auto& tok = call.model->engine().tokenizer();
   const size_t shown = r.logprob_tokens();
   for (size_t i = 0; i < shown; ++i) pieces += tok.TokenToPiece(r.tokens[i], false);
-  // Each alternative after the text before it (after a separator no word spans): a client reads
-  // it there, so a word it completes, or that it is, would be shown as well. The text before it
-  // is the prompt's end and the chosen tokens, as far back as a word can begin.
-  const size_t reach = s_.guard_->max_filtered_word_bytes() > 0 ? s_.guard_->max_filtered_word_bytes() - 1 : 0;
+  if (s_.guard_->ContainsFilteredWord(pieces)) return true;
+  // Each alternative is read after the text before it (the prompt's end, then the chosen
+  // tokens): one that is a word, or finishes one begun there, would show it. Words wholly in
+  // that text are not the alternative's (the prompt's are the client's own).
   const std::string& prompt = call.prepared.input.prompt;
+  const size_t reach = std::max<size_t>(s_.guard_->max_filtered_word_bytes(), 1) - 1;
   std::string before = prompt.substr(prompt.size() - std::min(prompt.size(), reach));
   for (size_t i = 0; i < shown; ++i) {
     for (const auto& alt : r.token_stats[i].top) {
-      pieces.append("\n").append(before).append(tok.TokenToPiece(alt.token, false));
+      if (s_.guard_->CompletesFilteredWord(before, tok.TokenToPiece(alt.token, false))) return true;
     }
     before += tok.TokenToPiece(r.tokens[i], false);
     if (before.size() > reach) before.erase(0, before.size() - reach);
   }
-  return pieces;
+  return false;
 }
 
 Status Server::Handlers::AuditCall(const Call& call, int status, const JobResult* r,
@@ -494,6 +495,7 @@ void Server::Handlers::Reply(Call& call, const HttpRequest& req, HttpResponse& r
   }
   if (!call.job->status().ok()) {
     const api::ApiError e = api::FromStatus(call.job->status());
+    if (e.http_status == 503) res.set_header("Retry-After", "1");  // shutting down, out of memory
     SendError(res, e);
     (void)AuditCall(call, e.http_status, nullptr, e.code);
     Observe(call, e.http_status);

@@ -119,9 +119,9 @@ class Server::Handlers : public FrontHandler {
   JobResult Finalize(Call& call, std::string* tail);
   // Counts a finished reply in the drift statistics of its model version.
   void RecordDrift(const Call& call, const JobResult& r);
-  // What logprobs would show, for the word filter: the generated tokens' pieces joined, then
-  // each alternative after the text before it.
-  std::string TokenPieces(const Call& call, const JobResult& r) const;
+  // Whether the logprobs would show a filtered word: in the generated tokens' pieces, or an
+  // alternative that is one or finishes one with the text before it.
+  bool LogprobsShowAFilteredWord(const Call& call, const JobResult& r) const;
   // One audit line for the call; `r` is null for a request that failed before generating.
   // `sampled`: a refusal written like those before authentication, at most one line per client
   // address and interval (policy/refusal_sampler.h), so that refusals cannot flood the trail.

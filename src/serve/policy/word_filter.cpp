@@ -285,11 +285,10 @@ void StreamFilter::Prime(std::string_view context) {
   // Only the last max_word_bytes - 1 bytes can begin a word the reply completes.
   const size_t tail = f.max_word_bytes() - 1;
   if (context.size() > tail) context.remove_prefix(context.size() - tail);
+  // Words found in the context are the client's own and not acted on, so the scan does not
+  // restart after them: a longer word they begin ("ass" of "asshole") is still followed.
   state_ = 0;
-  for (const char c : context) {
-    state_ = f.Next(state_, uint8_t(c));
-    if (f.MatchLength(state_) > 0) state_ = 0;  // a word of the client's own: the scan goes on after it
-  }
+  for (const char c : context) state_ = f.Next(state_, uint8_t(c));
   const size_t keep = f.Depth(state_);
   held_.assign(context.substr(context.size() - keep));
   primed_ = keep;
