@@ -271,6 +271,17 @@ TEST_F(VlmEngineTest, SequenceEndedWhilePrefillingLetsGoOfItsPromptRows) {
   EXPECT_EQ((*seq)->cache()->n_filled(), 2) << "the rows computed stay reusable";
   EXPECT_TRUE(engine_->PrefillChunk(seq->get(), 2).ok()) << "nothing left to do: not an error";
   EXPECT_EQ((*seq)->cache()->n_filled(), 2);
+
+  // max_tokens 0 (library callers; the API asks for at least 1): finished at once, nothing held.
+  p.max_tokens = 0;
+  auto none = engine_->BeginSequence(rows, p);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ((*none)->finish_reason(), "length");
+  EXPECT_FALSE((*none)->prefilling());
+  auto generated = engine_->Generate(prompt_, p);
+  ASSERT_TRUE(generated.ok()) << generated.status().ToString();
+  EXPECT_EQ(generated->text, "");
+  EXPECT_EQ(generated->finish_reason, "length");
 }
 
 TEST_F(VlmEngineTest, CallbackCancels) {

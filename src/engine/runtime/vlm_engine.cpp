@@ -437,6 +437,9 @@ Result<std::unique_ptr<Sequence>> VlmEngine::BeginSequence(PromptRows rows,
   }
   auto seq = std::make_unique<Sequence>(*tokenizer_, params, std::move(cache), prompt);
   seq->position_shift_ = rows.position_shift;
+  // max_tokens 0: finished at birth ("length"); nothing to prefill, and rows it kept would stay
+  // with it unused (parked for prefix reuse, in no memory count).
+  if (seq->finished()) return seq;
   seq->prefill_ = std::make_unique<PromptRows>(std::move(rows));
   seq->prefill_next_ = prefix_len;
   return seq;
