@@ -80,4 +80,43 @@ inline json ChatRequest(const std::string& text, int max_tokens, bool stream = f
           {"logprobs", true}};
 }
 
+// A chat completion stream, parsed: its content deltas, finish reason, last chunk and [DONE].
+struct Sse {
+  std::vector<std::string> texts;  // content deltas, in order
+  std::string finish_reason;
+  json last;                       // the chunk with finish_reason
+  bool done = false;
+};
+
+inline Sse ParseSse(const std::string& body) {
+  Sse out;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) break;
+    const std::string payload = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (payload == "[DONE]") {
+      out.done = true;
+      continue;
+    }
+    const json chunk = json::parse(payload, nullptr, false);
+    if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
+    const json& d = chunk["choices"][0]["delta"];
+    if (d.contains("content") && !d["content"].get<std::string>().empty()) {
+      out.texts.push_back(d["content"]);
+    }
+    if (!chunk["choices"][0]["finish_reason"].is_null()) {
+      out.finish_reason = chunk["choices"][0]["finish_reason"];
+      out.last = chunk;
+    }
+  }
+  return out;
+}
+
+inline std::string Join(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const auto& p : parts) s += p;
+  return s;
+}
+
 }  // namespace vlmd::serve

@@ -27,7 +27,7 @@ ContextFrame Frame(const std::string& key, size_t floats, const FrameThumbnail& 
                    uint64_t sequence = 0) {
   auto e = std::make_shared<engine::runtime::EncodedImage>();
   e->embeddings.assign(floats, 0.5f);
-  return {key, e, 10, thumb, sequence};
+  return {.key = key, .encoded = e, .prompt_tokens = 10, .thumbnail = thumb, .sequence = sequence, .image_sha256 = ""};
 }
 
 TEST(StreamWindow, ThumbnailsAndMotion) {

@@ -388,23 +388,29 @@ void Server::Handlers::RecordDrift(const Call& call, const JobResult& r) {
 }
 
 bool Server::Handlers::LogprobsShowAFilteredWord(const Call& call, const JobResult& r) const {
-  std::string pieces;
   const auto& tok = call.model->engine().tokenizer();
   const size_t shown = r.logprob_tokens();
-  for (size_t i = 0; i < shown; ++i) pieces += tok.TokenToPiece(r.tokens[i], false);
-  if (s_.guard_->ContainsFilteredWord(pieces)) return true;
-  // Each alternative is read after the text before it (the prompt's end, then the chosen
-  // tokens): one that is a word, or finishes one begun there, would show it. Words wholly in
-  // that text are not the alternative's (the prompt's are the client's own).
+  // The prompt's end (as far back as a word can begin), then the chosen tokens' pieces; ends[i]:
+  // where token i's piece ends in it.
   const std::string& prompt = call.prepared.input.prompt;
   const size_t reach = std::max<size_t>(s_.guard_->max_filtered_word_bytes(), 1) - 1;
-  std::string before = prompt.substr(prompt.size() - std::min(prompt.size(), reach));
+  std::string text = prompt.substr(prompt.size() - std::min(prompt.size(), reach));
+  const size_t pieces_start = text.size();
+  std::vector<size_t> ends(shown);
   for (size_t i = 0; i < shown; ++i) {
+    text += tok.TokenToPiece(r.tokens[i], false);
+    ends[i] = text.size();
+  }
+  if (s_.guard_->ContainsFilteredWord(std::string_view(text).substr(pieces_start))) return true;
+  // Each alternative is read after the text before it: one that is a word, or finishes one
+  // begun there, would show it. Words wholly in that text are not the alternative's (the
+  // prompt's are the client's own).
+  for (size_t i = 0; i < shown; ++i) {
+    const size_t end = i == 0 ? pieces_start : ends[i - 1];
+    const std::string_view before = std::string_view(text).substr(end - std::min(end, reach), std::min(end, reach));
     for (const auto& alt : r.token_stats[i].top) {
       if (s_.guard_->CompletesFilteredWord(before, tok.TokenToPiece(alt.token, false))) return true;
     }
-    before += tok.TokenToPiece(r.tokens[i], false);
-    if (before.size() > reach) before.erase(0, before.size() - reach);
   }
   return false;
 }
