@@ -2,12 +2,15 @@
 // vocabulary and a text, so that crafted vocabularies (odd tokens, merges naming nothing,
 // duplicate texts, token types, special ids) and texts meet. Input layout: byte 0 = flags (bit 0:
 // SentencePiece "llama" instead of byte-level "gpt2"; bit 1: parse special tokens; bit 2: add
-// special tokens; bit 3: token types from byte 1), byte 1 = seed of the token types and of BOS /
+// special tokens; bit 3: token types from byte 1; bit 4: the text's literal ranges (PromptText)
+// alternate every (seed & 7) + 1 bytes), byte 1 = seed of the token types and of BOS /
 // EOS ids, then '\n'-separated tokens up to the first 0x01 byte, '\n'-separated merges up to the
 // first 0x02 byte, then the text. Traps when an accepted vocabulary tokenizes to an id outside
-// itself or detokenizes its own ids differently from the concatenated pieces' lengths allow.
+// itself or detokenizes its own ids differently from the concatenated pieces' lengths allow, or
+// when the whole text as one literal range tokenizes differently from parse_special = false.
 // Timeouts and the RSS limit catch blow-ups (a crafted token's pieces were quadratic at load).
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -74,8 +77,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto tok = Tokenizer::FromVocabData(std::move(d));
   if (!tok.ok()) return 0;
   const bool parse_special = (flags & 2) != 0, add_special = (flags & 4) != 0;
-  auto ids = tok->Tokenize(text, add_special, parse_special);
+  std::vector<TextRange> literal;
+  if (flags & 16) {
+    const size_t step = (seed & 7) + 1;
+    for (size_t at = 0; at < text.size(); at += 2 * step) {
+      literal.push_back({at, std::min(text.size(), at + step)});
+    }
+  }
+  auto ids = tok->Tokenize(text, add_special, parse_special, literal);
   if (!ids.ok()) return 0;  // RESOURCE_EXHAUSTED: the regex engine gave up
+  if (!text.empty()) {
+    // A client's words as one literal range read control-token text as parse_special = false
+    // does.
+    const TextRange whole[] = {{0, text.size()}};
+    auto as_literal = tok->Tokenize(text, add_special, true, whole);
+    auto unparsed = tok->Tokenize(text, add_special, false);
+    if (as_literal.ok() && unparsed.ok()) Check(*as_literal == *unparsed);
+  }
   size_t piece_bytes = 0;
   for (TokenId id : *ids) {
     Check(tok->vocab().IsValid(id));

@@ -122,9 +122,12 @@ Result<engine::runtime::PromptRows> SampleRows(engine::runtime::VlmEngine& engin
         engine.EncodeImage(BytesOf(bytes), nullptr));
     images.push_back(std::move(img));
   }
-  const std::string prompt = sample.raw ? (sample.messages.empty() ? std::string()
-                                                                   : sample.messages.front().content)
-                                        : engine.ApplyChatTemplate(sample.messages);
+  // As the server builds it: a raw sample as it is, a conversation with its messages' words
+  // read as text.
+  const engine::tokenizer::PromptText prompt =
+      sample.raw ? engine::tokenizer::PromptText(
+                       sample.messages.empty() ? std::string() : sample.messages.front().content)
+                 : engine.ApplyChatTemplate(sample.messages);
   return engine.BuildPrompt(prompt, images, /*raw=*/true);
 }
 

@@ -17,7 +17,10 @@ class RowBuilder {
       : tok_(tok), n_embd_(n_embd), mrope_(mrope), count_only_(count_only) {}
   bool count_only() const { return count_only_; }
 
-  void Text(std::string_view s) { pending_ += s; }
+  // The family's wrapper text (parsed).
+  void Text(std::string_view s) { pending_.Append(s); }
+  // A piece of the prompt, its literal ranges kept.
+  void Prompt(const tokenizer::PromptText& s) { pending_.AppendPrompt(s); }
 
   // `bidirectional`: the rows attend to each other both ways (PromptRows::bidirectional).
   Status Image(const float* rows, int64_t n_rows, bool bidirectional = false) {
@@ -81,9 +84,10 @@ class RowBuilder {
   Status FlushText() {
     if (pending_.empty()) return Status::Ok();
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                          tok_.Tokenize(pending_, /*add_special=*/first_, /*parse_special=*/true));
+                          tok_.Tokenize(pending_.text(), /*add_special=*/first_,
+                                        /*parse_special=*/true, pending_.literal()));
     AddTextRows(ids);
-    pending_.clear();
+    pending_ = tokenizer::PromptText();
     first_ = false;
     return Status::Ok();
   }
@@ -93,7 +97,7 @@ class RowBuilder {
   const bool mrope_;
   const bool count_only_;
   int32_t next_pos_ = 0;
-  std::string pending_;
+  tokenizer::PromptText pending_;
   bool first_ = true;
   PromptRows out_;
 };
@@ -164,8 +168,10 @@ Status AddImage(RowBuilder* b, const models::VisionConfig& vision, const Encoded
 namespace {
 
 Result<PromptRows> BuildRows(const tokenizer::Tokenizer& tok, const models::VisionConfig& vision,
-                             std::string_view text, std::span<const EncodedImage> images,
-                             int64_t n_embd, std::string_view marker, bool count_only) {
+                             const tokenizer::PromptText& prompt,
+                             std::span<const EncodedImage> images, int64_t n_embd,
+                             std::string_view marker, bool count_only) {
+  const std::string_view text = prompt.text();
   size_t n_markers = 0;
   for (size_t at = text.find(marker); at != std::string_view::npos;
        at = text.find(marker, at + marker.size())) {
@@ -180,16 +186,16 @@ Result<PromptRows> BuildRows(const tokenizer::Tokenizer& tok, const models::Visi
   if (n_markers == 0) {  // no marker: (BOS,) images first, then the text
     b.LeadingBos();
     for (const EncodedImage& img : images) VLMD_RETURN_IF_ERROR(AddImage(&b, vision, img, n_embd));
-    b.Text(text);
+    b.Prompt(prompt);
     return b.Finish();
   }
   size_t start = 0;
   for (size_t at = text.find(marker); at != std::string_view::npos; at = text.find(marker, start)) {
-    b.Text(text.substr(start, at - start));
+    b.Prompt(prompt.Slice(start, at));
     VLMD_RETURN_IF_ERROR(AddImage(&b, vision, images[next_image++], n_embd));
     start = at + marker.size();
   }
-  b.Text(text.substr(start));
+  b.Prompt(prompt.Slice(start, text.size()));
   return b.Finish();
 }
 
@@ -211,7 +217,8 @@ int64_t SpanSafePrefix(const PromptRows& rows, int64_t prefix) {
 }
 
 Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
-                                         const models::VisionConfig& vision, std::string_view text,
+                                         const models::VisionConfig& vision,
+                                         const tokenizer::PromptText& text,
                                          std::span<const EncodedImage> images, int64_t n_embd,
                                          std::string_view marker) {
   return BuildRows(tok, vision, text, images, n_embd, marker, /*count_only=*/false);
@@ -219,7 +226,7 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
 
 Result<int64_t> CountMultimodalPromptRows(const tokenizer::Tokenizer& tok,
                                           const models::VisionConfig& vision,
-                                          std::string_view text,
+                                          const tokenizer::PromptText& text,
                                           std::span<const EncodedImage> layouts, int64_t n_embd,
                                           std::string_view marker) {
   VLMD_ASSIGN_OR_RETURN(PromptRows rows,

@@ -5,8 +5,9 @@
 // image and "<fake_token_around_image>"; LLaVA: the embeddings alone; Qwen VL:
 // "<|vision_start|>", the merged grid's embeddings with M-RoPE positions, "<|vision_end|>").
 // Adjacent text is merged
-// and tokenized as one piece (special tokens parsed; BOS only before the first piece), which is
-// how llama.cpp's mtmd_tokenize builds its chunks.
+// and tokenized as one piece (special tokens parsed, except in the text's literal ranges:
+// PromptText; BOS only before the first piece), which is how llama.cpp's mtmd_tokenize builds
+// its chunks.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "engine/models/preprocess_vision.h"
 #include "engine/models/vision_config.h"
 #include "engine/ops/attention.h"
+#include "engine/tokenizer/prompt_text.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace vlmd::engine::runtime {
@@ -63,7 +65,8 @@ int64_t SpanSafePrefix(const PromptRows& rows, int64_t prefix);
 // with no marker at all the images go before the text). INVALID_ARGUMENT when markers and images
 // do not match or an image's embedding size is inconsistent.
 Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
-                                         const models::VisionConfig& vision, std::string_view text,
+                                         const models::VisionConfig& vision,
+                                         const tokenizer::PromptText& text,
                                          std::span<const EncodedImage> images, int64_t n_embd,
                                          std::string_view marker = kDefaultMediaMarker);
 
@@ -72,7 +75,7 @@ Result<PromptRows> BuildMultimodalPrompt(const tokenizer::Tokenizer& tok,
 // budgets, stream windows and the real prompt, the family's wrapper tokens included.
 Result<int64_t> CountMultimodalPromptRows(const tokenizer::Tokenizer& tok,
                                           const models::VisionConfig& vision,
-                                          std::string_view text,
+                                          const tokenizer::PromptText& text,
                                           std::span<const EncodedImage> layouts, int64_t n_embd,
                                           std::string_view marker = kDefaultMediaMarker);
 

@@ -250,11 +250,12 @@ Result<PreparedImage> VlmEngine::PreprocessDecoded(const image::Image& img, int3
   return out;
 }
 
-Result<int64_t> VlmEngine::CountPromptRows(std::string_view prompt,
+Result<int64_t> VlmEngine::CountPromptRows(const tokenizer::PromptText& prompt,
                                             std::span<const EncodedImage> encoded,
                                             std::span<const models::ImagePlan> planned) const {
   if (encoded.empty() && planned.empty()) {
-    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Tokenize(prompt, true, true));
+    VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                          tokenizer_->Tokenize(prompt.text(), true, true, prompt.literal()));
     return static_cast<int64_t>(ids.size());
   }
   if (!vision_) return FailedPreconditionError("images given but no vision encoder (no --mmproj)");
@@ -325,20 +326,21 @@ Result<EncodedImage> VlmEngine::EncodeImage(std::span<const uint8_t> bytes, Imag
   return out;
 }
 
-std::string VlmEngine::ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const {
-  return tokenizer::ChatTemplate::Detect(chat_template_source_).Apply(messages, true);
+tokenizer::PromptText VlmEngine::ApplyChatTemplate(
+    std::span<const tokenizer::ChatMessage> messages) const {
+  return tokenizer::ChatTemplate::Detect(chat_template_source_).ApplyMarked(messages, true);
 }
 
 bool VlmEngine::chat_template_is_fallback() const {
   return tokenizer::ChatTemplate::Detect(chat_template_source_).is_fallback();
 }
 
-Result<PromptRows> VlmEngine::BuildPrompt(std::string_view text,
+Result<PromptRows> VlmEngine::BuildPrompt(const tokenizer::PromptText& text,
                                            std::span<const EncodedImage> images, bool raw) const {
-  std::string prompt(text);
+  tokenizer::PromptText prompt = text;
   if (!raw) {
     const auto tmpl = tokenizer::ChatTemplate::Detect(chat_template_source_);
-    tokenizer::ChatMessage msg{"user", std::string(text)};
+    tokenizer::ChatMessage msg{"user", text.text()};
     // Without markers the images open the user turn, as llama.cpp's mtmd puts them (they went
     // before the whole template, outside the turn).
     if (!images.empty() && msg.content.find(kDefaultMediaMarker) == std::string::npos) {
@@ -346,11 +348,12 @@ Result<PromptRows> VlmEngine::BuildPrompt(std::string_view text,
       for (size_t i = 0; i < images.size(); ++i) markers += kDefaultMediaMarker;
       msg.content.insert(0, markers);
     }
-    prompt = tmpl.Apply(std::span<const tokenizer::ChatMessage>(&msg, 1), true);
+    prompt = tmpl.ApplyMarked(std::span<const tokenizer::ChatMessage>(&msg, 1), true);
   }
   if (images.empty()) {
     PromptRows rows;
-    VLMD_ASSIGN_OR_RETURN(rows.tokens, tokenizer_->Tokenize(prompt, true, true));
+    VLMD_ASSIGN_OR_RETURN(rows.tokens,
+                          tokenizer_->Tokenize(prompt.text(), true, true, prompt.literal()));
     return rows;
   }
   if (!vision_) return FailedPreconditionError("images given but no vision encoder (no --mmproj)");

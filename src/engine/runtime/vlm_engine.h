@@ -120,7 +120,8 @@ class VlmEngine {
   // The prompt rows BuildPrompt(raw) gives for `prompt` (markers included) with `images` in
   // marker order: already encoded ones (their layouts) then planned ones, wrapper text tokens
   // included, without encoding anything (token budgets). Errors as BuildPrompt.
-  Result<int64_t> CountPromptRows(std::string_view prompt, std::span<const EncodedImage> encoded,
+  Result<int64_t> CountPromptRows(const tokenizer::PromptText& prompt,
+                                  std::span<const EncodedImage> encoded,
                                   std::span<const models::ImagePlan> planned) const;
   Result<EncodedImage> EncodePrepared(const PreparedImage& image, ImageTimings* timings);
   // In work units, for a scheduler that interleaves image encoding with decode steps
@@ -132,13 +133,15 @@ class VlmEngine {
   EncodedImage EncodedFrom(const PreparedImage& image, models::ImageEncoding* encoding) const;
 
   // Token ids (and image rows) of a user prompt: `text` with image markers, wrapped in the
-  // model's chat template unless raw (then BOS as the vocabulary says, special text parsed).
-  Result<PromptRows> BuildPrompt(std::string_view text, std::span<const EncodedImage> images,
-                                 bool raw) const;
+  // model's chat template as the user's words (control-token text in it read as text) unless
+  // raw (then BOS as the vocabulary says, special text parsed outside `text`'s literal ranges).
+  Result<PromptRows> BuildPrompt(const tokenizer::PromptText& text,
+                                 std::span<const EncodedImage> images, bool raw) const;
 
-  // The model's chat template applied to a conversation, with the assistant turn opened. Image
-  // markers in the messages are kept. Thread-safe (const).
-  std::string ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const;
+  // The model's chat template applied to a conversation, with the assistant turn opened, each
+  // message's content marked literal (PromptText). Image markers in the messages are kept.
+  // Thread-safe (const).
+  tokenizer::PromptText ApplyChatTemplate(std::span<const tokenizer::ChatMessage> messages) const;
 
   // True when the model's tokenizer.chat_template is absent or not one vlmd recognises, so that
   // BuildPrompt (not raw) falls back to ChatML; callers should warn.

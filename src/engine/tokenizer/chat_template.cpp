@@ -50,37 +50,52 @@ ChatTemplateKind DetectInst(std::string_view source) {
 }
 
 // The [INST] family's prompts. None of them opens an assistant turn: the last [/INST] is it.
-std::string ApplyInst(ChatTemplateKind kind, std::span<const ChatMessage> messages) {
+PromptText ApplyInst(ChatTemplateKind kind, std::span<const ChatMessage> messages) {
   using K = ChatTemplateKind;
-  std::string out;
+  PromptText out;
   if (kind == K::kMistralV7 || kind == K::kMistralV7Tekken) {
-    const std::string sp = kind == K::kMistralV7 ? " " : "";
+    const std::string_view sp = kind == K::kMistralV7 ? " " : "";
     for (const ChatMessage& m : messages) {
       if (m.role == "system") {
-        out += "[SYSTEM_PROMPT]" + sp + m.content + "[/SYSTEM_PROMPT]";
+        out.Append("[SYSTEM_PROMPT]");
+        out.Append(sp);
+        out.AppendLiteral(m.content);
+        out.Append("[/SYSTEM_PROMPT]");
       } else if (m.role == "user") {
-        out += "[INST]" + sp + m.content + "[/INST]";
+        out.Append("[INST]");
+        out.Append(sp);
+        out.AppendLiteral(m.content);
+        out.Append("[/INST]");
       } else {
-        out += sp + m.content + "</s>";
+        out.Append(sp);
+        out.AppendLiteral(m.content);
+        out.Append("</s>");
       }
     }
     return out;
   }
   if (kind == K::kMistralV1 || kind == K::kMistralV3 || kind == K::kMistralV3Tekken) {
-    const std::string lead = kind == K::kMistralV1 ? " " : "";
-    const std::string trail = kind == K::kMistralV3Tekken ? "" : " ";
+    const std::string_view lead = kind == K::kMistralV1 ? " " : "";
+    const std::string_view trail = kind == K::kMistralV3Tekken ? "" : " ";
     bool in_turn = false;
     for (const ChatMessage& m : messages) {
       if (!in_turn) {
-        out += lead + "[INST]" + trail;
+        out.Append(lead);
+        out.Append("[INST]");
+        out.Append(trail);
         in_turn = true;
       }
       if (m.role == "system") {
-        out += m.content + "\n\n";
+        out.AppendLiteral(m.content);
+        out.Append("\n\n");
       } else if (m.role == "user") {
-        out += m.content + lead + "[/INST]";
+        out.AppendLiteral(m.content);
+        out.Append(lead);
+        out.Append("[/INST]");
       } else {
-        out += trail + (kind == K::kMistralV3 ? Trim(m.content) : m.content) + "</s>";
+        out.Append(trail);
+        out.AppendLiteral(kind == K::kMistralV3 ? Trim(m.content) : m.content);
+        out.Append("</s>");
         in_turn = false;
       }
     }
@@ -91,19 +106,23 @@ std::string ApplyInst(ChatTemplateKind kind, std::span<const ChatMessage> messag
   const bool bos_inside = kind == K::kLlama2SysBos;
   const bool strip = kind == K::kLlama2SysStrip;
   bool in_turn = true;  // the first [INST] follows the tokenizer's BOS
-  out += "[INST] ";
+  out.Append("[INST] ");
   for (const ChatMessage& m : messages) {
     const std::string content = strip ? Trim(m.content) : m.content;
     if (!in_turn) {
       in_turn = true;
-      out += bos_inside ? "<s>[INST] " : "[INST] ";
+      out.Append(bos_inside ? "<s>[INST] " : "[INST] ");
     }
     if (m.role == "system") {
-      out += system_tags ? "<<SYS>>\n" + content + "\n<</SYS>>\n\n" : content + "\n";
+      if (system_tags) out.Append("<<SYS>>\n");
+      out.AppendLiteral(content);
+      out.Append(system_tags ? "\n<</SYS>>\n\n" : "\n");
     } else if (m.role == "user") {
-      out += content + " [/INST]";
+      out.AppendLiteral(content);
+      out.Append(" [/INST]");
     } else {
-      out += content + "</s>";
+      out.AppendLiteral(content);
+      out.Append("</s>");
       in_turn = false;
     }
   }
@@ -160,76 +179,98 @@ std::string_view ChatTemplate::name() const {
 }
 
 std::string ChatTemplate::Apply(std::span<const ChatMessage> messages, bool add_assistant) const {
-  std::string out;
+  return ApplyMarked(messages, add_assistant).text();
+}
+
+PromptText ChatTemplate::ApplyMarked(std::span<const ChatMessage> messages,
+                                     bool add_assistant) const {
+  PromptText out;
   switch (kind_) {
     case ChatTemplateKind::kChatml:
       for (const ChatMessage& m : messages) {
-        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+        out.Append("<|im_start|>" + m.role + "\n");
+        out.AppendLiteral(m.content);
+        out.Append("<|im_end|>\n");
       }
-      if (add_assistant) out += "<|im_start|>assistant\n";
+      if (add_assistant) out.Append("<|im_start|>assistant\n");
       break;
     case ChatTemplateKind::kPhi4:
       for (const ChatMessage& m : messages) {
-        out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+        out.Append("<|im_start|>" + m.role + "<|im_sep|>");
+        out.AppendLiteral(m.content);
+        out.Append("<|im_end|>");
       }
-      if (add_assistant) out += "<|im_start|>assistant<|im_sep|>";
+      if (add_assistant) out.Append("<|im_start|>assistant<|im_sep|>");
       break;
     case ChatTemplateKind::kSmolvlm:
-      out += "<|im_start|>";  // SmolVLM's BOS, written by the template
+      out.Append("<|im_start|>");  // SmolVLM's BOS, written by the template
       for (const ChatMessage& m : messages) {
         if (m.role == "system") {
-          out += m.content + "\n\n";
-        } else if (m.role == "user") {
-          out += "User: " + m.content + "<end_of_utterance>\n";
+          out.AppendLiteral(m.content);
+          out.Append("\n\n");
         } else {
-          out += "Assistant: " + m.content + "<end_of_utterance>\n";
+          out.Append(m.role == "user" ? "User: " : "Assistant: ");
+          out.AppendLiteral(m.content);
+          out.Append("<end_of_utterance>\n");
         }
       }
-      if (add_assistant) out += "Assistant:";
+      if (add_assistant) out.Append("Assistant:");
       break;
     case ChatTemplateKind::kLlama3:
       for (const ChatMessage& m : messages) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + Trim(m.content) +
-               "<|eot_id|>";
+        out.Append("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+        out.AppendLiteral(Trim(m.content));
+        out.Append("<|eot_id|>");
       }
-      if (add_assistant) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_assistant) out.Append("<|start_header_id|>assistant<|end_header_id|>\n\n");
       break;
     case ChatTemplateKind::kGemma: {
-      std::string system;  // Gemma has no system turn: it is prepended to the next user turn
+      PromptText system;  // Gemma has no system turn: it is prepended to the next user turn
       for (const ChatMessage& m : messages) {
         if (m.role == "system") {
-          system += Trim(m.content);
+          system.AppendLiteral(Trim(m.content));
           continue;
         }
         const std::string role = m.role == "assistant" ? "model" : m.role;
-        out += "<start_of_turn>" + role + "\n";
+        out.Append("<start_of_turn>" + role + "\n");
         if (!system.empty() && role != "model") {
-          out += system + "\n\n";
-          system.clear();
+          out.AppendPrompt(system);
+          out.Append("\n\n");
+          system = PromptText();
         }
-        out += Trim(m.content) + "<end_of_turn>\n";
+        out.AppendLiteral(Trim(m.content));
+        out.Append("<end_of_turn>\n");
       }
-      if (add_assistant) out += "<start_of_turn>model\n";
+      if (add_assistant) out.Append("<start_of_turn>model\n");
       break;
     }
     case ChatTemplateKind::kPhi3:
       for (const ChatMessage& m : messages) {
-        out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+        out.Append("<|" + m.role + "|>\n");
+        out.AppendLiteral(m.content);
+        out.Append("<|end|>\n");
       }
-      if (add_assistant) out += "<|assistant|>\n";
+      if (add_assistant) out.Append("<|assistant|>\n");
       break;
     case ChatTemplateKind::kVicuna:
     case ChatTemplateKind::kVicunaOrca:
       for (const ChatMessage& m : messages) {
         if (m.role == "system") {
-          out += kind_ == ChatTemplateKind::kVicunaOrca ? "SYSTEM: " + m.content + "\n" : m.content + "\n\n";
+          const bool orca = kind_ == ChatTemplateKind::kVicunaOrca;
+          if (orca) out.Append("SYSTEM: ");
+          out.AppendLiteral(m.content);
+          out.Append(orca ? "\n" : "\n\n");
         } else if (m.role == "user") {
-          out += "USER: " + m.content + "\n";
+          out.Append("USER: ");
+          out.AppendLiteral(m.content);
+          out.Append("\n");
         } else if (m.role == "assistant") {
-          out += "ASSISTANT: " + m.content + "</s>\n";
+          out.Append("ASSISTANT: ");
+          out.AppendLiteral(m.content);
+          out.Append("</s>\n");
         }
       }
-      if (add_assistant) out += "ASSISTANT:";
+      if (add_assistant) out.Append("ASSISTANT:");
       break;
     case ChatTemplateKind::kLlama2:
     case ChatTemplateKind::kLlama2Sys:

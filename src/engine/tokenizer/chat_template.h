@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "engine/tokenizer/prompt_text.h"
+
 namespace vlmd::engine::tokenizer {
 
 enum class ChatTemplateKind {
@@ -49,6 +51,9 @@ class ChatTemplate {
   // The prompt for `messages`; with add_assistant, the opening of the assistant's turn is
   // appended (llama_chat_apply_template's add_ass). Thread-safe (stateless).
   std::string Apply(std::span<const ChatMessage> messages, bool add_assistant) const;
+  // The same text, each message's content marked literal: control-token text a client writes is
+  // read as text, while the template's own markers are parsed (PromptText).
+  PromptText ApplyMarked(std::span<const ChatMessage> messages, bool add_assistant) const;
 
   ChatTemplateKind kind() const { return kind_; }
   bool is_fallback() const { return fallback_; }

@@ -94,8 +94,8 @@ Result<Tokenizer> Tokenizer::FromVocabData(VocabData data) {
   return Tokenizer(std::move(vocab), std::move(pre), defaulted);
 }
 
-std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text,
-                                                      bool parse_special) const {
+std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text, bool parse_special,
+                                                      std::span<const TextRange> literal) const {
   std::vector<Fragment> fragments;
   if (text.empty()) return fragments;
   fragments.push_back({kNoToken, 0, text.size()});
@@ -103,9 +103,13 @@ std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text,
   // Longest special text first; each one is cut out of every remaining text fragment.
   for (const TokenId special : vocab_.special_tokens()) {
     const uint32_t attributes = vocab_.attributes(special);
-    if (!parse_special && (attributes & (attr::kControl | attr::kUnknown))) continue;
+    const bool control = (attributes & (attr::kControl | attr::kUnknown)) != 0;
+    if (!parse_special && control) continue;
     const std::string& needle = vocab_.text(special);
     if (text.find(needle) == std::string_view::npos) continue;
+    // A control token's text that touches a client's words is text (PromptText); the search
+    // goes on one byte later, so a template marker right after such words is still found.
+    const bool skip_literal = control && !literal.empty();
     next.clear();
     for (const Fragment& fragment : fragments) {
       if (fragment.token != kNoToken) {
@@ -114,11 +118,16 @@ std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text,
       }
       size_t base = fragment.offset;
       size_t length = fragment.length;
+      size_t from = base;
       while (length > 0) {
-        const size_t match = text.substr(0, base + length).find(needle, base);
+        const size_t match = text.substr(0, base + length).find(needle, from);
         if (match == std::string_view::npos) {
           next.push_back({kNoToken, base, length});
           break;
+        }
+        if (skip_literal && OverlapsAny(literal, match, match + needle.size())) {
+          from = match + 1;
+          continue;
         }
         size_t left_length = match - base;
         if (attributes & attr::kLstrip) {
@@ -136,6 +145,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text,
         }
         base = right_offset;
         length = right_length;
+        from = base;
       }
     }
     fragments.swap(next);
@@ -157,9 +167,10 @@ Status Tokenizer::EncodeBpeText(std::string_view text, std::vector<TokenId>* out
 }
 
 Result<std::vector<TokenId>> Tokenizer::Tokenize(std::string_view text, bool add_special,
-                                                 bool parse_special) const {
+                                                 bool parse_special,
+                                                 std::span<const TextRange> literal) const {
   std::vector<TokenId> out;
-  const std::vector<Fragment> fragments = Partition(text, parse_special);
+  const std::vector<Fragment> fragments = Partition(text, parse_special, literal);
   if (add_special && vocab_.add_bos()) out.push_back(vocab_.bos());
   if (vocab_.type() == VocabType::kSpm) {
     bool prev_special = true;  // the first fragment gets the space prefix too

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/prompt_text.h"
 #include "engine/tokenizer/vocab.h"
 
 namespace vlmd::engine::gguf {
@@ -36,9 +37,12 @@ class Tokenizer {
   //  - add_special: prepend BOS / append EOS where the vocabulary says so (add_bos/add_eos).
   //  - parse_special: text equal to a control token (e.g. "<|im_start|>") becomes its id.
   //    User-defined tokens are always cut out of the text, whatever this flag (llama.cpp).
+  //  - literal: byte ranges of `text` (sorted, disjoint) where control-token text is read as
+  //    plain text even with parse_special: a client's words in a templated prompt (PromptText).
   // RESOURCE_EXHAUSTED only if the pre-tokenizer regex engine gives up on pathological input.
   Result<std::vector<TokenId>> Tokenize(std::string_view text, bool add_special,
-                                        bool parse_special) const;
+                                        bool parse_special,
+                                        std::span<const TextRange> literal = {}) const;
 
   // The bytes token `id` stands for. With special == false, control and unknown tokens give "".
   // Pieces need not be valid UTF-8 on their own (byte tokens, split characters): stream them
@@ -67,7 +71,9 @@ class Tokenizer {
   };
 
   Tokenizer(Vocab vocab, std::optional<PreTokenizer> pre, bool pre_defaulted);
-  std::vector<Fragment> Partition(std::string_view text, bool parse_special) const;
+  // `literal`: ranges of `text` where control and unknown tokens are not parsed.
+  std::vector<Fragment> Partition(std::string_view text, bool parse_special,
+                                  std::span<const TextRange> literal) const;
   Status EncodeBpeText(std::string_view text, std::vector<TokenId>* out) const;
   std::string ComputePiece(TokenId id) const;
 

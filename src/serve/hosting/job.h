@@ -23,7 +23,9 @@ namespace vlmd::serve {
 using Clock = std::chrono::steady_clock;
 
 struct JobInput {
-  std::string prompt;  // chat-templated text with one media marker per image
+  // Chat-templated text with one media marker per image; the messages' words are its literal
+  // ranges (control-token text in them is read as text).
+  engine::tokenizer::PromptText prompt;
   std::vector<engine::runtime::PreparedImage> images;  // decoded + preprocessed by the handler
   std::vector<double> image_prepare_ms;                // decode + preprocess time per image
   // A stream's earlier frames (already encoded), placed before `images` (the prompt has a marker

@@ -23,11 +23,11 @@ std::string NoContextReason(const StreamPart& part, int held_frames, bool expire
 }
 
 // Prompt text without image markers: what the text part tokenizes to (markers become images).
-std::string WithoutMarkers(std::string text) {
-  for (size_t at; (at = text.find(api::kMediaMarker)) != std::string::npos;) {
-    text.erase(at, api::kMediaMarker.size());
+engine::tokenizer::PromptText WithoutMarkers(engine::tokenizer::PromptText prompt) {
+  for (size_t at; (at = prompt.text().find(api::kMediaMarker)) != std::string::npos;) {
+    prompt.Erase(at, api::kMediaMarker.size());
   }
-  return text;
+  return prompt;
 }
 
 // The context rows a request keeps for its reply: max_tokens when given, else at least one.
@@ -105,6 +105,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // earlier frames (`placeholder`), replaced by theirs below.
   bool placeholder = false;
   if (request.raw_prompt) {
+    // The client writes the whole prompt, the template's markers too: parsed as it is.
     in.prompt = request.messages.empty() ? std::string() : request.messages.front().text;
   } else {
     std::vector<engine::tokenizer::ChatMessage> msgs;
@@ -134,7 +135,10 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
       user->content.insert(0, markers);
       placeholder = own == 0;
     }
-    in.prompt = e.ApplyChatTemplate(msgs) + continuation;
+    // The messages' words, and the continued reply's, are read as text: a "<|im_end|>" in
+    // them cannot close the turn (engine::tokenizer::PromptText).
+    in.prompt = e.ApplyChatTemplate(msgs);
+    in.prompt.AppendLiteral(continuation);
   }
   // A text longer than the budget's worth of the vocabulary's longest tokens is over the budget
   // whatever it tokenizes to: refused before the tokenizer, whose pre-split holds tens of times
@@ -143,20 +147,22 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   // whitespace beside them (Phi-3's), only the other bytes count: one such token may cover any
   // run of whitespace, nothing else.
   const size_t longest = e.tokenizer().vocab().max_token_bytes();
+  const std::string& prompt_bytes = in.prompt.text();
   const size_t counted =
       e.tokenizer().vocab().has_strip_tokens()
-          ? static_cast<size_t>(std::count_if(in.prompt.begin(), in.prompt.end(), [](char c) {
+          ? static_cast<size_t>(std::count_if(prompt_bytes.begin(), prompt_bytes.end(), [](char c) {
               return std::isspace(static_cast<unsigned char>(c)) == 0;
             }))
-          : in.prompt.size();
+          : prompt_bytes.size();
   if (counted > 2 * longest * static_cast<size_t>(std::max<int64_t>(options.token_budget, 1))) {
     return ResourceExhaustedError("the text alone is " + std::to_string(in.prompt.size()) +
                                   " bytes, more tokens than the token budget of " +
                                   std::to_string(options.token_budget) + " (no token is over " +
                                   std::to_string(longest) + " bytes)");
   }
+  const engine::tokenizer::PromptText text_part = WithoutMarkers(in.prompt);
   VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> text_ids,
-                        e.tokenizer().Tokenize(WithoutMarkers(in.prompt), true, true));
+                        e.tokenizer().Tokenize(text_part.text(), true, true, text_part.literal()));
   job.text_tokens = static_cast<int64_t>(text_ids.size());
   if (job.text_tokens > options.token_budget) {
     return ResourceExhaustedError("the text alone is " + std::to_string(job.text_tokens) +
@@ -250,11 +256,11 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     job.stream = part;
     // One marker per earlier frame, before the first one (no markers: the engine puts every
     // image before the text, in order).
-    if (const size_t at = in.prompt.find(api::kMediaMarker); at != std::string::npos) {
+    if (const size_t at = in.prompt.text().find(api::kMediaMarker); at != std::string::npos) {
       std::string markers;
       for (size_t i = 0; i < in.context.size(); ++i) markers += api::kMediaMarker;
-      in.prompt.insert(at, markers);
-      if (placeholder) in.prompt.erase(at + markers.size(), api::kMediaMarker.size());
+      in.prompt.Insert(at, markers);
+      if (placeholder) in.prompt.Erase(at + markers.size(), api::kMediaMarker.size());
     }
   }
   // Token budget, counted on the whole prompt as the engine will build it (text, wrapper tokens,

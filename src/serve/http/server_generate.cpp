@@ -292,7 +292,7 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   call->filter = s_.guard_->NewFilter();
   // The reply continues the prompt's end (an assistant message to continue, a raw prompt): a
   // word begun there and finished by the reply is the reply's to mask.
-  if (call->filter) call->filter->Prime(call->prepared.input.prompt);
+  if (call->filter) call->filter->Prime(call->prepared.input.prompt.text());
   // A chat stream with logprobs lists each token's with the chunk that completes its text. A word
   // filter holds text back across tokens and may cut it: then they all wait for the last chunk.
   call->prepared.input.stream_tokens =
@@ -392,7 +392,7 @@ bool Server::Handlers::LogprobsShowAFilteredWord(const Call& call, const JobResu
   const size_t shown = r.logprob_tokens();
   // The prompt's end (as far back as a word can begin), then the chosen tokens' pieces; ends[i]:
   // where token i's piece ends in it.
-  const std::string& prompt = call.prepared.input.prompt;
+  const std::string& prompt = call.prepared.input.prompt.text();
   const size_t reach = std::max<size_t>(s_.guard_->max_filtered_word_bytes(), 1) - 1;
   std::string text = prompt.substr(prompt.size() - std::min(prompt.size(), reach));
   const size_t pieces_start = text.size();
