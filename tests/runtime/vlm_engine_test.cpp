@@ -14,6 +14,7 @@
 
 #include "engine/gguf/gguf_reader.h"
 #include "engine/kernels/kernel_table.h"
+#include "engine/tokenizer/unicode.h"
 #include "test_util.h"
 
 namespace vlmd::engine::runtime {
@@ -103,6 +104,7 @@ TEST_F(VlmEngineTest, TextTokensLeaveOutTheStopStringsTokens) {
       const size_t first = joined.find(stop);
       const bool starts_token = stop == at_start;
       if (first != starts[j] + (starts_token ? 0 : 1)) continue;
+      if (!tokenizer::IsValidUtf8(stop)) continue;  // refused (a stop string is text)
       p.stop = {stop};
       auto cut = engine_->Generate(prompt_, p, nullptr);
       ASSERT_TRUE(cut.ok()) << cut.status().ToString();
@@ -308,6 +310,16 @@ TEST_F(VlmEngineTest, RejectsOverBudgetEmptyAndBadIds) {
   auto r = engine_->Generate(bad, small);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  // Stop strings: an empty one would match at once, one that is not UTF-8 could cut a character
+  // (vlmd-run's --stop takes the command line's bytes as they are).
+  for (const std::string stop : {std::string(), std::string("a\xC3"), std::string("\xFF")}) {
+    small.stop = {"fine", stop};
+    auto refused = engine_->Generate(prompt_, small);
+    ASSERT_FALSE(refused.ok()) << stop;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  }
+  small.stop = {"fine", "\xC3\xA9t\xC3\xA9"};
+  EXPECT_TRUE(engine_->Generate(prompt_, small).ok());
 }
 
 TEST_F(VlmEngineTest, TokenStatsWhenAsked) {

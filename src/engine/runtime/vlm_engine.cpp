@@ -14,6 +14,7 @@
 #include "engine/kernels/kernel_table.h"
 #include "engine/ops/numerics.h"
 #include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/unicode.h"
 #include "engine/tokenizer/utf8_stream.h"
 
 namespace vlmd::engine::runtime {
@@ -417,6 +418,11 @@ Result<std::unique_ptr<Sequence>> VlmEngine::BeginSequence(PromptRows rows,
   if (prompt.empty()) return InvalidArgumentError("empty prompt");
   VLMD_RETURN_IF_ERROR(ValidateSamplingParams(params.sampling));
   if (params.max_tokens < 0) return InvalidArgumentError("max_tokens must be >= 0");
+  for (const std::string& stop : params.stop) {
+    // An empty one matches at once; one that is not UTF-8 could cut the text inside a character.
+    if (stop.empty()) return InvalidArgumentError("empty stop string");
+    if (!tokenizer::IsValidUtf8(stop)) return InvalidArgumentError("a stop string is not valid UTF-8");
+  }
   const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_tokens;
   if (needed > opts_.n_ctx) {
     return ResourceExhaustedError("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
