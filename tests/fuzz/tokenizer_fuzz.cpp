@@ -7,7 +7,8 @@
 // EOS ids, then '\n'-separated tokens up to the first 0x01 byte, '\n'-separated merges up to the
 // first 0x02 byte, then the text. Traps when an accepted vocabulary tokenizes to an id outside
 // itself or detokenizes its own ids differently from the concatenated pieces' lengths allow, or
-// when the whole text as one literal range tokenizes differently from parse_special = false.
+// when the whole text as one literal range tokenizes differently from parse_special = false
+// (vocabularies whose user-defined tokens are not chat markers).
 // Timeouts and the RSS limit catch blow-ups (a crafted token's pieces were quadratic at load).
 #include <cstddef>
 #include <algorithm>
@@ -86,9 +87,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto ids = tok->Tokenize(text, add_special, parse_special, literal);
   if (!ids.ok()) return 0;  // RESOURCE_EXHAUSTED: the regex engine gave up
-  if (!text.empty()) {
+  bool marker_tokens = false;  // user-defined tokens guarded in literal ranges (marker texts)
+  for (const TokenId id : tok->vocab().special_tokens()) {
+    marker_tokens |= tok->guarded_in_literal(id) &&
+                     !(tok->vocab().attributes(id) & (attr::kControl | attr::kUnknown));
+  }
+  if (!text.empty() && !marker_tokens) {
     // A client's words as one literal range read control-token text as parse_special = false
-    // does.
+    // does (a vocabulary without user-defined marker tokens).
     const TextRange whole[] = {{0, text.size()}};
     auto as_literal = tok->Tokenize(text, add_special, true, whole);
     auto unparsed = tok->Tokenize(text, add_special, false);

@@ -87,6 +87,7 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   ASSERT_EQ(r["http"], 200) << r.dump();
   EXPECT_EQ(r["stream"]["context_frames"], 2);  // max_frames - 1 kept: the newest two
   EXPECT_EQ(r["usage"]["image_tokens"], 2 * one_frame);
+  const int frameless_prompt = r["usage"]["prompt_tokens"];
 
   // Another stream id starts empty; two frames in one stream request are refused.
   r = Post(*c, Invoke({b}, "cam-2"));
@@ -101,6 +102,15 @@ TEST(ServerStream, EarlierFramesJoinAsTheMotionAsksAndAnswerAsIfSentTogether) {
   EXPECT_GT(testing::MetricValue(metrics, "vlm_stream_window_bytes"), 0);
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="still"})"), 1);
   EXPECT_EQ(testing::MetricValue(metrics, R"(vlm_stream_frames_without_context_total{reason="lost"})"), 0);
+
+  // The frames' markers go into the user's words (their placeholder out): the words stay text,
+  // so "<end_of_utterance>" in them is several tokens, not the template's one.
+  json marked = Invoke({}, "cam-1");
+  marked["prompt"] = "What changed?<end_of_utterance>";
+  const json m = Post(*c, marked);
+  ASSERT_EQ(m["http"], 200) << m.dump();
+  EXPECT_EQ(m["stream"]["context_frames"], 2);
+  EXPECT_GE(m["usage"]["prompt_tokens"].get<int>(), frameless_prompt + 3) << m.dump();
 }
 
 // A client that counts its frames (stream_frame) learns when a server holds none of the earlier

@@ -87,7 +87,7 @@ class RowBuilder {
                           tok_.Tokenize(pending_.text(), /*add_special=*/first_,
                                         /*parse_special=*/true, pending_.literal()));
     AddTextRows(ids);
-    pending_ = tokenizer::PromptText();
+    pending_.clear();
     first_ = false;
     return Status::Ok();
   }

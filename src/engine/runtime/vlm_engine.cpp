@@ -338,7 +338,7 @@ bool VlmEngine::chat_template_is_fallback() const {
 
 Result<PromptRows> VlmEngine::BuildPrompt(const tokenizer::PromptText& text,
                                            std::span<const EncodedImage> images, bool raw) const {
-  tokenizer::PromptText prompt = text;
+  tokenizer::PromptText templated;
   if (!raw) {
     const auto tmpl = tokenizer::ChatTemplate::Detect(chat_template_source_);
     tokenizer::ChatMessage msg{"user", text.text()};
@@ -349,8 +349,9 @@ Result<PromptRows> VlmEngine::BuildPrompt(const tokenizer::PromptText& text,
       for (size_t i = 0; i < images.size(); ++i) markers += kDefaultMediaMarker;
       msg.content.insert(0, markers);
     }
-    prompt = tmpl.ApplyMarked(std::span<const tokenizer::ChatMessage>(&msg, 1), true);
+    templated = tmpl.ApplyMarked(std::span<const tokenizer::ChatMessage>(&msg, 1), true);
   }
+  const tokenizer::PromptText& prompt = raw ? text : templated;
   if (images.empty()) {
     PromptRows rows;
     VLMD_ASSIGN_OR_RETURN(rows.tokens,

@@ -3,6 +3,7 @@
 // were made with it.
 #include "engine/tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace vlmd::engine::tokenizer {
@@ -129,7 +130,44 @@ PromptText ApplyInst(ChatTemplateKind kind, std::span<const ChatMessage> message
   return out;
 }
 
+// Every marker ApplyMarked writes outside the messages' words, and the image wrappers of
+// engine/runtime/multimodal_prompt.cpp (kept in step with both by hand).
+constexpr std::string_view kMarkerTexts[] = {
+    // ChatML, Phi-4, SmolVLM
+    "<|im_start|>", "<|im_end|>", "<|im_sep|>", "<end_of_utterance>",
+    // Llama 3
+    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+    // Gemma
+    "<start_of_turn>", "<end_of_turn>",
+    // Phi-3
+    "<|system|>", "<|user|>", "<|assistant|>", "<|end|>",
+    // Vicuna, Llama 2, Mistral
+    "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+    // image wrappers: Qwen VL, Gemma 3, InternVL, SmolVLM (and its <row_R_col_C> below)
+    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<start_of_image>", "<end_of_image>",
+    "<img>", "</img>", "<IMG_CONTEXT>", "<fake_token_around_image>", "<global-img>", "<image>",
+};
+
 }  // namespace
+
+bool IsPromptMarkerText(std::string_view text) {
+  for (std::string_view m : kMarkerTexts) {
+    if (text == m) return true;
+  }
+  // SmolVLM's tile markers: <row_R_col_C>, R and C decimal.
+  constexpr std::string_view kRow = "<row_", kCol = "_col_";
+  if (text.size() < kRow.size() + kCol.size() + 3 || text.substr(0, kRow.size()) != kRow ||
+      text.back() != '>') {
+    return false;
+  }
+  const std::string_view inner = text.substr(kRow.size(), text.size() - kRow.size() - 1);
+  const size_t col = inner.find(kCol);
+  if (col == std::string_view::npos || col == 0 || col + kCol.size() == inner.size()) return false;
+  auto digits = [](std::string_view d) {
+    return std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return digits(inner.substr(0, col)) && digits(inner.substr(col + kCol.size()));
+}
 
 ChatTemplate ChatTemplate::Detect(std::string_view source) {
   for (const Named& n : kNames) {

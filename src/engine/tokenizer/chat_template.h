@@ -37,6 +37,12 @@ struct ChatMessage {
   std::string content;  // text; image markers (e.g. <__media__>) are left as they are
 };
 
+// Whether `text` is a marker the built-in chat templates or the engine's image wrappers write
+// ("<|im_start|>", "<start_of_turn>", "[INST]", "<|vision_start|>", "<row_1_col_2>", ...). A
+// vocabulary token with such a text is read as text in a client's words even when the GGUF types
+// it user-defined rather than control (PromptText; the tokenizer asks this once per token).
+bool IsPromptMarkerText(std::string_view text);
+
 class ChatTemplate {
  public:
   // Picks the family from `source`: a built-in name ("chatml", "phi4", "smolvlm", "llama3",

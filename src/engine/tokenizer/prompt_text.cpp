@@ -27,6 +27,7 @@ void PromptText::AppendPrompt(const PromptText& other) {
 }
 
 void PromptText::Insert(size_t at, std::string_view s) {
+  if (s.empty()) return;  // a range around `at` stays whole
   at = std::min(at, text_.size());
   text_.insert(at, s);
   std::vector<TextRange> out;

@@ -33,6 +33,10 @@ class PromptText {
   // Sorted, disjoint, non-empty, and never touching each other (adjacent ones are merged).
   std::span<const TextRange> literal() const { return literal_; }
   bool empty() const { return text_.empty(); }
+  void clear() {
+    text_.clear();
+    literal_.clear();
+  }
   size_t size() const { return text_.size(); }
 
   // Appends template text (parsed).

@@ -3,10 +3,12 @@
 // token_to_piece and detokenize (src/llama-vocab.cpp @3f545be).
 #include "engine/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <utility>
 
 #include "engine/gguf/gguf_reader.h"
+#include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/encoders.h"
 #include "engine/tokenizer/unicode.h"
 
@@ -70,6 +72,19 @@ Tokenizer::Tokenizer(Vocab vocab, std::optional<PreTokenizer> pre, bool pre_defa
     : vocab_(std::move(vocab)), pre_(std::move(pre)), pre_defaulted_(pre_defaulted) {
   pieces_.resize(vocab_.n_tokens());
   for (TokenId id = 0; id < vocab_.n_tokens(); ++id) pieces_[id] = ComputePiece(id);
+  for (const TokenId id : vocab_.special_tokens()) {
+    const uint32_t attributes = vocab_.attributes(id);
+    if (!(attributes & (attr::kControl | attr::kUnknown)) && IsPromptMarkerText(vocab_.text(id))) {
+      guarded_markers_.push_back(id);
+    }
+  }
+  std::sort(guarded_markers_.begin(), guarded_markers_.end());
+}
+
+bool Tokenizer::guarded_in_literal(TokenId id) const {
+  if (!vocab_.IsValid(id)) return false;
+  if (vocab_.attributes(id) & (attr::kControl | attr::kUnknown)) return true;
+  return std::binary_search(guarded_markers_.begin(), guarded_markers_.end(), id);
 }
 
 Result<Tokenizer> Tokenizer::FromGguf(const gguf::GgufFile& file) {
@@ -107,9 +122,9 @@ std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text, boo
     if (!parse_special && control) continue;
     const std::string& needle = vocab_.text(special);
     if (text.find(needle) == std::string_view::npos) continue;
-    // A control token's text that touches a client's words is text (PromptText); the search
+    // A guarded token's text that touches a client's words is text (PromptText); the search
     // goes on one byte later, so a template marker right after such words is still found.
-    const bool skip_literal = control && !literal.empty();
+    const bool skip_literal = !literal.empty() && guarded_in_literal(special);
     next.clear();
     for (const Fragment& fragment : fragments) {
       if (fragment.token != kNoToken) {

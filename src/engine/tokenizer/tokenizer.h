@@ -37,7 +37,7 @@ class Tokenizer {
   //  - add_special: prepend BOS / append EOS where the vocabulary says so (add_bos/add_eos).
   //  - parse_special: text equal to a control token (e.g. "<|im_start|>") becomes its id.
   //    User-defined tokens are always cut out of the text, whatever this flag (llama.cpp).
-  //  - literal: byte ranges of `text` (sorted, disjoint) where control-token text is read as
+  //  - literal: byte ranges of `text` (sorted, disjoint) where a guarded token's text is read as
   //    plain text even with parse_special: a client's words in a templated prompt (PromptText).
   // RESOURCE_EXHAUSTED only if the pre-tokenizer regex engine gives up on pathological input.
   Result<std::vector<TokenId>> Tokenize(std::string_view text, bool add_special,
@@ -55,6 +55,13 @@ class Tokenizer {
   // vocabularies with clean_spaces undo " ." / " 's" spacing. Invalid ids are skipped.
   std::string Detokenize(std::span<const TokenId> ids, bool remove_special,
                          bool unparse_special) const;
+
+  // Whether token `id`'s text in a client's words (Tokenize's literal ranges) is read as text:
+  // control and unknown tokens, and user-defined ones whose text is a chat template's or image
+  // wrapper's marker (IsPromptMarkerText: some GGUFs type "<start_of_turn>" user-defined).
+  // Other user-defined tokens are words the vocabulary added and stay tokens, as llama.cpp reads
+  // them with parse_special = false.
+  bool guarded_in_literal(TokenId id) const;
 
   const Vocab& vocab() const { return vocab_; }
   int32_t n_tokens() const { return vocab_.n_tokens(); }
@@ -81,6 +88,7 @@ class Tokenizer {
   std::optional<PreTokenizer> pre_;  // BPE only
   bool pre_defaulted_ = false;
   std::vector<std::string> pieces_;  // TokenToPiece(id, special = true), precomputed
+  std::vector<TokenId> guarded_markers_;  // user-defined tokens with a marker's text, sorted
 };
 
 }  // namespace vlmd::engine::tokenizer
