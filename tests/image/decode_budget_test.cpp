@@ -53,11 +53,12 @@ TEST(DecodeBudget, DecodedImagesHoldTheirPixelsBytesUntilTheyAreGone) {
   const testing::Bytes png =
       testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, testing::Bytes(size_t(w) * h * 3, 7));
   DecodeLimits limits;
-  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 4, milliseconds(20));
+  // An RGB PNG holds its output and libpng's staging rows: 3 + 3 bytes a pixel.
+  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 6, milliseconds(20));
   {
     Result<Image> a = DecodeImage(png, limits);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
-    EXPECT_EQ(limits.budget->in_use(), uint64_t(w) * h * 4);
+    EXPECT_EQ(limits.budget->in_use(), uint64_t(w) * h * 6);
     // A second image does not fit while the first lives: UNAVAILABLE (503 in the server).
     Result<Image> b = DecodeImage(png, limits);
     EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status().ToString();
@@ -68,7 +69,7 @@ TEST(DecodeBudget, DecodedImagesHoldTheirPixelsBytesUntilTheyAreGone) {
   truncated.resize(truncated.size() / 2);
   EXPECT_FALSE(DecodeImage(truncated, limits).ok());
   EXPECT_EQ(limits.budget->in_use(), 0u);
-  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 4 - 1, milliseconds(20));
+  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 6 - 1, milliseconds(20));
   EXPECT_EQ(DecodeImage(png, limits).status().code(), StatusCode::kOutOfRange);
 }
 
@@ -79,16 +80,67 @@ TEST(DecodeBudget, ARequestsImagesThatCannotFitTogetherAreRefusedAtOnce) {
   const testing::Bytes png =
       testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, testing::Bytes(size_t(w) * h * 3, 7));
   DecodeLimits limits;
-  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 6, std::chrono::seconds(30));
+  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 9, std::chrono::seconds(30));
   Result<Image> first = DecodeImage(png, limits);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(first->budget_bytes, uint64_t(w) * h * 4);
+  EXPECT_EQ(first->budget_bytes, uint64_t(w) * h * 6);
   limits.budget_held = first->budget_bytes;
   const auto t0 = std::chrono::steady_clock::now();
   Result<Image> second = DecodeImage(png, limits);
   EXPECT_EQ(second.status().code(), StatusCode::kOutOfRange) << second.status().ToString();
   EXPECT_NE(second.status().message().find("images"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));  // not the 30 s wait
+}
+
+// Each format reserves what its decoder holds at its peak (decoders.h): a baseline JPEG its RGB,
+// a progressive one also libjpeg's coefficients (2 bytes each, 64 a block, whole MCUs), one
+// with an EXIF rotation the rotated copy, a PNG with alpha 4 bytes of staging, a lossless WebP
+// libwebp's ARGB buffer; a JPEG decoded at a DCT scale its scaled size.
+TEST(DecodeBudget, EachFormatReservesItsDecodersPeak) {
+  const int w = 64, h = 48;
+  const uint64_t n = uint64_t(w) * h;
+  const testing::Bytes rgb(n * 3, 90), rgba(n * 4, 200), gray(n, 60);
+  auto reserved = [&](const testing::Bytes& file, bool reduced = false) -> uint64_t {
+    DecodeLimits limits;
+    limits.budget = std::make_shared<DecodeBudget>(1ull << 30, milliseconds(20));
+    if (reduced) limits.accept_reduced = [](ImageSize, ImageSize) { return true; };
+    Result<Image> img = DecodeImage(file, limits);
+    EXPECT_TRUE(img.ok()) << img.status().ToString();
+    EXPECT_EQ(limits.budget->in_use(), img.ok() ? img->budget_bytes : 0);
+    return img.ok() ? img->budget_bytes : 0;
+  };
+  EXPECT_EQ(reserved(testing::EncodeJpeg(rgb, w, h, 3, 90)), n * 3);
+  EXPECT_EQ(reserved(testing::EncodeJpeg(rgb, w, h, 3, 90), /*reduced=*/true), n / 64 * 3);  // 1/8: 8x6
+  EXPECT_EQ(reserved(testing::EncodeJpeg(rgb, w, h, 3, 90, testing::ExifApp1(6, false))), n * 6);
+  // Gray 64x48: 8x6 blocks, MCU 1x1, plus one block row and column of margin.
+  EXPECT_EQ(reserved(testing::EncodeProgressiveGrayJpeg(gray, w, h, false)), n * 3 + 9 * 7 * 64 * 2);
+  EXPECT_EQ(reserved(testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB_ALPHA, 8}, rgba)), n * 7);
+  EXPECT_EQ(reserved(testing::EncodeWebpLossless(rgb, w, h, false)), n * 7);
+}
+
+// The marker scan that refuses bombs before libjpeg reads the file skips segments by their length
+// field, which libjpeg does not do for RST and TEM markers: a file can show the scan a 1x1 frame
+// hidden in a comment and libjpeg its real one. The reservation comes from the header libjpeg
+// decodes (it took the scan's 4 bytes for any size: a 49 MP image held 4 bytes of the budget).
+TEST(DecodeBudget, AFrameHiddenFromTheMarkerScanIsStillCounted) {
+  const int w = 64, h = 48;
+  const testing::Bytes real = testing::EncodeJpeg(testing::Bytes(size_t(w) * h * 3, 120), w, h, 3, 90);
+  testing::Bytes crafted = {0xFF, 0xD8,              // SOI
+                            0xFF, 0xD0, 0x00, 0x0F,  // RST0: no length for libjpeg; the scan reads 15
+                            0xFF, 0xFE, 0x00, 0x20};  // a comment of 30 bytes
+  testing::Bytes comment(30, 0);
+  // At byte 19 of the file, where the scan lands: a 1x1 baseline frame header.
+  const uint8_t fake_sof[] = {0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x01, 0x00, 0x01, 0x01, 0x01, 0x11, 0x00};
+  std::copy(std::begin(fake_sof), std::end(fake_sof), comment.begin() + (19 - 10));
+  crafted.insert(crafted.end(), comment.begin(), comment.end());
+  crafted.insert(crafted.end(), real.begin() + 2, real.end());
+  DecodeLimits limits;
+  limits.budget = std::make_shared<DecodeBudget>(1ull << 30, milliseconds(20));
+  Result<Image> img = DecodeImage(crafted, limits);
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  EXPECT_EQ(img->width, w);
+  EXPECT_EQ(img->budget_bytes, uint64_t(w) * h * 3);
+  EXPECT_EQ(limits.budget->in_use(), uint64_t(w) * h * 3);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ Result<Image> DecodeBmp(std::span<const uint8_t> b, const DecodeLimits& limits) 
   if (raw_height == INT32_MIN) return DataLossError("bmp: invalid height");
   const bool top_down = raw_height < 0;
   const int32_t height = top_down ? -raw_height : raw_height;
-  VLMD_RETURN_IF_ERROR(CheckDimensions("bmp", width, height, limits));
+  VLMD_RETURN_IF_ERROR(CheckDimensions("bmp", width, height, limits, /*bytes_per_pixel=*/3));  // RGB
   if (compression != 0 || (bpp != 24 && bpp != 32)) {
     return UnimplementedError("bmp: only uncompressed 24/32-bit is supported (bpp " +
                               std::to_string(bpp) + ", compression " +
@@ -115,7 +115,7 @@ Result<Image> DecodePnm(std::span<const uint8_t> b, const DecodeLimits& limits) 
   if (!header.Field(&width) || !header.Field(&height)) {
     return DataLossError(std::string(name) + ": truncated or malformed dimensions");
   }
-  VLMD_RETURN_IF_ERROR(CheckDimensions(name, width, height, limits));
+  VLMD_RETURN_IF_ERROR(CheckDimensions(name, width, height, limits, /*bytes_per_pixel=*/3));  // RGB
   if (!header.Field(&maxval) || !header.EndOfHeader()) {
     return DataLossError(std::string(name) + ": truncated or malformed maxval");
   }

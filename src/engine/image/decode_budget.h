@@ -1,8 +1,9 @@
 // Bytes of decoded pixels in flight across callers: a bound on the memory that concurrent image
 // decodes take (a 194 KB PNG of 7071x7071 decodes to 150 MB; eight at once took 2.7 GiB).
-// DecodeImage reserves 4 bytes per pixel (the RGB output plus a decoder's staging) once the
-// header gives the dimensions, before any pixel buffer exists; the reservation is released with
-// the decoded Image. Thread-safe.
+// DecodeImage reserves what the decoder holds at its peak (the RGB output, its staging and the
+// library's image-sized buffers: 3 to 11 bytes a pixel by format, decoders.h) once the header
+// gives the dimensions, before any pixel buffer exists; the reservation is released with the
+// decoded Image. Thread-safe.
 #pragma once
 
 #include <chrono>

@@ -97,6 +97,25 @@ unsigned DctDenominator(uint32_t width, uint32_t height, bool transposed,
   return 1;
 }
 
+// What a decode of `cinfo` (header read, output size computed) holds at its peak: the RGB output,
+// then either libjpeg's whole-image coefficient buffer (a progressive or multi-scan file: 2 bytes
+// a coefficient, every block of every component, rounded up to whole MCUs) or, once that is
+// freed, the rotated copy that an EXIF orientation makes.
+uint64_t JpegPeakBytes(const jpeg_decompress_struct& cinfo, int orientation) {
+  const uint64_t output = uint64_t{cinfo.output_width} * cinfo.output_height * 3;
+  uint64_t coefficients = 0;
+  if (jpeg_has_multiple_scans(const_cast<jpeg_decompress_struct*>(&cinfo))) {
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      const jpeg_component_info& comp = cinfo.comp_info[c];
+      coefficients += (uint64_t{comp.width_in_blocks} + comp.h_samp_factor) *
+                      (uint64_t{comp.height_in_blocks} + comp.v_samp_factor) * DCTSIZE2 *
+                      sizeof(JCOEF);
+    }
+  }
+  const uint64_t rotated = orientation > 1 ? output : 0;
+  return output + std::max(coefficients, rotated);
+}
+
 // The setjmp frame holds only trivially destructible locals; everything with a destructor lives
 // in the caller (`out`), so a longjmp never skips a destructor.
 bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, Image* out,
@@ -123,7 +142,7 @@ bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, I
   jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&cinfo, TRUE);
   {  // scoped: no object with a destructor may be alive when libjpeg longjmps later
-    Status dims = CheckDimensions("jpeg", cinfo.image_width, cinfo.image_height, limits);
+    Status dims = CheckDimensions("jpeg", cinfo.image_width, cinfo.image_height, limits, 0);
     if (!dims.ok()) {
       jpeg_destroy_decompress(&cinfo);
       *status = dims;
@@ -139,10 +158,20 @@ bool DecodeWithLibjpeg(std::span<const uint8_t> b, const DecodeLimits& limits, I
   }
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  const int orientation = ExifOrientation(*exif);
   if (limits.accept_reduced) {
     cinfo.scale_num = 1;
-    cinfo.scale_denom = DctDenominator(cinfo.image_width, cinfo.image_height,
-                                       ExifOrientation(*exif) >= 5, limits.accept_reduced);
+    cinfo.scale_denom = DctDenominator(cinfo.image_width, cinfo.image_height, orientation >= 5,
+                                       limits.accept_reduced);
+  }
+  jpeg_calc_output_dimensions(&cinfo);
+  {  // the budget, from the header libjpeg decodes (not the marker scan's guess) and the scale
+    Status reserved = ReserveDecodeBytes(limits, JpegPeakBytes(cinfo, orientation));
+    if (!reserved.ok()) {
+      jpeg_destroy_decompress(&cinfo);
+      *status = reserved;
+      return false;
+    }
   }
   jpeg_start_decompress(&cinfo);
   AllocateRgb(static_cast<int32_t>(cinfo.output_width), static_cast<int32_t>(cinfo.output_height),
@@ -241,7 +270,9 @@ Result<Image> DecodeJpeg(std::span<const uint8_t> b, const DecodeLimits& limits)
                                 "-bit samples are not supported");
     }
     // A zero height means "defined by DNL", which libjpeg rejects with its own message.
-    if (sof_h != 0) VLMD_RETURN_IF_ERROR(CheckDimensions("jpeg", sof_w, sof_h, limits));
+    // A bomb is refused here, before libjpeg reads a byte; the budget is reserved from the
+    // header libjpeg reads (the scan skips markers as libjpeg does not, and could be fooled).
+    if (sof_h != 0) VLMD_RETURN_IF_ERROR(CheckDimensions("jpeg", sof_w, sof_h, limits, 0));
   }
   Image img;
   Status status;

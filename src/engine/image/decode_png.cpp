@@ -66,7 +66,11 @@ bool DecodeWithLibpng(PngSource* src, const DecodeLimits& limits, PngBuffers* bu
   const png_uint_32 width = png_get_image_width(png, info);
   const png_uint_32 height = png_get_image_height(png, info);
   {  // scoped: no object with a destructor may be alive when libpng longjmps later
-    Status dims = CheckDimensions("png", width, height, limits);
+    // The RGB output and the staging rows libpng writes (3 or 4 bytes a pixel after the
+    // transforms below: 4 with an alpha channel or a tRNS chunk).
+    const bool alpha = (png_get_color_type(png, info) & PNG_COLOR_MASK_ALPHA) != 0 ||
+                       png_get_valid(png, info, PNG_INFO_tRNS) != 0;
+    Status dims = CheckDimensions("png", width, height, limits, 3 + (alpha ? 4 : 3));
     if (!dims.ok()) {
       png_destroy_read_struct(&png, &info, nullptr);
       *status = dims;

@@ -10,10 +10,16 @@
 
 namespace vlmd::engine::image::internal {
 
-// Checks width x height against the limits before any pixel buffer exists. `format` names the
-// format in messages. Dimensions must be positive (DATA_LOSS otherwise).
+// Checks width x height against the limits before any pixel buffer exists, then reserves
+// bytes_per_pixel bytes a pixel of the decode budget (ReserveDecodeBytes; 0: check only).
+// `format` names the format in messages. Dimensions must be positive (DATA_LOSS otherwise).
 Status CheckDimensions(const char* format, int64_t width, int64_t height,
-                       const DecodeLimits& limits);
+                       const DecodeLimits& limits, uint64_t bytes_per_pixel);
+
+// Makes the decode's reservation (DecodeLimits::budget) `bytes`: what the decoder holds at its
+// peak (its RGB output, its staging, the library's own image-sized buffers). A decode may call it
+// again with more (the reservation grows by the difference, never shrinks). No budget: OK.
+Status ReserveDecodeBytes(const DecodeLimits& limits, uint64_t bytes);
 
 // Allocates out->rgb for width x height (CheckDimensions must have passed).
 void AllocateRgb(int32_t width, int32_t height, Image* out);

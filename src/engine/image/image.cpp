@@ -2,6 +2,8 @@
 #include "engine/image/image.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "core/sha256.h"
 #include "engine/image/decode_budget.h"
@@ -12,7 +14,7 @@ namespace vlmd::engine::image {
 namespace internal {
 
 Status CheckDimensions(const char* format, int64_t width, int64_t height,
-                       const DecodeLimits& limits) {
+                       const DecodeLimits& limits, uint64_t bytes_per_pixel) {
   if (width <= 0 || height <= 0) {
     return DataLossError(std::string(format) + ": invalid dimensions " + std::to_string(width) +
                          "x" + std::to_string(height));
@@ -26,11 +28,25 @@ Status CheckDimensions(const char* format, int64_t width, int64_t height,
                            std::to_string(limits.max_pixels) +
                            " pixels (possible decompression bomb)");
   }
-  // The budget: reserved at the first check (JPEG checks its SOF scan and then its header).
-  if (limits.budget != nullptr && limits.reservation != nullptr && *limits.reservation == nullptr) {
-    VLMD_ASSIGN_OR_RETURN(*limits.reservation, limits.budget->Reserve(w * h * 4, limits.budget_held));
-    if (limits.reserved_bytes != nullptr) *limits.reserved_bytes = w * h * 4;
+  // max_pixels is far below 2^58, so the product with a small per-pixel count fits.
+  return ReserveDecodeBytes(limits, w * h * bytes_per_pixel);
+}
+
+Status ReserveDecodeBytes(const DecodeLimits& limits, uint64_t bytes) {
+  if (limits.budget == nullptr || limits.reservation == nullptr || limits.reserved_bytes == nullptr) {
+    return Status::Ok();
   }
+  const uint64_t held = *limits.reserved_bytes;
+  if (bytes <= held) return Status::Ok();
+  VLMD_ASSIGN_OR_RETURN(std::shared_ptr<const void> more,
+                        limits.budget->Reserve(bytes - held, limits.budget_held + held));
+  if (*limits.reservation == nullptr) {
+    *limits.reservation = std::move(more);
+  } else {  // one handle holding both
+    *limits.reservation = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+        std::move(*limits.reservation), std::move(more));
+  }
+  *limits.reserved_bytes = bytes;
   return Status::Ok();
 }
 
