@@ -398,6 +398,25 @@ TEST(ServerLoadTest, AClientThatDisconnectsBeforeANonStreamedReplyCancelsItsSequ
   EXPECT_NE(m.find("status=\"499\""), std::string::npos) << "no 499 in the request metrics";
 }
 
+// A client that only half-closes (shutdown of its sending side) counts as gone, and may still
+// read: it gets the 499 with "Connection: close" and then the end of the connection (the 499
+// said keep-alive).
+TEST(ServerLoadTest, AHalfClosedClientGetsItsEndOfConnection) {
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  Harness h(o);
+  const int fd = testing::SendInvoke(
+      h.port(), json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
+  ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
+  ASSERT_EQ(shutdown(fd, SHUT_WR), 0);
+  const testing::RawReply r = testing::ReadUntilClosed(fd, 5);
+  close(fd);
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 499", 0), 0u) << r.bytes;
+  EXPECT_NE(r.bytes.find("Connection: close"), std::string::npos) << r.bytes;
+  EXPECT_TRUE(r.closed) << "the connection stayed open after the 499";
+}
+
 
 // Queued requests whose clients hang up leave the queue at once: they used to hold their --queue
 // slots (and count in vlm_queue_depth, which autoscalers read) until the running job ended, and

@@ -70,7 +70,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   void Start() {
     if constexpr (kTls) {
-      Arm(front_.options.head_timeout);  // the handshake is part of the first request's head
+      // The handshake is part of the first request's head; it writes too.
+      Arm(front_.options.head_timeout, Deadline::kWrite);
       stream_.async_handshake(ssl::stream_base::server, [self = this->shared_from_this()](error_code ec) {
         self->Disarm();
         if (ec) {
@@ -94,7 +95,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   void ForceClose() override { Close(); }
   // On the I/O thread: a handler thread's blocking write of one piece of a streamed reply.
   void WriteForHandler(std::shared_ptr<std::string> data, std::shared_ptr<std::promise<bool>> done) {
-    Arm(front_.options.write_timeout);
+    Arm(front_.options.write_timeout, Deadline::kWrite);
     asio::async_write(stream_, asio::buffer(*data),
                       [self = this->shared_from_this(), data, done](error_code ec, size_t) {
                         self->Disarm();  // a timeout is counted when the stream ends
@@ -110,17 +111,26 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
  private:
   enum class Phase { kIdle, kHead, kHeadCheck, kBody, kHandling, kWriting, kClosing };
 
+  // What a deadline shuts when it passes: the reading side (the connection may still answer
+  // 408) or both (a write, or a TLS handshake, that ran out).
+  enum class Deadline { kRead, kWrite };
+
   // The deadline of the operation pending: when it passes, the socket's operations are
-  // cancelled and their handlers see timed_out_.
-  void Arm(std::chrono::milliseconds timeout) {
+  // cancelled, the side they use is shut down, and their handlers see timed_out_. The shutdown
+  // is what holds: a cancel reaches only an operation waiting in the reactor, and a composed
+  // read or write (Beast's, asio::async_write) whose step had just completed issues its next
+  // step after it, with no deadline left; on a shut side that step fails at once.
+  void Arm(std::chrono::milliseconds timeout, Deadline what = Deadline::kRead) {
     timed_out_ = false;
     const uint64_t gen = ++timer_gen_;
     timer_.expires_after(timeout);
-    timer_.async_wait([self = this->shared_from_this(), gen](error_code ec) {
+    timer_.async_wait([self = this->shared_from_this(), gen, what](error_code ec) {
       if (ec || gen != self->timer_gen_) return;  // re-armed or disarmed meanwhile
       self->timed_out_ = true;
       error_code ignored;
       self->Raw().cancel(ignored);
+      self->Raw().shutdown(what == Deadline::kRead ? tcp::socket::shutdown_receive : tcp::socket::shutdown_both,
+                           ignored);
     });
   }
   void Disarm() {
@@ -150,14 +160,16 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   // Idle until the next request's first byte (kept-alive or new), then its head.
   void WaitForRequest() {
+    // A pipelined request already here is answered even at Stop (503 shutting_down once the
+    // handlers have stopped): the reply before it, decided before Stop, said keep-alive.
+    if (buffer_.size() > 0) return ReadHead();
     if (front_.stopping.load()) return Close();
     phase_ = Phase::kIdle;
-    if (buffer_.size() > 0) return ReadHead();  // pipelined: already here
     buffer_.shrink_to_fit();  // an idle connection keeps no read buffer from its last body
     Arm(front_.options.idle_timeout);
     auto on_first_bytes = [self = this->shared_from_this()](error_code ec, size_t n) {
       self->buffer_.commit(n);
-      if (ec) {
+      if (ec || self->timed_out_) {
         if (self->timed_out_) self->front_.handler->OnDropped("idle_reaped");
         return self->Close();
       }
@@ -243,7 +255,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     keep_alive_ = parser_->keep_alive();
     phase_ = Phase::kHeadCheck;
     auto self = this->shared_from_this();
-    pool_ = front_.handler->IsProbe(request_) ? &*front_.probe_pool : &*front_.pool;
+    switch (front_.handler->LaneOf(request_)) {
+      case FrontHandler::Lane::kHealth: pool_ = &*front_.health_pool; break;
+      case FrontHandler::Lane::kMetrics: pool_ = &*front_.metrics_pool; break;
+      case FrontHandler::Lane::kRequests: pool_ = &*front_.pool; break;
+    }
     const bool queued = pool_->TryPost([self] {
       auto res = std::make_shared<HttpResponse>();
       size_t limit = 0;
@@ -288,7 +304,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
         buffer_.size() == 0) {
       // The client waits for this before it sends the body (curl does for bodies over 1 KiB).
       auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      Arm(front_.options.write_timeout);
+      Arm(front_.options.write_timeout, Deadline::kWrite);
       asio::async_write(stream_, asio::buffer(*cont), [self = this->shared_from_this(), cont](error_code ec, size_t) {
         self->Disarm();
         if (ec) return self->Close();
@@ -307,7 +323,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // Reads on until the body is whole, the reservation growing ahead of it (GrowBodyReservation).
   void ReadBodySome() {
     bhttp::async_read_some(stream_, buffer_, *parser_, [self = this->shared_from_this()](error_code ec, size_t) {
-      if (!ec && !self->parser_->is_done()) {
+      if (!ec && !self->parser_->is_done() && !self->timed_out_) {
         if (!self->GrowBodyReservation(self->parser_->get().body().size())) {
           self->Disarm();
           return self->RefuseBodyBudget();
@@ -315,7 +331,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
         return self->ReadBodySome();
       }
       self->Disarm();
-      if (!ec) return self->Dispatch();
+      if (!ec && self->parser_->is_done()) return self->Dispatch();
       if (self->timed_out_) {
         return self->Refuse(&self->request_, 408, "body_timeout",
                             "the request body did not arrive within " +
@@ -486,7 +502,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     auto out = std::make_shared<std::string>(SerializeHead(
         res, "Content-Length: " + std::to_string(res.body.size()) + "\r\n", keep, request_.version));
     if (request_.method != "HEAD") out->append(res.body);  // HEAD: the length, never the body
-    Arm(front_.options.write_timeout);
+    Arm(front_.options.write_timeout, Deadline::kWrite);
     asio::async_write(stream_, asio::buffer(*out), [self = this->shared_from_this(), out, keep](error_code ec, size_t) {
       self->AfterWrite(ec, keep);
     });
@@ -516,7 +532,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     buffer_.consume(buffer_.size());
     Raw().async_read_some(buffer_.prepare(64 << 10), [self = this->shared_from_this()](error_code ec, size_t n) {
       self->lingered_ += n;
-      if (ec || self->lingered_ > kLingerBytes) return self->Close();
+      if (ec || self->timed_out_ || self->lingered_ > kLingerBytes) return self->Close();
       self->DropInput();
     });
   }

@@ -26,9 +26,11 @@ constexpr std::chrono::milliseconds kStopGrace{5000};
 // at once), so that shedding stays cheap under a connection flood.
 constexpr std::chrono::milliseconds kShedLinger{500};
 constexpr size_t kMaxShedLingering = 256;
-// Threads and queue of the probes' pool (FrontHandler::IsProbe).
-constexpr int kProbeThreads = 2;
-constexpr size_t kMaxQueuedProbes = 256;
+// Threads and queue of the probes' pools (FrontHandler::Lane).
+constexpr int kHealthThreads = 2;
+constexpr size_t kMaxQueuedHealth = 256;
+constexpr int kMetricsThreads = 1;
+constexpr size_t kMaxQueuedMetrics = 64;
 // How long an accept waits before retrying when the process is out of descriptors.
 constexpr std::chrono::milliseconds kAcceptRetry{100};
 
@@ -233,10 +235,23 @@ Status HttpFront::Start() {
   }
   f.port = f.acceptor->local_endpoint().port();
   f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests));
-  f.probe_pool.emplace(kProbeThreads, kMaxQueuedProbes);
+  f.health_pool.emplace(kHealthThreads, kMaxQueuedHealth);
+  f.metrics_pool.emplace(kMetricsThreads, kMaxQueuedMetrics);
   f.Accept();
   f.work.emplace(f.io.get_executor());
-  f.io_thread = std::thread([&f] { f.io.run(); });
+  f.io_thread = std::thread([&f] {
+    // An exception out of a handler on this thread (std::bad_alloc) drops the operation it came
+    // from (its connection goes with its last handle) and the loop goes on: every connection
+    // runs on this thread, and ending it ended the process.
+    for (;;) {
+      try {
+        f.io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("http: an I/O handler threw, its connection is dropped: {}", e.what());
+      }
+    }
+  });
   return Status::Ok();
 }
 
@@ -264,7 +279,8 @@ void HttpFront::Stop() {
   // 2. Handlers running finish, and the queued ones run (their replies still go out through the
   // running I/O thread).
   f.pool->Stop();
-  f.probe_pool->Stop();
+  f.health_pool->Stop();
+  f.metrics_pool->Stop();
   // 3. The replies they left are written (each connection closes after its reply at shutdown);
   // a client that does not read gets kStopGrace.
   const auto until = std::chrono::steady_clock::now() + kStopGrace;

@@ -72,10 +72,13 @@ class FrontHandler {
   // A connection dropped without a reply ("idle_reaped", "head_timeout" before any byte,
   // "write_timeout", "accept_failed"), for metrics.
   virtual void OnDropped(std::string_view reason) = 0;
-  // Whether the request (its head) is a probe: cheap, answered by its own small pool of threads
-  // (kProbeThreads) so that requests holding every handler thread (long generations) cannot
-  // delay it, e.g. /health and /ready, which orchestrators restart a server over.
-  virtual bool IsProbe(const HttpRequest& head) const { return false; }
+  // Which threads answer the request (its head): the handler threads, or one of two small pools
+  // of their own, so that requests holding every handler thread (long generations) cannot delay
+  // a probe: kHealth for the ones orchestrators restart a server over (/health, /ready), kMetrics
+  // for heavier ones (/metrics renders every series), which a flood of them cannot then turn
+  // into failed health checks.
+  enum class Lane { kRequests, kHealth, kMetrics };
+  virtual Lane LaneOf(const HttpRequest& head) const { return Lane::kRequests; }
   // Open connections changed (a gauge).
   virtual void OnConnections(size_t open) = 0;
   // The TLS certificate files changed and were loaded (ok) or not (the previous pair serves on).

@@ -62,7 +62,8 @@ struct HttpFront::Impl {
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
-  std::optional<HandlerPool> probe_pool;  // FrontHandler::IsProbe's requests
+  std::optional<HandlerPool> health_pool;   // FrontHandler::Lane::kHealth's requests
+  std::optional<HandlerPool> metrics_pool;  // FrontHandler::Lane::kMetrics's requests
   std::atomic<uint64_t> body_bytes{0};     // reserved by bodies held (max_body_bytes_in_flight)
   // TLS: the context new connections take (a connection keeps the one it started with), the
   // files' stamps it was loaded from, the stamps of a failed reload (not retried until they

@@ -291,9 +291,10 @@ void Server::Handlers::OnTlsReload(bool ok) {
   s_.metrics_->http_tls_reloads.With({ok ? "ok" : "failed"}).Inc();
 }
 
-bool Server::Handlers::IsProbe(const HttpRequest& head) const {
-  return (head.method == "GET" || head.method == "HEAD") &&
-         (head.path == "/health" || head.path == "/ready" || head.path == "/metrics");
+FrontHandler::Lane Server::Handlers::LaneOf(const HttpRequest& head) const {
+  if (head.method != "GET" && head.method != "HEAD") return Lane::kRequests;
+  if (head.path == "/health" || head.path == "/ready") return Lane::kHealth;
+  return head.path == "/metrics" ? Lane::kMetrics : Lane::kRequests;
 }
 
 void Server::Handlers::OnConnections(size_t open) {

@@ -484,7 +484,10 @@ void Server::Handlers::Reply(Call& call, const HttpRequest& req, HttpResponse& r
     text.clear();
     if (!over && req.PeerClosed()) {
       call.job->Cancel();
-      res.status = 499;  // nobody reads it; for the access log and metrics
+      res.status = 499;  // for the access log and metrics
+      // A half-closed client may still read: it gets this and the connection closes (the 499
+      // said keep-alive).
+      res.close = true;
       (void)AuditCall(call, 499, nullptr, "client_closed");
       Observe(call, 499);
       spdlog::info("{} {} -> client closed the connection before the reply", call.reply.id,

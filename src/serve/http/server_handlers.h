@@ -43,8 +43,9 @@ class Server::Handlers : public FrontHandler {
   HttpResponse FrontRefusal(const HttpRequest* head, int status, std::string_view code,
                             std::string_view message) override;
   void OnDropped(std::string_view reason) override;
-  // /health, /ready and /metrics (GET or HEAD): probes that long generations must not delay.
-  bool IsProbe(const HttpRequest& head) const override;
+  // /health and /ready (GET or HEAD) on the health lane, /metrics on its own: probes that long
+  // generations, or a flood of the other kind, must not delay.
+  Lane LaneOf(const HttpRequest& head) const override;
   void OnConnections(size_t open) override;
   void OnTlsReload(bool ok) override;
 
