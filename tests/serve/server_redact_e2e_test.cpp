@@ -196,6 +196,7 @@ TEST(ServerRedact, DetectorsLoadAtStartAndRouteSettingsWhenRoutesAreSet) {
   EXPECT_TRUE(server->router().GetRoute("plates"));
 }
 
+// A model's setting replaces the server's (off included); a route's adds to the model's.
 TEST(ServerRedact, AModelOrRouteSettingReplacesTheServers) {
   ServerOptions o;
   o.redact.faces = true;
@@ -215,9 +216,20 @@ TEST(ServerRedact, AModelOrRouteSettingReplacesTheServers) {
   RouteConfig route = SplitRoute("plates-only", {{"open", 1}});
   route.redact = redact::RedactOptions{};
   route.redact->plates = true;
-  server->router().SetRoutes({route}, "covered");
+  // A route adds to the model's setting and cannot take it away: one that turns redaction off
+  // in front of the covered model still has its faces covered (the route turned them off for
+  // every client that named it), one that adds plates covers both.
+  RouteConfig off = SplitRoute("off", {{"covered", 1}});
+  off.redact = redact::RedactOptions{};
+  RouteConfig more = SplitRoute("more", {{"covered", 1}});
+  more.redact = route.redact;
+  server->router().SetRoutes({route, off, more}, "covered");
   const json via_route = ask("plates-only");
   EXPECT_EQ(via_route["redaction"], json({{"faces", 0}, {"plates", 0}}));
+  EXPECT_GE(ask("off")["redaction"]["faces"].get<int>(), 1);
+  const json both = ask("more");
+  EXPECT_GE(both["redaction"]["faces"].get<int>(), 1);
+  EXPECT_TRUE(both["redaction"].contains("plates"));
 }
 
 }  // namespace

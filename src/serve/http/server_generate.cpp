@@ -214,16 +214,22 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   if (auto e = Resolve(call.get())) return fail(*e);
   const ModelSpec& spec = call->model->spec();
   call->reply.include_usage = call->request.include_usage;  // chat's stream_options
-  // Redaction: the route's setting, else the model's, else the server's.
-  // (A model's own setting is what holds when clients name the model directly.)
+  // Redaction: the model's setting, else the server's; a route in front can add to it (its
+  // kinds join, its style and detector apply) but never take it away: clients may name the
+  // model directly, so the model's setting is the one that must hold either way.
   std::shared_ptr<const redact::Redactor> redactor;
   std::string redact_scope = "-";  // the setting, for the stream scope
   {
-    std::optional<redact::RedactOptions> ro;
+    std::optional<redact::RedactOptions> ro = spec.redact ? spec.redact : s_.options_.redact;
     if (!call->reply.route.empty()) {
-      if (auto route = s_.router_.GetRoute(call->reply.route); route && route->redact) ro = route->redact;
+      auto route = s_.router_.GetRoute(call->reply.route);
+      if (route && route->redact && route->redact->enabled()) {
+        const redact::RedactOptions own = *ro;
+        ro = route->redact;
+        ro->faces = ro->faces || own.faces;
+        ro->plates = ro->plates || own.plates;
+      }
     }
-    if (!ro) ro = spec.redact ? spec.redact : s_.options_.redact;
     if (ro->enabled()) {
       call->reply.redaction = std::array<int, 2>{0, 0};
       redact_scope = redact::RedactSettingKey(*ro);
