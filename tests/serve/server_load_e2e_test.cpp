@@ -497,6 +497,32 @@ TEST(ServerLoadTest, ProbesAnswerWhileEveryHandlerThreadIsBusy) {
   }
 }
 
+// A request's head is checked on threads of its own: with every handler thread on a long
+// generation, a request without the key gets its 401 at once (its head waited in the handlers'
+// queue, so a flood of keyless heads could fill it and refuse the clients with keys).
+TEST(ServerLoadTest, HeadsAreCheckedWhileEveryHandlerThreadIsBusy) {
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  o.server.http_threads = 1;
+  o.server.guard.api_key = "the-right-key-for-this-test";
+  Harness h(o);
+  const std::string body = json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump();
+  const int busy = testing::Connect(h.port());
+  ASSERT_GE(busy, 0);
+  ASSERT_TRUE(testing::SendAll(busy, "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                     "Authorization: Bearer the-right-key-for-this-test\r\nContent-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
+  const auto t0 = std::chrono::steady_clock::now();
+  const testing::RawReply r = testing::Exchange(
+      h.port(), "POST /v1/vlm/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Authorization: Bearer wrong\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(r.bytes.rfind("HTTP/1.1 401", 0), 0u) << r.bytes;
+  char byte;
+  EXPECT_LT(recv(busy, &byte, 1, MSG_PEEK | MSG_DONTWAIT), 0) << "the generation ended first";
+  close(busy);
+}
 
 // Bodies of up to 1 MiB each, 1 MiB of them held at once (--max-body-mb, --body-budget-mb).
 HarnessOptions BodyBudgetOf1MiB() {

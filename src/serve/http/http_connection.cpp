@@ -255,12 +255,19 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     keep_alive_ = parser_->keep_alive();
     phase_ = Phase::kHeadCheck;
     auto self = this->shared_from_this();
+    // A request's head goes to threads of its own (authentication and routing are quick): heads
+    // queued behind long generations made a flood of keyless ones take the queue from clients
+    // with keys. Its body then goes to the handler threads; a probe's head and body to its pool.
+    HandlerPool* head_pool = nullptr;
     switch (front_.handler->LaneOf(request_)) {
-      case FrontHandler::Lane::kHealth: pool_ = &*front_.health_pool; break;
-      case FrontHandler::Lane::kMetrics: pool_ = &*front_.metrics_pool; break;
-      case FrontHandler::Lane::kRequests: pool_ = &*front_.pool; break;
+      case FrontHandler::Lane::kHealth: pool_ = head_pool = &*front_.health_pool; break;
+      case FrontHandler::Lane::kMetrics: pool_ = head_pool = &*front_.metrics_pool; break;
+      case FrontHandler::Lane::kRequests:
+        pool_ = &*front_.pool;
+        head_pool = &*front_.head_pool;
+        break;
     }
-    const bool queued = pool_->TryPost([self] {
+    const bool queued = head_pool->TryPost([self] {
       auto res = std::make_shared<HttpResponse>();
       size_t limit = 0;
       bool read_body = false;
@@ -549,7 +556,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpRequest request_;
-  HandlerPool* pool_ = nullptr;  // the pool the request's head went to; its body goes there too
+  HandlerPool* pool_ = nullptr;  // the pool the whole request goes to (its head may go elsewhere)
   Phase phase_ = Phase::kIdle;
   bool keep_alive_ = true;
   bool timed_out_ = false;

@@ -26,6 +26,9 @@ constexpr std::chrono::milliseconds kStopGrace{5000};
 // at once), so that shedding stays cheap under a connection flood.
 constexpr std::chrono::milliseconds kShedLinger{500};
 constexpr size_t kMaxShedLingering = 256;
+// Threads of the pool that checks requests' heads (authentication, routing; its queue is
+// max_queued_requests).
+constexpr int kHeadThreads = 2;
 // Threads and queue of the probes' pools (FrontHandler::Lane).
 constexpr int kHealthThreads = 2;
 constexpr size_t kMaxQueuedHealth = 256;
@@ -191,7 +194,9 @@ int HttpFront::port() const { return impl_->port; }
 
 bool HttpFront::tls() const { return !impl_->options.tls_cert_file.empty(); }
 
-size_t HttpFront::queued_requests() const { return impl_->pool ? impl_->pool->queued() : 0; }
+size_t HttpFront::queued_requests() const {
+  return (impl_->pool ? impl_->pool->queued() : 0) + (impl_->head_pool ? impl_->head_pool->queued() : 0);
+}
 
 Status HttpFront::Start() {
   Impl& f = *impl_;
@@ -235,6 +240,7 @@ Status HttpFront::Start() {
   }
   f.port = f.acceptor->local_endpoint().port();
   f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests));
+  f.head_pool.emplace(kHeadThreads, std::max<size_t>(1, f.options.max_queued_requests));
   f.health_pool.emplace(kHealthThreads, kMaxQueuedHealth);
   f.metrics_pool.emplace(kMetricsThreads, kMaxQueuedMetrics);
   f.Accept();
@@ -278,6 +284,7 @@ void HttpFront::Stop() {
   });
   // 2. Handlers running finish, and the queued ones run (their replies still go out through the
   // running I/O thread).
+  f.head_pool->Stop();  // first: a head checked may still send its request to the handlers
   f.pool->Stop();
   f.health_pool->Stop();
   f.metrics_pool->Stop();

@@ -28,7 +28,7 @@ struct FrontOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
   int handler_threads = 64;          // requests handled at once
-  size_t max_queued_requests = 1024;  // waiting for a handler thread; beyond: 503
+  size_t max_queued_requests = 1024;  // waiting for a handler thread (and heads for their check); beyond: 503
   size_t max_connections = 8192;     // open at once, in total; beyond: 503 and close
   size_t max_connections_per_address = 256;  // from one client address; 0: no cap
   // Request body bytes held at once, over all connections (0: no bound): a body is counted as its
@@ -95,7 +95,7 @@ class HttpFront {
   Status Start();
   int port() const;
   bool tls() const;
-  // Requests read and waiting for a handler thread (probes not counted).
+  // Requests waiting for a handler thread and heads waiting for their check (probes not counted).
   size_t queued_requests() const;
   // Stops accepting, closes idle connections, lets handlers running and requests queued for one
   // finish (their replies are written), then closes everything. Idempotent.

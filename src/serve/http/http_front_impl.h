@@ -62,6 +62,7 @@ struct HttpFront::Impl {
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
+  std::optional<HandlerPool> head_pool;     // the heads of FrontHandler::Lane::kRequests
   std::optional<HandlerPool> health_pool;   // FrontHandler::Lane::kHealth's requests
   std::optional<HandlerPool> metrics_pool;  // FrontHandler::Lane::kMetrics's requests
   std::atomic<uint64_t> body_bytes{0};     // reserved by bodies held (max_body_bytes_in_flight)
