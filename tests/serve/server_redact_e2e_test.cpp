@@ -218,11 +218,13 @@ TEST(ServerRedact, AModelOrRouteSettingReplacesTheServers) {
   route.redact->plates = true;
   // A route adds to the model's setting and cannot take it away: one that turns redaction off
   // in front of the covered model still has its faces covered (the route turned them off for
-  // every client that named it), one that adds plates covers both.
+  // every client that named it), and so does one that adds plates with a threshold no
+  // detection passes (its threshold replaced the model's, faces included).
   RouteConfig off = SplitRoute("off", {{"covered", 1}});
   off.redact = redact::RedactOptions{};
   RouteConfig more = SplitRoute("more", {{"covered", 1}});
   more.redact = route.redact;
+  more.redact->min_score = 1e9;
   server->router().SetRoutes({route, off, more}, "covered");
   const json via_route = ask("plates-only");
   EXPECT_EQ(via_route["redaction"], json({{"faces", 0}, {"plates", 0}}));

@@ -81,7 +81,8 @@ Result<DecodedImage> DecodeTimed(const std::string& bytes,
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream,
-                               const redact::Redactor* redactor, std::optional<DecodedImage> first) {
+                               std::span<const redact::Redactor* const> redactors,
+                               std::optional<DecodedImage> first) {
   const rt::VlmEngine& e = model.engine();
   PreparedJob job;
   JobInput& in = job.input;
@@ -180,7 +181,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   };
   // Redaction looks at full size: a face the detectors cannot find at 1/8 scale would still
   // reach the encoder.
-  if (redactor != nullptr) limits.accept_reduced = nullptr;
+  if (!redactors.empty()) limits.accept_reduced = nullptr;
   // A first image decoded in full before (routing) is the image this loop would decode when it
   // decodes at full size too: without a DCT scale (not a JPEG) or without a needed size.
   if (first && !request.images.empty() && limits.accept_reduced &&
@@ -202,15 +203,19 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   }
   // Redaction before anything keeps pixels: the cache key, the stream's thumbnail and the
   // encoder all see the covered image.
-  if (redactor != nullptr) {
+  if (!redactors.empty()) {
     job.redaction.emplace();
     job.redact_start = Clock::now();
     for (engine::image::Image& img : decoded) {
-      // Fails closed (UNAVAILABLE, 503): an image no detector looked at does not go on.
-      VLMD_ASSIGN_OR_RETURN(const redact::Redaction r, redactor->Apply(&img));
-      job.redaction->faces += r.faces;
-      job.redaction->plates += r.plates;
-      job.redaction->detect_ms += r.detect_ms;
+      // In order (the model's setting, then a route's): each sees what the one before covered,
+      // which its detectors do not find again. Fails closed (UNAVAILABLE, 503): an image no
+      // detector looked at does not go on.
+      for (const redact::Redactor* redactor : redactors) {
+        VLMD_ASSIGN_OR_RETURN(const redact::Redaction r, redactor->Apply(&img));
+        job.redaction->faces += r.faces;
+        job.redaction->plates += r.plates;
+        job.redaction->detect_ms += r.detect_ms;
+      }
     }
     job.redact_end = Clock::now();
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 
 #include "core/status.h"
 #include "engine/image/image.h"
@@ -87,8 +88,8 @@ struct PreparedJob {
 // earlier frames it returns go before the request's image (an image marker each when the prompt
 // has markers), and count towards the token budget: over it, the oldest are left out first,
 // before the new frame shrinks. INVALID_ARGUMENT for a stream request with more than
-// one image. With `redactor`, faces and plates are covered in each decoded image before
-// anything else sees it. `first` (optional): the first image already decoded in full.
+// one image. With `redactors`, faces and plates are covered in each decoded image, by each in
+// order, before anything else sees it. `first` (optional): the first image already decoded in full.
 // Whether PrepareJob refused the request because its prompt leaves the model's context no room
 // for the reply (RESOURCE_EXHAUSTED, as the token budget's refusal; the chat endpoint answers it
 // as OpenAI does: 400 context_length_exceeded). Its message holds kContextOverflowText.
@@ -97,7 +98,7 @@ bool IsContextOverflow(const Status& status);
 
 Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequest& request,
                                const PrepareOptions& options, const StreamContextFn& stream = {},
-                               const redact::Redactor* redactor = nullptr,
+                               std::span<const redact::Redactor* const> redactors = {},
                                std::optional<DecodedImage> first = std::nullopt);
 
 }  // namespace vlmd::serve

@@ -214,28 +214,36 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   if (auto e = Resolve(call.get())) return fail(*e);
   const ModelSpec& spec = call->model->spec();
   call->reply.include_usage = call->request.include_usage;  // chat's stream_options
-  // Redaction: the model's setting, else the server's; a route in front can add to it (its
-  // kinds join, its style and detector apply) but never take it away: clients may name the
-  // model directly, so the model's setting is the one that must hold either way.
-  std::shared_ptr<const redact::Redactor> redactor;
-  std::string redact_scope = "-";  // the setting, for the stream scope
+  // Redaction: the model's setting, else the server's; then a route's own, when it has one, on
+  // top. A route adds to what the model holds and never takes it away (its setting replaced
+  // the model's, so a route could turn redaction off, or weaken it with another threshold,
+  // though clients may name the model directly): both run, the model's first.
+  std::vector<std::shared_ptr<const redact::Redactor>> redactors;
+  std::string redact_scope = "-";  // the settings, for the stream scope
   {
-    std::optional<redact::RedactOptions> ro = spec.redact ? spec.redact : s_.options_.redact;
+    std::vector<redact::RedactOptions> settings;
+    if (const redact::RedactOptions& own = spec.redact ? *spec.redact : s_.options_.redact; own.enabled()) {
+      settings.push_back(own);
+    }
     if (!call->reply.route.empty()) {
       auto route = s_.router_.GetRoute(call->reply.route);
-      if (route && route->redact && route->redact->enabled()) {
-        const redact::RedactOptions own = *ro;
-        ro = route->redact;
-        ro->faces = ro->faces || own.faces;
-        ro->plates = ro->plates || own.plates;
+      if (route && route->redact && route->redact->enabled() &&
+          (settings.empty() || redact::RedactSettingKey(*route->redact) != redact::RedactSettingKey(settings[0]))) {
+        settings.push_back(*route->redact);
       }
     }
-    if (ro->enabled()) {
+    if (!settings.empty()) {
       call->reply.redaction = std::array<int, 2>{0, 0};
-      redact_scope = redact::RedactSettingKey(*ro);
-      if (!call->request.images.empty() && !(redactor = s_.RedactorFor(*ro))) {
-        return fail({503, "server_error", "redaction_unavailable",
-                     "redaction is required for this model and its detectors cannot load"});
+      redact_scope.clear();
+      for (const redact::RedactOptions& ro : settings) {
+        redact_scope += redact::RedactSettingKey(ro) + ";";
+        if (call->request.images.empty()) continue;
+        std::shared_ptr<const redact::Redactor> r = s_.RedactorFor(ro);
+        if (!r) {
+          return fail({503, "server_error", "redaction_unavailable",
+                       "redaction is required for this model and its detectors cannot load"});
+        }
+        redactors.push_back(std::move(r));
       }
     }
   }
@@ -261,16 +269,18 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   }
   // The detectors take a core each for the whole decode + detection: a bounded number at once.
   std::optional<ConcurrencyLimit::Slot> redaction_slot =
-      redactor ? s_.redaction_slots_.Acquire(s_.options_.redaction_wait) : std::nullopt;
-  if (redactor && !redaction_slot) {
+      !redactors.empty() ? s_.redaction_slots_.Acquire(s_.options_.redaction_wait) : std::nullopt;
+  if (!redactors.empty() && !redaction_slot) {
     res.set_header("Retry-After", "1");
     return fail({429, "rate_limit_error", "redaction_busy",
                  "every redaction slot (" + std::to_string(s_.redaction_slots_.slots()) +
                      ") stayed busy; retry later"});
   }
   call->prepare_t0 = Clock::now();
+  std::vector<const redact::Redactor*> redactor_list;
+  for (const auto& r : redactors) redactor_list.push_back(r.get());
   auto prepared = PrepareJob(*call->model, call->request, s_.options_.prepare, stream,
-                             redactor.get(), std::move(call->routed_image));
+                             redactor_list, std::move(call->routed_image));
   call->routed_image.reset();
   call->prepare_t1 = Clock::now();
   redaction_slot.reset();
