@@ -26,7 +26,7 @@ TEST(DecodeBudget, ReservesReleasesAndRefuses) {
     EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status().ToString();
     EXPECT_EQ(budget->refused(), 1u);
     auto copy = *a;  // copies share the reservation
-    a = Result<std::shared_ptr<const void>>(InternalError("dropped"));
+    a = Result<std::shared_ptr<DecodeHold>>(InternalError("dropped"));
     EXPECT_EQ(budget->in_use(), 600u);
   }
   EXPECT_EQ(budget->in_use(), 0u);
@@ -40,7 +40,7 @@ TEST(DecodeBudget, AWaitingReservationGetsTheBytesWhenTheyAreFreed) {
   ASSERT_TRUE(first.ok());
   std::thread release([&] {
     std::this_thread::sleep_for(milliseconds(50));
-    first = Result<std::shared_ptr<const void>>(InternalError("released"));
+    first = Result<std::shared_ptr<DecodeHold>>(InternalError("released"));
   });
   auto second = budget->Reserve(800);  // waits for the release above
   release.join();
@@ -53,12 +53,13 @@ TEST(DecodeBudget, DecodedImagesHoldTheirPixelsBytesUntilTheyAreGone) {
   const testing::Bytes png =
       testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, testing::Bytes(size_t(w) * h * 3, 7));
   DecodeLimits limits;
-  // An RGB PNG holds its output and libpng's staging rows: 3 + 3 bytes a pixel.
+  // An RGB PNG decodes in its output and libpng's staging rows, 3 + 3 bytes a pixel; the image
+  // then holds its 3.
   limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 6, milliseconds(20));
   {
     Result<Image> a = DecodeImage(png, limits);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
-    EXPECT_EQ(limits.budget->in_use(), uint64_t(w) * h * 6);
+    EXPECT_EQ(limits.budget->in_use(), uint64_t(w) * h * 3);
     // A second image does not fit while the first lives: UNAVAILABLE (503 in the server).
     Result<Image> b = DecodeImage(png, limits);
     EXPECT_EQ(b.status().code(), StatusCode::kUnavailable) << b.status().ToString();
@@ -80,10 +81,11 @@ TEST(DecodeBudget, ARequestsImagesThatCannotFitTogetherAreRefusedAtOnce) {
   const testing::Bytes png =
       testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, testing::Bytes(size_t(w) * h * 3, 7));
   DecodeLimits limits;
-  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 9, std::chrono::seconds(30));
+  // Room for one decode (6 bytes a pixel at its peak, 3 held after), not for a second beside it.
+  limits.budget = std::make_shared<DecodeBudget>(uint64_t(w) * h * 8, std::chrono::seconds(30));
   Result<Image> first = DecodeImage(png, limits);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(first->budget_bytes, uint64_t(w) * h * 6);
+  EXPECT_EQ(first->budget_bytes, uint64_t(w) * h * 3);
   limits.budget_held = first->budget_bytes;
   const auto t0 = std::chrono::steady_clock::now();
   Result<Image> second = DecodeImage(png, limits);
@@ -95,34 +97,60 @@ TEST(DecodeBudget, ARequestsImagesThatCannotFitTogetherAreRefusedAtOnce) {
 // Each format reserves what its decoder holds at its peak (decoders.h): a baseline JPEG its RGB,
 // a progressive one also libjpeg's coefficients (2 bytes each, 64 a block, whole MCUs), one
 // with an EXIF rotation the rotated copy, a PNG with alpha 4 bytes of staging, a lossless WebP
-// libwebp's ARGB buffer; a JPEG decoded at a DCT scale its scaled size.
+// libwebp's ARGB buffer; a JPEG decoded at a DCT scale its scaled size. A budget of exactly the
+// peak takes the image, one byte less refuses it (413's code); the decoded image then holds its
+// RGB bytes alone.
+uint64_t PeakOf(const testing::Bytes& file, bool reduced = false) {
+  auto decode = [&](uint64_t capacity, Result<Image>* out) {
+    DecodeLimits limits;
+    limits.budget = std::make_shared<DecodeBudget>(capacity, milliseconds(20));
+    if (reduced) limits.accept_reduced = [](ImageSize, ImageSize) { return true; };
+    *out = DecodeImage(file, limits);
+    return limits.budget;
+  };
+  // The smallest capacity that decodes it, by bisection (the peak is under 1 MiB here).
+  uint64_t lo = 1, hi = 1 << 20;
+  while (lo < hi) {
+    const uint64_t mid = (lo + hi) / 2;
+    Result<Image> img = InternalError("unset");
+    decode(mid, &img);
+    if (img.ok()) {
+      hi = mid;
+    } else {
+      EXPECT_EQ(img.status().code(), StatusCode::kOutOfRange) << img.status().ToString();
+      lo = mid + 1;
+    }
+  }
+  Result<Image> img = InternalError("unset");
+  const auto budget = decode(lo, &img);
+  EXPECT_TRUE(img.ok());
+  if (img.ok()) {
+    EXPECT_EQ(img->budget_bytes, img->rgb.size());
+    EXPECT_EQ(budget->in_use(), img->rgb.size());
+  }
+  return lo;
+}
+
 TEST(DecodeBudget, EachFormatReservesItsDecodersPeak) {
   const int w = 64, h = 48;
   const uint64_t n = uint64_t(w) * h;
   const testing::Bytes rgb(n * 3, 90), rgba(n * 4, 200), gray(n, 60);
-  auto reserved = [&](const testing::Bytes& file, bool reduced = false) -> uint64_t {
-    DecodeLimits limits;
-    limits.budget = std::make_shared<DecodeBudget>(1ull << 30, milliseconds(20));
-    if (reduced) limits.accept_reduced = [](ImageSize, ImageSize) { return true; };
-    Result<Image> img = DecodeImage(file, limits);
-    EXPECT_TRUE(img.ok()) << img.status().ToString();
-    EXPECT_EQ(limits.budget->in_use(), img.ok() ? img->budget_bytes : 0);
-    return img.ok() ? img->budget_bytes : 0;
-  };
-  EXPECT_EQ(reserved(testing::EncodeJpeg(rgb, w, h, 3, 90)), n * 3);
-  EXPECT_EQ(reserved(testing::EncodeJpeg(rgb, w, h, 3, 90), /*reduced=*/true), n / 64 * 3);  // 1/8: 8x6
-  EXPECT_EQ(reserved(testing::EncodeJpeg(rgb, w, h, 3, 90, testing::ExifApp1(6, false))), n * 6);
-  // Gray 64x48: 8x6 blocks, MCU 1x1, plus one block row and column of margin.
-  EXPECT_EQ(reserved(testing::EncodeProgressiveGrayJpeg(gray, w, h, false)), n * 3 + 9 * 7 * 64 * 2);
-  EXPECT_EQ(reserved(testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB_ALPHA, 8}, rgba)), n * 7);
-  EXPECT_EQ(reserved(testing::EncodeWebpLossless(rgb, w, h, false)), n * 7);
+  EXPECT_EQ(PeakOf(testing::EncodeJpeg(rgb, w, h, 3, 90)), n * 3);
+  EXPECT_EQ(PeakOf(testing::EncodeJpeg(rgb, w, h, 3, 90), /*reduced=*/true), n / 64 * 3);  // 1/8: 8x6
+  EXPECT_EQ(PeakOf(testing::EncodeJpeg(rgb, w, h, 3, 90, testing::ExifApp1(6, false))), n * 6);
+  // Gray 64x48: 8x6 blocks of 64 coefficients, plus a block row and column of margin.
+  EXPECT_EQ(PeakOf(testing::EncodeProgressiveGrayJpeg(gray, w, h, false)), n * 3 + 9 * 7 * 64 * 2);
+  EXPECT_EQ(PeakOf(testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB, 8}, rgb)), n * 6);
+  EXPECT_EQ(PeakOf(testing::EncodePng({w, h, PNG_COLOR_TYPE_RGB_ALPHA, 8}, rgba)), n * 7);
+  EXPECT_EQ(PeakOf(testing::EncodeWebpLossless(rgb, w, h, false)), n * 7);
+  EXPECT_EQ(PeakOf(testing::EncodeWebpLossy(rgb, w, h, 80)), n * 4);
 }
 
 // The marker scan that refuses bombs before libjpeg reads the file skips segments by their length
 // field, which libjpeg does not do for RST and TEM markers: a file can show the scan a 1x1 frame
-// hidden in a comment and libjpeg its real one. The reservation comes from the header libjpeg
-// decodes (it took the scan's 4 bytes for any size: a 49 MP image held 4 bytes of the budget).
-TEST(DecodeBudget, AFrameHiddenFromTheMarkerScanIsStillCounted) {
+// hidden in a comment while libjpeg decodes its real one. The budget counts the frame libjpeg
+// decodes.
+TEST(DecodeBudget, AFrameHiddenFromTheMarkerScanIsCountedAsLibjpegReadsIt) {
   const int w = 64, h = 48;
   const testing::Bytes real = testing::EncodeJpeg(testing::Bytes(size_t(w) * h * 3, 120), w, h, 3, 90);
   testing::Bytes crafted = {0xFF, 0xD8,              // SOI
@@ -134,13 +162,7 @@ TEST(DecodeBudget, AFrameHiddenFromTheMarkerScanIsStillCounted) {
   std::copy(std::begin(fake_sof), std::end(fake_sof), comment.begin() + (19 - 10));
   crafted.insert(crafted.end(), comment.begin(), comment.end());
   crafted.insert(crafted.end(), real.begin() + 2, real.end());
-  DecodeLimits limits;
-  limits.budget = std::make_shared<DecodeBudget>(1ull << 30, milliseconds(20));
-  Result<Image> img = DecodeImage(crafted, limits);
-  ASSERT_TRUE(img.ok()) << img.status().ToString();
-  EXPECT_EQ(img->width, w);
-  EXPECT_EQ(img->budget_bytes, uint64_t(w) * h * 3);
-  EXPECT_EQ(limits.budget->in_use(), uint64_t(w) * h * 3);
+  EXPECT_EQ(PeakOf(crafted), uint64_t(w) * h * 3);
 }
 
 }  // namespace

@@ -150,7 +150,8 @@ TEST_F(ServerApiTest, StrictPartsMediaTypesAndUnimplementedFields) {
 // The server's image decodes share its decode budget, and the pixel limit is its option: an
 // image larger than the whole budget, or over the pixel limit, is a 413 naming the limit.
 TEST(ServerImageMemory, DecodeBudgetAndPixelLimitAreTheServers) {
-  // 128 x 96 RGB: 73,728 bytes reserved (its RGB and libpng's rows, 6 bytes a pixel)
+  // 128 x 96 RGB: 73,728 bytes while it decodes (its RGB and libpng's rows, 6 bytes a pixel),
+  // 36,864 held after
   const std::string png = FixtureImage("img-128x96.png");
   const json req{{"prompt", "what?"}, {"max_tokens", 2}, {"image_base64", api::EncodeBase64(png)}};
   json two = req;

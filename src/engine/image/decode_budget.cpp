@@ -4,7 +4,7 @@
 
 namespace vlmd::engine::image {
 
-Result<std::shared_ptr<const void>> DecodeBudget::Reserve(uint64_t bytes, uint64_t already_held) {
+Status DecodeBudget::Acquire(uint64_t bytes, uint64_t already_held, bool count) {
   if (bytes > capacity_ || already_held > capacity_ - bytes) {
     return OutOfRangeError(
         already_held == 0
@@ -22,10 +22,32 @@ Result<std::shared_ptr<const void>> DecodeBudget::Reserve(uint64_t bytes, uint64
                             std::to_string(capacity_ >> 20) + " MiB in use): retry later");
   }
   in_use_ += bytes;
-  ++granted_;
-  // An empty handle whose deleter gives the bytes back; it keeps the budget alive.
-  std::shared_ptr<DecodeBudget> self = shared_from_this();
-  return std::shared_ptr<const void>(nullptr, [self, bytes](const void*) { self->Release(bytes); });
+  if (count) ++granted_;
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<DecodeHold>> DecodeBudget::Reserve(uint64_t bytes, uint64_t already_held) {
+  VLMD_RETURN_IF_ERROR(Acquire(bytes, already_held, /*count=*/true));
+  return std::make_shared<DecodeHold>(shared_from_this(), bytes);
+}
+
+DecodeHold::DecodeHold(std::shared_ptr<DecodeBudget> budget, uint64_t bytes)
+    : budget_(std::move(budget)), bytes_(bytes) {}
+
+DecodeHold::~DecodeHold() { budget_->Release(bytes_); }
+
+Status DecodeHold::GrowTo(uint64_t bytes, uint64_t already_held) {
+  if (bytes <= bytes_) return Status::Ok();
+  // What it holds already counts as held by the caller while it waits for the rest.
+  VLMD_RETURN_IF_ERROR(budget_->Acquire(bytes - bytes_, already_held + bytes_, /*count=*/false));
+  bytes_ = bytes;
+  return Status::Ok();
+}
+
+void DecodeHold::ShrinkTo(uint64_t bytes) {
+  if (bytes >= bytes_) return;
+  budget_->Release(bytes_ - bytes);
+  bytes_ = bytes;
 }
 
 void DecodeBudget::Release(uint64_t bytes) {

@@ -31,9 +31,9 @@ Result<Image> DecodeWebp(std::span<const uint8_t> b, const DecodeLimits& limits)
   if (fs != VP8_STATUS_OK) return DataLossError(std::string("webp: ") + WebpStatusName(fs));
   // The RGB output, the RGBA staging of an image with alpha, and libwebp's own buffer: a
   // lossless image's ARGB pixels (4 bytes a pixel), a lossy one's alpha plane (1).
+  if (features.has_animation) return UnimplementedError("webp: animated images are not supported");
   const uint64_t per_pixel = 3 + (features.has_alpha ? 4 : 0) + (features.format == 1 ? 1 : 4);
   VLMD_RETURN_IF_ERROR(CheckDimensions("webp", features.width, features.height, limits, per_pixel));
-  if (features.has_animation) return UnimplementedError("webp: animated images are not supported");
 
   const size_t n = static_cast<size_t>(features.width) * features.height;
   Image img;

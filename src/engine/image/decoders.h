@@ -18,7 +18,8 @@ Status CheckDimensions(const char* format, int64_t width, int64_t height,
 
 // Makes the decode's reservation (DecodeLimits::budget) `bytes`: what the decoder holds at its
 // peak (its RGB output, its staging, the library's own image-sized buffers). A decode may call it
-// again with more (the reservation grows by the difference, never shrinks). No budget: OK.
+// again with more (the reservation grows by the difference; DecodeImage shrinks it to the
+// image's RGB bytes once the decode is done). No budget: OK.
 Status ReserveDecodeBytes(const DecodeLimits& limits, uint64_t bytes);
 
 // Allocates out->rgb for width x height (CheckDimensions must have passed).

@@ -3,7 +3,6 @@
 
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "core/sha256.h"
 #include "engine/image/decode_budget.h"
@@ -33,21 +32,12 @@ Status CheckDimensions(const char* format, int64_t width, int64_t height,
 }
 
 Status ReserveDecodeBytes(const DecodeLimits& limits, uint64_t bytes) {
-  if (limits.budget == nullptr || limits.reservation == nullptr || limits.reserved_bytes == nullptr) {
+  if (limits.budget == nullptr || limits.reservation == nullptr || bytes == 0) return Status::Ok();
+  if (*limits.reservation == nullptr) {
+    VLMD_ASSIGN_OR_RETURN(*limits.reservation, limits.budget->Reserve(bytes, limits.budget_held));
     return Status::Ok();
   }
-  const uint64_t held = *limits.reserved_bytes;
-  if (bytes <= held) return Status::Ok();
-  VLMD_ASSIGN_OR_RETURN(std::shared_ptr<const void> more,
-                        limits.budget->Reserve(bytes - held, limits.budget_held + held));
-  if (*limits.reservation == nullptr) {
-    *limits.reservation = std::move(more);
-  } else {  // one handle holding both
-    *limits.reservation = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
-        std::move(*limits.reservation), std::move(more));
-  }
-  *limits.reserved_bytes = bytes;
-  return Status::Ok();
+  return (*limits.reservation)->GrowTo(bytes, limits.budget_held);
 }
 
 void AllocateRgb(int32_t width, int32_t height, Image* out) {
@@ -75,11 +65,9 @@ Result<Image> DecodeImage(std::span<const uint8_t> bytes, const DecodeLimits& li
     return OutOfRangeError("image: encoded size " + std::to_string(bytes.size()) +
                            " bytes exceeds the limit of " + std::to_string(limits.max_bytes));
   }
-  std::shared_ptr<const void> reservation;  // the decode budget's, once the header is read
-  uint64_t reserved_bytes = 0;
+  std::shared_ptr<DecodeHold> reservation;  // the decode budget's, once the header is read
   DecodeLimits with_hold = limits;
   with_hold.reservation = &reservation;
-  with_hold.reserved_bytes = &reserved_bytes;
   Result<Image> image = UnimplementedError("unsupported image format");
   switch (SniffFormat(bytes)) {
     case ImageFormat::kJpeg: image = internal::DecodeJpeg(bytes, with_hold); break;
@@ -89,9 +77,11 @@ Result<Image> DecodeImage(std::span<const uint8_t> bytes, const DecodeLimits& li
     case ImageFormat::kPnm: image = internal::DecodePnm(bytes, with_hold); break;
     case ImageFormat::kUnknown: break;
   }
-  if (image.ok()) {
+  if (image.ok() && reservation != nullptr) {
+    // The decoder's staging is gone: the image keeps only its RGB bytes held.
+    reservation->ShrinkTo(image->rgb.size());
+    image->budget_bytes = reservation->bytes();
     image->budget_hold = std::move(reservation);
-    image->budget_bytes = reserved_bytes;
   }
   return image;
 }

@@ -18,13 +18,14 @@ struct Image {
   int32_t width = 0;
   int32_t height = 0;
   std::vector<uint8_t> rgb;
-  // The decode budget's reservation for these pixels (DecodeLimits::budget), released with the
-  // image; empty without a budget.
+  // The decode budget's hold on these pixels (DecodeLimits::budget; what the decoder needed at
+  // its peak while it ran, the RGB bytes after), released with the image; empty without a budget.
   std::shared_ptr<const void> budget_hold{};
   uint64_t budget_bytes = 0;  // the bytes it holds
 };
 
 class DecodeBudget;  // decode_budget.h
+class DecodeHold;
 
 struct ImageSize {
   int32_t width = 0;
@@ -44,9 +45,8 @@ struct DecodeLimits {
   // enough: JPEG then decodes at the smallest DCT scale (1/8, 1/4, 1/2) so accepted, in less
   // time and memory. Empty: full size.
   std::function<bool(ImageSize full, ImageSize reduced)> accept_reduced{};
-  // Internal to DecodeImage: where the dimension check leaves the budget's reservation.
-  std::shared_ptr<const void>* reservation = nullptr;
-  uint64_t* reserved_bytes = nullptr;
+  // Internal to DecodeImage: the decode's hold on the budget (internal::ReserveDecodeBytes).
+  std::shared_ptr<DecodeHold>* reservation = nullptr;
 };
 
 enum class ImageFormat : uint8_t { kUnknown, kJpeg, kPng, kWebp, kBmp, kPnm };
