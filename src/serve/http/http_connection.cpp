@@ -29,6 +29,9 @@ using boost::system::error_code;
 // resets a connection closed with unread bytes).
 constexpr std::chrono::milliseconds kLinger{2000};
 constexpr size_t kLingerBytes = 16u << 20;
+// How long an operation cancelled at its deadline may still be pending before its socket side is
+// shut down (Arm).
+constexpr std::chrono::milliseconds kCancelGrace{200};
 
 // The read buffer's bound: a whole request head, or a chunk-size line or trailer of as many bytes,
 // plus the slack that one read may add past what the parser has taken.
@@ -111,15 +114,16 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
  private:
   enum class Phase { kIdle, kHead, kHeadCheck, kBody, kHandling, kWriting, kClosing };
 
-  // What a deadline shuts when it passes: the reading side (the connection may still answer
-  // 408) or both (a write, or a TLS handshake, that ran out).
+  // What a deadline shuts if its operation outlives the cancel: the reading side (the
+  // connection may still answer 408) or both (a write, or a TLS handshake).
   enum class Deadline { kRead, kWrite };
 
   // The deadline of the operation pending: when it passes, the socket's operations are
-  // cancelled, the side they use is shut down, and their handlers see timed_out_. The shutdown
-  // is what holds: a cancel reaches only an operation waiting in the reactor, and a composed
-  // read or write (Beast's, asio::async_write) whose step had just completed issues its next
-  // step after it, with no deadline left; on a shut side that step fails at once.
+  // cancelled and their handlers see timed_out_. A cancel reaches only an operation waiting in
+  // the reactor: a composed read or write (Beast's, asio::async_write) whose step had just
+  // completed issues its next one after it, with no deadline left. So if the operation is still
+  // pending kCancelGrace later (nothing Disarmed), the side it uses is shut down and it fails at
+  // once. Only then: a shut reading side ends the drain after a 408 (Linger) early.
   void Arm(std::chrono::milliseconds timeout, Deadline what = Deadline::kRead) {
     timed_out_ = false;
     const uint64_t gen = ++timer_gen_;
@@ -129,8 +133,13 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       self->timed_out_ = true;
       error_code ignored;
       self->Raw().cancel(ignored);
-      self->Raw().shutdown(what == Deadline::kRead ? tcp::socket::shutdown_receive : tcp::socket::shutdown_both,
-                           ignored);
+      self->timer_.expires_after(kCancelGrace);
+      self->timer_.async_wait([self, gen, what](error_code ec2) {
+        if (ec2 || gen != self->timer_gen_) return;  // the operation ended
+        error_code ignored2;
+        self->Raw().shutdown(what == Deadline::kRead ? tcp::socket::shutdown_receive : tcp::socket::shutdown_both,
+                             ignored2);
+      });
     });
   }
   void Disarm() {
@@ -452,7 +461,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
         auto done = std::make_shared<std::promise<bool>>();
         std::future<bool> ok = done->get_future();
         asio::post(c_->front_.io, [c = c_, shared, done] { c->WriteForHandler(shared, done); });
-        failed_ = !ok.get();
+        try {
+          failed_ = !ok.get();
+        } catch (const std::future_error&) {  // the write's handler threw on the I/O thread
+          failed_ = true;
+        }
         return !failed_;
       }
       bool Write(std::string_view data) override {

@@ -160,6 +160,19 @@ void HttpFront::Impl::Accept() {
     error_code peer_ec;
     const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
     if (peer_ec) return Accept();  // gone already
+    // A throw from here (std::bad_alloc) loses this connection, never the accepting: the next
+    // accept is issued whatever happens (io.run()'s catch alone would leave none pending).
+    try {
+      AcceptConnection(std::move(socket), peer);
+    } catch (const std::exception& e) {
+      spdlog::error("http: accepting a connection failed: {}", e.what());
+    }
+    Accept();
+  });
+}
+
+void HttpFront::Impl::AcceptConnection(tcp::socket socket, const tcp::endpoint& peer) {
+  {
     std::string address = peer.address().to_string();
     size_t open, from_address;
     {
@@ -181,8 +194,7 @@ void HttpFront::Impl::Accept() {
       socket.set_option(tcp::no_delay(true), opt_ec);
       StartConnection(*this, std::move(socket), std::move(address), peer.port());
     }
-    Accept();
-  });
+  }
 }
 
 HttpFront::HttpFront(FrontOptions options, FrontHandler* handler)

@@ -40,6 +40,8 @@ struct HttpFront::Impl {
   Impl(FrontOptions o, FrontHandler* h) : options(std::move(o)), handler(h) {}
 
   void Accept();
+  // One accepted socket: shed over a cap, else a connection started.
+  void AcceptConnection(tcp::socket socket, const tcp::endpoint& peer);
   void Shed(tcp::socket socket, int status, std::string_view code, std::string message);
   void Register(const std::shared_ptr<ConnectionBase>& c, const std::string& address);
   void Unregister(ConnectionBase* c, const std::string& address);

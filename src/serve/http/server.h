@@ -58,7 +58,7 @@ class Server {
   // starts serving on a background thread. UNAVAILABLE when the address cannot be bound.
   Status Start();
   int port() const { return port_; }
-  // Requests read and waiting for a handler thread (vlm_http_queued_requests).
+  // Requests waiting for a handler thread and heads for their check (vlm_http_queued_requests).
   size_t queued_requests() const;
   // Adds (or replaces) a served model; /ready stays as it was. RESOURCE_EXHAUSTED (and the model
   // is not added) when its memory plan does not fit the memory budget beside the loaded models.

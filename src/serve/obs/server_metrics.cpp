@@ -71,7 +71,7 @@ ServerMetrics::ServerMetrics(obs::Registry* r)
                                       "Stream frames whose prompt got no earlier frame, by reason",
                                       {"reason"})),
       http_connections(r->AddGauge("vlm_http_connections", "HTTP connections open")),
-      http_queued(r->AddGauge("vlm_http_queued_requests", "Requests read and waiting for a handler thread")),
+      http_queued(r->AddGauge("vlm_http_queued_requests", "Requests waiting for a handler thread, and heads for their check")),
       http_refusals(r->AddCounter("vlm_http_refusals_total",
                                   "Requests the connection layer refused itself, by reason",
                                   {"reason"})),
