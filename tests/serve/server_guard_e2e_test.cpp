@@ -234,6 +234,7 @@ TEST(ServerGuard, RequestsRefusedByTheConnectionLayerAreAudited) {
   ServerOptions o;
   o.max_body_bytes = 1 << 20;
   o.guard.audit_path = dir.Path("audit.jsonl");
+  std::string reply_id;
   {
     auto server = StartServer(o);
     const std::string head =
@@ -241,6 +242,10 @@ TEST(ServerGuard, RequestsRefusedByTheConnectionLayerAreAudited) {
         "Content-Length: 40000000\r\n\r\n";
     const testing::RawReply r = testing::Exchange(server->port(), head);
     EXPECT_EQ(r.bytes.rfind("HTTP/1.1 413", 0), 0u) << r.bytes;
+    // The line is written by a handler thread, the reply by the I/O thread: the same request id.
+    const size_t at = r.bytes.find("X-Request-Id: ");
+    ASSERT_NE(at, std::string::npos) << r.bytes;
+    reply_id = r.bytes.substr(at + 14, r.bytes.find("\r\n", at) - at - 14);
   }
   std::ifstream in(o.guard.audit_path);
   std::string line;
@@ -251,6 +256,7 @@ TEST(ServerGuard, RequestsRefusedByTheConnectionLayerAreAudited) {
       EXPECT_EQ(rec["route"], "/v1/chat/completions") << line;
       EXPECT_EQ(rec["error"], "payload_too_large") << line;
       EXPECT_EQ(rec["remote_addr"], "127.0.0.1") << line;
+      EXPECT_EQ(rec["request_id"], reply_id) << line;
       ++refused;
     }
   }

@@ -508,11 +508,28 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   // A refusal by the front: its JSON error, and the connection closes after it.
   void Refuse(const HttpRequest* head, int status, std::string_view code, const std::string& message) {
+    Disarm();
     if (head == nullptr) request_ = HttpRequest{};  // no head read: answer as HTTP/1.1
-    HttpResponse res = front_.handler->FrontRefusal(head, status, code, message);
-    res.status = status;
-    res.close = true;
-    Respond(std::move(res));
+    auto res = std::make_shared<HttpResponse>(front_.handler->FrontRefusal(head, status, code, message));
+    res->status = status;
+    res->close = true;
+    if (head == nullptr) return Respond(std::move(*res));  // nothing to audit
+    // Its audit line on a handler thread, then the reply (the line goes before it, as every
+    // request's does); a handler thread holds the request meanwhile (CloseIfIdle leaves it).
+    phase_ = Phase::kHeadCheck;
+    auto self = this->shared_from_this();
+    const bool posted = front_.head_pool->TryPost([self, res, status, code = std::string(code)] {
+      try {
+        self->front_.handler->AuditFrontRefusal(self->request_, *res, status, code);
+      } catch (const std::exception& e) {
+        spdlog::error("refusal audit: {}", e.what());
+      }
+      asio::post(self->front_.io, [self, res] { self->Respond(std::move(*res)); });
+    });
+    if (posted) return;
+    // The pool is full or stopped: here, as before (rare; the line is sampled per address).
+    front_.handler->AuditFrontRefusal(request_, *res, status, code);
+    Respond(std::move(*res));
   }
 
   void Respond(HttpResponse res) {

@@ -69,6 +69,11 @@ class FrontHandler {
   // stable (e.g. "head_timeout"), `message` says what was wrong.
   virtual HttpResponse FrontRefusal(const HttpRequest* head, int status, std::string_view code,
                                     std::string_view message) = 0;
+  // The audit of a refusal with a head (FrontRefusal's `res` for it), on a handler thread before
+  // the refusal is written: FrontRefusal runs on the I/O thread, which must never wait on a disk
+  // (an audit log with fdatasync stalled every connection once per refusal).
+  virtual void AuditFrontRefusal(const HttpRequest& head, const HttpResponse& res, int status,
+                                 std::string_view code) {}
   // A connection dropped without a reply ("idle_reaped", "head_timeout" before any byte,
   // "write_timeout", "accept_failed"), for metrics.
   virtual void OnDropped(std::string_view reason) = 0;

@@ -272,15 +272,21 @@ HttpResponse Server::Handlers::FrontRefusal(const HttpRequest* head, int status,
   // A request to the API refused by the connection layer (too large, too slow, bad framing, no
   // room) is audited like the refusals at the door (sampled per address): "one line per request,
   // refused ones included".
+  // (The line itself: AuditFrontRefusal, off the I/O thread.)
   if (head != nullptr && (head->path.rfind("/v1/", 0) == 0 || head->path.rfind("/admin/", 0) == 0)) {
-    const std::string id = NextId();
-    res.set_header("X-Request-Id", id);
-    (void)s_.guard_->AuditRefusal({{"request_id", id}, {"key_id", ""}, {"route", head->path},
-                                   {"remote_addr", head->remote_addr}, {"status", status},
-                                   {"error", std::string(code)}},
-                                  head->remote_addr);
+    res.set_header("X-Request-Id", NextId());
   }
   return res;
+}
+
+void Server::Handlers::AuditFrontRefusal(const HttpRequest& head, const HttpResponse& res, int status,
+                                         std::string_view code) {
+  const std::string_view id = HeaderValue(res.headers, "X-Request-Id");
+  if (id.empty()) return;  // not a request to the API
+  (void)s_.guard_->AuditRefusal({{"request_id", std::string(id)}, {"key_id", ""}, {"route", head.path},
+                                 {"remote_addr", head.remote_addr}, {"status", status},
+                                 {"error", std::string(code)}},
+                                head.remote_addr);
 }
 
 void Server::Handlers::OnDropped(std::string_view reason) {

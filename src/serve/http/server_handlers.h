@@ -42,6 +42,8 @@ class Server::Handlers : public FrontHandler {
   void OnRequest(HttpRequest& req, HttpResponse& res) override;
   HttpResponse FrontRefusal(const HttpRequest* head, int status, std::string_view code,
                             std::string_view message) override;
+  void AuditFrontRefusal(const HttpRequest& head, const HttpResponse& res, int status,
+                         std::string_view code) override;
   void OnDropped(std::string_view reason) override;
   // /health and /ready (GET or HEAD) on the health lane, /metrics on its own: probes that long
   // generations, or a flood of the other kind, must not delay.
