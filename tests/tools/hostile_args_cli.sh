@@ -4,7 +4,8 @@
 # nothing. A directory where a file belongs (std::ifstream's buffer threw from inside
 # istreambuf_iterator), a thread count beyond what can be started, vlmd-bench lengths that made
 # negative speeds, vlmd-quantize's two files swapped, vlmd-encrypt --inspect with files to seal,
-# --save-redacted over its input or with another extension than .png.
+# --save-redacted over its input or with another extension than .png; vlmd signalled during a
+# model load that does not end.
 # Usage: hostile_args_cli.sh BIN_DIR FIXTURES_DIR
 set -u
 bin=$1
@@ -57,4 +58,21 @@ expect_error "without INPUT and OUTPUT" "$bin/vlmd-encrypt" --inspect "$fx/tiny-
 [ -e "$dir/s.sealed" ] && fail "--inspect with files sealed one"
 ( unset VLMD_MODEL_KEY; expect_error "give it with --key-file, --key-command or VLMD_MODEL_KEY" \
   "$bin/vlmd-encrypt" "$fx/tiny-llava/text.gguf" "$dir/s.sealed" )  || exit 1
+# vlmd whose model never finishes loading (a FIFO nobody writes: a stalled network volume) ends
+# at SIGTERM, with 128 + 15; the signal waited for the load before.
+if [ -x "$bin/vlmd" ]; then
+  mkfifo "$dir/stalled.gguf"
+  "$bin/vlmd" -m "$dir/stalled.gguf" --port 0 -t 1 >"$dir/vlmd.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 50); do grep -q "loading" "$dir/vlmd.log" && break; sleep 0.1; done
+  kill -TERM "$pid"
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid"
+    fail "vlmd did not exit at SIGTERM during its model load"
+  fi
+  wait "$pid"
+  rc=$?
+  [ "$rc" -eq 143 ] || fail "vlmd exited $rc at SIGTERM during its load: $(cat "$dir/vlmd.log")"
+fi
 echo "hostile CLI arguments: ok"

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -251,16 +252,42 @@ int main(int argc, char** argv) {
     spdlog::error("{}", s.ToString());
     return s.code() == StatusCode::kUnavailable ? 1 : 2;
   }
-  // Routes first: their redaction detectors load now, before minutes of model loading (the
-  // server is not ready until the models are).
-  if (Status s = server.SetRoutes(config.routes, config.default_model); !s.ok()) {
-    spdlog::error("{}", s.ToString());
-    return 1;
-  }
-  if (Status s = LoadModels(server, config.models); !s.ok()) {
-    spdlog::error("cannot load the model: {}", s.ToString());
-    return 2;
-  }
+  // A SIGINT or SIGTERM while the detectors and models load (minutes for large or sealed files;
+  // a file on a stalled network volume may never finish) ends the process at once: nothing is
+  // served yet, and the signal loop below starts only after the load (the signal waited, past
+  // an orchestrator's grace period, for a load that might not end).
+  std::atomic<bool> loading{true};
+  std::thread load_watch([&loading] {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    const timespec tick{0, 100'000'000};
+    while (loading.load()) {
+      if (const int sig = sigtimedwait(&stop, nullptr, &tick); sig > 0) {
+        spdlog::warn("signal {} while loading: exiting", sig);
+        spdlog::shutdown();
+        std::_Exit(128 + sig);
+      }
+    }
+  });
+  auto load = [&]() -> int {
+    // Routes first: their redaction detectors load now, before minutes of model loading (the
+    // server is not ready until the models are).
+    if (Status s = server.SetRoutes(config.routes, config.default_model); !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return 1;
+    }
+    if (Status s = LoadModels(server, config.models); !s.ok()) {
+      spdlog::error("cannot load the model: {}", s.ToString());
+      return 2;
+    }
+    return 0;
+  };
+  const int load_failed = load();
+  loading.store(false);  // a signal from here on waits for the loop below (it stays pending)
+  load_watch.join();
+  if (load_failed != 0) return load_failed;
   server.SetReady(true);
 
   // SIGHUP's reloads run on their own thread, so that a SIGTERM arriving meanwhile drains at once
