@@ -57,6 +57,29 @@ TEST(RefusalSampler, ManyAddressesShareOneEntryPastTheLimit) {
   EXPECT_EQ(ended[1].left_out, 1u);
 }
 
+// A refusal no thread was free to write (a flood filling the queue) is counted as left out in
+// its address's interval, opening one when none is, and summarized as the others.
+TEST(RefusalSampler, RefusalsThatCannotBeWrittenAreCountedInTheSummary) {
+  RefusalSampler s(10.0);
+  EXPECT_TRUE(s.Admit("a", 0.0));
+  s.CountLeftOut("a", 1.0);
+  s.CountLeftOut("b", 2.0);          // no interval open for b: one opens, its line left out
+  EXPECT_FALSE(s.Admit("b", 3.0));   // b's interval is open: the next is counted too
+  s.CountLeftOut("a", 12.0);         // a's interval is over: kept, a new one starts
+  auto ended = s.TakeEnded(12.5);
+  ASSERT_EQ(ended.size(), 2u);
+  EXPECT_EQ(ended[0].addr, "a");
+  EXPECT_EQ(ended[0].left_out, 1u);
+  EXPECT_EQ(ended[1].addr, "b");
+  EXPECT_EQ(ended[1].left_out, 2u);
+  ended = s.TakeEnded(std::numeric_limits<double>::infinity());
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].left_out, 1u);
+  RefusalSampler off(0.0);
+  off.CountLeftOut("a", 0.0);  // nothing to summarize into
+  EXPECT_TRUE(off.TakeEnded(std::numeric_limits<double>::infinity()).empty());
+}
+
 TEST(RefusalSampler, ZeroIntervalWritesEveryRefusal) {
   RefusalSampler s(0.0);
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(s.Admit("a", i));

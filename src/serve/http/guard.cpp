@@ -261,6 +261,12 @@ Status Guard::AuditRefusal(nlohmann::json record, const std::string& remote_addr
   return Audit(std::move(record));
 }
 
+void Guard::LeaveOutRefusal(const std::string& remote_addr) {
+  if (!audit_) return;
+  if (refusals_) refusals_->CountLeftOut(remote_addr, UnixSeconds());
+  Count("audit", "left_out");
+}
+
 void Guard::WriteRefusalSummaries(double now_s) {
   if (!refusals_) return;
   for (const policy::RefusalSampler::Summary& sum : refusals_->TakeEnded(now_s)) {

@@ -96,6 +96,9 @@ class Guard {
   // summary line per address and interval ("event": "refusals_left_out", "count": N) follows
   // with the next audit line after the interval, or at shutdown.
   Status AuditRefusal(nlohmann::json record, const std::string& remote_addr);
+  // A refusal from remote_addr whose line cannot be written (no thread to write it): counted
+  // into its address's summary line and the left-out metric, in memory only (no disk).
+  void LeaveOutRefusal(const std::string& remote_addr);
 
   const GuardOptions& options() const { return options_; }
 

@@ -513,7 +513,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     auto res = std::make_shared<HttpResponse>(front_.handler->FrontRefusal(head, status, code, message));
     res->status = status;
     res->close = true;
-    if (head == nullptr) return Respond(std::move(*res));  // nothing to audit
+    if (head == nullptr || !res->audit_refusal) return Respond(std::move(*res));  // nothing to audit
     // Its audit line on a handler thread, then the reply (the line goes before it, as every
     // request's does); a handler thread holds the request meanwhile (CloseIfIdle leaves it).
     phase_ = Phase::kHeadCheck;
@@ -527,8 +527,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       asio::post(self->front_.io, [self, res] { self->Respond(std::move(*res)); });
     });
     if (posted) return;
-    // The pool is full or stopped: here, as before (rare; the line is sampled per address).
-    front_.handler->AuditFrontRefusal(request_, *res, status, code);
+    // The pool is full (a flood) or stopped: the line is left out and counted (its address's
+    // summary line tells of it), never written here.
+    front_.handler->LeaveOutFrontRefusal(request_);
     Respond(std::move(*res));
   }
 

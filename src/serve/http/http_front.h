@@ -74,6 +74,9 @@ class FrontHandler {
   // (an audit log with fdatasync stalled every connection once per refusal).
   virtual void AuditFrontRefusal(const HttpRequest& head, const HttpResponse& res, int status,
                                  std::string_view code) {}
+  // The same refusal when no thread is free to write its line (the pool's queue is full, or it
+  // has stopped): counted as left out, on the I/O thread, without touching a disk.
+  virtual void LeaveOutFrontRefusal(const HttpRequest& head) {}
   // A connection dropped without a reply ("idle_reaped", "head_timeout" before any byte,
   // "write_timeout", "accept_failed"), for metrics.
   virtual void OnDropped(std::string_view reason) = 0;

@@ -56,6 +56,9 @@ struct HttpResponse {
   std::string content_type;
   std::string body;
   bool close = false;  // close the connection after this response
+  // A refusal of the connection layer (FrontHandler::FrontRefusal) with an audit line to write
+  // (FrontHandler::AuditFrontRefusal).
+  bool audit_refusal = false;
   // When set, the body is streamed instead of `body`: the headers go out with chunked transfer
   // encoding, then this runs on the handler's thread writing the chunks; the final chunk follows
   // when it returns.

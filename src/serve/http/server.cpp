@@ -275,14 +275,18 @@ HttpResponse Server::Handlers::FrontRefusal(const HttpRequest* head, int status,
   // (The line itself: AuditFrontRefusal, off the I/O thread.)
   if (head != nullptr && (head->path.rfind("/v1/", 0) == 0 || head->path.rfind("/admin/", 0) == 0)) {
     res.set_header("X-Request-Id", NextId());
+    res.audit_refusal = true;
   }
   return res;
+}
+
+void Server::Handlers::LeaveOutFrontRefusal(const HttpRequest& head) {
+  s_.guard_->LeaveOutRefusal(head.remote_addr);
 }
 
 void Server::Handlers::AuditFrontRefusal(const HttpRequest& head, const HttpResponse& res, int status,
                                          std::string_view code) {
   const std::string_view id = HeaderValue(res.headers, "X-Request-Id");
-  if (id.empty()) return;  // not a request to the API
   (void)s_.guard_->AuditRefusal({{"request_id", std::string(id)}, {"key_id", ""}, {"route", head.path},
                                  {"remote_addr", head.remote_addr}, {"status", status},
                                  {"error", std::string(code)}},

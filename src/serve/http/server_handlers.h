@@ -44,6 +44,7 @@ class Server::Handlers : public FrontHandler {
                             std::string_view message) override;
   void AuditFrontRefusal(const HttpRequest& head, const HttpResponse& res, int status,
                          std::string_view code) override;
+  void LeaveOutFrontRefusal(const HttpRequest& head) override;
   void OnDropped(std::string_view reason) override;
   // /health and /ready (GET or HEAD) on the health lane, /metrics on its own: probes that long
   // generations, or a flood of the other kind, must not delay.

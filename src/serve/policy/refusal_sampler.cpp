@@ -26,6 +26,26 @@ bool RefusalSampler::Admit(const std::string& addr, double now_s) {
   return true;
 }
 
+void RefusalSampler::CountLeftOut(const std::string& addr, double now_s) {
+  if (interval_s_ <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& key =
+      entries_.size() >= max_addresses_ && entries_.count(addr) == 0 ? kShared : addr;
+  auto [it, created] = entries_.try_emplace(key, Entry{now_s, now_s, 0});
+  Entry& e = it->second;
+  if (!created && now_s >= e.first_s + interval_s_) {  // over: keep its count, start anew
+    if (e.left_out > 0) pending_.push_back({key, e.left_out, e.first_s, e.last_s});
+    e = Entry{now_s, now_s, 0};
+    created = true;
+  }
+  ++e.left_out;
+  e.last_s = now_s;
+  if (created) {
+    const double end = now_s + interval_s_;
+    next_end_s_ = next_end_s_ == 0 ? end : std::min(next_end_s_, end);
+  }
+}
+
 std::vector<RefusalSampler::Summary> RefusalSampler::TakeEnded(double now_s) {
   std::vector<Summary> out;
   if (interval_s_ <= 0) return out;

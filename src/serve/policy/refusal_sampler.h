@@ -23,6 +23,9 @@ class RefusalSampler {
   // A refusal of `addr` at now_s (seconds, any monotonic origin): true when its line should be
   // written (the first of its address's interval), false when it is only counted.
   bool Admit(const std::string& addr, double now_s);
+  // A refusal of `addr` that cannot be written (no thread free to write it): counted in its
+  // address's interval as Admit's left-out ones are, so the summary line still tells of it.
+  void CountLeftOut(const std::string& addr, double now_s);
 
   struct Summary {
     std::string addr;     // the address, or "*" for the shared entry
