@@ -376,16 +376,22 @@ TEST(ServerLoadTest, AClientThatDisconnectsMidStreamCancelsItsSequence) {
   EXPECT_LT(tokens, 400);
 }
 
+// A connection that has asked for a long non-streamed reply (4000 tokens: the server needs
+// n_ctx 4096) and is generating by now; -1 when it could not send.
+int StartLongGeneration(int port) {
+  const int fd = testing::SendInvoke(port, json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
+  if (fd >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return fd;
+}
+
 // Without streaming the server writes nothing until the answer is done, so it has to look at the
 // connection itself: a client that hangs up mid-generation still frees its slot early.
 TEST(ServerLoadTest, AClientThatDisconnectsBeforeANonStreamedReplyCancelsItsSequence) {
   HarnessOptions o;
   o.n_ctx = 4096;
   Harness h(o);
-  const int fd = testing::SendInvoke(
-      h.port(), json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
+  const int fd = StartLongGeneration(h.port());
   ASSERT_GE(fd, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
   close(fd);
   double tokens = -1;
   for (int i = 0; i < 200 && tokens <= 0; ++i) {
@@ -405,10 +411,8 @@ TEST(ServerLoadTest, AHalfClosedClientGetsItsEndOfConnection) {
   HarnessOptions o;
   o.n_ctx = 4096;
   Harness h(o);
-  const int fd = testing::SendInvoke(
-      h.port(), json{{"prompt", "write a very long story"}, {"max_tokens", 4000}}.dump());
+  const int fd = StartLongGeneration(h.port());
   ASSERT_GE(fd, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // generating by now
   ASSERT_EQ(shutdown(fd, SHUT_WR), 0);
   const testing::RawReply r = testing::ReadUntilClosed(fd, 5);
   close(fd);

@@ -123,7 +123,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // the reactor: a composed read or write (Beast's, asio::async_write) whose step had just
   // completed issues its next one after it, with no deadline left. So if the operation is still
   // pending kCancelGrace later (nothing Disarmed), the side it uses is shut down and it fails at
-  // once. Only then: a shut reading side ends the drain after a 408 (Linger) early.
+  // once. Only then, so that the drain after a 408 (Linger) normally runs its course.
   void Arm(std::chrono::milliseconds timeout, Deadline what = Deadline::kRead) {
     timed_out_ = false;
     const uint64_t gen = ++timer_gen_;

@@ -172,28 +172,26 @@ void HttpFront::Impl::Accept() {
 }
 
 void HttpFront::Impl::AcceptConnection(tcp::socket socket, const tcp::endpoint& peer) {
+  std::string address = peer.address().to_string();
+  size_t open, from_address;
   {
-    std::string address = peer.address().to_string();
-    size_t open, from_address;
-    {
-      std::lock_guard<std::mutex> lock(conns_mu);
-      open = conns.size();
-      auto it = per_address.find(address);
-      from_address = it == per_address.end() ? 0 : it->second;
-    }
-    if (open >= options.max_connections) {
-      Shed(std::move(socket), 503, "too_many_connections",
-           "the server holds its limit of " + std::to_string(options.max_connections) + " connections");
-    } else if (options.max_connections_per_address > 0 && from_address >= options.max_connections_per_address) {
-      Shed(std::move(socket), 503, "too_many_connections_from_address",
-           "at most " + std::to_string(options.max_connections_per_address) +
-               " connections from one address");
-    } else {
-      error_code opt_ec;
-      // Replies and SSE events leave at once (no Nagle delay behind the client's delayed ACK).
-      socket.set_option(tcp::no_delay(true), opt_ec);
-      StartConnection(*this, std::move(socket), std::move(address), peer.port());
-    }
+    std::lock_guard<std::mutex> lock(conns_mu);
+    open = conns.size();
+    auto it = per_address.find(address);
+    from_address = it == per_address.end() ? 0 : it->second;
+  }
+  if (open >= options.max_connections) {
+    Shed(std::move(socket), 503, "too_many_connections",
+         "the server holds its limit of " + std::to_string(options.max_connections) + " connections");
+  } else if (options.max_connections_per_address > 0 && from_address >= options.max_connections_per_address) {
+    Shed(std::move(socket), 503, "too_many_connections_from_address",
+         "at most " + std::to_string(options.max_connections_per_address) +
+             " connections from one address");
+  } else {
+    error_code opt_ec;
+    // Replies and SSE events leave at once (no Nagle delay behind the client's delayed ACK).
+    socket.set_option(tcp::no_delay(true), opt_ec);
+    StartConnection(*this, std::move(socket), std::move(address), peer.port());
   }
 }
 
