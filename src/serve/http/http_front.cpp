@@ -80,7 +80,12 @@ void HttpFront::Impl::Register(const std::shared_ptr<ConnectionBase>& c, const s
   {
     std::lock_guard<std::mutex> lock(conns_mu);
     conns.emplace(c.get(), c);
-    ++per_address[address];
+    try {
+      ++per_address[address];
+    } catch (...) {  // in neither, so that Unregister gives nothing back
+      conns.erase(c.get());
+      throw;
+    }
     open = conns.size();
   }
   handler->OnConnections(open);
@@ -90,9 +95,12 @@ void HttpFront::Impl::Unregister(ConnectionBase* c, const std::string& address) 
   size_t open;
   {
     std::lock_guard<std::mutex> lock(conns_mu);
-    conns.erase(c);
-    if (auto it = per_address.find(address); it != per_address.end() && --it->second == 0) {
-      per_address.erase(it);
+    // Only a connection Register counted gives its address's count back (one whose Register
+    // threw would have taken another connection's).
+    if (conns.erase(c) > 0) {
+      if (auto it = per_address.find(address); it != per_address.end() && --it->second == 0) {
+        per_address.erase(it);
+      }
     }
     open = conns.size();
   }
