@@ -404,6 +404,33 @@ TEST(ServerLoadTest, AClientThatDisconnectsBeforeANonStreamedReplyCancelsItsSequ
   EXPECT_NE(m.find("status=\"499\""), std::string::npos) << "no 499 in the request metrics";
 }
 
+// A request whose client left while it waited for the (one) handler thread is answered 499
+// without any of its work: its image was decoded, encoded and looked up in the cache for nobody.
+TEST(ServerLoadTest, ARequestWhoseClientLeftInTheQueueIsNotPrepared) {
+  HarnessOptions o;
+  o.n_ctx = 4096;
+  o.server.http_threads = 1;
+  Harness h(o);
+  const int busy = StartLongGeneration(h.port());
+  ASSERT_GE(busy, 0);
+  const std::string image = api::EncodeBase64(FixtureImage("img-128x96.png"));
+  const int gone = testing::SendInvoke(
+      h.port(), json{{"prompt", "what?"}, {"max_tokens", 2}, {"image_base64", image}}.dump());
+  ASSERT_GE(gone, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // read and queued by now
+  close(gone);
+  close(busy);  // the generation is cancelled; the thread takes the queued request
+  double answered = 0;
+  std::string m;
+  for (int i = 0; i < 200 && answered < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    m = h.Client()->Get("/metrics")->body;
+    answered = testing::MetricValue(m, R"(vlm_requests_total{route="/v1/vlm/invoke",status="499"})");
+  }
+  EXPECT_EQ(answered, 2) << m;
+  EXPECT_EQ(testing::MetricValue(m, "vlm_embedding_cache_queries_total"), 0) << "its image was prepared";
+}
+
 // A client that only half-closes (shutdown of its sending side) counts as gone, and may still
 // read: it gets the 499 with "Connection: close" and then the end of the connection (the 499
 // said keep-alive).

@@ -170,6 +170,13 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
     return fail({503, "server_error", "shutting_down", "the server is shutting down"});
   }
   if (!s_.ready_.load()) return fail({503, "server_error", "not_ready", "the model is still loading"});
+  // A client gone while its request waited for a handler thread (under load, many give up and
+  // retry) gets none of the work below: no image fetched, decoded, redacted or encoded for it.
+  if (req.PeerClosed()) {
+    res.close = true;
+    return fail({499, "invalid_request_error", "client_closed",
+                 "the client closed the connection before its request was handled"});
+  }
   const api::RequestLimits& limits = s_.options_.limits;
   Result<api::GenerationRequest> parsed = InvalidArgumentError("unreachable");
   const std::string content_type(req.header("Content-Type"));
