@@ -75,6 +75,33 @@ TEST(PromptTextTest, EditsAtARangesEdgesAndAcrossRanges) {
   EXPECT_EQ(RangeTexts(p), (std::vector<std::string>{"ch"}));
 }
 
+// EraseAll equals Erase at each occurrence, left to right: markers inside a range, touching one,
+// across two, and a thousand of them (one pass, where Erase per occurrence was quadratic).
+TEST(PromptTextTest, EraseAllEqualsErasingEachOccurrence) {
+  PromptText p("<M>a");
+  p.AppendLiteral("b<M>c<M");
+  p.Append(">d<M><M>");
+  p.AppendLiteral("e<M>");
+  p.Append("f<M");
+  for (int i = 0; i < 1000; ++i) {
+    p.AppendLiteral("w<M>");
+    p.Append("<M>t");
+  }
+  PromptText each = p;
+  for (size_t at; (at = each.text().find("<M>")) != std::string::npos;) each.Erase(at, 3);
+  PromptText all = p;
+  all.EraseAll("<M>");
+  EXPECT_EQ(all.text(), each.text());
+  EXPECT_EQ(RangeTexts(all), RangeTexts(each));
+  EXPECT_EQ(all.text().substr(0, 12), "abcdef<Mwtwt");
+  PromptText none("abc");
+  none.AppendLiteral("d");
+  none.EraseAll("<M>");
+  none.EraseAll("");
+  EXPECT_EQ(none.text(), "abcd");
+  EXPECT_EQ(RangeTexts(none), (std::vector<std::string>{"d"}));
+}
+
 TEST(PromptTextTest, SliceKeepsItsPartOfEachRange) {
   PromptText p("ab");
   p.AppendLiteral("cdef");

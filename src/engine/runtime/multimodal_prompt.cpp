@@ -84,8 +84,7 @@ class RowBuilder {
   Status FlushText() {
     if (pending_.empty()) return Status::Ok();
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                          tok_.Tokenize(pending_.text(), /*add_special=*/first_,
-                                        /*parse_special=*/true, pending_.literal()));
+                          tok_.TokenizePrompt(pending_, /*add_special=*/first_));
     AddTextRows(ids);
     pending_.clear();
     first_ = false;

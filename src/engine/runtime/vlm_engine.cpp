@@ -256,7 +256,7 @@ Result<int64_t> VlmEngine::CountPromptRows(const tokenizer::PromptText& prompt,
                                             std::span<const models::ImagePlan> planned) const {
   if (encoded.empty() && planned.empty()) {
     VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                          tokenizer_->Tokenize(prompt.text(), true, true, prompt.literal()));
+                          tokenizer_->TokenizePrompt(prompt, /*add_special=*/true));
     return static_cast<int64_t>(ids.size());
   }
   if (!vision_) return FailedPreconditionError("images given but no vision encoder (no --mmproj)");
@@ -355,7 +355,7 @@ Result<PromptRows> VlmEngine::BuildPrompt(const tokenizer::PromptText& text,
   if (images.empty()) {
     PromptRows rows;
     VLMD_ASSIGN_OR_RETURN(rows.tokens,
-                          tokenizer_->Tokenize(prompt.text(), true, true, prompt.literal()));
+                          tokenizer_->TokenizePrompt(prompt, /*add_special=*/true));
     return rows;
   }
   if (!vision_) return FailedPreconditionError("images given but no vision encoder (no --mmproj)");

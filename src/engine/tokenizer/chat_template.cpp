@@ -274,7 +274,7 @@ PromptText ChatTemplate::ApplyMarked(std::span<const ChatMessage> messages,
         if (!system.empty() && role != "model") {
           out.AppendPrompt(system);
           out.Append("\n\n");
-          system = PromptText();
+          system.clear();
         }
         out.AppendLiteral(Trim(m.content));
         out.Append("<end_of_turn>\n");

@@ -58,6 +58,39 @@ void PromptText::Erase(size_t at, size_t n) {
   for (const TextRange& r : old) AddRange(map(r.begin), map(r.end));
 }
 
+void PromptText::EraseAll(std::string_view needle) {
+  if (needle.empty()) return;
+  std::string kept;
+  kept.reserve(text_.size());
+  std::vector<std::pair<size_t, size_t>> cuts;  // [first, last) of the old text, in order
+  size_t start = 0;
+  for (size_t at = text_.find(needle); at != std::string::npos; at = text_.find(needle, start)) {
+    kept.append(text_, start, at - start);
+    cuts.emplace_back(at, at + needle.size());
+    start = at + needle.size();
+  }
+  if (cuts.empty()) return;
+  kept.append(text_, start, std::string::npos);
+  text_ = std::move(kept);
+  // Old offsets to new ones, as Erase maps them (a byte inside a cut goes to the cut's start);
+  // the ranges' ends come in order, so one sweep over the cuts serves them all.
+  size_t removed = 0, next_cut = 0;
+  auto map = [&](size_t b) {
+    while (next_cut < cuts.size() && cuts[next_cut].second <= b) {
+      removed += cuts[next_cut].second - cuts[next_cut].first;
+      ++next_cut;
+    }
+    const bool inside = next_cut < cuts.size() && cuts[next_cut].first < b;
+    return (inside ? cuts[next_cut].first : b) - removed;
+  };
+  std::vector<TextRange> old;
+  old.swap(literal_);
+  for (const TextRange& r : old) {
+    const size_t begin = map(r.begin);
+    AddRange(begin, map(r.end));
+  }
+}
+
 PromptText PromptText::Slice(size_t begin, size_t end) const {
   end = std::min(end, text_.size());
   begin = std::min(begin, end);

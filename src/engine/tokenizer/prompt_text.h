@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace vlmd::engine::tokenizer {
@@ -50,6 +51,9 @@ class PromptText {
   void Insert(size_t at, std::string_view s);
   // Removes bytes [at, at + n) (clamped to the text), with their part of every range.
   void Erase(size_t at, size_t n);
+  // Removes every occurrence of `needle` (non-empty; left to right, not overlapping), with its
+  // part of every range, in one pass (Erase per occurrence took time quadratic in their count).
+  void EraseAll(std::string_view needle);
   // Bytes [begin, end) with their part of every range (clamped to the text).
   PromptText Slice(size_t begin, size_t end) const;
 

@@ -43,6 +43,10 @@ class Tokenizer {
   Result<std::vector<TokenId>> Tokenize(std::string_view text, bool add_special,
                                         bool parse_special,
                                         std::span<const TextRange> literal = {}) const;
+  // A templated prompt: special text parsed outside its literal ranges (PromptText).
+  Result<std::vector<TokenId>> TokenizePrompt(const PromptText& prompt, bool add_special) const {
+    return Tokenize(prompt.text(), add_special, /*parse_special=*/true, prompt.literal());
+  }
 
   // The bytes token `id` stands for. With special == false, control and unknown tokens give "".
   // Pieces need not be valid UTF-8 on their own (byte tokens, split characters): stream them

@@ -24,9 +24,7 @@ std::string NoContextReason(const StreamPart& part, int held_frames, bool expire
 
 // Prompt text without image markers: what the text part tokenizes to (markers become images).
 engine::tokenizer::PromptText WithoutMarkers(engine::tokenizer::PromptText prompt) {
-  for (size_t at; (at = prompt.text().find(api::kMediaMarker)) != std::string::npos;) {
-    prompt.Erase(at, api::kMediaMarker.size());
-  }
+  prompt.EraseAll(api::kMediaMarker);
   return prompt;
 }
 
@@ -163,7 +161,7 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
   }
   const engine::tokenizer::PromptText text_part = WithoutMarkers(in.prompt);
   VLMD_ASSIGN_OR_RETURN(std::vector<int32_t> text_ids,
-                        e.tokenizer().Tokenize(text_part.text(), true, true, text_part.literal()));
+                        e.tokenizer().TokenizePrompt(text_part, /*add_special=*/true));
   job.text_tokens = static_cast<int64_t>(text_ids.size());
   if (job.text_tokens > options.token_budget) {
     return ResourceExhaustedError("the text alone is " + std::to_string(job.text_tokens) +
