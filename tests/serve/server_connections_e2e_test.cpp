@@ -6,6 +6,9 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -328,6 +331,108 @@ TEST(ServerConnectionsTest, ATlsClientThatClosesCancelsItsSequence) {
   }
   EXPECT_GT(tokens, 0) << "the cancelled sequence should complete as cancelled";
   EXPECT_LT(tokens, 4000) << "the sequence ran to max_tokens after its client left";
+}
+
+// CPU time, in ns, that this process's threads named `name` have run (/proc/self/task/*/comm and
+// schedstat; the clock ticks of stat where schedstat is missing); -1 when no thread has the name.
+int64_t ThreadCpuNs(const std::string& name) {
+  int64_t total = -1;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string thread_name;
+    if (!std::getline(comm, thread_name) || thread_name != name) continue;
+    int64_t ns = 0;
+    std::ifstream sched(task.path() / "schedstat");
+    if (!(sched >> ns)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      std::istringstream fields(line.substr(line.rfind(')') + 2));  // after "pid (comm) "
+      std::string field;
+      int64_t utime = 0, stime = 0;
+      for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14 and 15: utime, stime
+        if (i == 14) utime = std::stoll(field);
+        if (i == 15) stime = std::stoll(field);
+      }
+      ns = (utime + stime) * (1000000000 / sysconf(_SC_CLK_TCK));
+    }
+    total = std::max<int64_t>(total, 0) + ns;
+  }
+  return total;
+}
+
+// One TLS client connection: handshaken (SSL_connect's result), then closed.
+int TlsHandshake(SSL_CTX* ctx, int port) {
+  const int fd = Connect(port);
+  if (fd < 0) return -1;
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  const int result = SSL_connect(ssl);
+  if (result == 1) SSL_shutdown(ssl);
+  SSL_free(ssl);
+  close(fd);
+  return result;
+}
+
+// TLS handshakes (their key exchange and signature: a few milliseconds of CPU with an RSA-3072
+// key) run on the front's TLS thread, not on its I/O thread, where a flood of new TLS
+// connections held every established connection behind them.
+TEST(ServerConnectionsTest, TlsHandshakesRunOffTheIoThread) {
+  TempDir dir;
+  const testing::PemPair pem = testing::SelfSignedCert("vlmd-test-lane", testing::KeyKind::kRsa3072);
+  HarnessOptions o;
+  o.load_model = false;
+  o.server.tls_cert_file = dir.Write("cert.pem", pem.cert);
+  o.server.tls_key_file = dir.Write("key.pem", pem.key);
+  Harness h(o);
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(TlsHandshake(ctx, h.port()), 1);  // the lane has started and run one
+  const int64_t tls_before = ThreadCpuNs("http-tls"), io_before = ThreadCpuNs("http-io");
+  ASSERT_GE(tls_before, 0) << "no thread named http-tls";
+  ASSERT_GE(io_before, 0) << "no thread named http-io";
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(TlsHandshake(ctx, h.port()), 1) << i;
+  SSL_CTX_free(ctx);
+  const int64_t tls_ns = ThreadCpuNs("http-tls") - tls_before, io_ns = ThreadCpuNs("http-io") - io_before;
+  EXPECT_GT(tls_ns, 2 * io_ns) << "handshakes: TLS thread " << tls_ns / 1000 << " us, I/O thread " << io_ns / 1000
+                               << " us";
+}
+
+// A handshake that stalls (a ClientHello's record header, then nothing) is closed at the head
+// deadline and counted; one still stalled when the server stops does not hold the stop.
+TEST(ServerConnectionsTest, AStalledTlsHandshakeIsClosedAtItsDeadline) {
+  TempDir dir;
+  const testing::PemPair pem = testing::SelfSignedCert("vlmd-test-stall");
+  HarnessOptions o;
+  o.load_model = false;
+  o.server.read_timeout_s = 1;
+  o.server.tls_cert_file = dir.Write("cert.pem", pem.cert);
+  o.server.tls_key_file = dir.Write("key.pem", pem.key);
+  auto h = std::make_unique<Harness>(o);
+  const std::string record_head("\x16\x03\x01\x02\x00", 5);  // a handshake record of 512 bytes
+  const int stalled = Connect(h->port());
+  ASSERT_GE(stalled, 0);
+  ASSERT_TRUE(SendAll(stalled, record_head));
+  const auto start = std::chrono::steady_clock::now();
+  const RawReply got = ReadUntilClosed(stalled, 5);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(stalled);
+  EXPECT_TRUE(got.bytes.empty()) << got.bytes.size() << " bytes";
+  EXPECT_LT(waited, 4.0) << "the stalled handshake was not closed at its 1 s deadline";
+  auto c = std::make_unique<httplib::Client>("https://127.0.0.1:" + std::to_string(h->port()));
+  c->enable_server_certificate_verification(false);
+  auto m = c->Get("/metrics");
+  ASSERT_TRUE(m) << httplib::to_string(m.error());
+  EXPECT_GE(testing::MetricValue(m->body, "vlm_http_dropped_connections_total{reason=\"tls_handshake_failed\"}"), 1);
+
+  const int left = Connect(h->port());  // stalled when the server stops
+  ASSERT_GE(left, 0);
+  ASSERT_TRUE(SendAll(left, record_head));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto stop_start = std::chrono::steady_clock::now();
+  h.reset();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - stop_start).count(), 4.0);
+  close(left);
 }
 
 // HTTPS with --tls-cert/--tls-key: served with the certificate (a client verifying it against

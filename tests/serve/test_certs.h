@@ -1,10 +1,11 @@
 // Self-signed TLS certificates for the HTTPS tests, made with OpenSSL at run time (no key
-// material in the repository): an EC P-256 key and a certificate for IP 127.0.0.1, valid for a
-// day, each call a new key.
+// material in the repository): an EC P-256 key (or RSA, whose handshakes cost the server more
+// CPU) and a certificate for IP 127.0.0.1, valid for a day, each call a new key.
 #pragma once
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/rsa.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
@@ -26,8 +27,10 @@ inline std::string BioText(BIO* bio) {
   return out;
 }
 
-inline PemPair SelfSignedCert(const std::string& common_name) {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
+enum class KeyKind { kEcP256, kRsa3072 };
+
+inline PemPair SelfSignedCert(const std::string& common_name, KeyKind kind = KeyKind::kEcP256) {
+  EVP_PKEY* key = kind == KeyKind::kEcP256 ? EVP_EC_gen("P-256") : EVP_RSA_gen(3072);
   X509* x = X509_new();
   if (key == nullptr || x == nullptr) throw std::runtime_error("openssl: cannot make a key");
   X509_set_version(x, 2);

@@ -2,10 +2,17 @@
 
 #include <utility>
 
+#include "core/thread_name.h"
+
 namespace vlmd::serve {
 
-HandlerPool::HandlerPool(int threads, size_t max_queued) : max_queued_(max_queued) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+HandlerPool::HandlerPool(int threads, size_t max_queued, std::string name) : max_queued_(max_queued) {
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, name] {
+      SetThreadName(name);
+      Run();
+    });
+  }
 }
 
 bool HandlerPool::TryPost(std::function<void()> task) {

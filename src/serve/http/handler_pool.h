@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,7 +15,8 @@ namespace vlmd::serve {
 
 class HandlerPool {
  public:
-  HandlerPool(int threads, size_t max_queued);
+  // Its threads are named `name` (core/thread_name.h).
+  HandlerPool(int threads, size_t max_queued, std::string name);
   ~HandlerPool() { Stop(); }
   HandlerPool(const HandlerPool&) = delete;
   HandlerPool& operator=(const HandlerPool&) = delete;

@@ -3,8 +3,10 @@
 // on the I/O thread only, except while a handler thread owns the request (phases kHeadCheck and
 // kHandling): then the I/O thread has no operation pending on the connection and leaves it alone
 // until the handler thread posts back. Posting through the pool's mutex and asio::post orders the
-// two.
+// two. A TLS connection's stream belongs to the TLS lane's thread during its handshake (Start,
+// Handshaken); the I/O thread then only shuts its descriptor (ShutdownMidHandshake).
 #include <poll.h>
+#include <sys/socket.h>
 #include <spdlog/spdlog.h>
 #include <strings.h>
 
@@ -73,15 +75,21 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   void Start() {
     if constexpr (kTls) {
-      // The handshake is part of the first request's head; it writes too.
+      // The handshake is part of the first request's head; it writes too. It runs on the TLS
+      // lane (HttpFront::Impl::tls_lane): issued there, its steps (the key exchange, the
+      // signature) completed there, and its end posted back here. Meanwhile this thread leaves
+      // the stream alone (Close and the deadline shut the descriptor: ShutdownMidHandshake).
       Arm(front_.options.head_timeout, Deadline::kWrite);
-      stream_.async_handshake(ssl::stream_base::server, [self = this->shared_from_this()](error_code ec) {
-        self->Disarm();
-        if (ec) {
-          self->front_.handler->OnDropped("tls_handshake_failed");
-          return self->Close();
-        }
-        self->WaitForRequest();
+      on_tls_lane_ = true;
+      lane_has_socket_ = true;
+      handshake_fd_ = Raw().native_handle();
+      asio::post(front_.tls_lane, [self = this->shared_from_this()] {
+        auto& lane = self->front_.tls_lane;
+        self->stream_.async_handshake(ssl::stream_base::server, asio::bind_executor(lane, [self](error_code ec) {
+          self->lane_has_socket_ = false;
+          // (Should this post throw, bad_alloc, the connection ends with its deadline's chain.)
+          asio::post(self->front_.io, [self, ec] { self->Handshaken(ec); });
+        }));
       });
     } else {
       WaitForRequest();
@@ -95,7 +103,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   void CloseIfIdle() override {
     if (phase_ == Phase::kIdle || phase_ == Phase::kHead) Close();
   }
-  void ForceClose() override { Close(); }
+  // At Stop, once neither the I/O thread nor the TLS lane runs: closes here, mid-handshake too.
+  void ForceClose() override {
+    on_tls_lane_ = false;
+    Close();
+  }
   // On the I/O thread: a handler thread's blocking write of one piece of a streamed reply.
   void WriteForHandler(std::shared_ptr<std::string> data, std::shared_ptr<std::promise<bool>> done) {
     Arm(front_.options.write_timeout, Deadline::kWrite);
@@ -131,6 +143,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     timer_.async_wait([self = this->shared_from_this(), gen, what](error_code ec) {
       if (ec || gen != self->timer_gen_) return;  // re-armed or disarmed meanwhile
       self->timed_out_ = true;
+      if (self->on_tls_lane_) {
+        // A handshake past its deadline ends the connection whatever it was doing: shut at once,
+        // here (a cancel posted to the lane would wait behind every handshake queued there).
+        return self->ShutdownMidHandshake();
+      }
       error_code ignored;
       self->Raw().cancel(ignored);
       self->timer_.expires_after(kCancelGrace);
@@ -159,12 +176,47 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // Closes without a TLS close_notify: every reply is length-delimited, so a client cannot
   // mistake a truncation for the end of one.
   void Close() {
+    if (on_tls_lane_) {  // mid-handshake: shut here, closed on the lane (see ShutdownMidHandshake)
+      if (phase_ == Phase::kClosing) return;
+      phase_ = Phase::kClosing;
+      Disarm();
+      ShutdownMidHandshake();
+      asio::post(front_.tls_lane, [self = this->shared_from_this()] {
+        if (self->lane_has_socket_) return self->CloseSocket();
+        // The handshake ended meanwhile: closed on the I/O thread, behind its Handshaken.
+        asio::post(self->front_.io, [self] { self->CloseSocket(); });
+      });
+      return;
+    }
     if (phase_ == Phase::kClosing && !Raw().is_open()) return;
     phase_ = Phase::kClosing;
     Disarm();
+    CloseSocket();
+  }
+  void CloseSocket() {
     error_code ignored;
     Raw().shutdown(tcp::socket::shutdown_both, ignored);
     Raw().close(ignored);
+  }
+
+  // On the I/O thread, mid-handshake (the socket object is the lane's): both directions of the
+  // descriptor shut with the system call itself, so that the handshake's pending operation
+  // fails at once (a flood of handshakes queued on the lane would delay anything posted there).
+  // The descriptor is still open: only CloseSocket closes it, and only Close posts that, after
+  // which no deadline fires and Close does nothing more.
+  void ShutdownMidHandshake() { ::shutdown(handshake_fd_, SHUT_RDWR); }
+
+  // Back on the I/O thread: the handshake ended (failed, cancelled at its deadline, or closed
+  // at Stop).
+  void Handshaken(error_code ec) {
+    on_tls_lane_ = false;
+    if (phase_ == Phase::kClosing) return;  // closed meanwhile (Stop)
+    Disarm();
+    if (ec) {
+      front_.handler->OnDropped("tls_handshake_failed");
+      return Close();
+    }
+    WaitForRequest();
   }
 
   // Idle until the next request's first byte (kept-alive or new), then its head.
@@ -591,6 +643,12 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   Phase phase_ = Phase::kIdle;
   bool keep_alive_ = true;
   bool timed_out_ = false;
+  // The TLS handshake runs on the TLS lane, which owns the socket meanwhile: as the I/O thread
+  // sees it (set at Start, cleared by Handshaken), and as the lane does (cleared when the
+  // handshake's handler runs there; only the lane touches it after Start).
+  bool on_tls_lane_ = false;
+  bool lane_has_socket_ = false;
+  int handshake_fd_ = -1;  // the socket's descriptor, for ShutdownMidHandshake
   uint64_t timer_gen_ = 0;
   size_t served_ = 0;
   size_t body_limit_ = 0;

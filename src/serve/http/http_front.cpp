@@ -11,6 +11,7 @@
 #include <chrono>
 #include <vector>
 
+#include "core/thread_name.h"
 #include "serve/http/http_front_impl.h"
 #include "serve/http/response_head.h"
 #include "serve/http/tls_files.h"
@@ -34,6 +35,8 @@ constexpr int kHealthThreads = 2;
 constexpr size_t kMaxQueuedHealth = 256;
 constexpr int kMetricsThreads = 1;
 constexpr size_t kMaxQueuedMetrics = 64;
+// At Stop, the longest the handshakes left may take to run out (each ends at its ClientHello).
+constexpr std::chrono::seconds kTlsDrainBound{30};
 // How long an accept waits before retrying when the process is out of descriptors.
 constexpr std::chrono::milliseconds kAcceptRetry{100};
 
@@ -73,7 +76,22 @@ class ShedLinger : public std::enable_shared_from_this<ShedLinger> {
   char sink_[4096];
 };
 
+// A TLS context's ClientHello callback: once the front stops, a handshake ends at the client's
+// first message, before its key exchange and signature (the expensive part). Stop's last step
+// runs out the handshakes queued on the TLS lane on its own thread; a flood of them would
+// otherwise each sign for a connection already closed.
+int RefuseHandshakesWhenStopping(SSL*, int* alert, void* stopping) {
+  if (!static_cast<const std::atomic<bool>*>(stopping)->load()) return SSL_CLIENT_HELLO_SUCCESS;
+  *alert = SSL_AD_HANDSHAKE_FAILURE;
+  return SSL_CLIENT_HELLO_ERROR;
+}
+
 }  // namespace
+
+void HttpFront::Impl::UseTlsContext(std::shared_ptr<ssl::context> context) {
+  SSL_CTX_set_client_hello_cb(context->native_handle(), RefuseHandshakesWhenStopping, &stopping);
+  tls = std::move(context);
+}
 
 void HttpFront::Impl::Register(const std::shared_ptr<ConnectionBase>& c, const std::string& address) {
   size_t open;
@@ -139,7 +157,7 @@ void HttpFront::Impl::WatchTlsFiles() {
     if (stamps != tls_stamps && stamps != tls_failed_stamps) {
       auto fresh = LoadTlsContext(options.tls_cert_file, options.tls_key_file);
       if (fresh.ok()) {
-        tls = std::move(*fresh);  // new connections; open ones keep theirs
+        UseTlsContext(std::move(*fresh));  // new connections; open ones keep theirs
         tls_stamps = stamps;
         spdlog::info("TLS certificate reloaded from {}", options.tls_cert_file);
       } else {
@@ -234,7 +252,8 @@ Status HttpFront::Start() {
       return InvalidArgumentError("TLS needs both a certificate and a private key file");
     }
     f.tls_stamps = {FileStamp(f.options.tls_cert_file), FileStamp(f.options.tls_key_file)};
-    VLMD_ASSIGN_OR_RETURN(f.tls, LoadTlsContext(f.options.tls_cert_file, f.options.tls_key_file));
+    VLMD_ASSIGN_OR_RETURN(auto context, LoadTlsContext(f.options.tls_cert_file, f.options.tls_key_file));
+    f.UseTlsContext(std::move(context));
     f.tls_watch.emplace(f.io);
     f.WatchTlsFiles();
   }
@@ -257,13 +276,30 @@ Status HttpFront::Start() {
                                                 std::to_string(f.options.port) + ": " + ec.message());
   }
   f.port = f.acceptor->local_endpoint().port();
-  f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests));
-  f.head_pool.emplace(kHeadThreads, std::max<size_t>(1, f.options.max_queued_requests));
-  f.health_pool.emplace(kHealthThreads, kMaxQueuedHealth);
-  f.metrics_pool.emplace(kMetricsThreads, kMaxQueuedMetrics);
+  f.pool.emplace(std::max(1, f.options.handler_threads), std::max<size_t>(1, f.options.max_queued_requests),
+                 "http-handler");
+  f.head_pool.emplace(kHeadThreads, std::max<size_t>(1, f.options.max_queued_requests), "http-head");
+  f.health_pool.emplace(kHealthThreads, kMaxQueuedHealth, "http-health");
+  f.metrics_pool.emplace(kMetricsThreads, kMaxQueuedMetrics, "http-metrics");
+  if (f.tls) {
+    f.tls_work.emplace(f.tls_lane.get_executor());
+    f.tls_thread = std::thread([&f] {
+      SetThreadName("http-tls");
+      // As the I/O thread's loop below: a throw loses its connection, never the lane.
+      for (;;) {
+        try {
+          f.tls_lane.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("http: a TLS handshake handler threw, its connection is dropped: {}", e.what());
+        }
+      }
+    });
+  }
   f.Accept();
   f.work.emplace(f.io.get_executor());
   f.io_thread = std::thread([&f] {
+    SetThreadName("http-io");
     // An exception out of a handler on this thread (std::bad_alloc) drops the operation it came
     // from (its connection goes with its last handle) and the loop goes on: every connection
     // runs on this thread, and ending it ended the process.
@@ -316,10 +352,16 @@ void HttpFront::Stop() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // 4. Then the I/O thread; the connections left are closed here, their handlers run out.
+  // 4. Then the I/O thread (and the TLS lane); the connections left are closed here, their
+  // handlers run out.
   f.work.reset();
   f.io.stop();
   f.io_thread.join();
+  if (f.tls_thread.joinable()) {
+    f.tls_work.reset();
+    f.tls_lane.stop();
+    f.tls_thread.join();
+  }
   std::vector<std::shared_ptr<ConnectionBase>> left;
   {
     std::lock_guard<std::mutex> lock(f.conns_mu);
@@ -327,10 +369,29 @@ void HttpFront::Stop() {
       if (auto c = weak.lock()) left.push_back(std::move(c));
     }
   }
-  for (auto& c : left) c->ForceClose();
+  for (auto& c : left) c->ForceClose();  // no thread runs either context: closed here
   left.clear();
-  f.io.restart();
-  f.io.run_for(std::chrono::seconds(1));
+  if (!f.tls) {
+    f.io.restart();
+    f.io.run_for(std::chrono::seconds(1));
+    return;
+  }
+  // The handshakes' operations bounce between the two: io's reactor completes them and their
+  // handlers run on the lane (holding work on it), which posts their end back to io. Both are
+  // run out until neither has anything left to run, so that neither is destroyed holding an
+  // operation with work on the other (io's queue outlives the lane: a use after free). Every
+  // socket is closed and every handshake left refuses at its ClientHello (UseTlsContext), so
+  // this ends; the bound is a last resort.
+  const auto drain_until = std::chrono::steady_clock::now() + kTlsDrainBound;
+  for (;;) {
+    f.io.restart();
+    f.tls_lane.restart();
+    if (f.io.poll() + f.tls_lane.poll() == 0) break;
+    if (std::chrono::steady_clock::now() >= drain_until) {
+      spdlog::error("http: TLS handshakes still running {} s after the stop", kTlsDrainBound.count());
+      break;
+    }
+  }
 }
 
 }  // namespace vlmd::serve

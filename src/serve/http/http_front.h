@@ -9,7 +9,8 @@
 //
 // Two hops through the handler pool per request: the head first (authentication decides whether
 // the body is read at all, and how much of it), then the whole request. Optionally TLS
-// (FrontOptions::tls_cert_file), with the certificate reloaded when its files change.
+// (FrontOptions::tls_cert_file), with the certificate reloaded when its files change; handshakes
+// run on a thread of their own, never on the I/O thread.
 #pragma once
 
 #include <chrono>

@@ -47,6 +47,8 @@ struct HttpFront::Impl {
   void Unregister(ConnectionBase* c, const std::string& address);
   // Reloads the certificate and key when either file changed (every tls_reload_interval).
   void WatchTlsFiles();
+  // Makes `context` the one new connections take, refusing handshakes once stopping is set.
+  void UseTlsContext(std::shared_ptr<ssl::context> context);
 
   const FrontOptions options;
   FrontHandler* const handler;
@@ -61,6 +63,14 @@ struct HttpFront::Impl {
   asio::io_context io{1};
   // Keeps io.run() going while no operation is pending (a stream between two chunks).
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  // TLS handshakes run here, on a thread of their own (tls_thread): a handshake's key exchange
+  // and signature cost up to a few ms of CPU each, and on io a flood of new TLS connections
+  // would hold every established connection behind them. Their sockets stay io's (its reactor
+  // waits on them); the handshake's steps and its socket operations run on this lane until it
+  // ends, then the connection is io's. After io: destroyed first, while io (the sockets' and
+  // timers' home) still exists.
+  asio::io_context tls_lane{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> tls_work;
   std::optional<tcp::acceptor> acceptor;
   std::optional<asio::steady_timer> accept_retry;
   std::optional<HandlerPool> pool;
@@ -75,6 +85,7 @@ struct HttpFront::Impl {
   std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> tls_stamps, tls_failed_stamps;
   std::optional<asio::steady_timer> tls_watch;
   std::thread io_thread;
+  std::thread tls_thread;  // runs tls_lane when TLS is on
   int port = 0;
   bool stopped = false;
 };

@@ -17,6 +17,10 @@ Result<std::shared_ptr<ssl::context>> LoadTlsContext(const std::string& cert_fil
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
   ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
                    ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+  // No renegotiation (OpenSSL 3 refuses a client's by default; this says so for every version):
+  // a renegotiation is a handshake inside the connection's reads, on the I/O thread, where the
+  // front never runs one (HttpFront::Impl::tls_lane).
+  SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
   error_code ec;
   ctx->use_certificate_chain_file(cert_file, ec);
   if (ec) return InvalidArgumentError("TLS certificate " + cert_file + ": " + ec.message());
