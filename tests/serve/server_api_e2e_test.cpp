@@ -6,6 +6,7 @@
 #include "prometheus_lint.h"
 #include "serve/api/requests.h"
 #include "server_harness.h"
+#include "server_test_servers.h"
 
 namespace vlmd::serve {
 namespace {
@@ -305,6 +306,24 @@ TEST_F(ServerApiTest, TokenBudgetTilesSmallerAndSaysSoOr422) {
   EXPECT_LE(a["usage"]["prompt_tokens"].get<int>(), 60);
   const auto from = a["budget"]["downsampled_from"], to = a["budget"]["to"];
   EXPECT_LT(to[0].get<int>() * to[1].get<int>(), from[0].get<int>() * from[1].get<int>());
+
+  // The chat API says so too (SPEC S7), in the reply and in a stream's last chunk.
+  const std::string uri = "data:image/png;base64," + api::EncodeBase64(FixtureImage("img-128x96.png"));
+  json chat{{"max_tokens", 2},
+            {"messages",
+             {{{"role", "user"},
+               {"content", {{{"type", "text"}, {"text", "hi"}}, {{"type", "image_url"}, {"image_url", {{"url", uri}}}}}}}}}};
+  auto cr = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(cr);
+  ASSERT_EQ(cr->status, 200) << cr->body;
+  EXPECT_EQ(json::parse(cr->body)["budget"], a["budget"]) << cr->body;
+  chat["stream"] = true;
+  auto cs = c->Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(cs);
+  ASSERT_EQ(cs->status, 200) << cs->body;
+  const Sse events = ParseSse(cs->body);
+  ASSERT_TRUE(events.done) << cs->body;
+  EXPECT_EQ(events.last["budget"], a["budget"]) << cs->body;
 
   req["prompt"] = std::string(400, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z";
   auto r2 = c->Post("/v1/vlm/invoke", req.dump(), "application/json");

@@ -65,6 +65,18 @@ json ChatObject(const ReplyContext& ctx, std::string_view object, json choices) 
 
 // "version", "routing", "redaction" and "trust": vlmd's additions to every reply object (OpenAI clients
 // ignore unknown fields).
+// "budget" when the token budget made an image smaller (SPEC S7: the reply says so): the first
+// image it shrank at the top level, every one that shrank in "images", in request order.
+void AddBudget(const PreparedJob& prepared, json* j) {
+  if (prepared.budget.empty()) return;
+  const BudgetAction& first = prepared.budget[prepared.budget_first];
+  json images = json::array();
+  for (const BudgetAction& b : prepared.budget) {
+    images.push_back({{"index", b.index}, {"downsampled_from", b.from}, {"to", b.to}});
+  }
+  (*j)["budget"] = {{"downsampled_from", first.from}, {"to", first.to}, {"images", images}};
+}
+
 void AddGuardFields(const ReplyContext& ctx, json* j) {
   if (!ctx.version.empty()) (*j)["version"] = ctx.version;
   if (!ctx.route.empty()) {
@@ -123,22 +135,13 @@ std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, co
     if (!s.no_context_reason.empty()) j["stream"]["no_context_reason"] = s.no_context_reason;
   }
   if (prepared.redaction) j["timings"]["redact_ms"] = prepared.redaction->detect_ms;
-  if (!prepared.budget.empty()) {
-    // The first image the budget made smaller at the top level (as before), every one that
-    // shrank in "images", in request order.
-    const BudgetAction& first = prepared.budget[prepared.budget_first];
-    json images = json::array();
-    for (const BudgetAction& b : prepared.budget) {
-      images.push_back({{"index", b.index}, {"downsampled_from", b.from}, {"to", b.to}});
-    }
-    j["budget"] = {{"downsampled_from", first.from}, {"to", first.to}, {"images", images}};
-  }
+  AddBudget(prepared, &j);
   if (ctx.logprobs) j["logprobs"] = LogprobsJson(r, tok);
   AddGuardFields(ctx, &j);
   return Dump(j);
 }
 
-std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
+std::string ChatReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                       const engine::tokenizer::Tokenizer& tok) {
   json choice{{"index", 0},
               {"message", {{"role", "assistant"}, {"content", r.text}}},
@@ -146,6 +149,7 @@ std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
               {"logprobs", ctx.logprobs ? LogprobsJson(r, tok) : json(nullptr)}};
   json j = ChatObject(ctx, "chat.completion", json::array({choice}));
   j["usage"] = UsageJson(r);
+  AddBudget(prepared, &j);
   AddGuardFields(ctx, &j);
   return Dump(j);
 }
@@ -171,7 +175,7 @@ std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> r
   return Dump(j);
 }
 
-std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
+std::string ChatFinishChunk(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                             const engine::tokenizer::Tokenizer& tok, std::optional<size_t> tokens_sent) {
   // Streamed: the tokens no text chunk listed, null when none is left (OpenAI's last chunk);
   // otherwise all of them.
@@ -182,6 +186,7 @@ std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
               {"finish_reason", std::string(OpenAiFinishReason(r.finish_reason))}};
   json j = ChatObject(ctx, "chat.completion.chunk", json::array({choice}));
   if (ctx.include_usage) j["usage"] = nullptr;
+  AddBudget(prepared, &j);
   AddGuardFields(ctx, &j);
   return Dump(j);
 }

@@ -43,20 +43,22 @@ std::string RetryAfterHeader(double seconds);
 
 std::string InvokeReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                         const engine::tokenizer::Tokenizer& tok);
-// OpenAI chat.completion (non-streaming).
-std::string ChatReply(const ReplyContext& ctx, const JobResult& r,
+// OpenAI chat.completion (non-streaming), with vlmd's "budget" (as the invoke reply's) when the
+// token budget made an image smaller.
+std::string ChatReply(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                       const engine::tokenizer::Tokenizer& tok);
 // One chat.completion.chunk: a delta with `role` (first chunk) and/or `content`, and the
 // logprobs of `tokens` (those whose text the chunk completes; null when none).
 std::string ChatChunk(const ReplyContext& ctx, std::optional<std::string_view> role,
                       std::optional<std::string_view> content, std::span<const StreamedToken> tokens = {},
                       const engine::tokenizer::Tokenizer* tok = nullptr);
-// The final chunk (finish_reason, and "trust" when the context has it). With the request's
+// The final chunk (finish_reason, "budget" as ChatReply's, and "trust" when the context has
+// it). With the request's
 // logprobs, so that a client that concatenates the chunks' lists gets them all: when the text
 // chunks listed their tokens as they went (`tokens_sent` of them), the reply's tokens past those
 // (null when none is left); without `tokens_sent` (a word filter, which holds text back across
 // tokens and may cut it, was on) every token, or none once the filter matched.
-std::string ChatFinishChunk(const ReplyContext& ctx, const JobResult& r,
+std::string ChatFinishChunk(const ReplyContext& ctx, const PreparedJob& prepared, const JobResult& r,
                             const engine::tokenizer::Tokenizer& tok,
                             std::optional<size_t> tokens_sent = std::nullopt);
 // The extra last chunk of a stream with stream_options.include_usage: "choices": [] and usage.

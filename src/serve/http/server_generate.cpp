@@ -547,7 +547,7 @@ void Server::Handlers::Reply(Call& call, const HttpRequest& req, HttpResponse& r
   KeepStreamFrame(call, r);
   const auto& tok = call.model->engine().tokenizer();
   res.set_content(call.kind == Kind::kInvoke ? InvokeReply(call.reply, call.prepared, r, tok)
-                                             : ChatReply(call.reply, r, tok),
+                                             : ChatReply(call.reply, call.prepared, r, tok),
                   "application/json");
   Observe(call, 200);
   spdlog::info("{} {} -> 200 prompt={} image={} completion={} {:.1f} ms", call.reply.id, call.route,
@@ -622,7 +622,7 @@ void Server::Handlers::Stream(std::shared_ptr<Call> call, const HttpRequest& req
           call->status = 500;
           send(api::ErrorBody({500, "server_error", "audit_unavailable", "the audit log cannot be written"}));
         } else if (call->kind == Kind::kChat) {
-          send(ChatFinishChunk(call->reply, r, tok,
+          send(ChatFinishChunk(call->reply, call->prepared, r, tok,
                                stream_tokens ? std::optional<size_t>(tokens_sent) : std::nullopt));
           if (call->request.include_usage) send(ChatUsageChunk(call->reply, r));
         } else {
