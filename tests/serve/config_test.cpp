@@ -168,6 +168,7 @@ TEST(Config, MistakesAreErrorsThatNameTheKey) {
       {R"({"server": {"max_batch": -1}})", "server.max_batch: must be >= 0"},
       {R"({"server": {"timeout_s": 0}})", "timeout_s: must be 1 to 604800"},
       {R"({"server": {"precision": "turbo"}})", "server.precision: expected \"exact\" or \"fast\""},
+      {R"({"models": []})", "models: expected at least one model"},
       {R"({"models": [{"name": "a"}]})", "models[0].model: required"},
       {R"({"models": [{"model": "x.gguf"}]})", "models[0].name: required"},
       {R"({"models": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]})", "duplicate model name"},

@@ -9,6 +9,8 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "serve/api/requests.h"
@@ -143,6 +145,14 @@ TEST(ServerLoadTest, FullQueueGives429WithRetryAfterAndNothingHangs) {
   auto r = h.Client()->Post("/v1/vlm/invoke", R"({"prompt":"again","max_tokens":2})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+  // Requests by the version that served them: the 429s ran nowhere.
+  const std::string metrics = h.Client()->Get("/metrics")->body;
+  double served = 0;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("vlm_route_version_total{", 0) == 0) served += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(served, ok + 1) << metrics;
 }
 
 struct BadCase {

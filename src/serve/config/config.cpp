@@ -102,6 +102,8 @@ Status ParseServer(const Section& s, const std::string& base_dir, ServerOptions*
 Status ParseModels(const json& arr, const std::string& base_dir, const ModelSpec& defaults,
                    std::vector<ModelSpec>* out) {
   if (!arr.is_array()) return InvalidArgumentError("models: expected an array");
+  // A server with no model would report ready and answer every request 404.
+  if (arr.empty()) return InvalidArgumentError("models: expected at least one model");
   std::set<std::string> names;
   for (size_t i = 0; i < arr.size(); ++i) {
     Section s(arr[i], "models[" + std::to_string(i) + "]");

@@ -320,9 +320,6 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   // filter holds text back across tokens and may cut it: then they all wait for the last chunk.
   call->prepared.input.stream_tokens =
       kind == Kind::kChat && call->request.stream && call->reply.logprobs && !call->filter;
-  s_.metrics_->route_version
-      .With({call->reply.route.empty() ? spec.name : call->reply.route, spec.name, spec.version})
-      .Inc();
   // The job takes the input; the call keeps what the handler reads later (keys, sizes, the
   // deadline) without the preprocessed pixels, which were held twice for the whole request.
   std::vector<std::vector<float>> pixels;
@@ -338,6 +335,11 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
     }
     return fail(api::FromStatus(submitted));
   }
+  // Counted once the version has the request (a queue_full 429 above ran nowhere: during a canary
+  // under load it leaned the split towards the version whose queue was full).
+  s_.metrics_->route_version
+      .With({call->reply.route.empty() ? spec.name : call->reply.route, spec.name, spec.version})
+      .Inc();
   if (call->request.stream) {
     Stream(call, req, res);
   } else {
