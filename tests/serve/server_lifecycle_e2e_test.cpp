@@ -241,7 +241,14 @@ TEST(ServerGuard, MemoryBudgetRefusesModelsThatDoNotFitAndReloadsThatWouldNot) {
   r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 409) << r->body;  // v1 + v2 + v3 do not fit
-  v1.reset();  // v1's last user lets go
+  // What SIGHUP's reload of several models waits for between two: v1 let go.
+  EXPECT_FALSE(server2->WaitForReplacedVersions(std::chrono::milliseconds(50)));
+  std::thread release([&v1] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    v1.reset();  // v1's last user lets go
+  });
+  EXPECT_TRUE(server2->WaitForReplacedVersions(std::chrono::seconds(10)));
+  release.join();
   EXPECT_EQ(testing::MetricValue(c2->Get("/metrics")->body, "vlm_memory_planned_bytes"), double(plan.total() + streams));
   r = c2->Post("/admin/models/m/reload", Bearer(o.guard.admin_key), swap3.dump(), "application/json");
   ASSERT_TRUE(r);

@@ -312,14 +312,23 @@ int main(int argc, char** argv) {
     // SIGHUP: hot-swap every model from its files (same paths, re-read), one at a time.
     spdlog::info("SIGHUP: reloading every model");
     reloading.store(true);
-    reloads = std::thread([&server, &reloading] {
+    // With a memory budget, each next model waits until the version just replaced has finished
+    // its requests (at most a request's deadline): both count against the budget until then,
+    // and under load the next reload failed it.
+    const bool budgeted = config.server.memory_budget_bytes > 0;
+    const auto release_wait = std::chrono::seconds(timeout_s + 5);
+    reloads = std::thread([&server, &reloading, budgeted, release_wait] {
       // By name: holding the models' list through the loop kept every replaced version alive
       // (and counted in the memory budget) until the last reload, which then failed the budget.
       std::vector<std::string> names;
       for (const auto& m : server.router().Models()) names.push_back(m->spec().name);
-      for (const std::string& name : names) {
+      for (size_t i = 0; i < names.size(); ++i) {
         if (server.draining()) break;
-        (void)server.ReloadModel(name);  // a failure is logged; the old one keeps serving
+        if (i > 0 && budgeted && !server.WaitForReplacedVersions(release_wait) && !server.draining()) {
+          spdlog::warn("SIGHUP: a replaced version still has requests after {} s; reloading '{}' anyway",
+                       release_wait.count(), names[i]);
+        }
+        (void)server.ReloadModel(names[i]);  // a failure is logged; the old one keeps serving
       }
       reloading.store(false);
     });

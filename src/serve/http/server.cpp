@@ -394,6 +394,19 @@ uint64_t Server::HeldMemory() {
   return held;
 }
 
+bool Server::WaitForReplacedVersions(std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(replaced_mu_);
+      std::erase_if(replaced_, [](const std::weak_ptr<ModelHost>& w) { return w.expired(); });
+      if (replaced_.empty()) return true;
+    }
+    if (draining_.load() || std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 uint64_t Server::MemoryLeftForLoad(const ModelSpec& spec) {
   const uint64_t budget = options_.memory_budget_bytes;
   if (budget == 0) return UINT64_MAX;

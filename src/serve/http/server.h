@@ -90,6 +90,11 @@ class Server {
   };
   Status ReloadModel(const std::string& name, const ModelPatch* patch = nullptr,
                      std::string* previous_version = nullptr);
+  // Waits until every version a reload replaced has been let go by its last request (each counts
+  // against the memory budget until then), at most `limit`: true when none is left, false when
+  // some still are, or the server drains. A SIGHUP reload of several models waits between two,
+  // or each next budget check counted the version just replaced. Thread-safe.
+  bool WaitForReplacedVersions(std::chrono::milliseconds limit);
   // Graceful shutdown, first half: /ready turns 503 and new generation requests get 503
   // "shutting_down", while requests already accepted (queued, running, streaming) finish. Returns
   // true when none is left, false when `timeout` passed first. Thread-safe.
