@@ -125,8 +125,10 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
   EXPECT_EQ(c->Post("/v1/chat/completions", Bearer(o.guard.admin_key), body, "application/json")->status, 401);
   // The scheme name is case-insensitive.
   EXPECT_EQ(c->Get("/v1/models", {{"Authorization", "bearer " + fast}})->status, 200);
-  // An admin action is audited.
+  // An admin action is audited, a malformed one too (its body is read after its first line).
   EXPECT_EQ(c->Post("/admin/models/tiny-smolvlm/reload", Bearer(o.guard.admin_key), "", "application/json")->status, 200);
+  EXPECT_EQ(c->Post("/admin/routes/none/weights", Bearer(o.guard.admin_key), "not json", "application/json")->status,
+            400);
   // A path no route has, a method its route does not take, and a path longer than any route
   // each get their refusal and a line (they had none); the last one (30000 bytes: std::regex
   // recursed once per character and the server died) a 414, and the server keeps serving.
@@ -156,6 +158,10 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
       ++admin_intents;
       continue;
     }
+    if (rec["route"] == "/admin/models/{name}/reload") {  // its outcome says what now serves
+      EXPECT_TRUE(rec.contains("version") && rec.contains("previous_version")) << line;
+      EXPECT_EQ(rec.value("model_hash", std::string()).size(), 64u) << line;
+    }
     by_status[rec["status"].get<int>()]++;
     // A key over its rate is named in its line (it was "": the line did not say whose).
     if (rec["status"] == 429) {
@@ -173,17 +179,19 @@ TEST(ServerGuard, ApiKeysFileRateLimitsAndAdminKeyAreSeparate) {
     }
     EXPECT_FALSE(rec.contains("messages"));  // prompts are not logged unless configured
   }
-  // 200: 4 generations, the reload and 3 model lists; 401: two generations, /v1/models, two admin
-  // refusals and the admin key on /v1; 429: a generation and a model list; 404, 405, 414: one
-  // each.
-  EXPECT_EQ(by_status[200], 8);
+  // 200: 4 generations, the reload, 3 model lists and the admin's model list (a read of the
+  // files' paths, audited); 401: two generations, /v1/models, two admin refusals and the admin
+  // key on /v1; 429: a generation and a model list; 400: the malformed weights; 404, 405, 414:
+  // one each.
+  EXPECT_EQ(by_status[200], 9);
+  EXPECT_EQ(by_status[400], 1);
   EXPECT_EQ(model_lists, 3);
   EXPECT_EQ(by_status[401], 6);
   EXPECT_EQ(by_status[429], 2);
   EXPECT_EQ(by_status[404], 1);
   EXPECT_EQ(by_status[405], 1);
   EXPECT_EQ(by_status[414], 1);
-  EXPECT_EQ(admin_intents, 1);
+  EXPECT_EQ(admin_intents, 2);
   EXPECT_NE(all.find("\"key_id\":\"admin\""), std::string::npos);
   EXPECT_EQ(all.find(fast), std::string::npos);
   EXPECT_EQ(all.find(slow), std::string::npos);

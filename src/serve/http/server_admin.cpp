@@ -49,6 +49,17 @@ json RouteJson(const RouteConfig& r) {
 const api::ApiError kAuditUnavailable{500, "server_error", "audit_unavailable",
                                       "the audit log cannot be written"};
 
+// An admin request's body as its audit lines quote it.
+std::string AuditedBody(const HttpRequest& req) { return req.body.size() <= 4096 ? req.body : "(too long)"; }
+
+// The audit line of an admin read (GET): who read what.
+json AdminRead(const HttpRequest& req, std::string_view route, std::string request_id) {
+  return {{"request_id", std::move(request_id)},
+          {"key_id", "admin"},
+          {"remote_addr", req.remote_addr},
+          {"route", route}};
+}
+
 }  // namespace
 
 // An admin action is audited before it acts: the line `record` with "phase": "requested" must be
@@ -70,7 +81,9 @@ bool Server::Handlers::AuditAdminOutcome(nlohmann::json record, int status, Http
 // A model or route name may hold '/' (Hugging Face style, "org/model"): the name is everything
 // between the prefix and the action, sent as is or with the slash percent-encoded.
 void Server::Handlers::RegisterAdmin() {
-  Get("/admin/models", [this](HttpRequest&, HttpResponse& res) {
+  Get("/admin/models", [this](HttpRequest& req, HttpResponse& res) {
+    // A read, audited as one line (it shows the models' file paths).
+    if (!AuditAdminOutcome(AdminRead(req, "/admin/models", s_.NextRequestId()), 200, res)) return;
     json models = json::array();
     for (const auto& m : s_.router_.Models()) models.push_back(ModelJson(*m, s_.drift_.get()));
     SendJson(res, {{"models", models}});
@@ -78,9 +91,8 @@ void Server::Handlers::RegisterAdmin() {
   Post(R"(/admin/models/(.+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
     const std::string request_id = s_.NextRequestId();
-    const json audit{{"request_id", request_id}, {"key_id", "admin"}, {"remote_addr", req.remote_addr},
-                     {"route", "/admin/models/{name}/reload"}, {"model", name},
-                     {"request", req.body.size() <= 4096 ? req.body : "(too long)"}};
+    json audit{{"request_id", request_id}, {"key_id", "admin"}, {"remote_addr", req.remote_addr},
+               {"route", "/admin/models/{name}/reload"}, {"model", name}, {"request", AuditedBody(req)}};
     if (!AuditAdminIntent(audit, res)) return;
     auto answer = [&](int status, const json& body, const std::string& error) {
       json outcome = audit;
@@ -123,6 +135,10 @@ void Server::Handlers::RegisterAdmin() {
     if (!s.ok()) return answer(409, {{"message", s.message()}}, "reload_failed");
     const auto now = s_.router_.Get(name);
     if (!now) return answer(503, {{"message", "the server is stopping"}}, "not_ready");
+    // The outcome line says what now serves (the trail alone tells which weights a reload put in).
+    audit["version"] = now->spec().version;
+    audit["model_hash"] = now->hash();
+    audit["previous_version"] = previous;
     answer(200, {{"reloaded", ModelJson(*now, s_.drift_.get())}, {"previous_version", previous}}, "");
   });
   Post(R"(/admin/models/(.+)/baseline)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
@@ -144,29 +160,36 @@ void Server::Handlers::RegisterAdmin() {
     if (!taken.ok()) return SendError(res, error);
     SendJson(res, {{"baseline", *taken}});
   });
-  Get("/admin/routes", [this](HttpRequest&, HttpResponse& res) {
+  Get("/admin/routes", [this](HttpRequest& req, HttpResponse& res) {
+    if (!AuditAdminOutcome(AdminRead(req, "/admin/routes", s_.NextRequestId()), 200, res)) return;
     json routes = json::array();
     for (const RouteConfig& r : s_.router_.Routes()) routes.push_back(RouteJson(r));
     SendJson(res, {{"routes", routes}, {"default_model", s_.router_.DefaultName()}});
   });
   Post(R"(/admin/routes/(.+)/weights)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
+    // Audited before the body is read: a malformed one gets its 400 in the trail too.
+    const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
+                     {"remote_addr", req.remote_addr}, {"route", "/admin/routes/{name}/weights"},
+                     {"model_route", name}, {"request", AuditedBody(req)}};
+    if (!AuditAdminIntent(audit, res)) return;
+    auto refuse = [&](const api::ApiError& error) {
+      json outcome = audit;
+      outcome["error"] = error.code;
+      if (AuditAdminOutcome(std::move(outcome), error.http_status, res)) SendError(res, error);
+    };
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("weights") || !body["weights"].is_array()) {
-      return SendError(res, BadRequest(R"(body: expected {"weights": [{"model": ..., "weight": ...}]})"));
+      return refuse(BadRequest(R"(body: expected {"weights": [{"model": ..., "weight": ...}]})"));
     }
     std::vector<RouteTarget> weights;
     for (const json& w : body["weights"]) {
       if (!w.is_object() || !w.contains("model") || !w["model"].is_string() || !w.contains("weight") ||
           !w["weight"].is_number()) {
-        return SendError(res, BadRequest("each weight needs a string model and a number weight"));
+        return refuse(BadRequest("each weight needs a string model and a number weight"));
       }
       weights.push_back({w["model"].get<std::string>(), w["weight"].get<double>()});
     }
-    const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
-                     {"remote_addr", req.remote_addr}, {"route", "/admin/routes/{name}/weights"},
-                     {"model_route", name}, {"request", body["weights"]}};
-    if (!AuditAdminIntent(audit, res)) return;
     Status s = s_.router_.SetSplitWeights(name, weights);
     if (!AuditAdminOutcome(audit, s.ok() ? 200 : api::FromStatus(s).http_status, res)) return;
     if (!s.ok()) return SendError(res, api::FromStatus(s));
