@@ -158,6 +158,32 @@ TEST(ServerStream, TheTokenBudgetDropsTheOldestEarlierFramesFirst) {
   EXPECT_EQ(r["stream"]["dropped_for_budget"], 1);
   EXPECT_EQ(r["usage"]["image_tokens"], 2 * frame);
   EXPECT_FALSE(r.contains("budget"));  // the new frame kept its tiling
+
+}
+
+// With room for exactly one earlier frame it is kept, on a model whose prompts begin with a BOS
+// (Gemma 3): each frame's count included the BOS again (the text's count has it), so a frame
+// that fitted was dropped "for the budget".
+TEST(ServerStream, AnEarlierFrameThatFitsExactlyIsKept) {
+  HarnessOptions o;
+  o.fixture = "tiny-gemma3";
+  o.n_ctx = 4096;
+  Harness probe(o);
+  auto p = probe.Client();
+  ASSERT_EQ(Post(*p, Invoke({SplitFrame(8)}, "cam"))["http"], 200);
+  const json two = Post(*p, Invoke({SplitFrame(60)}, "cam"));
+  ASSERT_EQ(two["http"], 200) << two.dump();
+  ASSERT_EQ(two["stream"]["context_frames"], 1) << two.dump();
+  const int64_t needed = two["usage"]["prompt_tokens"];  // the new frame's prompt with one earlier frame
+  o.server.prepare.token_budget = needed;
+  Harness exact(o);
+  auto c = exact.Client();
+  ASSERT_EQ(Post(*c, Invoke({SplitFrame(8)}, "cam"))["http"], 200);
+  const json r = Post(*c, Invoke({SplitFrame(60)}, "cam"));
+  ASSERT_EQ(r["http"], 200) << r.dump();
+  EXPECT_EQ(r["stream"]["context_frames"], 1) << r.dump();
+  EXPECT_EQ(r["stream"]["dropped_for_budget"], 0) << r.dump();
+  EXPECT_EQ(r["usage"]["prompt_tokens"], needed) << r.dump();
 }
 
 // A frame kept while its image was on the allowlist is no context once the image leaves it: the

@@ -218,10 +218,17 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
     job.redact_end = Clock::now();
   }
   // The rows an image adds to the prompt at a level: its visual rows and the family's wrapper
-  // tokens (the one count of the prompt builder).
+  // tokens (the one count of the prompt builder), less what any prompt has (a BOS): counted once,
+  // in the text's count, not again for each frame.
+  int64_t prompt_specials = -1;
   auto frame_rows = [&](const engine::image::Image& img, int32_t level) -> Result<int64_t> {
+    if (prompt_specials < 0) {
+      VLMD_ASSIGN_OR_RETURN(prompt_specials, e.CountPromptRows(std::string_view(), {}, {}));
+    }
     const engine::models::ImagePlan plan = e.PlanImage(img.width, img.height, level);
-    return e.CountPromptRows(api::kMediaMarker, {}, std::span<const engine::models::ImagePlan>(&plan, 1));
+    VLMD_ASSIGN_OR_RETURN(const int64_t rows, e.CountPromptRows(api::kMediaMarker, {},
+                                                                std::span<const engine::models::ImagePlan>(&plan, 1)));
+    return rows - prompt_specials;
   };
   // The stream's earlier frames: before the new one, and first to go when over the budget or
   // the context left for the reply.
