@@ -458,16 +458,17 @@ void Scheduler::Step(const std::vector<std::shared_ptr<Job>>& dead, const std::v
     metrics_->decode_steps.With().Inc();
     s = engine_->DecodeStep(batch);
   }
-  if (!s.ok()) {
-    // Not a numerical failure (those end only their own sequence, in Publish): the step itself
-    // could not run, so every sequence in it ends with the error.
-    for (Slot& slot : active_) slot.job->Fail(s);
-    active_.clear();
-    batch_share_.Set(0.0);
-    UpdateMemoryGauges();
-    return;
-  }
-  std::erase_if(active_, [&](Slot& slot) { return Publish(&slot); });
+  // Not a numerical failure (those end only their own sequence, in Publish): when the step itself
+  // could not run, every sequence in it ends with the error. The others go on as any step's: one
+  // that finished in this step's prefill has its answer, one still encoding or prefilling its
+  // turn, one failed on its own its own error (they all got this one).
+  std::erase_if(active_, [&](Slot& slot) {
+    if (!s.ok() && slot.seq && std::find(batch.begin(), batch.end(), slot.seq.get()) != batch.end()) {
+      slot.job->Fail(s);
+      return true;
+    }
+    return Publish(&slot);
+  });
   if (active_.empty()) {  // idle now: else the gauges keep this step's values until the next job
     batch_share_.Set(0.0);
     UpdateMemoryGauges();
