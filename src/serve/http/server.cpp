@@ -387,23 +387,53 @@ uint64_t Server::HeldMemory() {
   uint64_t held = options_.streams.max_bytes;  // the camera-stream windows may fill their limit
   for (const auto& m : router_.Models()) held = SaturatingAdd(held, m->memory_plan().total());
   std::lock_guard<std::mutex> lock(replaced_mu_);
-  std::erase_if(replaced_, [](const std::weak_ptr<ModelHost>& w) { return w.expired(); });
-  for (const auto& w : replaced_) {
-    if (auto m = w.lock()) held = SaturatingAdd(held, m->memory_plan().total());
+  for (const auto& m : replaced_) held = SaturatingAdd(held, m->memory_plan().total());
+  return SaturatingAdd(held, reaping_bytes_);
+}
+
+void Server::ReapReplaced() {
+  std::unique_lock<std::mutex> lock(replaced_mu_);
+  while (!reaper_stop_) {
+    if (replaced_.empty()) {
+      replaced_cv_.wait(lock, [&] { return reaper_stop_ || !replaced_.empty(); });
+      continue;
+    }
+    // Under the lock no copy can be made but here: a count of 1 is this list's alone.
+    std::vector<std::shared_ptr<ModelHost>> done;
+    std::erase_if(replaced_, [&](std::shared_ptr<ModelHost>& m) {
+      if (m.use_count() != 1) return false;
+      reaping_bytes_ = SaturatingAdd(reaping_bytes_, m->memory_plan().total());
+      ++reaping_;
+      done.push_back(std::move(m));
+      return true;
+    });
+    if (!done.empty()) {
+      lock.unlock();
+      uint64_t freed = 0;
+      for (const auto& m : done) freed = SaturatingAdd(freed, m->memory_plan().total());
+      const size_t n = done.size();
+      done.clear();  // torn down here, off every request's thread and every lock
+      lock.lock();
+      reaping_bytes_ -= std::min(reaping_bytes_, freed);
+      reaping_ -= n;
+      replaced_cv_.notify_all();  // WaitForReplacedVersions
+      lock.unlock();
+      UpdateMemoryPlanGauge();
+      lock.lock();
+      continue;
+    }
+    replaced_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return reaper_stop_; });
   }
-  return held;
 }
 
 bool Server::WaitForReplacedVersions(std::chrono::milliseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
+  std::unique_lock<std::mutex> lock(replaced_mu_);
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(replaced_mu_);
-      std::erase_if(replaced_, [](const std::weak_ptr<ModelHost>& w) { return w.expired(); });
-      if (replaced_.empty()) return true;
-    }
+    if (replaced_.empty() && reaping_ == 0) return true;
     if (draining_.load() || std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Woken when a version is torn down; the 20 ms bound sees draining_ and the deadline.
+    replaced_cv_.wait_for(lock, std::chrono::milliseconds(20));
   }
 }
 
@@ -598,6 +628,8 @@ Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);
     replaced_.push_back(old);  // counted until its in-flight requests release it
+    if (!reaper_.joinable() && !reaper_stop_) reaper_ = std::thread([this] { ReapReplaced(); });
+    replaced_cv_.notify_all();
   }
   if (drift_) drift_->Track(name, fresh->spec().version, fresh->hash());
   router_.Put(std::move(fresh));
@@ -632,14 +664,24 @@ void Server::Stop() {
   std::vector<std::shared_ptr<ModelHost>> hosts = router_.Models();
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);
-    for (const auto& weak : replaced_) {
-      if (auto host = weak.lock()) hosts.push_back(std::move(host));
-    }
+    for (const auto& host : replaced_) hosts.push_back(host);
   }
   for (const auto& host : hosts) host->scheduler().Shutdown();
   hosts.clear();
   if (front_) front_->Stop();
   router_.Clear();
+  {
+    std::lock_guard<std::mutex> lock(replaced_mu_);
+    reaper_stop_ = true;
+  }
+  replaced_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  std::vector<std::shared_ptr<ModelHost>> left;
+  {
+    std::lock_guard<std::mutex> lock(replaced_mu_);
+    left.swap(replaced_);
+  }
+  left.clear();  // the replaced versions left, torn down here
 }
 
 }  // namespace vlmd::serve

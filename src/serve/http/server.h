@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -141,9 +142,19 @@ class Server {
   std::map<std::string, std::shared_ptr<const redact::Redactor>> redactors_;  // by setting
   ConcurrencyLimit redaction_slots_;  // requests redacting at once (max_concurrent_redactions)
   std::mutex reload_mu_;  // reloads and adds, one at a time (each checks the memory budget)
-  // Versions a reload replaced: alive until their last request lets go (memory budget).
+  // Versions a reload replaced, counted in the memory budget until torn down. Only this list and
+  // copies made under replaced_mu_ hold them besides their requests, so the reaper thread sees
+  // when the last request has let go (use_count 1) and tears the version down itself: a
+  // request's thread dropping the last reference did it (joining its scheduler, unmapping, a
+  // sealed model's wipe) before that request's reply left. Started at the first reload.
+  void ReapReplaced();
   std::mutex replaced_mu_;
-  std::vector<std::weak_ptr<ModelHost>> replaced_;
+  std::condition_variable replaced_cv_;
+  std::vector<std::shared_ptr<ModelHost>> replaced_;
+  uint64_t reaping_bytes_ = 0;  // plans of versions being torn down (out of replaced_)
+  size_t reaping_ = 0;          // how many
+  bool reaper_stop_ = false;
+  std::thread reaper_;
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
