@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -10,7 +11,8 @@ namespace vlmd::testing {
 
 std::string SourcePath(const std::string& relative) {
   const char* root = std::getenv("VLMD_SOURCE_DIR");
-  std::string base = root ? root : ".";
+  // Absolute either way (the admin API takes absolute model paths only).
+  std::string base = root ? root : std::filesystem::current_path().string();
   return base + "/" + relative;
 }
 

@@ -112,6 +112,12 @@ TEST(ServerGuard, AdminRoutesTakeNamesWithASlash) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404) << r->body;  // no such model, named in the reply
   EXPECT_NE(r->body.find("org/none"), std::string::npos) << r->body;
+  // Files by absolute path only (a relative one would be the server's working directory's).
+  r = c->Post("/admin/models/org/m/reload", Bearer(o.guard.admin_key), json{{"model", "text.gguf"}}.dump(),
+              "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("absolute path"), std::string::npos) << r->body;
 }
 
 // Two admin reloads of one model at once each change only their own keys, applied to whatever

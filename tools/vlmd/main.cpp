@@ -338,8 +338,16 @@ int main(int argc, char** argv) {
   // and a second SIGINT/SIGTERM ends the process at once meanwhile.
   server.Stop();
   if (reloads.joinable()) {
-    if (reloading.load()) spdlog::info("waiting for a SIGHUP reload still loading (a second signal exits now)");
-    pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
+    if (reloading.load()) {
+      spdlog::info("waiting for a SIGHUP reload still loading (a second SIGINT or SIGTERM exits now)");
+    }
+    // SIGINT and SIGTERM only: a SIGHUP now (whose default action ends the process) stays
+    // blocked, pending until the exit.
+    sigset_t ends;
+    sigemptyset(&ends);
+    sigaddset(&ends, SIGINT);
+    sigaddset(&ends, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &ends, nullptr);
     reloads.join();
   }
   return 0;

@@ -624,6 +624,13 @@ Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
   std::shared_ptr<ModelHost> fresh(std::move(*loaded));
   spdlog::info("model '{}' now serves version {} (sha256 {}); was {}", name, fresh->spec().version,
                fresh->hash(), old->spec().version);
+  if (fresh->spec().version == old->spec().version && fresh->hash() != old->hash()) {
+    // A configured label kept over new weights (files changed in place): replies, metrics and
+    // drift name two weight sets with one label.
+    spdlog::warn("model '{}': new weights (sha256 {}) under the same version label '{}' as the old ({}); "
+                 "give the reload a new version to tell them apart",
+                 name, fresh->hash(), fresh->spec().version, old->hash());
+  }
   LogLoadedWeights(*fresh);
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);

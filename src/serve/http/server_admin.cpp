@@ -116,6 +116,11 @@ void Server::Handlers::RegisterAdmin() {
     for (const auto& [k, v] : body.items()) {
       if (!v.is_string()) return answer(400, {{"message", k + ": expected a string"}}, "invalid_request");
       const std::string value = v.get<std::string>();
+      // Files by absolute path: a relative one would be the server's working directory's, which
+      // the caller does not know (config files' paths are relative to the config file).
+      if ((k == "model" || k == "mmproj") && !value.empty() && value.front() != '/') {
+        return answer(400, {{"message", k + ": expected an absolute path"}}, "invalid_request");
+      }
       if (k == "model") {
         patch.text_path = value;
       } else if (k == "mmproj") {
