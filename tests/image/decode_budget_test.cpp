@@ -34,23 +34,6 @@ TEST(DecodeBudget, ReservesReleasesAndRefuses) {
   EXPECT_EQ(budget->Reserve(1001).status().code(), StatusCode::kOutOfRange);
 }
 
-// Queued pixels (no decode) hold bytes as a decode does, but are not counted as one.
-TEST(DecodeBudget, QueuedBytesHoldTheBudgetWithoutCountingAsADecode) {
-  auto budget = std::make_shared<DecodeBudget>(1000, milliseconds(20));
-  auto decode = budget->Reserve(300);
-  ASSERT_TRUE(decode.ok());
-  {
-    auto queued = budget->ReserveQueued(600, 300);
-    ASSERT_TRUE(queued.ok()) << queued.status().ToString();
-    EXPECT_EQ(budget->in_use(), 900u);
-    EXPECT_EQ(budget->granted(), 1u);
-    EXPECT_EQ(budget->Reserve(200).status().code(), StatusCode::kUnavailable);
-    EXPECT_EQ(budget->ReserveQueued(800, 300).status().code(), StatusCode::kOutOfRange);
-  }
-  EXPECT_EQ(budget->in_use(), 300u);
-  EXPECT_TRUE(budget->Reserve(200).ok());
-}
-
 TEST(DecodeBudget, AWaitingReservationGetsTheBytesWhenTheyAreFreed) {
   auto budget = std::make_shared<DecodeBudget>(1000, milliseconds(5000));
   auto first = budget->Reserve(800);

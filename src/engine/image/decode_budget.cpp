@@ -11,13 +11,13 @@ Status DecodeBudget::Acquire(uint64_t bytes, uint64_t already_held, bool count) 
             ? "image of " + std::to_string(bytes >> 20) + " MiB decoded exceeds the decode budget of " +
                   std::to_string(capacity_ >> 20) + " MiB"
             : "the request's images, " + std::to_string((already_held + bytes) >> 20) +
-                  " MiB decoded and preprocessed together, exceed the decode budget of " +
+                  " MiB decoded together, exceed the decode budget of " +
                   std::to_string(capacity_ >> 20) + " MiB");
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (!freed_.wait_for(lock, max_wait_, [&] { return in_use_ + bytes <= capacity_; })) {
     ++refused_;
-    return UnavailableError("images decoding or waiting to be encoded hold the decode budget (" +
+    return UnavailableError("image decoding is at its memory budget (" +
                             std::to_string(in_use_ >> 20) + " of " +
                             std::to_string(capacity_ >> 20) + " MiB in use): retry later");
   }
@@ -28,11 +28,6 @@ Status DecodeBudget::Acquire(uint64_t bytes, uint64_t already_held, bool count) 
 
 Result<std::shared_ptr<DecodeHold>> DecodeBudget::Reserve(uint64_t bytes, uint64_t already_held) {
   VLMD_RETURN_IF_ERROR(Acquire(bytes, already_held, /*count=*/true));
-  return std::make_shared<DecodeHold>(shared_from_this(), bytes);
-}
-
-Result<std::shared_ptr<DecodeHold>> DecodeBudget::ReserveQueued(uint64_t bytes, uint64_t already_held) {
-  VLMD_RETURN_IF_ERROR(Acquire(bytes, already_held, /*count=*/false));
   return std::make_shared<DecodeHold>(shared_from_this(), bytes);
 }
 

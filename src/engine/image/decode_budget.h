@@ -1,6 +1,5 @@
 // Bytes of decoded pixels in flight across callers: a bound on the memory that concurrent image
-// decodes take (a 194 KB PNG of 7071x7071 decodes to 150 MB; eight at once took 2.7 GiB), and
-// the server's queued requests' preprocessed pixels (ReserveQueued).
+// decodes take (a 194 KB PNG of 7071x7071 decodes to 150 MB; eight at once took 2.7 GiB).
 // DecodeImage reserves what the decoder holds at its peak (the RGB output, its staging and the
 // library's image-sized buffers: 3 to 11 bytes a pixel by format, decoders.h) once the header
 // gives the dimensions, before any pixel buffer exists; after the decode the hold shrinks to the
@@ -32,9 +31,6 @@ class DecodeBudget : public std::enable_shared_from_this<DecodeBudget> {
   // already_held + bytes exceed the whole capacity (it can never fit); UNAVAILABLE when the wait
   // runs out (the server is busy decoding: retry).
   Result<std::shared_ptr<DecodeHold>> Reserve(uint64_t bytes, uint64_t already_held = 0);
-  // The same for bytes that are no decode (a request's preprocessed pixels waiting to be
-  // encoded): not counted in granted().
-  Result<std::shared_ptr<DecodeHold>> ReserveQueued(uint64_t bytes, uint64_t already_held = 0);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t in_use() const;

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -28,10 +27,6 @@ struct JobInput {
   // ranges (control-token text in them is read as text).
   engine::tokenizer::PromptText prompt;
   std::vector<engine::runtime::PreparedImage> images;  // decoded + preprocessed by the handler
-  // Each image's preprocessed pixels held from the decode budget (engine/image/decode_budget.h;
-  // empty without one) until its image is encoded: queued requests together hold no more than
-  // the budget. Moved, never copied (a copy keeps the bytes held).
-  std::vector<std::shared_ptr<const void>> pixel_holds;
   std::vector<double> image_prepare_ms;                // decode + preprocess time per image
   // A stream's earlier frames (already encoded), placed before `images` (the prompt has a marker
   // for each, or none at all).
@@ -90,7 +85,6 @@ class Job {
   // nobody else reads the pixels.
   void ReleaseImagePixels(size_t i) {
     if (i < input_.images.size()) std::vector<float>().swap(input_.images[i].tiles.pixels);
-    if (i < input_.pixel_holds.size()) input_.pixel_holds[i].reset();
   }
 
   // Consumer side: a disconnected client or an abandoned wait sets this; the scheduler ends the

@@ -6,8 +6,6 @@
 #include <random>
 #include <string>
 
-#include "engine/image/decode_budget.h"
-
 namespace vlmd::serve {
 namespace {
 
@@ -344,21 +342,6 @@ Result<PreparedJob> PrepareJob(const ModelHost& model, const api::GenerationRequ
                                         {plans[i].width, plans[i].height}});
     }
     in.images.push_back(std::move(img));
-  }
-  // The preprocessed pixels (float tiles, 4 bytes a channel: ~190 MB for a request of 60
-  // SmolVLM tiles) wait in the queue until their image is encoded: held from the decode budget
-  // until then (Job::ReleaseImagePixels). Beside what this request holds already: its RGB, held
-  // until it returns, and its earlier images' pixels.
-  if (const auto& budget = options.decode_limits.budget) {
-    uint64_t held = 0;
-    for (const engine::image::Image& d : decoded) held += d.budget_bytes;
-    for (const rt::PreparedImage& img : in.images) {
-      const uint64_t bytes = img.tiles.pixels.size() * sizeof(float);
-      VLMD_ASSIGN_OR_RETURN(std::shared_ptr<engine::image::DecodeHold> hold,
-                            budget->ReserveQueued(bytes, held));
-      held += bytes;
-      in.pixel_holds.push_back(std::move(hold));
-    }
   }
   job.image_tokens = total - job.text_tokens;  // the context frames' and wrapper tokens included
   if (job.stream && !decoded.empty()) {

@@ -324,10 +324,8 @@ void Server::Handlers::Generate(Kind kind, const HttpRequest& req, HttpResponse&
   // deadline) without the preprocessed pixels, which were held twice for the whole request.
   std::vector<std::vector<float>> pixels;
   for (auto& img : call->prepared.input.images) pixels.push_back(std::move(img.tiles.pixels));
-  auto pixel_holds = std::move(call->prepared.input.pixel_holds);  // released with the pixels
   JobInput for_job = call->prepared.input;  // a copy without the pixels (moved out above)
   for (size_t i = 0; i < pixels.size(); ++i) for_job.images[i].tiles.pixels = std::move(pixels[i]);
-  for_job.pixel_holds = std::move(pixel_holds);
   call->job = std::make_shared<Job>(std::move(for_job));
   Status submitted = call->model->scheduler().Submit(call->job);
   if (!submitted.ok()) {
