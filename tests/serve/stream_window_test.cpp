@@ -175,6 +175,35 @@ TEST(StreamWindow, StreamsAreBoundedInCountBytesAndIdleTime) {
   EXPECT_TRUE(w.Peek("c").context.empty());
 }
 
+// Over a limit, the client holding the most loses its own least recently used stream first: a
+// client opening streams by the dozen does not evict another's older one (plain LRU did).
+TEST(StreamWindow, TheClientHoldingTheMostIsEvictedFirst) {
+  StreamOptions o;
+  o.max_frames = 3;
+  o.max_streams = 4;
+  StreamWindows w(o);
+  const FrameThumbnail s0 = Thumbnail(Solid(8, 8, 1));
+  uint64_t seq = 0;
+  w.Push("key:b\ncam", Frame("b1", 100, s0, ++seq));  // the oldest stream, another client's
+  // (Names appended, not "literal" + std::to_string: GCC 12 warns on that, -Wrestrict.)
+  auto name = [](std::string prefix, int i) { return prefix.append(std::to_string(i)); };
+  for (int i = 0; i < 6; ++i) w.Push(name("key:a\ncam", i), Frame(name("a", i), 100, s0, ++seq));
+  EXPECT_EQ(w.streams(), 4u);
+  EXPECT_EQ(w.Peek("key:b\ncam").context.size(), 1u) << "the other client's stream was evicted";
+  EXPECT_TRUE(w.Peek("key:a\ncam0").context.empty());  // a's oldest went instead
+  EXPECT_TRUE(w.Peek("key:a\ncam2").context.empty());
+  EXPECT_EQ(w.Peek("key:a\ncam5").context.size(), 1u);
+  // By bytes too: a's large frames push out a's own streams, not b's.
+  StreamOptions ob = o;
+  ob.max_streams = 100;
+  ob.max_bytes = 60'000;
+  StreamWindows wb(ob);
+  wb.Push("key:b\ncam", Frame("b1", 1000, s0, ++seq));
+  for (int i = 0; i < 6; ++i) wb.Push(name("key:a\ncam", i), Frame("a", 4000, s0, ++seq));
+  EXPECT_LE(wb.bytes(), ob.max_bytes);
+  EXPECT_EQ(wb.Peek("key:b\ncam").context.size(), 1u);
+}
+
 // An idle stream is gone without another stream's frame: its next frame or question finds no
 // context (it found the idle stream's frames), and its memory goes at the next look (/metrics).
 TEST(StreamWindow, AnIdleStreamIsForgottenWithoutAnotherPush) {

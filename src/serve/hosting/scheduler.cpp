@@ -201,7 +201,7 @@ void Scheduler::EncodeSome() {
       metrics_->embedding_duration.With().Observe((slot.image_encode_ms + prepare_ms) / 1000.0);
       auto entry = std::make_shared<const engine::runtime::EncodedImage>(
           engine_->EncodedFrom(img, slot.encoding.get()));
-      cache_->Insert(CacheKey(in, img.key), entry);
+      cache_->Insert(CacheKey(in, img.key), entry, in.tenant);
       slot.encoded.push_back(*entry);
       slot.result.encoded_images.push_back(entry);
       slot.encoding.reset();

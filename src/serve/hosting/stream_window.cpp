@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 namespace vlmd::serve {
 
@@ -152,15 +153,29 @@ void StreamWindows::Evict(const std::string* keep) {
     return streams_.erase(it);
   };
   DropIdle(keep);
+  // The key's first line names the stream's owner (the client): over a limit, the owner holding
+  // the most (streams over the count, bytes over the bytes) loses its least recently used stream
+  // first, so that one client opening streams by the hundred evicts its own (of owners holding as
+  // much, and with one owner, the least recently used stream goes).
+  auto owner_of = [](const std::string& key) { return std::string_view(key).substr(0, key.find('\n')); };
   while (streams_.size() > static_cast<size_t>(std::max(options_.max_streams, 1)) ||
          bytes_ > options_.max_bytes) {
-    auto oldest = streams_.end();
+    const bool by_count = streams_.size() > static_cast<size_t>(std::max(options_.max_streams, 1));
+    std::unordered_map<std::string_view, uint64_t> load;
+    for (const auto& [key, stream] : streams_) load[owner_of(key)] += by_count ? 1 : stream.bytes;
+    auto victim = streams_.end();
+    uint64_t victim_load = 0;
     for (auto it = streams_.begin(); it != streams_.end(); ++it) {
       if (keep != nullptr && it->first == *keep) continue;
-      if (oldest == streams_.end() || it->second.used < oldest->second.used) oldest = it;
+      const uint64_t l = load[owner_of(it->first)];
+      if (victim == streams_.end() || l > victim_load ||
+          (l == victim_load && it->second.used < victim->second.used)) {
+        victim = it;
+        victim_load = l;
+      }
     }
-    if (oldest == streams_.end()) break;  // only `keep` is left
-    drop(oldest);
+    if (victim == streams_.end()) break;  // only `keep` is left
+    drop(victim);
   }
   // One stream alone over the byte limit keeps only its newest frame.
   if (bytes_ > options_.max_bytes && keep != nullptr) {

@@ -14,8 +14,9 @@
 //
 // Streams are scoped by the caller's key (client, model file hash, stream id: one client cannot
 // read another's frames, and visual tokens never cross model versions) and bounded: at most
-// max_frames - 1 frames each, max_streams streams, max_bytes of visual tokens over all (least
-// recently used streams go first), and a stream unused for `idle` is forgotten.
+// max_frames - 1 frames each, max_streams streams, max_bytes of visual tokens over all (the
+// least recently used stream of the client holding the most goes first: the key's first line
+// names its client), and a stream unused for `idle` is forgotten.
 #pragma once
 
 #include <array>
