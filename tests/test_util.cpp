@@ -11,7 +11,8 @@ namespace vlmd::testing {
 
 std::string SourcePath(const std::string& relative) {
   const char* root = std::getenv("VLMD_SOURCE_DIR");
-  // Absolute either way (the admin API takes absolute model paths only).
+  // Absolute without the variable (the admin API takes absolute model paths only); ctest sets
+  // it to the absolute source folder.
   std::string base = root ? root : std::filesystem::current_path().string();
   return base + "/" + relative;
 }

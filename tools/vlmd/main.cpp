@@ -316,7 +316,8 @@ int main(int argc, char** argv) {
     // its requests (at most a request's deadline): both count against the budget until then,
     // and under load the next reload failed it.
     const bool budgeted = config.server.memory_budget_bytes > 0;
-    const auto release_wait = std::chrono::seconds(timeout_s + 5);
+    const auto release_wait = std::chrono::duration_cast<std::chrono::seconds>(config.server.prepare.timeout) +
+                              std::chrono::seconds(5);  // a request's deadline (flag or config file)
     reloads = std::thread([&server, &reloading, budgeted, release_wait] {
       // By name: holding the models' list through the loop kept every replaced version alive
       // (and counted in the memory budget) until the last reload, which then failed the budget.

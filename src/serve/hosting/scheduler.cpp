@@ -459,9 +459,9 @@ void Scheduler::Step(const std::vector<std::shared_ptr<Job>>& dead, const std::v
     s = engine_->DecodeStep(batch);
   }
   // Not a numerical failure (those end only their own sequence, in Publish): when the step itself
-  // could not run, every sequence in it ends with the error. The others go on as any step's: one
-  // that finished in this step's prefill has its answer, one still encoding or prefilling its
-  // turn, one failed on its own its own error (they all got this one).
+  // could not run, every sequence in it ends with the error. The others are published as after
+  // any step (all of them used to get the error): one that finished in this step's prefill gets
+  // its answer, one still encoding or prefilling its next turn, one failed on its own its error.
   std::erase_if(active_, [&](Slot& slot) {
     if (!s.ok() && slot.seq && std::find(batch.begin(), batch.end(), slot.seq.get()) != batch.end()) {
       slot.job->Fail(s);

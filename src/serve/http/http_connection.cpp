@@ -83,6 +83,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       on_tls_lane_ = true;
       lane_has_socket_ = true;
       handshake_fd_ = Raw().native_handle();
+      SSL_set_ex_data(stream_.native_handle(), HandshakeAbandonedIndex(), &handshake_abandoned_);
       asio::post(front_.tls_lane, [self = this->shared_from_this()] {
         auto& lane = self->front_.tls_lane;
         self->stream_.async_handshake(ssl::stream_base::server, asio::bind_executor(lane, [self](error_code ec) {
@@ -204,7 +205,10 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // fails at once (a flood of handshakes queued on the lane would delay anything posted there).
   // The descriptor is still open: only CloseSocket closes it, and only Close posts that, after
   // which no deadline fires and Close does nothing more.
-  void ShutdownMidHandshake() { ::shutdown(handshake_fd_, SHUT_RDWR); }
+  void ShutdownMidHandshake() {
+    handshake_abandoned_.store(true);  // a step still queued on the lane refuses at the ClientHello
+    ::shutdown(handshake_fd_, SHUT_RDWR);
+  }
 
   // Back on the I/O thread: the handshake ended (failed, cancelled at its deadline, or closed
   // at Stop).
@@ -649,6 +653,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   bool on_tls_lane_ = false;
   bool lane_has_socket_ = false;
   int handshake_fd_ = -1;  // the socket's descriptor, for ShutdownMidHandshake
+  std::atomic<bool> handshake_abandoned_{false};  // read by the lane (HandshakeAbandonedIndex)
   uint64_t timer_gen_ = 0;
   size_t served_ = 0;
   size_t body_limit_ = 0;

@@ -80,13 +80,23 @@ class ShedLinger : public std::enable_shared_from_this<ShedLinger> {
 // first message, before its key exchange and signature (the expensive part). Stop's last step
 // runs out the handshakes queued on the TLS lane on its own thread; a flood of them would
 // otherwise each sign for a connection already closed.
-int RefuseHandshakesWhenStopping(SSL*, int* alert, void* stopping) {
-  if (!static_cast<const std::atomic<bool>*>(stopping)->load()) return SSL_CLIENT_HELLO_SUCCESS;
+// The same for a connection given up meanwhile (HandshakeAbandonedIndex): under a flood the
+// lane's queue outlasts the handshake deadline, and it signed for every connection already shut.
+int RefuseHandshakesWhenStopping(SSL* ssl, int* alert, void* stopping) {
+  const auto* abandoned = static_cast<const std::atomic<bool>*>(SSL_get_ex_data(ssl, HandshakeAbandonedIndex()));
+  if (!static_cast<const std::atomic<bool>*>(stopping)->load() && (abandoned == nullptr || !abandoned->load())) {
+    return SSL_CLIENT_HELLO_SUCCESS;
+  }
   *alert = SSL_AD_HANDSHAKE_FAILURE;
   return SSL_CLIENT_HELLO_ERROR;
 }
 
 }  // namespace
+
+int HandshakeAbandonedIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
 
 void HttpFront::Impl::UseTlsContext(std::shared_ptr<ssl::context> context) {
   SSL_CTX_set_client_hello_cb(context->native_handle(), RefuseHandshakesWhenStopping, &stopping);

@@ -90,6 +90,11 @@ struct HttpFront::Impl {
   bool stopped = false;
 };
 
+// The index of a TLS connection's SSL ex_data slot holding its std::atomic<bool> "abandoned"
+// flag: set once its handshake's deadline passed or it was closed, so that a handshake step
+// still queued on the TLS lane refuses at the ClientHello instead of signing for nobody.
+int HandshakeAbandonedIndex();
+
 // Makes a connection for an accepted socket (TLS when front.tls is set), registers it with the
 // front and starts reading its first request. On the I/O thread.
 void StartConnection(HttpFront::Impl& front, tcp::socket socket, std::string address, int port);

@@ -575,8 +575,8 @@ void LogLoadedWeights(const ModelHost& model) {
   }
 }
 
-Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
-                           std::string* previous_version) {
+Status Server::ReloadModel(const std::string& name, const ModelPatch* patch, std::string* previous_version,
+                           std::shared_ptr<ModelHost>* loaded_out) {
   std::lock_guard<std::mutex> one_at_a_time(reload_mu_);
   // A server draining or stopping loads nothing more: a load takes seconds to minutes that the
   // shutdown would wait for, and a second copy of the model's memory.
@@ -639,6 +639,7 @@ Status Server::ReloadModel(const std::string& name, const ModelPatch* patch,
     replaced_cv_.notify_all();
   }
   if (drift_) drift_->Track(name, fresh->spec().version, fresh->hash());
+  if (loaded_out != nullptr) *loaded_out = fresh;
   router_.Put(std::move(fresh));
   old.reset();
   UpdateMemoryPlanGauge();

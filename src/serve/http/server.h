@@ -89,8 +89,10 @@ class Server {
   struct ModelPatch {
     std::optional<std::string> text_path, mmproj_path, version;
   };
+  // `loaded`, when given, receives the version this reload put in (a second reload may replace
+  // it before the caller looks at the router).
   Status ReloadModel(const std::string& name, const ModelPatch* patch = nullptr,
-                     std::string* previous_version = nullptr);
+                     std::string* previous_version = nullptr, std::shared_ptr<ModelHost>* loaded = nullptr);
   // Waits until every version a reload replaced has been let go by its last request (each counts
   // against the memory budget until then), at most `limit`: true when none is left, false when
   // some still are, or the server drains. A SIGHUP reload of several models waits between two,

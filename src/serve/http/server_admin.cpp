@@ -132,15 +132,14 @@ void Server::Handlers::RegisterAdmin() {
       }
     }
     std::string previous;
-    Status s = s_.ReloadModel(name, &patch, &previous);
+    std::shared_ptr<ModelHost> now;  // what this reload put in
+    Status s = s_.ReloadModel(name, &patch, &previous, &now);
     if (s.code() == StatusCode::kUnavailable && s_.draining()) {
       return answer(503, {{"message", s.message()}}, "shutting_down");
     }
     // 409: the reload failed and the old version still serves.
     if (!s.ok()) return answer(409, {{"message", s.message()}}, "reload_failed");
-    const auto now = s_.router_.Get(name);
-    if (!now) return answer(503, {{"message", "the server is stopping"}}, "not_ready");
-    // The outcome line says what now serves (the trail alone tells which weights a reload put in).
+    // The outcome line says what this reload put in (the trail alone tells which weights serve).
     audit["version"] = now->spec().version;
     audit["model_hash"] = now->hash();
     audit["previous_version"] = previous;
