@@ -6,9 +6,9 @@
 // two. A TLS connection's stream belongs to the TLS lane's thread during its handshake (Start,
 // Handshaken); the I/O thread then only shuts its descriptor (ShutdownMidHandshake).
 #include <poll.h>
-#include <sys/socket.h>
 #include <spdlog/spdlog.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>

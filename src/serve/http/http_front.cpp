@@ -76,13 +76,12 @@ class ShedLinger : public std::enable_shared_from_this<ShedLinger> {
   char sink_[4096];
 };
 
-// A TLS context's ClientHello callback: once the front stops, a handshake ends at the client's
-// first message, before its key exchange and signature (the expensive part). Stop's last step
-// runs out the handshakes queued on the TLS lane on its own thread; a flood of them would
-// otherwise each sign for a connection already closed.
-// The same for a connection given up meanwhile (HandshakeAbandonedIndex): under a flood the
-// lane's queue outlasts the handshake deadline, and it signed for every connection already shut.
-int RefuseHandshakesWhenStopping(SSL* ssl, int* alert, void* stopping) {
+// A TLS context's ClientHello callback: a handshake ends at the client's first message, before
+// its key exchange and signature (the expensive part), once the front stops (Stop's last step
+// runs out the handshakes queued on the TLS lane on its own thread) or once its connection was
+// given up (HandshakeAbandonedIndex: under a flood the lane's queue outlasts the handshake
+// deadline). Either way it signed for a connection already closed.
+int RefuseStoppedOrAbandonedHandshakes(SSL* ssl, int* alert, void* stopping) {
   const auto* abandoned = static_cast<const std::atomic<bool>*>(SSL_get_ex_data(ssl, HandshakeAbandonedIndex()));
   if (!static_cast<const std::atomic<bool>*>(stopping)->load() && (abandoned == nullptr || !abandoned->load())) {
     return SSL_CLIENT_HELLO_SUCCESS;
@@ -99,7 +98,7 @@ int HandshakeAbandonedIndex() {
 }
 
 void HttpFront::Impl::UseTlsContext(std::shared_ptr<ssl::context> context) {
-  SSL_CTX_set_client_hello_cb(context->native_handle(), RefuseHandshakesWhenStopping, &stopping);
+  SSL_CTX_set_client_hello_cb(context->native_handle(), RefuseStoppedOrAbandonedHandshakes, &stopping);
   tls = std::move(context);
 }
 

@@ -635,7 +635,8 @@ Status Server::ReloadModel(const std::string& name, const ModelPatch* patch, std
   {
     std::lock_guard<std::mutex> lock(replaced_mu_);
     replaced_.push_back(old);  // counted until its in-flight requests release it
-    if (!reaper_.joinable() && !reaper_stop_) reaper_ = std::thread([this] { ReapReplaced(); });
+    // (reaper_stop_ first: once Stop set it, it joins reaper_ outside this lock.)
+    if (!reaper_stop_ && !reaper_.joinable()) reaper_ = std::thread([this] { ReapReplaced(); });
     replaced_cv_.notify_all();
   }
   if (drift_) drift_->Track(name, fresh->spec().version, fresh->hash());
