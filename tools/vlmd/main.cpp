@@ -49,6 +49,15 @@ Result<std::pair<std::string, std::string>> EnsureDemoModel() {
 }
 
 // Loads every configured model in order (the demo model when none is configured).
+// SIGINT and SIGTERM: the signals that end the process (SIGHUP reloads).
+sigset_t EndSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
 Status LoadModels(serve::Server& server, std::vector<serve::ModelSpec>& models) {
   for (serve::ModelSpec& spec : models) {
     if (spec.name.empty()) spec.name = fs::path(spec.text_path).stem().string();
@@ -240,10 +249,7 @@ int main(int argc, char** argv) {
   }
 
   // Signals are taken by a dedicated sigwait below; block them before any thread starts.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
+  sigset_t sigs = EndSignals();
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
@@ -258,10 +264,7 @@ int main(int argc, char** argv) {
   // an orchestrator's grace period, for a load that might not end).
   std::atomic<bool> loading{true};
   std::thread load_watch([&loading] {
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
+    const sigset_t stop = EndSignals();
     const timespec tick{0, 100'000'000};
     while (loading.load()) {
       if (const int sig = sigtimedwait(&stop, nullptr, &tick); sig > 0) {
@@ -344,10 +347,7 @@ int main(int argc, char** argv) {
     }
     // SIGINT and SIGTERM only: a SIGHUP now (whose default action ends the process) stays
     // blocked, pending until the exit.
-    sigset_t ends;
-    sigemptyset(&ends);
-    sigaddset(&ends, SIGINT);
-    sigaddset(&ends, SIGTERM);
+    const sigset_t ends = EndSignals();
     pthread_sigmask(SIG_UNBLOCK, &ends, nullptr);
     reloads.join();
   }

@@ -90,6 +90,24 @@ int RefuseStoppedOrAbandonedHandshakes(SSL* ssl, int* alert, void* stopping) {
   return SSL_CLIENT_HELLO_ERROR;
 }
 
+// A thread named `name` that runs `io` until it is stopped or out of work. An exception out of a
+// handler (std::bad_alloc) drops the operation it came from (its connection goes with its last
+// handle) and the loop goes on: every connection runs on the I/O thread, and ending it ended
+// the process.
+std::thread RunOnThread(asio::io_context& io, const char* name) {
+  return std::thread([&io, name] {
+    SetThreadName(name);
+    for (;;) {
+      try {
+        io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("http: a handler on {} threw, its connection is dropped: {}", name, e.what());
+      }
+    }
+  });
+}
+
 }  // namespace
 
 int HandshakeAbandonedIndex() {
@@ -292,35 +310,11 @@ Status HttpFront::Start() {
   f.metrics_pool.emplace(kMetricsThreads, kMaxQueuedMetrics, "http-metrics");
   if (f.tls) {
     f.tls_work.emplace(f.tls_lane.get_executor());
-    f.tls_thread = std::thread([&f] {
-      SetThreadName("http-tls");
-      // As the I/O thread's loop below: a throw loses its connection, never the lane.
-      for (;;) {
-        try {
-          f.tls_lane.run();
-          return;
-        } catch (const std::exception& e) {
-          spdlog::error("http: a TLS handshake handler threw, its connection is dropped: {}", e.what());
-        }
-      }
-    });
+    f.tls_thread = RunOnThread(f.tls_lane, "http-tls");
   }
   f.Accept();
   f.work.emplace(f.io.get_executor());
-  f.io_thread = std::thread([&f] {
-    SetThreadName("http-io");
-    // An exception out of a handler on this thread (std::bad_alloc) drops the operation it came
-    // from (its connection goes with its last handle) and the loop goes on: every connection
-    // runs on this thread, and ending it ended the process.
-    for (;;) {
-      try {
-        f.io.run();
-        return;
-      } catch (const std::exception& e) {
-        spdlog::error("http: an I/O handler threw, its connection is dropped: {}", e.what());
-      }
-    }
-  });
+  f.io_thread = RunOnThread(f.io, "http-io");
   return Status::Ok();
 }
 

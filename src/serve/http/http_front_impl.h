@@ -47,7 +47,8 @@ struct HttpFront::Impl {
   void Unregister(ConnectionBase* c, const std::string& address);
   // Reloads the certificate and key when either file changed (every tls_reload_interval).
   void WatchTlsFiles();
-  // Makes `context` the one new connections take, refusing handshakes once stopping is set.
+  // Makes `context` the one new connections take, refusing handshakes at their ClientHello once
+  // stopping is set or their connection was given up (HandshakeAbandonedIndex).
   void UseTlsContext(std::shared_ptr<ssl::context> context);
 
   const FrontOptions options;

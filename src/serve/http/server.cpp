@@ -400,21 +400,21 @@ void Server::ReapReplaced() {
     }
     // Under the lock no copy can be made but here: a count of 1 is this list's alone.
     std::vector<std::shared_ptr<ModelHost>> done;
+    uint64_t taken = 0;  // their plans, counted in reaping_bytes_ until they are gone
     std::erase_if(replaced_, [&](std::shared_ptr<ModelHost>& m) {
       if (m.use_count() != 1) return false;
-      reaping_bytes_ = SaturatingAdd(reaping_bytes_, m->memory_plan().total());
-      ++reaping_;
+      taken = SaturatingAdd(taken, m->memory_plan().total());
       done.push_back(std::move(m));
       return true;
     });
     if (!done.empty()) {
-      lock.unlock();
-      uint64_t freed = 0;
-      for (const auto& m : done) freed = SaturatingAdd(freed, m->memory_plan().total());
       const size_t n = done.size();
+      reaping_bytes_ = SaturatingAdd(reaping_bytes_, taken);
+      reaping_ += n;
+      lock.unlock();
       done.clear();  // torn down here, off every request's thread and every lock
       lock.lock();
-      reaping_bytes_ -= std::min(reaping_bytes_, freed);
+      reaping_bytes_ -= std::min(reaping_bytes_, taken);
       reaping_ -= n;
       replaced_cv_.notify_all();  // WaitForReplacedVersions
       lock.unlock();

@@ -52,8 +52,8 @@ const api::ApiError kAuditUnavailable{500, "server_error", "audit_unavailable",
 // An admin request's body as its audit lines quote it.
 std::string AuditedBody(const HttpRequest& req) { return req.body.size() <= 4096 ? req.body : "(too long)"; }
 
-// The audit line of an admin read (GET): who read what.
-json AdminRead(const HttpRequest& req, std::string_view route, std::string request_id) {
+// An admin request's audit line: who (the admin key, its address) and what (the route).
+json AdminAudit(const HttpRequest& req, std::string_view route, std::string request_id) {
   return {{"request_id", std::move(request_id)},
           {"key_id", "admin"},
           {"remote_addr", req.remote_addr},
@@ -83,16 +83,16 @@ bool Server::Handlers::AuditAdminOutcome(nlohmann::json record, int status, Http
 void Server::Handlers::RegisterAdmin() {
   Get("/admin/models", [this](HttpRequest& req, HttpResponse& res) {
     // A read, audited as one line (it shows the models' file paths).
-    if (!AuditAdminOutcome(AdminRead(req, "/admin/models", s_.NextRequestId()), 200, res)) return;
+    if (!AuditAdminOutcome(AdminAudit(req, "/admin/models", s_.NextRequestId()), 200, res)) return;
     json models = json::array();
     for (const auto& m : s_.router_.Models()) models.push_back(ModelJson(*m, s_.drift_.get()));
     SendJson(res, {{"models", models}});
   });
   Post(R"(/admin/models/(.+)/reload)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
-    const std::string request_id = s_.NextRequestId();
-    json audit{{"request_id", request_id}, {"key_id", "admin"}, {"remote_addr", req.remote_addr},
-               {"route", "/admin/models/{name}/reload"}, {"model", name}, {"request", AuditedBody(req)}};
+    json audit = AdminAudit(req, "/admin/models/{name}/reload", s_.NextRequestId());
+    audit["model"] = name;
+    audit["request"] = AuditedBody(req);
     if (!AuditAdminIntent(audit, res)) return;
     auto answer = [&](int status, const json& body, const std::string& error) {
       json outcome = audit;
@@ -147,9 +147,8 @@ void Server::Handlers::RegisterAdmin() {
   });
   Post(R"(/admin/models/(.+)/baseline)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
-    const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
-                     {"remote_addr", req.remote_addr}, {"route", "/admin/models/{name}/baseline"},
-                     {"model", name}};
+    json audit = AdminAudit(req, "/admin/models/{name}/baseline", s_.NextRequestId());
+    audit["model"] = name;
     if (!AuditAdminIntent(audit, res)) return;
     Result<json> taken = s_.drift_ ? s_.drift_->TakeBaseline(name)
                                    : Result<json>(FailedPreconditionError("drift alarms are off (config \"drift\")"));
@@ -165,7 +164,7 @@ void Server::Handlers::RegisterAdmin() {
     SendJson(res, {{"baseline", *taken}});
   });
   Get("/admin/routes", [this](HttpRequest& req, HttpResponse& res) {
-    if (!AuditAdminOutcome(AdminRead(req, "/admin/routes", s_.NextRequestId()), 200, res)) return;
+    if (!AuditAdminOutcome(AdminAudit(req, "/admin/routes", s_.NextRequestId()), 200, res)) return;
     json routes = json::array();
     for (const RouteConfig& r : s_.router_.Routes()) routes.push_back(RouteJson(r));
     SendJson(res, {{"routes", routes}, {"default_model", s_.router_.DefaultName()}});
@@ -173,9 +172,9 @@ void Server::Handlers::RegisterAdmin() {
   Post(R"(/admin/routes/(.+)/weights)", kAdminBodyLimit, [this](HttpRequest& req, HttpResponse& res) {
     const std::string name = req.matches[0];
     // Audited before the body is read: a malformed one gets its 400 in the trail too.
-    const json audit{{"request_id", s_.NextRequestId()}, {"key_id", "admin"},
-                     {"remote_addr", req.remote_addr}, {"route", "/admin/routes/{name}/weights"},
-                     {"model_route", name}, {"request", AuditedBody(req)}};
+    json audit = AdminAudit(req, "/admin/routes/{name}/weights", s_.NextRequestId());
+    audit["model_route"] = name;
+    audit["request"] = AuditedBody(req);
     if (!AuditAdminIntent(audit, res)) return;
     auto refuse = [&](const api::ApiError& error) {
       json outcome = audit;

@@ -4,46 +4,43 @@
 
 namespace vlmd::serve::policy {
 
-bool RefusalSampler::Admit(const std::string& addr, double now_s) {
-  if (interval_s_ <= 0) return true;
-  std::lock_guard<std::mutex> lock(mu_);
+RefusalSampler::Entry& RefusalSampler::OpenEntryLocked(const std::string& addr, double now_s, bool* opened) {
   // A full table: new addresses share the entry "*".
   const std::string& key =
       entries_.size() >= max_addresses_ && entries_.count(addr) == 0 ? kShared : addr;
   auto [it, created] = entries_.try_emplace(key, Entry{now_s, now_s, 0});
   Entry& e = it->second;
-  if (!created && now_s < e.first_s + interval_s_) {  // inside the open interval: count only
-    ++e.left_out;
-    e.last_s = now_s;
-    return false;
-  }
-  if (!created) {  // the interval is over but not yet summarized: keep its count, start anew
+  if (!created && now_s >= e.first_s + interval_s_) {  // over, not yet summarized: keep its count
     if (e.left_out > 0) pending_.push_back({key, e.left_out, e.first_s, e.last_s});
     e = Entry{now_s, now_s, 0};
+    created = true;
   }
-  const double end = now_s + interval_s_;
-  next_end_s_ = next_end_s_ == 0 ? end : std::min(next_end_s_, end);
-  return true;
+  if (created) {
+    const double end = now_s + interval_s_;
+    next_end_s_ = next_end_s_ == 0 ? end : std::min(next_end_s_, end);
+  }
+  *opened = created;
+  return e;
+}
+
+bool RefusalSampler::Admit(const std::string& addr, double now_s) {
+  if (interval_s_ <= 0) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  bool opened = false;
+  Entry& e = OpenEntryLocked(addr, now_s, &opened);
+  if (opened) return true;  // the interval's first refusal: written
+  ++e.left_out;             // inside the open interval: counted only
+  e.last_s = now_s;
+  return false;
 }
 
 void RefusalSampler::CountLeftOut(const std::string& addr, double now_s) {
   if (interval_s_ <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string& key =
-      entries_.size() >= max_addresses_ && entries_.count(addr) == 0 ? kShared : addr;
-  auto [it, created] = entries_.try_emplace(key, Entry{now_s, now_s, 0});
-  Entry& e = it->second;
-  if (!created && now_s >= e.first_s + interval_s_) {  // over: keep its count, start anew
-    if (e.left_out > 0) pending_.push_back({key, e.left_out, e.first_s, e.last_s});
-    e = Entry{now_s, now_s, 0};
-    created = true;
-  }
+  bool opened = false;
+  Entry& e = OpenEntryLocked(addr, now_s, &opened);
   ++e.left_out;
   e.last_s = now_s;
-  if (created) {
-    const double end = now_s + interval_s_;
-    next_end_s_ = next_end_s_ == 0 ? end : std::min(next_end_s_, end);
-  }
 }
 
 std::vector<RefusalSampler::Summary> RefusalSampler::TakeEnded(double now_s) {

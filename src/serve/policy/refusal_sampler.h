@@ -42,6 +42,10 @@ class RefusalSampler {
     double first_s = 0, last_s = 0;
     uint64_t left_out = 0;
   };
+  // Under mu_: addr's entry (or the shared one), opened anew when absent or its interval is over
+  // (the old interval's count goes to pending_); *opened says whether it was.
+  Entry& OpenEntryLocked(const std::string& addr, double now_s, bool* opened);
+
   const double interval_s_;
   const size_t max_addresses_;
   std::mutex mu_;
